@@ -1,0 +1,196 @@
+"""One dataclass of plain values that configures every notebook, the CLI and the engine.
+
+Profiles (`smoke`, `cpu`, `gpu`, `auto`) are named sets of values for the same fields,
+so a notebook runs everywhere without edits. Building a config refuses unknown names
+and wrong types with a one-line message that lists the valid names.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from dataclasses import dataclass, field, fields
+
+PROFILE_NAMES = ("smoke", "cpu", "gpu", "auto")
+
+
+class ConfigError(ValueError):
+    """A configuration value or name that cannot be used; the message says the fix."""
+
+
+@dataclass(frozen=True)
+class Config:
+    # --- data ---
+    dataset: str = "landcover-synth"  # landcover-synth | digits | imagefolder | eurosat | cifar10
+    data_dir: str = ""  # folder of the dataset; "" = the dataset's default place
+    image_size: int = 64  # pixels, side of the square the model sees
+    max_train_images: int = 0  # images; 0 = the whole training split
+    bad_images: str = "fail"  # fail | skip: what loading does with an unreadable image
+    download: bool = False  # allow torchvision datasets to download (needs internet)
+    # --- model ---
+    model: str = "resnet18"  # any timm model name
+    pretrained: bool = False  # load timm's ImageNet weights (needs them cached or internet)
+    checkpoint: str = ""  # path of a workbook checkpoint to start from; "" = none
+    # --- optimisation ---
+    batch_size: int = 64  # images per step per process
+    epochs: int = 1  # passes over the training split
+    max_steps: int = 0  # optimizer steps per epoch; 0 = no cap
+    accumulation_steps: int = 1  # micro-batches per optimizer step
+    optimizer: str = "sgd"  # sgd | adamw
+    lr: float = 0.1  # peak learning rate (after warmup)
+    momentum: float = 0.9  # SGD momentum
+    weight_decay: float = 5e-4  # decoupled for AdamW, L2 for SGD
+    warmup_epochs: float = 0.0  # epochs of linear warmup before cosine decay
+    min_lr: float = 0.0  # learning rate at the end of cosine decay
+    grad_clip_norm: float = 0.0  # max global gradient L2 norm; 0 = no clipping
+    # --- regularisation ---
+    label_smoothing: float = 0.0  # probability mass spread over the other classes
+    mixup_alpha: float = 0.0  # Beta(alpha, alpha) for MixUp; 0 = off
+    cutmix_alpha: float = 0.0  # Beta(alpha, alpha) for CutMix; 0 = off
+    random_erasing: float = 0.0  # probability of erasing a random box per image
+    ema_decay: float = 0.0  # weight EMA decay per step; 0 = off
+    # --- speed switches ---
+    precision: str = "auto"  # off | fp16 | bf16 | auto (chosen from measured device speed)
+    channels_last: bool = False  # NHWC memory format for convolutions
+    compile: bool = False  # torch.compile the model
+    num_workers: int = 0  # DataLoader worker processes
+    pin_memory: bool = False  # page-locked host memory for faster host-to-device copies
+    prefetch_factor: int = 2  # batches each worker loads ahead
+    persistent_workers: bool = False  # keep workers alive between epochs
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    # --- bookkeeping ---
+    seed: int = 0  # seeds python, numpy and torch
+    output_dir: str = "runs/checkpoints"  # where checkpoints go
+    resume: bool = False  # continue from output_dir's last checkpoint
+
+    def replace(self, **changes) -> "Config":
+        """A copy with some fields changed, checked like `make_config`."""
+        return make_config(None, **{**dataclasses.asdict(self), **changes})
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+FIELD_NAMES = tuple(f.name for f in fields(Config))
+_TYPES = typing.get_type_hints(Config)
+
+# Profiles change only what must change with the machine; everything else is a field default.
+PROFILES: dict[str, dict] = {
+    # CI-sized: every notebook well under a minute on 2 CPU cores, on the committed sample.
+    "smoke": dict(image_size=32, batch_size=32, epochs=1, max_steps=4, max_train_images=256,
+                  num_workers=0, device="cpu", precision="off"),
+    # A laptop or a CPU server: small images, a few epochs, workers for decoding.
+    "cpu": dict(image_size=64, batch_size=64, epochs=2, max_steps=0, max_train_images=2000,
+                num_workers=min(4, max(1, (os.cpu_count() or 2) - 1)), device="cpu",
+                channels_last=True),
+    # One or more CUDA GPUs: the articles' setting.
+    "gpu": dict(image_size=224, batch_size=128, epochs=5, max_steps=0, max_train_images=0,
+                num_workers=8, pin_memory=True, persistent_workers=True, prefetch_factor=4,
+                device="cuda", precision="auto", channels_last=True),
+}
+
+
+def resolve_profile(profile: str | None) -> str | None:
+    """`auto` becomes `gpu` when CUDA is available, else `cpu`."""
+    if profile is None:
+        return None
+    if profile not in PROFILE_NAMES:
+        raise ConfigError(f"unknown profile {profile!r}; valid profiles: {', '.join(PROFILE_NAMES)}")
+    if profile == "auto":
+        import torch
+
+        return "gpu" if torch.cuda.is_available() else "cpu"
+    return profile
+
+
+def _check_type(name: str, value):
+    expected = _TYPES[name]
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if expected is bool and not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    if not isinstance(value, expected):
+        raise ConfigError(f"{name} must be {expected.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+_CHOICES = {
+    "dataset": ("landcover-synth", "digits", "imagefolder", "eurosat", "cifar10"),
+    "bad_images": ("fail", "skip"),
+    "optimizer": ("sgd", "adamw"),
+    "precision": ("off", "fp16", "bf16", "auto"),
+}
+
+
+def check_values(values: dict) -> dict:
+    """Return `values` with types checked; raise ConfigError naming the first problem."""
+    unknown = sorted(set(values) - set(FIELD_NAMES))
+    if unknown:
+        raise ConfigError(f"unknown parameter {unknown[0]!r}; valid names: {', '.join(FIELD_NAMES)}")
+    checked = {name: _check_type(name, value) for name, value in values.items()}
+    for name, choices in _CHOICES.items():
+        if name in checked and checked[name] not in choices:
+            raise ConfigError(f"{name}={checked[name]!r} is not one of {', '.join(choices)}")
+    device = checked.get("device")
+    if device is not None and not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
+        raise ConfigError(f"device={device!r} is not one of auto, cpu, cuda, cuda:N")
+    for name in ("image_size", "batch_size", "accumulation_steps", "prefetch_factor"):
+        if name in checked and checked[name] < 1:
+            raise ConfigError(f"{name} must be at least 1, got {checked[name]}")
+    for name in ("epochs", "max_steps", "max_train_images", "num_workers"):
+        if name in checked and checked[name] < 0:
+            raise ConfigError(f"{name} must be 0 or more, got {checked[name]}")
+    return checked
+
+
+def make_config(profile: str | None = "auto", **overrides) -> Config:
+    """Build a Config from a profile plus overrides; overrides that are None are ignored,
+    so a notebook's parameters cell can say `batch_size = None` for "the profile's value"."""
+    resolved = resolve_profile(profile)
+    values = dict(PROFILES[resolved]) if resolved else {}
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return Config(**check_values(values))
+
+
+def parse_value(name: str, text: str):
+    """Turn the text of `-p name=value` into the field's type (CLI and runner use this)."""
+    if name not in FIELD_NAMES:
+        raise ConfigError(f"unknown parameter {name!r}; valid names: {', '.join(FIELD_NAMES)}")
+    expected = _TYPES[name]
+    try:
+        if expected is bool:
+            lowered = text.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        return expected(text)
+    except ValueError:
+        raise ConfigError(f"{name} must be {expected.__name__}, got {text!r}") from None
+
+
+def parse_assignments(pairs: list[str] | None) -> dict:
+    """`["batch_size=32", "lr=0.1"]` -> typed dict, for any CLI `-p` flags."""
+    values = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise ConfigError(f"parameter {pair!r} must look like name=value")
+        name, text = pair.split("=", 1)
+        values[name.strip()] = parse_value(name.strip(), text)
+    return values
+
+
+def field_comments() -> dict[str, str]:
+    """Each field's unit comment, read from this file, for `--help` and the README table."""
+    import inspect
+    import re
+
+    comments = {}
+    for line in inspect.getsource(Config).splitlines():
+        match = re.match(r"\s+(\w+): \w+ = .*?  # (.*)$", line)
+        if match:
+            comments[match.group(1)] = match.group(2)
+    return comments

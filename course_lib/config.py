@@ -12,6 +12,8 @@ import typing
 from dataclasses import dataclass, field, fields
 
 PROFILE_NAMES = ("smoke", "cpu", "gpu", "auto")
+# The committed landcover-synth sample (relative to the project root).
+SAMPLE_DATA_DIR = "data_samples/landcover-synth"
 
 
 class ConfigError(ValueError):
@@ -77,7 +79,7 @@ _TYPES = typing.get_type_hints(Config)
 # Profiles change only what must change with the machine; everything else is a field default.
 PROFILES: dict[str, dict] = {
     # CI-sized: every notebook well under a minute on 2 CPU cores, on the committed sample.
-    "smoke": dict(image_size=32, batch_size=32, epochs=1, max_steps=4, max_train_images=256,
+    "smoke": dict(data_dir=SAMPLE_DATA_DIR, image_size=32, batch_size=32, epochs=1, max_steps=4, max_train_images=256,
                   num_workers=0, device="cpu", precision="off"),
     # A laptop or a CPU server: small images, a few epochs, workers for decoding.
     "cpu": dict(image_size=64, batch_size=64, epochs=2, max_steps=0, max_train_images=2000,

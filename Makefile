@@ -1,0 +1,29 @@
+# `make workbook` and `make test` create .venv when missing, install the project, then run.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PROFILE ?= auto
+STAMP := $(VENV)/.installed
+
+.PHONY: workbook test lab venv clean-venv
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m ipykernel install --prefix $(VENV) --name python3 > /dev/null
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+workbook: $(STAMP)
+	$(BIN)/workbook run --profile $(PROFILE)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks/
+
+clean-venv:
+	rm -rf $(VENV)

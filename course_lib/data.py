@@ -195,7 +195,7 @@ class ImageFolderDataset:
     returns the next readable sample instead.
     """
 
-    def __init__(self, root: str | os.PathLike, transform=None, bad_images: str = "fail"):
+    def __init__(self, root: str | os.PathLike, transform=None, bad_images: str = "fail", loader=None):
         from torchvision.datasets import ImageFolder
 
         root = Path(root)
@@ -203,6 +203,8 @@ class ImageFolderDataset:
             raise FileNotFoundError(f"image folder {root} does not exist; check data_dir "
                                     "(or run `workbook data make` to generate one)")
         self.folder = ImageFolder(str(root), loader=load_rgb, allow_empty=False)
+        # loader: path -> image, raising BadImageError (e.g. decode.FileDecoder("opencv")); picklable.
+        self.loader = loader or load_rgb
         self.transform = transform
         self.bad_images = bad_images
         self.classes = self.folder.classes
@@ -217,7 +219,7 @@ class ImageFolderDataset:
         for attempt in range(len(self.samples)):
             path, target = self.samples[(index + attempt) % len(self.samples)]
             try:
-                image = load_rgb(path)
+                image = self.loader(path)
             except BadImageError as error:
                 if self.bad_images == "fail":
                     raise
@@ -570,3 +572,26 @@ def _cli_scan(args) -> int:
         print(problem)
     print(f"checked {checked} files: {len(problems)} problem(s)")
     return 1 if problems else 0
+
+
+def sample_grid(dataset, classes, per_class: int = 6, seed: int = 0):
+    """A matplotlib figure: one row per class, `per_class` images each (denormalized)."""
+    import matplotlib.pyplot as plt
+
+    targets = np.asarray(dataset.targets if getattr(dataset, "targets", None) is not None
+                         else [dataset[i][1] for i in range(len(dataset))])
+    rng = np.random.default_rng(seed)
+    figure, axes = plt.subplots(len(classes), per_class, figsize=(per_class * 1.1, len(classes) * 1.15),
+                                squeeze=False)
+    for row, name in enumerate(classes):
+        members = np.flatnonzero(targets == row)
+        picks = rng.choice(members, size=min(per_class, len(members)), replace=False) if len(members) else []
+        for column in range(per_class):
+            axis = axes[row, column]
+            axis.axis("off")
+            if column < len(picks):
+                image, _ = dataset[int(picks[column])]
+                axis.imshow(denormalize(image).permute(1, 2, 0).numpy())
+        axes[row, 0].set_title(name, fontsize=8, loc="left")
+    figure.tight_layout()
+    return figure

@@ -144,7 +144,7 @@ def sample_transform(image_size: int, augmentation: str = "cpu"):
                  v2.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4),
                  v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)]
     elif augmentation == "device":
-        steps = [v2.Resize((image_size, image_size), antialias=True)]
+        return ResizeUint8(image_size)
     elif augmentation == "none":
         steps = [v2.Resize((image_size, image_size), antialias=True), v2.ToDtype(torch.float32, scale=True),
                  v2.Normalize(IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)]
@@ -152,3 +152,20 @@ def sample_transform(image_size: int, augmentation: str = "cpu"):
         raise ConfigError(f"augmentation={augmentation!r} is not one of cpu, device, none")
     # ToPureTensor: plain tensors collate and pickle across workers without tv_tensors metadata.
     return v2.Compose([v2.ToImage(), *steps, v2.ToPureTensor()])
+
+
+class ResizeUint8:
+    """PIL image or uint8 tensor -> uint8 3 x size x size tensor; images already that size pass
+    through untouched (the cheapest worker-side step: decoding stays the only real work)."""
+
+    def __init__(self, image_size: int):
+        self.image_size = image_size
+
+    def __call__(self, image) -> torch.Tensor:
+        from torchvision.transforms.v2 import functional
+
+        if not isinstance(image, torch.Tensor):
+            image = functional.pil_to_tensor(image.convert("RGB"))
+        if tuple(image.shape[-2:]) != (self.image_size, self.image_size):
+            image = functional.resize(image, [self.image_size, self.image_size], antialias=True)
+        return image.as_subclass(torch.Tensor)

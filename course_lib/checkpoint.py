@@ -3,16 +3,14 @@ a half-written file, and read with `torch.load(weights_only=True)`, which refuse
 code objects (https://pytorch.org/docs/stable/generated/torch.load.html).
 
 A checkpoint is a dict of tensors and plain values: model, optimizer, scheduler, scaler and
-EMA state, the config as a dict, the class names, the history and the RNG states.
+EMA state, the config as a dict, the class names and the per-epoch history.
 """
 from __future__ import annotations
 
 import os
 import pickle
-import random
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from course_lib.config import ConfigError
@@ -57,29 +55,3 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict:
         raise CheckpointError(f"{path} is not a workbook checkpoint (no 'model' entry); "
                               "save with course_lib.checkpoint.save_checkpoint")
     return state
-
-
-def rng_state() -> dict:
-    """Every random generator the training loop draws from, as tensors and plain values
-    (so that `weights_only=True` can load it)."""
-    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-    state = {
-        "python": random.getstate(),
-        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "position": int(position),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    numpy_state = state["numpy"]
-    np.random.set_state((numpy_state["kind"], numpy_state["keys"].numpy().astype(np.uint32),
-                         numpy_state["position"], numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(state["cuda"])

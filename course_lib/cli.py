@@ -9,7 +9,7 @@ import argparse
 import importlib
 import sys
 
-from course_lib.config import ConfigError
+from course_lib.config import WorkbookError
 
 # Subcommand modules, in the order `workbook --help` lists them.
 COMMAND_MODULES = (
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, FileNotFoundError, NotADirectoryError) as error:
+    except (WorkbookError, FileNotFoundError, NotADirectoryError, FileExistsError) as error:
         # Bad input is a one-line message, not a traceback.
         print(f"workbook {args.command}: error: {error}", file=sys.stderr)
         return 2

@@ -9,14 +9,18 @@ from __future__ import annotations
 import dataclasses
 import os
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 PROFILE_NAMES = ("smoke", "cpu", "gpu", "auto")
 # The committed landcover-synth sample (relative to the project root).
 SAMPLE_DATA_DIR = "data_samples/landcover-synth"
 
 
-class ConfigError(ValueError):
+class WorkbookError(Exception):
+    """Bad input the user can fix; the CLI prints the message as one line, without a traceback."""
+
+
+class ConfigError(WorkbookError, ValueError):
     """A configuration value or name that cannot be used; the message says the fix."""
 
 

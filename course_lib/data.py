@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageFile
 
-from course_lib.config import Config, ConfigError
+from course_lib.config import Config, ConfigError, WorkbookError
 from course_lib.ledger import project_root
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ def landcover_cache_dir(image_size: int = 64, per_class: dict | None = None, see
 # Loading images: fail fast naming the file, or skip it
 # ---------------------------------------------------------------------------------------------
 
-class BadImageError(RuntimeError):
+class BadImageError(WorkbookError, RuntimeError):
     """An image that cannot be decoded; the message names the file and the fix."""
 
 

@@ -70,6 +70,28 @@ def image_folder_dataset(folder, image_size: int, *, decoder: str = "pil", augme
                               loader=FileDecoder(decoder))
 
 
+def default_image_folder(config: Config):
+    """The training ImageFolder a config points at: data_dir's train/ (or data_dir itself), or the
+    cached landcover-synth for dataset=landcover-synth without data_dir."""
+    from course_lib.data import landcover_cache_dir, resolve_path
+
+    if config.data_dir:
+        root = resolve_path(config.data_dir)
+    elif config.dataset == "landcover-synth":
+        root = landcover_cache_dir(seed=0)
+    else:
+        raise ConfigError(f"dataset={config.dataset} is not an image folder; set data_dir=<ImageFolder> "
+                          "or pass --folder")
+    return root / "train" if (root / "train").is_dir() else root
+
+
+def transfer_device(config: Config) -> torch.device | None:
+    """The CUDA device batches are copied to in timings, or None on a CPU-only run."""
+    if config.device == "cpu" or not torch.cuda.is_available():
+        return None
+    return torch.device("cuda" if config.device == "auto" else config.device)
+
+
 def first_images(dataset, count: int):
     """The first `count` items of a map-style dataset (all of it when shorter)."""
     return dataset if count >= len(dataset) else Subset(dataset, range(count))
@@ -198,13 +220,18 @@ def single_process_rate(dataset, images: int = 256, repeats: int = 3) -> dict:
     """Images/s of `dataset[i]` (read + decode + transform) in this process alone: the
     one-core rate that N workers can at best multiply by N. Median of `repeats` passes."""
     count = min(images, len(dataset))
-    dataset[0]  # warm-up: imports, first-call allocations
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for index in range(count):
-            dataset[index]
-        rates.append(count / (time.perf_counter() - start))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one core, as in a DataLoader worker (torch sets 1 thread there too)
+    try:
+        dataset[0]  # warm-up: imports, first-call allocations
+        rates = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for index in range(count):
+                dataset[index]
+            rates.append(count / (time.perf_counter() - start))
+    finally:
+        torch.set_num_threads(threads)
     return {"images": count, "repeats": repeats, "images_per_second": statistics.median(rates)}
 
 

@@ -266,7 +266,10 @@ def _draw_matrix(view, title, annotate, fmt, cmap, center=None, vmin=None, vmax=
     annotations = False
     if annotate:
         values = view.to_numpy()
-        annotations = np.where(values == 0, "", np.vectorize(lambda v: format(v, fmt))(values))
+        if fmt.endswith("d"):
+            values = np.rint(values).astype(np.int64)
+        # Blank the cells that print as zero: the eye then finds the confusions at once.
+        annotations = np.vectorize(lambda v: "" if float(format(v, fmt)) == 0 else format(v, fmt))(values)
     # Labels for every class up to 60; beyond that every n-th, so ticks never overlap.
     step = max(1, int(np.ceil(shown / 60)))
     sns.heatmap(view, ax=ax, cmap=cmap, center=center, vmin=vmin, vmax=vmax, square=True,
@@ -544,11 +547,16 @@ def _device(config):
 
     if config.device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        from course_lib.config import ConfigError
+
+        raise ConfigError(f"device={config.device} but this torch sees no CUDA GPU; pass device=cpu")
     return torch.device(config.device)
 
 
 def predict(model, dataset, config) -> tuple[np.ndarray, np.ndarray]:
-    """(labels, softmax probabilities) of `model` over `dataset`, in dataset order, fp32."""
+    """(labels, softmax probabilities) of `model` over `dataset`, in dataset order. Evaluation runs
+    in fp32: it is a small share of the time, and reduced precision would blur the calibration."""
     import torch
 
     from course_lib.loaders import make_loader
@@ -609,29 +617,34 @@ def evaluate_model(model, config, split: str = "val", classes=None, name: str | 
 
 
 def evaluate(checkpoint_path: str | Path, split: str = "val", name: str | None = None,
-             out_dir: str | Path | None = None, profile: str | None = None, **overrides) -> Evaluation:
-    """Load a workbook checkpoint (train.load_checkpoint), rebuild its model and dataset from the
-    stored config (plus `overrides`, e.g. device="cpu", batch_size=256), evaluate it on `split` and
-    save/record the result. `profile` first applies a profile's values, then the stored config."""
+             out_dir: str | Path | None = None, weights: str = "model", **overrides) -> Evaluation:
+    """Load a workbook checkpoint (`train.load_checkpoint`), rebuild its model (`train.build_model`)
+    and dataset from the stored config plus `overrides` (e.g. device="cpu", batch_size=256,
+    data_dir=...), evaluate it on `split`, save and record the result. `weights="ema"` evaluates
+    the checkpoint's weight-EMA copy (trained with ema_decay > 0)."""
     from course_lib import train
-    from course_lib.config import make_config
+    from course_lib.config import FIELD_NAMES, ConfigError, make_config
 
+    if weights not in ("model", "ema"):
+        raise ConfigError(f"weights={weights!r} is not one of model, ema")
     path = Path(checkpoint_path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist; train one with `workbook train`")
     checkpoint = train.load_checkpoint(path, map_location="cpu")
-    stored = dict(checkpoint.get("config") or {})
-    from course_lib.config import FIELD_NAMES
-
-    stored = {k: v for k, v in stored.items() if k in FIELD_NAMES}
-    values = {**stored, **{k: v for k, v in overrides.items() if v is not None}}
-    config = make_config(profile, **values) if profile else make_config(None, **values)
-    classes = checkpoint.get("classes")
-    model = train.build_model(config, len(classes) if classes else None)
-    model.load_state_dict(checkpoint["model"])
-    name = name or f"{path.stem}-{split}-{time.strftime('%Y%m%d-%H%M%S')}"
+    stored = {k: v for k, v in (checkpoint.get("config") or {}).items() if k in FIELD_NAMES}
+    # The weights come from this checkpoint, not from a start checkpoint or timm's hub.
+    values = {**stored, "checkpoint": "", "pretrained": False,
+              **{k: v for k, v in overrides.items() if v is not None}}
+    config = make_config(None, **values)
+    classes = list(checkpoint["classes"])
+    state = checkpoint.get("ema") if weights == "ema" else checkpoint["model"]
+    if state is None:
+        raise ConfigError(f"{path} has no EMA weights (trained with ema_decay=0); use weights=model")
+    model = train.build_model(config, len(classes))
+    model.load_state_dict(state)
+    name = name or f"{path.parent.name}-{path.stem}-{weights}-{split}-{time.strftime('%Y%m%d-%H%M%S')}"
     return evaluate_model(model, config, split, classes=classes, name=name,
-                          metadata={"checkpoint": str(path)}, out_dir=out_dir)
+                          metadata={"checkpoint": str(path), "weights": weights}, out_dir=out_dir)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -700,7 +713,7 @@ def add_cli(subparsers) -> None:
     parser = subparsers.add_parser("eval", help="evaluate a checkpoint: top-1/top-5, per-class, ECE, confusions")
     parser.add_argument("checkpoint", help="a checkpoint written by `workbook train`")
     parser.add_argument("--split", default="val", choices=("train", "val", "test"))
-    parser.add_argument("--profile", default=None, help="apply a profile's values before the stored config")
+    parser.add_argument("--ema", action="store_true", help="evaluate the checkpoint's weight-EMA copy")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                         help="override a stored config value (e.g. device=cpu, batch_size=256, data_dir=...)")
     parser.add_argument("--name", help="name of the saved evaluation (default: <checkpoint>-<split>-<time>)")
@@ -714,8 +727,8 @@ def _cli(args) -> int:
     from course_lib.config import parse_assignments
     from course_lib.ledger import describe_hardware
 
-    evaluation = evaluate(args.checkpoint, args.split, name=args.name, out_dir=args.out, profile=args.profile,
-                          **parse_assignments(args.param))
+    evaluation = evaluate(args.checkpoint, args.split, name=args.name, out_dir=args.out,
+                          weights="ema" if args.ema else "model", **parse_assignments(args.param))
     summary = evaluation.summary()
     if args.json:
         print(json.dumps({"path": str(evaluation.path), **summary}, indent=2))

@@ -1,0 +1,75 @@
+import pytest
+
+from course_lib.config import (FIELD_NAMES, PROFILES, Config, ConfigError, field_comments, make_config,
+                               parse_assignments, resolve_profile)
+
+
+def test_every_field_has_a_unit_comment():
+    comments = field_comments()
+    assert set(comments) == set(FIELD_NAMES)
+    assert all(text.strip() for text in comments.values())
+
+
+@pytest.mark.parametrize("profile", ["smoke", "cpu", "gpu"])
+def test_profiles_use_only_known_fields(profile):
+    assert set(PROFILES[profile]) <= set(FIELD_NAMES)
+    config = make_config(profile)
+    for name, value in PROFILES[profile].items():
+        assert getattr(config, name) == value
+
+
+def test_auto_profile_follows_cuda(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_profile("auto") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_profile("auto") == "gpu"
+
+
+def test_none_overrides_keep_the_profile_value():
+    assert make_config("smoke", batch_size=None).batch_size == PROFILES["smoke"]["batch_size"]
+    assert make_config("smoke", batch_size=8).batch_size == 8
+
+
+def test_unknown_name_lists_valid_names():
+    with pytest.raises(ConfigError) as error:
+        make_config("smoke", batchsize=8)
+    message = str(error.value)
+    assert "batchsize" in message and "batch_size" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("name,value", [("batch_size", "8"), ("batch_size", 8.5), ("channels_last", 1),
+                                        ("lr", "fast"), ("epochs", True)])
+def test_wrong_types_are_refused(name, value):
+    with pytest.raises(ConfigError, match=name):
+        make_config("smoke", **{name: value})
+
+
+@pytest.mark.parametrize("name,value", [("precision", "fp8"), ("optimizer", "lamb"), ("device", "tpu"),
+                                        ("batch_size", 0), ("num_workers", -1), ("dataset", "imagenet")])
+def test_bad_values_are_refused(name, value):
+    with pytest.raises(ConfigError, match=name):
+        make_config("smoke", **{name: value})
+
+
+def test_int_is_accepted_for_float_fields():
+    config = make_config("smoke", lr=1)
+    assert config.lr == 1.0 and isinstance(config.lr, float)
+
+
+def test_parse_assignments_types_each_value():
+    values = parse_assignments(["batch_size=16", "lr=3e-4", "channels_last=true", "model=resnet50"])
+    assert values == {"batch_size": 16, "lr": 3e-4, "channels_last": True, "model": "resnet50"}
+    with pytest.raises(ConfigError, match="name=value"):
+        parse_assignments(["batch_size"])
+    with pytest.raises(ConfigError, match="channels_last"):
+        parse_assignments(["channels_last=maybe"])
+
+
+def test_replace_is_checked():
+    config = make_config("smoke")
+    assert config.replace(epochs=3).epochs == 3
+    with pytest.raises(ConfigError):
+        config.replace(epochs="3")
+    assert isinstance(config, Config)

@@ -1,0 +1,122 @@
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from course_lib import explorer, metrics
+from course_lib.explorer import ConfusionExplorer
+from course_lib.metrics import Evaluation
+
+CLASSES = ["forest", "grassland", "water"]
+
+
+def _probabilities(predicted, confidence):
+    rows = np.full((len(predicted), 3), 0.0)
+    for row, (p, c) in enumerate(zip(predicted, confidence)):
+        rows[row] = (1 - c) / 2
+        rows[row, p] = c
+    return rows
+
+
+def _evaluation(name="baseline", predicted=None):
+    # 12 images; image i is a solid grey of level 10*i, so a gallery's pixels say which images it shows.
+    labels = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2])
+    predicted = np.array([0, 1, 1, 1, 0, 1, 0, 1, 1, 2, 2, 2]) if predicted is None else predicted
+    confidence = np.array([0.9, 0.55, 0.95, 0.7, 0.8, 0.9, 0.6, 0.7, 0.8, 0.9, 0.9, 0.9])
+    evaluation = Evaluation(name, CLASSES, labels, _probabilities(predicted, confidence),
+                            [f"img_{i}.jpg" for i in range(12)])
+    evaluation.image_loader = lambda index: np.full((8, 8, 3), 10 * index, np.uint8)
+    return evaluation
+
+
+def _shown_levels(figure):
+    """The grey level of every image drawn in a gallery figure, in reading order."""
+    return [int(ax.images[0].get_array()[0, 0, 0]) for ax in figure.axes if ax.images]
+
+
+def test_cell_images_lists_the_cell_most_confident_first_and_filters_by_confidence():
+    evaluation = _evaluation()
+    table = explorer.cell_images(evaluation, 0, 1)  # forest predicted as grassland: images 1, 2, 3
+    assert table["index"].tolist() == [2, 3, 1]
+    assert table["confidence"].tolist() == pytest.approx([0.95, 0.7, 0.55])
+    assert table["true_class_probability"].tolist() == pytest.approx([0.025, 0.15, 0.225])
+    assert explorer.cell_images(evaluation, 0, 1, min_confidence=0.6, max_confidence=0.9)["index"].tolist() == [3]
+    assert explorer.cell_images(evaluation, 2, 0).empty
+    with pytest.raises(ValueError, match="outside 0..2"):
+        explorer.cell_images(evaluation, 0, 3)
+
+
+def test_selection_callback_builds_the_gallery_for_the_chosen_cell():
+    view = ConfusionExplorer(_evaluation())
+    table = view.on_cell_selected({"new": (0, 1)})  # what the widget calls; no browser involved
+    assert view.selected_cell == (0, 1)
+    assert table["index"].tolist() == [2, 3, 1]
+    assert _shown_levels(view.gallery_figure) == [20, 30, 10]
+    titles = [ax.get_title() for ax in view.gallery_figure.axes if ax.images]
+    assert titles[0].startswith("conf 0.95, p(true) 0.03")
+    view.confidence_range = (0.0, 0.75)
+    view.on_cell_selected({"new": (0, 1)})
+    assert _shown_levels(view.gallery_figure) == [30, 10]
+    view.on_cell_selected({"new": (1, 0)})
+    assert _shown_levels(view.gallery_figure) == [60]
+    plt.close("all")
+
+
+def test_widget_controls_drive_the_same_handlers():
+    pytest.importorskip("ipywidgets")
+    baseline = _evaluation("baseline")
+    after = _evaluation("after", predicted=np.array([0, 0, 1, 0, 0, 1, 1, 1, 1, 2, 2, 2]))
+    view = ConfusionExplorer([after, baseline], normalize="true", ordering="name")
+    root = view.widget()
+    assert root.children  # built without a browser
+    controls = view._controls
+    first_pair = controls["pairs"].options[0]
+    assert first_pair[1] == (0, 1)  # after: forest -> grassland is its only confusion
+    controls["pairs"].value = first_pair[1]
+    assert view.gallery_table["index"].tolist() == [2]
+    controls["confidence"].value = (0.96, 1.0)
+    assert view.confidence_range == (0.96, 1.0) and view.gallery_table.empty
+    controls["compare"].value = "baseline"
+    assert view.compare_name == "baseline"
+    difference = view.matrix_figure()
+    assert "after vs baseline" in difference.axes[0].get_title()
+    controls["normalize"].value = "pred"
+    assert view.normalize == "pred"
+    controls["true"].value, controls["predicted"].value = 1, 1
+    controls["show"].click()
+    assert view.selected_cell == (1, 1)
+    plt.close("all")
+
+
+def test_difference_matrix_of_two_evaluations_shows_the_fix():
+    baseline = _evaluation("baseline")
+    after = _evaluation("after", predicted=np.array([0, 0, 1, 0, 0, 1, 1, 1, 1, 2, 2, 2]))
+    view = metrics.difference_view(baseline.counts(), after.counts(), CLASSES, "true", "name")
+    assert view.loc["forest", "forest"] == pytest.approx(0.4)  # 2/5 -> 4/5 right
+    assert view.loc["forest", "grassland"] == pytest.approx(-0.4)
+    assert view.loc["grassland", "forest"] == pytest.approx(-0.25)
+    mismatched = Evaluation("other", ["a", "b", "c"], baseline.labels, baseline.probabilities, baseline.image_refs)
+    explorer_view = ConfusionExplorer([baseline, mismatched])
+    explorer_view.compare_name = "other"
+    with pytest.raises(ValueError, match="different classes"):
+        explorer_view.matrix_figure()
+
+
+def test_pairs_gallery_shows_the_top_pairs_with_their_images():
+    evaluation = _evaluation()
+    figure, pairs = explorer.pairs_gallery(evaluation, top=2, per_pair=3)
+    assert list(zip(pairs["true"], pairs["predicted"])) == [("forest", "grassland"), ("grassland", "forest")]
+    levels = _shown_levels(figure)
+    # Row 1: a correct forest (image 0), a correct grassland (image 5), then mistakes 2, 3, 1.
+    assert levels[:5] == [0, 50, 20, 30, 10]
+    assert levels[5:] == [50, 0, 60]  # row 2 (grassland -> forest) starts with the true class
+    plt.close(figure)
+
+
+def test_explorer_loads_saved_evaluations(tmp_path):
+    first = _evaluation("first")
+    first.save(tmp_path)
+    view = ConfusionExplorer.from_folder(tmp_path)
+    assert list(view.evaluations) == ["first"]
+    assert view.pairs_table()["images"].tolist() == [3, 1]
+    with pytest.raises(ValueError, match="no evaluations"):
+        ConfusionExplorer({})

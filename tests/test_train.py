@@ -1,0 +1,303 @@
+"""The training engine: accumulation, resume exactness, checkpoint safety, the non-finite guard,
+and a 2-process gloo run under torchrun. Tiny timm models on CPU."""
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_lib import ledger, train
+from course_lib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from course_lib.config import ConfigError, make_config
+from course_lib.data import DataBundle, build_datasets
+
+ROOT = Path(__file__).resolve().parents[1]
+CLASSES = [f"class{i}" for i in range(4)]
+
+
+class TensorImages(torch.utils.data.Dataset):
+    """Fixed random images with learnable labels (the class shifts the mean), in memory."""
+
+    def __init__(self, count, size=16, seed=0):
+        generator = torch.Generator().manual_seed(seed)
+        self.targets = torch.arange(count) % len(CLASSES)
+        self.images = torch.randn(count, 3, size, size, generator=generator) + self.targets.view(-1, 1, 1, 1) * 0.5
+
+    def __len__(self):
+        return len(self.targets)
+
+    def __getitem__(self, index):
+        return self.images[index], int(self.targets[index])
+
+
+def tensor_bundle(train_images=64, size=16):
+    return DataBundle(TensorImages(train_images, size), TensorImages(16, size, seed=1), None, CLASSES, "tensors")
+
+
+def tiny_config(tmp_path, **overrides):
+    values = dict(model="test_resnet", batch_size=16, epochs=1, max_steps=0, lr=0.05, optimizer="sgd",
+                  precision="off", device="cpu", num_workers=0, output_dir=str(tmp_path / "checkpoints"),
+                  image_size=16)
+    values.update(overrides)
+    return make_config("smoke", **values)
+
+
+def weights_of(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def assert_same_weights(first, second, atol=0.0):
+    assert first.keys() == second.keys()
+    for name in first:
+        if first[name].is_floating_point():
+            torch.testing.assert_close(first[name], second[name], rtol=0, atol=atol, msg=name)
+        else:
+            assert torch.equal(first[name], second[name]), name
+
+
+# --- the engine runs and records --------------------------------------------------------------
+
+def test_fit_returns_model_history_checkpoint_and_ledger_row(tmp_path):
+    result = train.fit(tiny_config(tmp_path, epochs=2, ema_decay=0.9), bundle=tensor_bundle(), progress=False)
+    assert len(result.history) == 2 and result.classes == CLASSES
+    row = result.final
+    for key in ("train_loss", "train_top1", "val_top1", "val_top5", "images_per_second", "data_wait_fraction",
+                "peak_memory_bytes", "ema_val_top1", "world_size", "global_batch_size"):
+        assert key in row, key
+    assert 0.0 <= row["data_wait_fraction"] <= 1.0 and row["images_per_second"] > 0
+    assert not result.model.training and result.ema_model is not None
+    state = train.load_checkpoint(result.checkpoint_path)
+    assert state["epoch"] == 2 and state["classes"] == CLASSES and state["config"]["model"] == "test_resnet"
+    rebuilt = train.model_from_checkpoint(result.checkpoint_path)
+    assert_same_weights(weights_of(rebuilt), weights_of(result.model))
+    rows = ledger.Ledger().rows(kind="train")
+    assert rows[0]["status"] == "ok" and rows[0]["metrics"]["epochs_completed"] == 2
+
+
+def test_channels_last_and_label_smoothing_and_mixup_run(tmp_path):
+    config = tiny_config(tmp_path, channels_last=True, label_smoothing=0.1, mixup_alpha=0.2, cutmix_alpha=1.0,
+                         random_erasing=0.25, grad_clip_norm=1.0, max_steps=2, optimizer="adamw", lr=1e-3)
+    result = train.fit(config, bundle=tensor_bundle(), progress=False)
+    assert torch.isfinite(torch.tensor(result.final["train_loss"]))
+
+
+# --- gradient accumulation ---------------------------------------------------------------------
+
+def small_net(batchnorm: bool):
+    layers = [torch.nn.Conv2d(3, 8, 3, padding=1)]
+    layers += [torch.nn.BatchNorm2d(8)] if batchnorm else []
+    layers += [torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4)]
+    return torch.nn.Sequential(*layers)
+
+
+@pytest.mark.parametrize("steps", [2, 4])
+def test_accumulated_gradients_equal_big_batch_without_batchnorm(steps):
+    from course_lib import accumulation
+
+    torch.manual_seed(0)
+    model, images, targets = small_net(False), torch.randn(16, 3, 8, 8), torch.randint(0, 4, (16,))
+    loss = torch.nn.functional.cross_entropy
+    big = accumulation.batch_gradients(model, loss, images, targets)
+    accumulated = accumulation.accumulated_gradients(model, loss, images, targets, steps)
+    assert accumulation.max_relative_difference(big, accumulated) < 1e-5
+    # Forgetting the 1/steps scaling gives `steps` times the gradient: the comparison can fail.
+    unscaled = {k: v * steps for k, v in accumulated.items()}
+    assert accumulation.max_relative_difference(big, unscaled) > 0.5
+
+
+def test_batchnorm_breaks_accumulation_equivalence():
+    from course_lib import accumulation
+
+    torch.manual_seed(0)
+    model, images, targets = small_net(True), torch.randn(16, 3, 8, 8), torch.randint(0, 4, (16,))
+    loss = torch.nn.functional.cross_entropy
+    big = accumulation.batch_gradients(model, loss, images, targets)
+    accumulated = accumulation.accumulated_gradients(model, loss, images, targets, 4)
+    assert accumulation.max_relative_difference(big, accumulated) > 1e-3
+
+
+def test_engine_accumulation_matches_big_batch_for_a_model_without_batchnorm(tmp_path):
+    # test_nfnet is normalizer-free (no BatchNorm), so 2 x 16 accumulated == 1 x 32.
+    common = dict(model="test_nfnet", max_steps=2, lr=0.05, weight_decay=0.0)
+    big = train.fit(tiny_config(tmp_path / "big", batch_size=32, accumulation_steps=1, **common),
+                    bundle=tensor_bundle(), progress=False, verbose=False)
+    accumulated = train.fit(tiny_config(tmp_path / "acc", batch_size=16, accumulation_steps=2, **common),
+                            bundle=tensor_bundle(), progress=False, verbose=False)
+    assert_same_weights(weights_of(big.model), weights_of(accumulated.model), atol=1e-5)
+    assert big.final["global_batch_size"] == accumulated.final["global_batch_size"] == 32
+
+
+# --- resume ------------------------------------------------------------------------------------
+
+class CrashAfter(torch.utils.data.Dataset):
+    """Raises once `limit` items have been read: a run killed in the middle of an epoch."""
+
+    def __init__(self, dataset, limit):
+        self.dataset, self.limit, self.reads = dataset, limit, 0
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        self.reads += 1
+        if self.reads > self.limit:
+            raise KeyboardInterrupt("simulated kill")
+        return self.dataset[index]
+
+
+def test_resume_after_a_mid_epoch_kill_ends_with_the_uninterrupted_weights(tmp_path):
+    # Real images with random-crop/flip augmentation, so the random streams must line up too.
+    config = make_config("smoke", model="test_resnet", batch_size=16, epochs=3, max_steps=3, max_train_images=64,
+                         image_size=32, lr=0.05, warmup_epochs=1.0, ema_decay=0.9, precision="off",
+                         output_dir=str(tmp_path / "uninterrupted"))
+    bundle = build_datasets(config)
+    uninterrupted = train.fit(config, bundle=bundle, progress=False, verbose=False)
+
+    interrupted = config.replace(output_dir=str(tmp_path / "interrupted"))
+    crashing = DataBundle(CrashAfter(bundle.train, limit=16 * 3 + 20), bundle.val, None, bundle.classes, "crash")
+    with pytest.raises(KeyboardInterrupt):  # dies in epoch 2, step 2
+        train.fit(interrupted, bundle=crashing, progress=False, verbose=False)
+    assert load_checkpoint(tmp_path / "interrupted" / "last.pt")["epoch"] == 1
+    resumed = train.fit(interrupted.replace(resume=True), bundle=bundle, progress=False, verbose=False)
+
+    assert [row["epoch"] for row in resumed.history] == [1, 2, 3]
+    assert_same_weights(weights_of(uninterrupted.model), weights_of(resumed.model))
+    assert_same_weights(weights_of(uninterrupted.ema_model), weights_of(resumed.ema_model))
+
+
+def test_resume_refuses_a_checkpoint_of_another_model(tmp_path):
+    train.fit(tiny_config(tmp_path, max_steps=1), bundle=tensor_bundle(), progress=False, verbose=False)
+    with pytest.raises(ConfigError, match="same model"):
+        train.fit(tiny_config(tmp_path, max_steps=1, model="test_nfnet", resume=True), bundle=tensor_bundle(),
+                  progress=False, verbose=False)
+
+
+# --- checkpoints -------------------------------------------------------------------------------
+
+class Payload:
+    """Stands for any object whose unpickling could run code."""
+
+    def __reduce__(self):
+        return (print, ("this would run on load",))
+
+
+def test_checkpoint_holding_an_arbitrary_pickled_object_is_refused(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"model": {}, "extra": Payload()}, path)
+    with pytest.raises(CheckpointError, match="refusing"):
+        load_checkpoint(path)
+    # The CLI turns it into one line, exit code 2.
+    process = subprocess.run([sys.executable, "-m", "course_lib.train", "--profile", "smoke",
+                              "-p", f"checkpoint={path}", "-p", "model=test_resnet"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert process.returncode == 2
+    assert process.stderr.strip().count("\n") == 0 and "refusing" in process.stderr
+
+
+def test_checkpoint_is_written_atomically_and_round_trips(tmp_path):
+    path = save_checkpoint({"model": {"w": torch.ones(3)}, "config": {}, "classes": ["a"]}, tmp_path / "x.pt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.pt"]  # no temp file left behind
+    assert torch.equal(load_checkpoint(path)["model"]["w"], torch.ones(3))
+    with pytest.raises(FileNotFoundError):
+        load_checkpoint(tmp_path / "missing.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError):
+        load_checkpoint(tmp_path / "junk.pt")
+
+
+# --- the non-finite guard ----------------------------------------------------------------------
+
+class PoisonAfter(TensorImages):
+    """Returns NaN images from the `start`-th read on."""
+
+    def __init__(self, count, start):
+        super().__init__(count)
+        self.start, self.reads = start, 0
+
+    def __getitem__(self, index):
+        self.reads += 1
+        image, target = super().__getitem__(index)
+        return (torch.full_like(image, float("nan")) if self.reads > self.start else image), target
+
+
+def test_non_finite_guard_names_the_step_and_causes(tmp_path):
+    bundle = DataBundle(PoisonAfter(128, start=16 * 2), TensorImages(16), None, CLASSES, "poison")
+    with pytest.raises(train.NonFiniteLossError) as caught:
+        train.fit(tiny_config(tmp_path), bundle=bundle, progress=False, verbose=False)
+    message = str(caught.value)
+    assert "step 3" in message and "learning rate" in message and "normalized" in message
+    assert ledger.Ledger().rows(kind="train")[0]["status"] == "failed"
+
+
+# --- configuration errors ------------------------------------------------------------------------
+
+def test_unknown_model_is_a_one_line_error(tmp_path):
+    with pytest.raises(ConfigError, match="unknown timm model"):
+        train.build_model(tiny_config(tmp_path, model="resnet_does_not_exist"), 4)
+
+
+def test_too_few_images_for_one_step(tmp_path):
+    with pytest.raises(ConfigError, match="fewer than one optimizer step"):
+        train.fit(tiny_config(tmp_path, batch_size=64, accumulation_steps=2), bundle=tensor_bundle(),
+                  progress=False, verbose=False)
+
+
+# --- torchrun, 2 processes, gloo ----------------------------------------------------------------
+
+RECORDING_SCRIPT = textwrap.dedent('''
+    """Runs course_lib.train's entry under torchrun, recording which images each rank reads."""
+    import json, os, sys
+    from course_lib import data, train
+
+    build = data.build_datasets
+    out = sys.argv.pop(1)
+
+    class Recording:
+        def __init__(self, dataset):
+            self.dataset, self.seen = dataset, []
+        def __len__(self):
+            return len(self.dataset)
+        def __getitem__(self, index):
+            self.seen.append(int(index))
+            return self.dataset[index]
+
+    recorders = []
+    def recording_build(config):
+        bundle = build(config)
+        bundle.train = Recording(bundle.train)
+        recorders.append(bundle.train)
+        return bundle
+
+    data.build_datasets = recording_build
+    code = train.main(sys.argv[1:])
+    with open(os.path.join(out, f"rank{os.environ['RANK']}.json"), "w") as handle:
+        json.dump({"code": code, "seen": recorders[0].seen}, handle)
+    sys.exit(code)
+''')
+
+
+def test_two_process_gloo_run_under_torchrun_sees_disjoint_data(tmp_path):
+    script = tmp_path / "record_ranks.py"
+    script.write_text(RECORDING_SCRIPT)
+    torchrun = Path(sys.executable).parent / "torchrun"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    command = [str(torchrun), "--nproc-per-node", "2", "--master-port", "0", str(script), str(tmp_path),
+               "--profile", "smoke", "--no-progress", "-p", "model=test_resnet", "-p", "batch_size=8",
+               "-p", "max_train_images=64", "-p", "max_steps=2", "-p", "epochs=1",
+               "-p", f"output_dir={tmp_path / 'checkpoints'}"]
+    process = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert process.returncode == 0, process.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert all(r["code"] == 0 for r in ranks)
+    seen0, seen1 = set(ranks[0]["seen"]), set(ranks[1]["seen"])
+    assert len(ranks[0]["seen"]) == len(ranks[1]["seen"]) == 16  # 2 steps x 8 images each
+    assert seen0.isdisjoint(seen1)
+    rows = ledger.Ledger().rows(kind="train")
+    assert len(rows) == 1 and rows[0]["metrics"]["world_size"] == 2  # rank 0 records the run
+    assert rows[0]["metrics"]["global_batch_size"] == 16
+    assert (tmp_path / "checkpoints" / "last.pt").exists()

@@ -50,9 +50,10 @@ def batch_resized_crop(images: torch.Tensor, boxes: torch.Tensor, size: int) -> 
     from torchvision.ops import roi_align
 
     indices = torch.arange(len(images), device=images.device, dtype=boxes.dtype).view(-1, 1)
-    # aligned=True: pixel centres at +0.5, so a full-image box reproduces the image.
+    # aligned=True: pixel centres at +0.5, so a full-image box reproduces the image exactly;
+    # sampling_ratio=0: ceil(box / output) samples per output pixel (averaging when shrinking).
     return roi_align(images, torch.cat([indices, boxes], dim=1), (size, size), spatial_scale=1.0,
-                     sampling_ratio=2, aligned=True)
+                     sampling_ratio=0, aligned=True)
 
 
 def _grey(images: torch.Tensor) -> torch.Tensor:

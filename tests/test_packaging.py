@@ -30,5 +30,6 @@ def test_console_script_and_make_targets():
         assert target in makefile
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
-    assert readme.index("make workbook") < readme.index("## ")  # the quick start comes first
-    assert "make test" in readme
+    first_block = readme.split("```")[1]  # the quick start is the first code block
+    assert first_block.splitlines()[1].startswith("make workbook")
+    assert "make test" in first_block

@@ -48,6 +48,11 @@ def _short_name(ref: str) -> str:
     return ref if ref.startswith("index:") else Path(ref).stem[-18:]
 
 
+def _clip(name: str, characters: int = 14) -> str:
+    """Class names short enough for a thumbnail's caption."""
+    return name if len(name) <= characters else name[:characters - 1] + "…"
+
+
 def plot_gallery(evaluation: Evaluation, table, columns: int = GALLERY_COLUMNS, title: str = ""):
     """A grid of the images listed in `table` (a `cell_images` result), each titled with its
     confidence and (for wrong predictions) the probability given to the true class."""
@@ -56,8 +61,9 @@ def plot_gallery(evaluation: Evaluation, table, columns: int = GALLERY_COLUMNS, 
     count = len(table)
     columns = max(1, min(columns, count or 1))
     rows = max(1, int(np.ceil(count / columns)))
-    figure, axes = plt.subplots(rows, columns, figsize=(THUMBNAIL_INCHES * columns, THUMBNAIL_INCHES * rows + 0.5),
-                                squeeze=False)
+    # 0.5 inch per row for the two caption lines, so captions never overlap the row above.
+    figure, axes = plt.subplots(rows, columns, figsize=(THUMBNAIL_INCHES * columns,
+                                                        (THUMBNAIL_INCHES + 0.5) * rows + 0.4), squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
     for ax, item in zip(axes.flat, table.itertuples()):
@@ -94,13 +100,16 @@ def pairs_gallery(evaluation: Evaluation, top: int = 4, per_pair: int = 5, min_c
             ax = axes[row, column]
             if len(reference):
                 ax.imshow(evaluation.load_image(int(reference["index"].iloc[0])))
-            ax.set_title(f"a correct\n{evaluation.classes[class_index]}", fontsize=7)
+                ax.set_title(f"a correct\n{evaluation.classes[class_index]}", fontsize=7)
+            else:
+                ax.set_title(f"(no correct\n{evaluation.classes[class_index]})", fontsize=7)
         mistakes = cell_images(evaluation, pair.true_index, pair.predicted_index, min_confidence, limit=per_pair)
         for offset, item in enumerate(mistakes.itertuples()):
             ax = axes[row, 2 + offset]
             ax.imshow(evaluation.load_image(int(item.index)))
-            ax.set_title(f"{pair.true}->{pair.predicted}\nconf {item.confidence:.2f}", fontsize=7)
-    figure.suptitle(f"{evaluation.name}: most-confused pairs (first two columns: correct examples)", fontsize=9)
+            ax.set_title(f"{_clip(pair.true)}\nas {_clip(pair.predicted)} {item.confidence:.2f}", fontsize=7)
+    figure.suptitle(f"{evaluation.name}: most-confused pairs; first two columns: a correct image of each class, "
+                    "then mistakes (true, as predicted, confidence)", fontsize=9)
     figure.tight_layout()
     return figure, pairs
 

@@ -353,6 +353,22 @@ def most_confused_pairs(counts, classes, top: int = 10) -> "pd.DataFrame":
                                        "share_of_true", "reverse_images", "reverse_share"])
 
 
+def pair_error_share(counts, classes, pairs) -> tuple[float, float]:
+    """(share of all misclassified images that fall between the classes of `pairs`, the share
+    expected if mistakes were spread evenly over all off-diagonal cells). Pairs are unordered
+    class-name tuples, e.g. a dataset's known look-alike classes; names not in `classes` are ignored."""
+    counts = np.asarray(counts)
+    index = {name: i for i, name in enumerate(classes)}
+    cells = {(index[a], index[b]) for a, b in pairs if a in index and b in index}
+    cells |= {(j, i) for i, j in cells}
+    errors = counts.sum() - np.trace(counts)
+    count = len(classes)
+    uniform = len(cells) / (count * (count - 1)) if count > 1 else float("nan")
+    if errors == 0 or not cells:
+        return float("nan"), uniform
+    return float(sum(counts[i, j] for i, j in cells) / errors), uniform
+
+
 # ---------------------------------------------------------------------------------------------
 # One evaluation: arrays, metrics, saving and loading
 # ---------------------------------------------------------------------------------------------
@@ -437,10 +453,11 @@ class Evaluation:
             if not config_values:
                 raise FileNotFoundError(f"evaluation {self.name!r} stores image indices but no config to rebuild "
                                         "the dataset from; pass image_loader=")
-            from course_lib.config import make_config
+            from course_lib.config import FIELD_NAMES, make_config
             from course_lib.data import build_datasets
 
-            bundle = build_datasets(make_config(None, **config_values))
+            known = {k: v for k, v in config_values.items() if k in FIELD_NAMES}
+            bundle = build_datasets(make_config(None, **known))
             self._dataset_cache = _unwrap(getattr(bundle, self.metadata.get("split", "val")), 0)[0]
         return self._dataset_cache
 
@@ -610,8 +627,8 @@ def evaluate_model(model, config, split: str = "val", classes=None, name: str | 
 
         summary = evaluation.summary()
         ledger.record("eval", name, duration_seconds=seconds,
-                      parameters={"split": split, "checkpoint": metadata.get("checkpoint"),
-                                  "path": str(evaluation.path), **config.to_dict()},
+                      parameters={**config.to_dict(), "split": split, "checkpoint": metadata.get("checkpoint"),
+                                  "weights": metadata.get("weights"), "path": str(evaluation.path)},
                       metrics={k: v for k, v in summary.items() if isinstance(v, (int, float))})
     return evaluation
 
@@ -652,11 +669,12 @@ def evaluate(checkpoint_path: str | Path, split: str = "val", name: str | None =
 # ---------------------------------------------------------------------------------------------
 
 def suggest_actions(evaluation: Evaluation, train_counts=None, low_recall: float | None = None,
-                    pair_share: float = 0.10, merge_share: float = 0.25, top_pairs: int = 5) -> "pd.DataFrame":
+                    pair_share: float = 0.10, merge_share: float = 0.25, top_pairs: int = 5,
+                    few_images: float = 0.75) -> "pd.DataFrame":
     """Rules that turn the confusion analysis into next steps, each row with the evidence:
 
-    - more data: recall below `low_recall` (default: 0.1 below the macro recall) and fewer
-      training images (`train_counts`, else evaluation support) than the median class;
+    - more data: recall below `low_recall` (default: 0.1 below the macro recall) and under
+      `few_images` x the median class's training images (`train_counts`, else evaluation support);
     - targeted augmentation: a pair where one class loses at least `pair_share` of its images
       to the other (MixUp/CutMix between them, or augmentations that keep their distinguishing cue);
     - merge: two classes that each lose at least `merge_share` of their images to the other.
@@ -674,10 +692,10 @@ def suggest_actions(evaluation: Evaluation, train_counts=None, low_recall: float
     median_size = float(np.median(sizes[present])) if present.any() else 0.0
     rows = []
     for i in np.argsort(recall, kind="stable"):
-        if present[i] and recall[i] < threshold and sizes[i] < median_size:
+        if present[i] and recall[i] < threshold and sizes[i] < few_images * median_size:
             rows.append({"action": "collect more data", "classes": evaluation.classes[i],
                          "evidence": f"recall {recall[i]:.2f} < {threshold:.2f} with {sizes[i]:.0f} {source} "
-                                     f"(median {median_size:.0f})"})
+                                     f"(median class {median_size:.0f})"})
     merged = set()
     for pair in most_confused_pairs(counts, evaluation.classes, top=top_pairs).itertuples():
         key = frozenset((pair.true_index, pair.predicted_index))

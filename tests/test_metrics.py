@@ -276,3 +276,25 @@ def test_workbook_eval_evaluates_a_checkpoint(tmp_path, capsys):
     assert "no EMA weights" in capsys.readouterr().err
     assert cli.main(["eval", str(tmp_path / "missing.pt")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_pair_error_share_counts_errors_between_named_pairs():
+    counts = np.array([[5, 3, 1], [1, 5, 0], [0, 0, 5]])
+    share, uniform = metrics.pair_error_share(counts, ["a", "b", "c"], [("a", "b"), ("x", "y")])
+    assert share == pytest.approx(4 / 5) and uniform == pytest.approx(2 / 6)
+    assert np.isnan(metrics.pair_error_share(np.eye(3), ["a", "b", "c"], [("a", "b")])[0])
+
+
+def test_array_dataset_evaluations_render_images_from_the_rebuilt_dataset(tmp_path):
+    import torch
+    from sklearn.datasets import load_digits
+
+    config = make_config("smoke", dataset="digits", data_dir="", image_size=8, batch_size=64)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10))
+    evaluation = metrics.evaluate_model(model, config, "val", name="digits", out_dir=tmp_path, record=False)
+    assert all(ref.startswith("index:") for ref in evaluation.image_refs)
+    reloaded = Evaluation.load(evaluation.path)  # a fresh object rebuilds the dataset from the stored config
+    index = int(reloaded.image_refs[0].split(":")[1])
+    expected = (load_digits().images[index] * (255.0 / 16.0)).astype(np.uint8)
+    image = np.asarray(reloaded.load_image(0))
+    assert image.shape == (8, 8, 3) and (image[..., 0] == expected).all()

@@ -46,7 +46,9 @@ def random_crop_boxes(count: int, height: int, width: int, scale=(0.6, 1.0), rat
 
 
 def batch_resized_crop(images: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Tensor:
-    """Crop box i out of image i and resize it to size x size (bilinear), all in one kernel."""
+    """Crop box i out of image i and resize it to size x size (bilinear), all in one kernel.
+    Matches v2.functional.resized_crop(antialias=False) inside the box; at the box's edge it
+    interpolates with the image pixels just outside, where v2 repeats the edge."""
     from torchvision.ops import roi_align
 
     indices = torch.arange(len(images), device=images.device, dtype=boxes.dtype).view(-1, 1)

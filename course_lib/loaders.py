@@ -154,25 +154,47 @@ def _synchronize(device: torch.device | None):
         torch.cuda.synchronize(device)  # note: a CPU-GPU sync point, so the clock sees finished copies
 
 
-def time_loader(loader, epochs: int = 2, warmup_epochs: int = 1, device: torch.device | str | None = None
-                ) -> dict:
+def time_loader(loader, epochs: int = 2, warmup_epochs: int = 1, device: torch.device | str | None = None,
+                batch_transform: Callable | None = None) -> dict:
     """Images/s over `epochs` full passes, after `warmup_epochs` thrown away. Each measured epoch
     includes starting workers (unless persistent): that is what an epoch boundary costs.
-    With a CUDA `device` every batch is copied there, so pin_memory has something to speed up."""
+    With a CUDA `device` every batch is copied there, so pin_memory has something to speed up;
+    `batch_transform` (e.g. augment.DeviceAugment) then runs on the images where they landed."""
     device = torch.device(device) if isinstance(device, str) else device
     non_blocking = bool(getattr(loader, "pin_memory", False))
+
+    def consume(batch) -> int:
+        images = _to_device(batch, device, non_blocking)
+        images = images[0] if isinstance(images, (list, tuple)) else images
+        if batch_transform is not None:
+            batch_transform(images)
+        return len(images)
+
     for _ in range(warmup_epochs):
         for batch in loader:
-            _to_device(batch, device, non_blocking)
+            consume(batch)
     _synchronize(device)
     images, start = 0, time.perf_counter()
     for _ in range(epochs):
         for batch in loader:
-            moved = _to_device(batch, device, non_blocking)
-            images += len(moved[0]) if isinstance(moved, (list, tuple)) else len(moved)
+            images += consume(batch)
     _synchronize(device)
     seconds = time.perf_counter() - start
     return {"images": images, "seconds": seconds, "images_per_second": images / seconds if seconds else 0.0}
+
+
+def time_dataset(dataset, config: Config, *, epochs: int = 2, warmup_epochs: int = 1, repeats: int = 1,
+                 batch_transform: Callable | None = None, device=None) -> dict:
+    """`time_loader` on `make_loader(dataset, config)`, median images/s of `repeats`, plus the
+    config's loader knobs: one row for a comparison table."""
+    timings = []
+    for _ in range(repeats):
+        loader = make_loader(dataset, config, train=True, drop_last=False)
+        timings.append(time_loader(loader, epochs, warmup_epochs, device, batch_transform))
+        del loader
+    return {"images": timings[0]["images"] // max(1, epochs), "num_workers": config.num_workers,
+            "batch_size": config.batch_size, "repeats": repeats,
+            "images_per_second": statistics.median(t["images_per_second"] for t in timings)}
 
 
 def sweep_loader(dataset, config: Config, settings: list[LoaderSetting], *, epochs: int = 2,
@@ -183,10 +205,13 @@ def sweep_loader(dataset, config: Config, settings: list[LoaderSetting], *, epoc
     shared machine hits every setting alike."""
     if not settings:
         raise ConfigError("sweep_loader needs at least one LoaderSetting")
+    if len(dataset) == 0:
+        raise ConfigError("sweep_loader got an empty dataset; check the folder")
     timings: dict[LoaderSetting, list[dict]] = {s: [] for s in settings}
     for _ in range(repeats):
         for setting in settings:
-            loader = make_loader(dataset, setting.apply(config), train=True)
+            # drop_last=False: every image counts, even when fewer than a batch remain
+            loader = make_loader(dataset, setting.apply(config), train=True, drop_last=False)
             timings[setting].append(time_loader(loader, epochs, warmup_epochs, device))
             del loader  # ends persistent workers before the next setting starts its own
     rows = []
@@ -216,12 +241,15 @@ def find_knee(rows: list[dict], tolerance: float = 0.05) -> dict:
                                              -row["images_per_second"]))
 
 
-def single_process_rate(dataset, images: int = 256, repeats: int = 3) -> dict:
+def single_process_rate(dataset, images: int = 256, repeats: int = 3, threads: int = 1) -> dict:
     """Images/s of `dataset[i]` (read + decode + transform) in this process alone: the
-    one-core rate that N workers can at best multiply by N. Median of `repeats` passes."""
+    one-core rate that N workers can at best multiply by N. Median of `repeats` passes.
+    threads=1 as in a DataLoader worker (torch sets 1 intra-op thread there); 0 = leave torch's
+    setting, which is what num_workers=0 runs with."""
     count = min(images, len(dataset))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one core, as in a DataLoader worker (torch sets 1 thread there too)
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
     try:
         dataset[0]  # warm-up: imports, first-call allocations
         rates = []
@@ -231,7 +259,7 @@ def single_process_rate(dataset, images: int = 256, repeats: int = 3) -> dict:
                 dataset[index]
             rates.append(count / (time.perf_counter() - start))
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(previous)
     return {"images": count, "repeats": repeats, "images_per_second": statistics.median(rates)}
 
 

@@ -1,0 +1,39 @@
+import json
+
+from course_lib import bench, ledger
+from course_lib.cli import main
+
+SAMPLE = "data_samples/landcover-synth/train"
+
+
+def test_bench_decode_json_records_a_ledger_row(capsys):
+    code = main(["bench", "decode", "--profile", "smoke", "--json", "--sizes", "32", "--images", "4",
+                 "--repeats", "1", "--decoders", "pil,opencv", "--folder", SAMPLE])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert {r["decoder"] for r in result["rows"]} == {"pil", "opencv"} and len(result["rows"]) == 4
+    row = ledger.Ledger().rows(kind="bench", name="decode")[0]
+    assert row["metrics"]["opencv_32px_images_per_second"] > 0
+
+
+def test_bench_loader_reports_the_knee(capsys):
+    code = main(["bench", "loader", "--profile", "smoke", "--workers", "0", "--images", "16", "--epochs", "1",
+                 "--folder", SAMPLE])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "knee_setting: workers=0" in out and "hardware:" in out
+    metrics = ledger.Ledger().rows(kind="bench", name="loader")[0]["metrics"]
+    assert metrics["usable_cores"] >= 1 and metrics["fraction_of_cores_times_single_rate"] > 0
+
+
+def test_new_benchmarks_plug_in_through_register(capsys, monkeypatch):
+    monkeypatch.setattr(bench, "BENCHMARKS", dict(bench.BENCHMARKS))
+    bench.register("echo", "test", lambda parser: parser.add_argument("--n", type=int, default=2),
+                   lambda args, config: bench.BenchResult([{"n": args.n}], {"n": args.n}, {}))
+    assert main(["bench", "echo", "--n", "5", "--json", "--no-record"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"] == {"n": 5}
+
+
+def test_bad_worker_list_is_a_one_line_error(capsys):
+    assert main(["bench", "loader", "--workers", "a,b", "--folder", SAMPLE]) == 2
+    assert "comma-separated integers" in capsys.readouterr().err

@@ -1,0 +1,63 @@
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from course_lib import cache
+from course_lib.config import make_config
+from course_lib.data import BadImageError, ImageFolderDataset, make_landcover
+from course_lib.loaders import make_loader
+
+
+@pytest.fixture
+def folder(tmp_path):
+    return make_landcover(tmp_path / "set", image_size=32, per_class={"train": 3}) / "train"
+
+
+def test_cache_round_trips_every_image_and_label_exactly(folder, tmp_path):
+    info = cache.build_cache(folder, 32, tmp_path / "cache")
+    dataset = cache.PreDecodedDataset(info.folder)
+    reference = ImageFolderDataset(folder)
+    assert len(dataset) == len(reference) == info.images == 24
+    assert dataset.classes == reference.classes
+    for index, (path, label) in enumerate(reference.samples):
+        image, cached_label = dataset[index]
+        assert cached_label == label
+        assert torch.equal(image, torch.from_numpy(np.array(Image.open(path).convert("RGB"))).permute(2, 0, 1))
+    assert info.pixel_bytes == 24 * 32 * 32 * 3
+    assert info.disk_ratio > 1  # raw pixels take more disk than JPEG: the price of the speed-up
+
+
+def test_cache_is_reused_and_resizes_to_the_requested_size(folder, tmp_path):
+    first = cache.build_cache(folder, 16, tmp_path / "cache")
+    again = cache.build_cache(folder, 16, tmp_path / "cache")
+    assert again.build_seconds == first.build_seconds  # read back, not rebuilt
+    assert cache.PreDecodedDataset(first.folder)[0][0].shape == (3, 16, 16)
+
+
+@pytest.mark.timeout(60)
+def test_cache_serves_workers_through_a_lazily_opened_memmap(folder, tmp_path):
+    dataset = cache.PreDecodedDataset(cache.build_cache(folder, 32, tmp_path / "cache").folder)
+    loader = make_loader(dataset, make_config("smoke", num_workers=1, batch_size=8), train=False)
+    images = torch.cat([batch for batch, _ in loader])
+    assert images.shape == (24, 3, 32, 32) and images.dtype == torch.uint8
+    import pickle
+
+    dataset[0]  # opens the memmap in this process
+    assert len(pickle.dumps(dataset)) < 10_000  # what a worker receives: the path, not the pixels
+
+
+@pytest.mark.timeout(60)
+def test_bad_file_fails_naming_it_or_is_left_out(folder, tmp_path):
+    (folder / "water" / "water_bad.jpg").write_bytes(b"not an image")
+    with pytest.raises(BadImageError, match="water_bad.jpg"):
+        cache.build_cache(folder, 32, tmp_path / "fail", num_workers=1)
+    assert not (tmp_path / "fail").exists()
+    info = cache.build_cache(folder, 32, tmp_path / "skip", bad_images="skip", num_workers=1)
+    assert info.images == 24 and [p.endswith("water_bad.jpg") for p in info.skipped] == [True]
+    assert len(cache.PreDecodedDataset(info.folder)) == 24
+
+
+def test_missing_cache_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="build_cache"):
+        cache.PreDecodedDataset(tmp_path)

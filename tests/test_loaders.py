@@ -1,0 +1,121 @@
+import pytest
+import torch
+
+from course_lib import loaders
+from course_lib.config import make_config
+from course_lib.data import BadImageError, make_landcover
+
+BAD_NAME = "forest_99999.jpg"
+
+
+@pytest.fixture
+def folder_with_corrupt_file(tmp_path):
+    root = make_landcover(tmp_path / "set", image_size=32, per_class={"train": 2}) / "train"
+    (root / "forest" / BAD_NAME).write_bytes(b"\xff\xd8\xff not really a jpeg")
+    return root
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("decoder", ["pil", "opencv"])
+def test_fail_mode_raises_naming_the_file_without_hanging(folder_with_corrupt_file, workers, decoder):
+    dataset = loaders.image_folder_dataset(folder_with_corrupt_file, 32, decoder=decoder, bad_images="fail")
+    loader = loaders.make_loader(dataset, make_config("smoke", num_workers=workers, batch_size=4), train=False)
+    with pytest.raises(BadImageError, match=BAD_NAME):
+        for _ in loader:
+            pass
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [0, 1])
+def test_skip_mode_skips_the_file_and_logs_it(folder_with_corrupt_file, workers, caplog):
+    dataset = loaders.image_folder_dataset(folder_with_corrupt_file, 32, bad_images="skip")
+    loader = loaders.make_loader(dataset, make_config("smoke", num_workers=workers, batch_size=4), train=False)
+    with caplog.at_level("WARNING"):
+        labels = torch.cat([labels for _, labels in loader])
+    assert len(labels) == len(dataset)  # the bad file's slot is filled by the next readable image
+    if workers == 0:  # a worker's log record and skip list stay in the worker process
+        assert any(BAD_NAME in message for message in caplog.messages)
+        assert any(BAD_NAME in path for path in dataset.skipped)
+
+
+def rows(table):
+    return [{"num_workers": w, "prefetch_factor": p, "images_per_second": r} for w, p, r in table]
+
+
+def test_knee_is_the_cheapest_setting_within_five_percent_of_the_best():
+    table = rows([(0, 2, 100), (1, 2, 180), (2, 2, 290), (4, 2, 300), (8, 2, 298)])
+    assert loaders.find_knee(table)["num_workers"] == 2  # 290 >= 0.95 * 300
+    assert loaders.find_knee(table, tolerance=0.01)["num_workers"] == 4
+
+
+def test_knee_prefers_less_prefetching_at_equal_workers_and_reaches_the_best():
+    table = rows([(4, 8, 1000), (4, 2, 960), (2, 2, 700)])
+    assert loaders.find_knee(table)["prefetch_factor"] == 2
+    assert loaders.find_knee(rows([(0, 2, 50), (1, 2, 100)]))["num_workers"] == 1
+
+
+def test_setting_grid_drops_knobs_that_do_nothing_without_workers():
+    grid = loaders.setting_grid((0, 2), (False,), (2, 4), (False, True))
+    assert [s for s in grid if s.num_workers == 0] == [loaders.LoaderSetting(0)]
+    assert len(grid) == 1 + 2 * 2
+
+
+def test_sweep_times_every_setting_on_the_real_pipeline(folder_with_corrupt_file):
+    dataset = loaders.first_images(loaders.image_folder_dataset(folder_with_corrupt_file, 32, bad_images="skip"), 8)
+    config = make_config("smoke", batch_size=4)
+    settings = loaders.setting_grid((0, 1))
+    table = loaders.sweep_loader(dataset, config, settings, epochs=1, warmup_epochs=0)
+    assert [r["num_workers"] for r in table] == [0, 1]
+    assert all(r["images"] == 8 and r["images_per_second"] > 0 for r in table)
+    assert loaders.find_knee(table) in table
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_data_wait_fraction_from_a_controlled_clock(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(loaders.time, "perf_counter", clock)
+
+    def slow_loader(count, wait):
+        for index in range(count):
+            clock.now += wait  # seconds the step waits for this batch
+            yield index
+
+    timer = loaders.DataWaitTimer()
+    for _ in loaders.timed_batches(slow_loader(4, 3.0), timer):
+        clock.now += 1.0  # seconds of compute per step
+    assert timer.batches == 4
+    assert timer.wait_seconds == pytest.approx(12.0) and timer.total_seconds == pytest.approx(16.0)
+    assert timer.data_wait_fraction == pytest.approx(0.75)
+
+    def step(batch):
+        clock.now += 1.0
+
+    first_is_slow = iter([0, 1, 2])
+    def loader():
+        for index in first_is_slow:
+            clock.now += 10.0 if index == 0 else 1.0
+            yield index
+    measured = loaders.measure_data_wait(loader(), step, warmup_batches=1)
+    assert measured.batches == 2 and measured.data_wait_fraction == pytest.approx(0.5)
+
+
+def test_timed_batches_stops_at_max_batches():
+    timer = loaders.DataWaitTimer()
+    assert list(loaders.timed_batches(range(10), timer, max_batches=3)) == [0, 1, 2]
+    assert timer.batches == 3 and 0.0 <= timer.data_wait_fraction <= 1.0
+
+
+def test_make_loader_keeps_its_signature_and_knobs():
+    config = make_config("smoke", num_workers=2, prefetch_factor=4, persistent_workers=True, pin_memory=True)
+    loader = loaders.make_loader(list(range(10)), config, train=True, batch_size=3, drop_last=False)
+    assert loader.num_workers == 2 and loader.prefetch_factor == 4 and loader.persistent_workers
+    assert loader.pin_memory == torch.cuda.is_available()  # pinning needs CUDA; never faked on
+    assert loader.batch_size == 3 and not loader.drop_last

@@ -1,0 +1,80 @@
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from course_lib import shards
+from course_lib.config import ConfigError, make_config
+from course_lib.data import BadImageError, ImageFolderDataset, make_landcover
+from course_lib.loaders import make_loader
+
+
+@pytest.fixture
+def folder(tmp_path):
+    return make_landcover(tmp_path / "set", image_size=32, per_class={"train": 3}) / "train"
+
+
+def test_shards_round_trip_every_file_and_label_exactly(folder, tmp_path):
+    written = shards.write_shards(folder, tmp_path / "shards", shard_count=3)
+    samples = ImageFolderDataset(folder).samples
+    assert len(written.urls) == 3 and written.images == len(samples)
+    seen = {}
+    for key, extension, data, label in shards.read_samples(written.urls):
+        seen[int(key)] = (extension, data, label)
+    assert sorted(seen) == list(range(len(samples)))  # every file once
+    for position, (path, label) in enumerate(samples):
+        extension, data, stored_label = seen[position]
+        assert extension == "jpg" and stored_label == label
+        assert data == open(path, "rb").read()  # the encoded bytes, unchanged
+
+
+def test_shards_mix_classes_so_buffer_shuffling_works(folder, tmp_path):
+    written = shards.write_shards(folder, tmp_path / "shards", shard_count=2)
+    first_shard_labels = {label for _, _, _, label in shards.read_samples(written.urls[:1])}
+    assert len(first_shard_labels) > 1
+
+
+@pytest.mark.timeout(60)
+def test_shard_loader_with_workers_decodes_every_image_once(folder, tmp_path):
+    written = shards.write_shards(folder, tmp_path / "shards", shard_count=4)
+    dataset = shards.ShardDataset(written.urls, decoder="opencv")
+    loader = make_loader(dataset, make_config("smoke", num_workers=2, batch_size=5), train=True, drop_last=False)
+    images, labels = zip(*loader)
+    images, labels = torch.cat(images), torch.cat(labels)
+    reference = ImageFolderDataset(folder)
+    assert len(labels) == len(reference)
+    assert sorted(labels.tolist()) == sorted(reference.targets)
+    expected = {tuple(np.array(Image.open(p).convert("RGB")).ravel()[:64]) for p, _ in reference.samples}
+    assert {tuple(image.permute(1, 2, 0).numpy().ravel()[:64]) for image in images} == expected
+
+
+@pytest.mark.timeout(60)
+def test_corrupt_sample_fails_naming_shard_and_key_or_is_skipped(folder, tmp_path):
+    (folder / "road" / "road_bad.jpg").write_bytes(b"broken")
+    written = shards.write_shards(folder, tmp_path / "shards", shard_count=1)
+    with pytest.raises(BadImageError, match=r"shard-00000\.tar:\d+\.jpg"):
+        list(shards.ShardDataset(written.urls))
+    assert len(list(shards.ShardDataset(written.urls, bad_images="skip"))) == written.images - 1
+
+
+def test_too_few_shards_for_ranks_times_workers_is_refused():
+    with pytest.raises(ConfigError, match="DDP would hang"):
+        shards.check_shard_count(7, ranks=2, workers_per_rank=4)
+    assert shards.check_shard_count(16, ranks=2, workers_per_rank=4) == []
+    assert "evenly" in shards.check_shard_count(12, ranks=2, workers_per_rank=4)[0]
+
+
+@pytest.mark.parametrize("ranks,workers,total_bytes,expected", [
+    (1, 1, 10, 1), (2, 4, 10, 8), (2, 4, 8 * 256 * 2**20 + 1, 16), (4, 8, 0, 32)])
+def test_recommended_shard_count_is_a_multiple_of_readers(ranks, workers, total_bytes, expected):
+    count = shards.recommend_shard_count(ranks, workers, total_bytes)
+    assert count == expected and count % (ranks * workers) == 0
+
+
+def test_raw_read_timing_counts_the_same_bytes_both_ways(folder, tmp_path):
+    written = shards.write_shards(folder, tmp_path / "shards", shard_count=2)
+    files = [path for path, _ in ImageFolderDataset(folder).samples]
+    result = shards.time_raw_reads(files, written.urls, repeats=1)
+    assert result["loose_files_per_second"] > 0 and result["shards_files_per_second"] > 0
+    ratio = result["loose_megabytes_per_second"] / result["loose_files_per_second"]
+    assert ratio == pytest.approx(result["shards_megabytes_per_second"] / result["shards_files_per_second"])

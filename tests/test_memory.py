@@ -1,0 +1,132 @@
+import pytest
+import timm
+import torch
+from torch import nn
+
+from course_lib import memory
+
+
+@pytest.mark.parametrize("optimizer, momentum, tensors, expected", [
+    ("sgd", 0.9, 10, 4 * 1000),  # one momentum buffer
+    ("sgd", 0.0, 10, 0),  # plain SGD keeps nothing
+    ("adamw", 0.9, 10, 8 * 1000 + 4 * 10),  # exp_avg + exp_avg_sq, and a step scalar per tensor
+])
+def test_optimizer_state_closed_form(optimizer, momentum, tensors, expected):
+    assert memory.optimizer_state_bytes(1000, optimizer, momentum, tensors) == expected
+
+
+def test_unknown_optimizer_is_refused():
+    with pytest.raises(ValueError, match="sgd, adamw"):
+        memory.optimizer_state_bytes(10, "lamb")
+
+
+def test_parameter_and_gradient_bytes_closed_form():
+    linear = nn.Linear(10, 5)
+    assert memory.parameter_bytes(linear) == (10 * 5 + 5) * 4
+    assert memory.gradient_bytes(linear) == (10 * 5 + 5) * 4
+    norm = nn.BatchNorm2d(8)  # 16 parameters, 16 fp32 running stats, one int64 counter
+    assert memory.parameter_bytes(norm) == 16 * 4 + 16 * 4 + 8
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_optimizer_state_matches_torch_optim(optimizer):
+    model = timm.create_model("test_resnet", num_classes=10)  # timm's tiny ResNet for tests
+    opt = memory.make_optimizer(model, optimizer)
+    model(torch.randn(2, 3, 32, 32)).sum().backward()
+    opt.step()
+    params = list(model.parameters())
+    closed = memory.optimizer_state_bytes(sum(p.numel() for p in params), optimizer, 0.9, len(params))
+    assert memory.measured_optimizer_state_bytes(opt) == closed
+
+
+def test_activations_of_a_linear_layer_closed_form():
+    # Linear saves its input (for the weight's gradient): 3*4*4 fp32 values per image, nothing fixed.
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 4 * 4, 5))
+    fixed, per_image = memory.measure_activations(model, image_size=4)
+    assert per_image == 3 * 4 * 4 * 4
+    assert fixed == 0
+    estimate = memory.estimate_training_memory(model, batch_size=8, image_size=4, optimizer="adamw")
+    params = 3 * 4 * 4 * 5 + 5
+    assert estimate.breakdown() == {
+        "parameters": params * 4, "gradients": params * 4, "optimizer_state": params * 8 + 2 * 4,
+        "activations": 8 * 192, "input": 8 * 192, "total": params * 16 + 8 + 2 * 8 * 192}
+    assert estimate.at_batch(16).activations_bytes == 16 * 192
+
+
+def test_meta_device_estimate_halves_activations_in_half_precision():
+    model = timm.create_model("test_resnet", num_classes=10)
+    _, fp32_per_image = memory.measure_activations(model, 64, "off", device="meta")
+    fixed16, fp16_per_image = memory.measure_activations(model, 64, "fp16", device="meta")
+    # Float activations halve; max-pool's int64 indices do not, so a bit more than half remains.
+    assert 0.45 < fp16_per_image / fp32_per_image < 0.6
+    assert fixed16 >= 2 * memory.parameter_count(model)  # autocast's fp16 weight copies
+    _, real_per_image = memory.measure_activations(model, 64, "off", device="cpu")
+    assert real_per_image == pytest.approx(fp32_per_image, rel=0.02)  # shapes alone give the same bytes
+
+
+def test_cpu_peak_tracker_counts_live_tensors():
+    with memory.cpu_peak_tracker() as tracked:
+        first = torch.ones(1_000_000)  # 4 MB
+        second = first * 2  # 4 MB more
+        del first, second
+    assert tracked["peak_bytes"] == pytest.approx(8_000_000, rel=0.01)
+
+
+def test_estimate_within_25_percent_of_measured_peak_on_cpu():
+    rows = memory.compare_estimate_and_peak("test_resnet", 32, [2, 8], optimizer="sgd")
+    for row in rows:
+        assert row["estimate_over_measured"] == pytest.approx(1.0, abs=0.25), row
+
+
+def test_find_largest_batch_against_fake_memory_cap():
+    bytes_per_image, fixed = 1000, 500
+    search = memory.find_largest_batch(lambda b: fixed + bytes_per_image * b, memory_cap_bytes=37_000)
+    assert search.largest_batch == 36  # 500 + 36 * 1000 <= 37000 < 500 + 37 * 1000
+    assert [t["batch_size"] for t in search.trials][:7] == [1, 2, 4, 8, 16, 32, 64]
+    assert all(t["fits"] == (t["batch_size"] <= 36) for t in search.trials)
+
+
+def test_find_largest_batch_to_a_multiple():
+    search = memory.find_largest_batch(lambda b: 1000 * b, memory_cap_bytes=37_000, multiple_of=8)
+    assert search.largest_batch == 32  # 40 would not fit; the search stops at 8-image resolution
+    assert [t["batch_size"] for t in search.trials] == [1, 2, 4, 8, 16, 32, 64, 48, 40]
+
+
+def test_with_optimizer_changes_only_the_state():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(48, 5))
+    sgd = memory.estimate_training_memory(model, batch_size=4, image_size=4, optimizer="sgd")
+    adamw = sgd.with_optimizer("adamw")
+    assert adamw.optimizer_state_bytes == 245 * 8 + 2 * 4
+    assert adamw.total_bytes - sgd.total_bytes == adamw.optimizer_state_bytes - sgd.optimizer_state_bytes
+
+
+def test_find_largest_batch_against_fake_oom():
+    def step(batch_size):
+        if batch_size > 12:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return batch_size
+
+    search = memory.find_largest_batch(step, start=2)
+    assert search.largest_batch == 12
+    assert any(t["reason"] == "out of memory" for t in search.trials)
+
+
+def test_find_largest_batch_respects_max_and_reraises_other_errors():
+    assert memory.find_largest_batch(lambda b: 0, max_batch=100).largest_batch == 100
+
+    def broken(batch_size):
+        raise RuntimeError("shape mismatch")
+
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        memory.find_largest_batch(broken)
+
+
+def test_find_largest_batch_on_a_real_model_leaves_it_usable():
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                          nn.Linear(8, 10))
+    probe = memory.TrainingStepProbe(model, image_size=16)
+    cap = probe.peak_bytes(6)
+    search = memory.find_largest_batch(probe.peak_bytes, memory_cap_bytes=cap, max_batch=64)
+    assert 6 <= search.largest_batch < 12
+    assert all(p.grad is None for p in probe.module.parameters())  # nothing left from the failed steps
+    assert probe.peak_bytes(search.largest_batch) <= cap  # and it still trains

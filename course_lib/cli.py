@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "course_lib.data",      # data, scan
     "course_lib.bench",     # bench
     "course_lib.train",     # train
+    "course_lib.ddp",       # ddp
     "course_lib.metrics",   # eval
     "course_lib.ledger",    # ledger
 )

@@ -1,0 +1,171 @@
+"""DDP launching and scaling: DistributedSampler shards, the scaling formulas and rules, the
+all-reduce events torch.profiler sees, and real torchrun launches on CPU with gloo (a failing
+rank, DDP == 1-worker training, two "nodes" on loopback, the scaling probe)."""
+import pandas as pd
+import pytest
+import torch
+import torch.distributed as dist
+
+from course_lib import ddp, ddp_probe
+from course_lib.config import ConfigError
+
+TINY = {"model": "test_resnet", "image_size": 16, "batch_size": 8, "max_train_images": 64, "max_steps": 2}
+
+
+# --- DistributedSampler shards ------------------------------------------------------------------
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_shards_are_disjoint_and_cover_the_data_when_the_count_divides(world_size):
+    report = ddp.shard_report(24, world_size)
+    assert report["disjoint"] and report["covers_all"]
+    assert report["per_rank"] == 24 // world_size
+    assert report["repeated"] == report["left_out"] == 0
+
+
+def test_uneven_count_pads_by_repeating_or_drops_the_tail():
+    padded = ddp.shard_report(10, 4, drop_last=False)
+    assert padded["covers_all"] and not padded["disjoint"] and padded["repeated"] == 2  # 12 slots for 10 images
+    dropped = ddp.shard_report(10, 4, drop_last=True)
+    assert dropped["disjoint"] and not dropped["covers_all"] and dropped["left_out"] == 2
+
+
+def test_set_epoch_changes_the_order_and_each_epoch_still_covers_the_data():
+    first, second = ddp.sampler_shards(32, 2, epoch=0), ddp.sampler_shards(32, 2, epoch=1)
+    assert first[0] != second[0]
+    assert ddp.sampler_shards(32, 2, epoch=0) == first  # the order depends only on (seed, epoch)
+    assert sorted(second[0] + second[1]) == list(range(32))
+    assert ddp.shard_report(32, 2, epochs=3)["order_changes_with_epoch"]
+
+
+def test_the_ranks_batches_together_hold_the_single_worker_batch():
+    shards = [ddp_probe.rank_batches(64, 2, rank, 8) for rank in (0, 1)]
+    assert len(shards[0]) == 4 and all(len(batch) == 8 for batch in shards[0])
+    assert set(sum(shards[0], [])).isdisjoint(sum(shards[1], []))
+    single = ddp_probe.rank_batches(64, 1, 0, 16)  # 1 worker, global batch 16
+    for step in range(4):
+        assert sorted(shards[0][step] + shards[1][step]) == sorted(single[step])
+
+
+# --- scaling formulas and the articles' rules -----------------------------------------------------
+
+def fake_rows(t1_strong=1.0, t2_strong=0.6, t1_weak=0.5, t2_weak=0.55):
+    return [
+        {"mode": "strong", "workers": 1, "per_worker_batch": 64, "global_batch": 64, "step_seconds": t1_strong},
+        {"mode": "weak", "workers": 1, "per_worker_batch": 32, "global_batch": 32, "step_seconds": t1_weak},
+        {"mode": "strong", "workers": 2, "per_worker_batch": 32, "global_batch": 64, "step_seconds": t2_strong},
+        {"mode": "weak", "workers": 2, "per_worker_batch": 32, "global_batch": 64, "step_seconds": t2_weak},
+    ]
+
+
+def test_scaling_table_efficiency_is_t1_over_n_times_tn():
+    table = ddp.scaling_table(fake_rows(), epoch_images=640)
+    strong = table[table["mode"] == "strong"].set_index("workers")
+    assert strong.loc[1, "epoch_seconds"] == pytest.approx(10.0)  # 640 images / 64 per 1.0 s
+    assert strong.loc[2, "efficiency"] == pytest.approx(1.0 / (2 * 0.6))
+    assert strong.loc[2, "speedup"] == pytest.approx(1.0 / 0.6)
+    weak = table[table["mode"] == "weak"].set_index("workers")
+    # Throughput form: (64 / 0.55) / (2 x 32 / 0.5)
+    assert weak.loc[2, "efficiency"] == pytest.approx((64 / 0.55) / (2 * 32 / 0.5))
+    with pytest.raises(ConfigError, match="1-worker"):
+        ddp.scaling_table([r for r in fake_rows() if r["workers"] == 2], epoch_images=640)
+
+
+def test_the_articles_example_is_71_percent():
+    single, four = ddp.ARTICLE_EXAMPLE_MINUTES
+    rows = [{"mode": "strong", "workers": 1, "per_worker_batch": 64, "global_batch": 64, "step_seconds": single},
+            {"mode": "strong", "workers": 4, "per_worker_batch": 16, "global_batch": 64, "step_seconds": four}]
+    table = ddp.scaling_table(rows, epoch_images=64)
+    assert table["efficiency"].iloc[-1] == pytest.approx(0.714, abs=1e-3)
+
+
+def report_for(rows, communication, device="cpu"):
+    return ddp.ScalingReport(table=ddp.scaling_table(rows, 640), communication=communication, device=device,
+                             precision="off", hardware="test machine", launch=None)
+
+
+def test_advice_acts_when_communication_exceeds_15_percent():
+    report = report_for(fake_rows(), {"profiled_share": 0.4, "exposed_share": 0.2}, device="cuda:0")
+    advice = " ".join(ddp.scaling_advice(report, cores=2))
+    assert "misses the >= 85% rule" in advice and "act: communication above 15%" in advice
+    assert "accumulation_steps" in advice and "NCCL_P2P_LEVEL" in advice and "Weak scaling beats" in advice
+    claims = ddp.claims_table(report)
+    assert len(claims) == 4 and claims["measured"].str.contains("71.4%").any()
+
+
+def test_advice_accepts_good_scaling_and_flags_oversubscribed_cpus():
+    good = fake_rows(t1_strong=1.0, t2_strong=0.55, t1_weak=0.5, t2_weak=0.52)
+    advice = " ".join(ddp.scaling_advice(report_for(good, {"profiled_share": 0.05, "exposed_share": 0.01}),
+                                         cores=1, threads_per_process=1))
+    assert "meets the >= 85% rule" in advice and "fine: 15% or less" in advice
+    assert "accumulation_steps" not in advice and "oversubscribe" in advice
+    # Much time inside all-reduce events but little of it exposed: look before acting.
+    overlapped = " ".join(ddp.scaling_advice(report_for(good, {"profiled_share": 0.5, "exposed_share": 0.05})))
+    assert "fine: 15% or less" in overlapped and "hides most of the all-reduce" in overlapped
+
+
+def test_profiler_sees_the_gloo_all_reduce_once(tmp_path):
+    """One process, world size 1: gloo still runs (and the profiler records) an all-reduce."""
+    from torch.profiler import ProfilerActivity, profile
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        with profile(activities=[ProfilerActivity.CPU]) as profiler:
+            tensor = torch.ones(1000)
+            dist.all_reduce(tensor)
+        events = ddp_probe.communication_events(profiler)
+    finally:
+        dist.destroy_process_group()
+    assert events["event_names"] == ["gloo:all_reduce"]  # not also the enclosing c10d::allreduce_
+    assert events["cpu_seconds"] > 0
+
+
+def test_launch_refuses_bad_arguments():
+    with pytest.raises(ConfigError, match="host must be 127.0.0.1"):
+        ddp.launch(2, host="10.0.0.1")
+    with pytest.raises(ConfigError, match="at least 1"):
+        ddp.launch(0)
+
+
+# --- real torchrun launches (CPU, gloo) -----------------------------------------------------------
+
+def test_launcher_names_the_failing_rank_with_its_last_lines():
+    lines = []
+    result = ddp.launch(2, {"batch_size": 8}, "smoke", module="course_lib.ddp_probe", args=["--task", "equivalence"],
+                        env={ddp_probe.FAIL_RANK_ENV: "1"}, echo=lines.append, check=False, timeout=120)
+    assert not result.ok and result.returncode != 0
+    first = result.failures[0]
+    assert first.rank == 1 and first.root_cause and first.exitcode == 1
+    assert 0 not in [failure.rank for failure in result.failures if failure.exitcode < 0]  # SIGTERMed: not listed
+    assert any("deliberate failure on rank 1" in line for line in first.last_lines)
+    assert any(line.startswith("[rank1] ") for line in lines)  # streamed live, prefixed by rank
+    assert result.rows == []  # rank 0 never got to record
+    with pytest.raises(ddp.LaunchError, match=r"rank 1 \(local rank 1\) failed first with exit code 1"):
+        result.raise_for_failure()
+
+
+def test_two_worker_ddp_equals_one_worker_training_on_gloo():
+    result = ddp.check_equivalence(2, {"batch_size": 8}, "smoke", steps=3, echo=None, timeout=120)
+    assert result["equal"], result["max_abs_difference"]
+    assert result["weights_moved"] > 100 * result["tolerance"]  # training really changed the weights
+
+
+def test_two_nodes_on_loopback_train_with_the_engine_and_record_world_size_2(tmp_path):
+    result = ddp.launch(1, {**TINY, "output_dir": str(tmp_path / "checkpoints")}, "smoke", nnodes=2, echo=None,
+                        timeout=180)
+    assert len(result.commands) == 2
+    assert all("c10d" in command and "127.0.0.1" in " ".join(command) for command in result.commands)
+    assert len(result.rows) == 1  # rank 0 records, tagged with the launch's run id
+    assert result.metrics["world_size"] == 2 and result.rows[0]["status"] == "ok"
+    assert set(result.rank_lines) <= {0, 1} and result.rank_lines.get(0)
+
+
+def test_scaling_probe_measures_every_worker_count_and_the_all_reduce():
+    report = ddp.measure_scaling(2, {"model": "test_resnet", "image_size": 16, "batch_size": 4}, "smoke", steps=1,
+                                 warmup=1, profile_steps=1, epoch_images=64, echo=None, timeout=180)
+    assert sorted(report.table["workers"].unique()) == [1, 2]
+    assert set(report.table["mode"]) == {"strong", "weak"}
+    assert (report.table["step_seconds"] > 0).all()
+    assert report.communication["event_names"] == ["gloo:all_reduce"]
+    assert 0 <= report.communication["exposed_share"] < 1 and report.communication["profiled_share"] > 0
+    assert isinstance(report.table, pd.DataFrame)

@@ -40,3 +40,41 @@ def max_relative_difference(first: dict[str, torch.Tensor], second: dict[str, to
         scale = a.abs().max().clamp_min(1e-12)
         worst = max(worst, ((a - b).abs().max() / scale).item())
     return worst
+
+
+def step_peak_bytes(model: torch.nn.Module, micro_batch: int, accumulation_steps: int, image_size: int,
+                    num_classes: int, device="cpu", precision: str = "off") -> int:
+    """Peak bytes allocated during one optimizer step made of `accumulation_steps` micro-batches of
+    `micro_batch` random images, above what was live before (weights and optimizer state):
+    activations, gradients and temporaries. CUDA: the allocator's peak; CPU: the profiler's tensor
+    accounting (`memory.cpu_peak_tracker`)."""
+    import torch.nn.functional as F
+
+    from course_lib.memory import cpu_peak_tracker
+    from course_lib.precision import autocast
+
+    device = torch.device(device)
+    model = copy.deepcopy(model).to(device).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+    def one_step():
+        for _ in range(accumulation_steps):
+            images = torch.randn(micro_batch, 3, image_size, image_size, device=device)
+            targets = torch.randint(0, num_classes, (micro_batch,), device=device)
+            with autocast(precision, device):
+                loss = F.cross_entropy(model(images), targets) / accumulation_steps
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    one_step()  # creates the momentum buffers, so the measured step starts like every later one
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        one_step()
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device) - before)
+    with cpu_peak_tracker() as tracked:
+        one_step()
+    return int(tracked["peak_bytes"])

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from course_lib import checkpoint as checkpoints
 from course_lib import data as data_module
-from course_lib import ledger, memory
+from course_lib import ledger
 from course_lib.config import Config, ConfigError, make_config, parse_assignments
 from course_lib.precision import autocast, grad_scaler, resolve_precision
 from course_lib.schedule import make_optimizer, make_scheduler
@@ -54,6 +54,7 @@ class FitResult:
     world_size: int = 1
     skipped_steps: int = 0  # optimizer steps GradScaler skipped because gradients overflowed (fp16)
     duration_seconds: float = 0.0
+    step_log: list[dict] = dataclasses.field(default_factory=list)  # per optimizer step: epoch, step, lr, loss
 
     @property
     def final(self) -> dict:
@@ -167,6 +168,23 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict:
     return checkpoints.load_checkpoint(path, map_location=map_location)
 
 
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """CUDA: peak bytes held by tensors since the last reset. CPU: the process's peak resident
+    set (torch's CPU allocator keeps no counter; this one never resets, so compare settings with
+    `memory.TrainingStepProbe` instead)."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB
+
+
 def to_device(images: torch.Tensor, device: torch.device, channels_last: bool) -> torch.Tensor:
     memory_format = torch.channels_last if channels_last and images.ndim == 4 else torch.contiguous_format
     return images.to(device, non_blocking=True, memory_format=memory_format)
@@ -255,12 +273,13 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
     from torch.utils.data import DistributedSampler, Subset
     from tqdm.auto import tqdm
 
-    from course_lib.loaders import make_loader
+    from course_lib.loaders import DataWaitTimer, make_loader, timed_batches
 
     started = time.perf_counter()
     distributed, device = setup_distributed(config)
     log = print if (verbose and distributed.is_main) else (lambda *args, **kwargs: None)
     history: list[dict] = []
+    step_log: list[dict] = []
     precision = config.precision
     try:
         precision = resolve_precision(config.precision, device)
@@ -347,19 +366,18 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
             if train_loader.generator is not None:
                 train_loader.generator.manual_seed(epoch_seed(config.seed, epoch, distributed.rank))
             model.train()
-            memory.reset_peak_memory(device)
-            step_losses, losses = [], []
+            reset_peak_memory(device)
+            step_losses, losses, step_learning_rates = [], [], []
             correct = torch.zeros((), device=device, dtype=torch.long)
-            images_seen, data_wait_seconds = 0, 0.0
+            images_seen, timer = 0, DataWaitTimer()
             bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch + 1}/{config.epochs}", leave=False,
                        disable=not (progress and distributed.is_main), dynamic_ncols=True)
-            batches = iter(train_loader)
-            epoch_started = time.perf_counter()
+            # No device sync per batch: the wait is host time blocked in next(loader).
+            batches = timed_batches(train_loader, timer)
+            epoch_started, cpu_started = time.perf_counter(), time.process_time()
             for step in range(steps_per_epoch):
                 for micro_step in range(config.accumulation_steps):
-                    wait_started = time.perf_counter()
                     images, targets = next(batches)
-                    data_wait_seconds += time.perf_counter() - wait_started
                     images = to_device(images, device, config.channels_last)
                     targets = targets.to(device, non_blocking=True)
                     hard_targets = targets
@@ -390,6 +408,7 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
                 optimizer.zero_grad(set_to_none=True)
                 if scaler.is_enabled() and scaler.get_scale() < scale_before:
                     skipped_steps += 1  # the scale only shrinks after a skipped step
+                step_learning_rates.append(optimizer.param_groups[0]["lr"])  # the lr this step used
                 scheduler.step()
                 global_step += 1
                 if ema is not None:
@@ -406,10 +425,16 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
             if device.type == "cuda":
                 torch.cuda.synchronize(device)  # finish queued work before reading the clock
             epoch_seconds = time.perf_counter() - epoch_started
-            del batches  # shut down this epoch's workers before evaluating
+            process_cpu_seconds = time.process_time() - cpu_started  # all threads of this process
+            batches.close()  # shut down this epoch's workers before evaluating
 
-            train_loss = torch.cat(losses).mean().item()
-            counts = torch.tensor([images_seen, correct.item(), data_wait_seconds, epoch_seconds],
+            epoch_losses = torch.cat(losses)
+            train_loss = epoch_losses.mean().item()
+            per_step = epoch_losses.view(steps_per_epoch, config.accumulation_steps).mean(dim=1).tolist()
+            first_global_step = global_step - steps_per_epoch
+            step_log += [{"epoch": epoch + 1, "step": first_global_step + i + 1, "lr": step_learning_rates[i],
+                          "loss": per_step[i]} for i in range(steps_per_epoch)]
+            counts = torch.tensor([images_seen, correct.item(), timer.wait_seconds, epoch_seconds],
                                   dtype=torch.float64, device=device)
             if distributed.enabled:
                 dist.all_reduce(counts)
@@ -424,7 +449,11 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
                 "images_per_second": total_images / (total_seconds / world),
                 "data_wait_fraction": total_wait / total_seconds,
                 "epoch_seconds": total_seconds / world,
-                "peak_memory_bytes": memory.peak_memory_bytes(device),
+                # CPU time of the training loop (rank 0): on a shared CPU, cpu/wall below the thread
+                # count means the process was waiting for cores, or for the GPU.
+                "process_cpu_seconds": process_cpu_seconds,
+                "peak_memory_bytes": peak_memory_bytes(device),
+                "peak_memory_kind": "cuda_max_allocated" if device.type == "cuda" else "process_peak_rss",
                 "optimizer_steps": steps_per_epoch,
                 "skipped_steps": skipped_steps,
                 "world_size": world,
@@ -463,9 +492,11 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
         result = FitResult(model=raw_model, history=history, classes=list(bundle.classes), config=config,
                            checkpoint_path=written_checkpoint, ema_model=ema.module.eval() if ema else None,
                            precision=precision, device=str(device), world_size=distributed.world_size,
-                           skipped_steps=skipped_steps, duration_seconds=time.perf_counter() - started)
+                           skipped_steps=skipped_steps, duration_seconds=time.perf_counter() - started,
+                           step_log=step_log)
         _record(config, distributed, "ok", started, history,
                 {"skipped_steps": skipped_steps, "epochs_completed": len(history),
+                 "first_epoch_seconds": history[0]["epoch_seconds"] if history else None,
                  "checkpoint": str(written_checkpoint) if written_checkpoint else None}, precision, device)
         return result
     except BaseException as error:  # an interrupted run is recorded too, then the error goes on
@@ -475,6 +506,38 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
     finally:
         if distributed.started_here and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def results_table(results: dict, epoch: int = -1):
+    """One row per labelled FitResult (the given epoch, default the last): the numbers the
+    notebooks compare. Returns a pandas DataFrame indexed by label."""
+    import pandas as pd
+
+    rows = {}
+    for label, result in results.items():
+        row = result.history[epoch]
+        rows[label] = {"precision": result.precision, "images/s": row["images_per_second"],
+                       "data wait": row["data_wait_fraction"], "train loss": row["train_loss"],
+                       "val top-1": row.get("val_top1"), "skipped steps": result.skipped_steps,
+                       "first epoch s": result.history[0]["epoch_seconds"], "epoch s": row["epoch_seconds"]}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def recorded_compile_runs(model: str | None = None) -> list[dict]:
+    """Earlier compiled runs of this machine's ledger (2+ epochs), newest first, with the first
+    compile estimated as first-epoch seconds minus a later epoch's seconds."""
+    runs = []
+    for row in ledger.Ledger().rows(kind="train"):
+        metrics, parameters = row["metrics"], row["parameters"]
+        if not parameters.get("compile") or row["status"] != "ok" or (model and row["name"] != model):
+            continue
+        if (metrics.get("epochs_completed") or 0) < 2 or metrics.get("first_epoch_seconds") is None:
+            continue
+        runs.append({"model": row["name"], "created_at": row["created_at"], "hardware": ledger.describe_hardware(
+            row["hardware"]), "first_epoch_seconds": metrics["first_epoch_seconds"],
+            "epoch_seconds": metrics["epoch_seconds"],
+            "compile_seconds": metrics["first_epoch_seconds"] - metrics["epoch_seconds"]})
+    return runs
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,33 @@
+"""Precision switches: one code path (autocast or a no-op, a scaler that is enabled only for fp16)."""
+import pytest
+import torch
+
+from course_lib import precision
+from course_lib.config import ConfigError
+
+
+@pytest.mark.parametrize("name, dtype", [("fp16", torch.float16), ("bf16", torch.bfloat16)])
+def test_autocast_runs_matmuls_in_the_reduced_dtype(name, dtype):
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with precision.autocast(name, "cpu"):
+        assert (a @ b).dtype == dtype
+    with precision.autocast("off", "cpu"):
+        assert (a @ b).dtype == torch.float32
+
+
+@pytest.mark.parametrize("name, enabled", [("off", False), ("bf16", False), ("fp16", True)])
+def test_grad_scaler_only_for_fp16(name, enabled):
+    assert precision.grad_scaler(name, "cpu").is_enabled() is enabled
+
+
+def test_explicit_choices_pass_and_unknown_is_refused():
+    assert precision.resolve_precision("bf16", torch.device("cpu")) == "bf16"
+    with pytest.raises(ConfigError, match="not one of"):
+        precision.resolve_precision("fp8", torch.device("cpu"))
+
+
+def test_auto_asks_the_hardware_module(monkeypatch):
+    from course_lib import hardware
+
+    monkeypatch.setattr(hardware, "recommended_precision", lambda device: "bf16")
+    assert precision.resolve_precision("auto", torch.device("cpu")) == "bf16"

@@ -1,0 +1,55 @@
+"""Optimizers and the warmup + cosine schedule: values at known points against the closed form."""
+import math
+
+import pytest
+import torch
+
+from course_lib import schedule
+from course_lib.config import make_config
+
+
+def config_for(**overrides):
+    values = dict(lr=0.1, min_lr=0.001, warmup_epochs=5.0, epochs=120, optimizer="sgd")
+    values.update(overrides)
+    return make_config(None, **values)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+@pytest.mark.parametrize("warmup_epochs", [0.0, 2.0, 5.0])
+def test_scheduler_follows_the_closed_form(optimizer, warmup_epochs):
+    config = config_for(optimizer=optimizer, warmup_epochs=warmup_epochs, epochs=12)
+    values = schedule.schedule_values(config, steps_per_epoch=10)
+    assert len(values) == 120
+    expected = [schedule.learning_rate_at(step, config, 10) for step in range(120)]
+    assert values == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_articles_recipe_at_known_points():
+    # SGD lr 0.1 at batch 256, 5 warmup epochs, cosine to 0.001 over 120 epochs (10 steps per epoch here).
+    config, steps = config_for(), 10
+    warmup = 50
+    assert schedule.learning_rate_at(0, config, steps) == pytest.approx(0.1 / 51)
+    assert schedule.learning_rate_at(24, config, steps) == pytest.approx(0.1 * 25 / 51)
+    assert schedule.learning_rate_at(warmup, config, steps) == pytest.approx(0.1)  # peak right after warmup
+    middle = warmup + (1200 - warmup) // 2
+    assert schedule.learning_rate_at(middle, config, steps) == pytest.approx((0.1 + 0.001) / 2)
+    assert schedule.learning_rate_at(1200, config, steps) == pytest.approx(0.001)  # the floor at the end
+    values = schedule.schedule_values(config, steps)
+    assert max(values) == pytest.approx(0.1) and values.index(max(values)) == warmup
+    assert values[-1] == pytest.approx(0.001 + (0.1 - 0.001) * (1 + math.cos(math.pi * 1149 / 1150)) / 2)
+
+
+def test_no_warmup_starts_at_peak():
+    config = config_for(warmup_epochs=0.0, epochs=2)
+    assert schedule.schedule_values(config, 5)[0] == pytest.approx(0.1)
+
+
+def test_optimizers_and_weight_decay_groups():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    sgd = schedule.make_optimizer(model, config_for(momentum=0.8, weight_decay=1e-4))
+    assert isinstance(sgd, torch.optim.SGD) and sgd.param_groups[0]["momentum"] == 0.8
+    decayed, plain = sgd.param_groups
+    assert decayed["weight_decay"] == 1e-4 and len(decayed["params"]) == 1  # the conv weight only
+    assert plain["weight_decay"] == 0.0 and len(plain["params"]) == 3  # conv bias, BN weight and bias
+    adamw = schedule.make_optimizer(model, config_for(optimizer="adamw", lr=3e-4))
+    assert isinstance(adamw, torch.optim.AdamW) and adamw.param_groups[0]["lr"] == 3e-4

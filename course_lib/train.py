@@ -25,11 +25,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.distributed.elastic.multiprocessing.errors import record
 
 from course_lib import checkpoint as checkpoints
 from course_lib import data as data_module
 from course_lib import ledger
-from course_lib.config import Config, ConfigError, make_config, parse_assignments
+from course_lib.config import Config, ConfigError, WorkbookError, make_config, parse_assignments
 from course_lib.precision import autocast, grad_scaler, resolve_precision
 from course_lib.schedule import make_optimizer, make_scheduler
 
@@ -571,6 +572,7 @@ def _cli(args) -> int:
     return 0
 
 
+@record  # under torchrun: a failing rank's exception goes to its error file, so the summary names it
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_lib.train", description="Train with the workbook "
                                      "engine; under torchrun every process runs this.")
@@ -578,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return _cli(args)
-    except (ConfigError, FileNotFoundError) as error:
+    except (WorkbookError, FileNotFoundError) as error:
         print(f"train: error: {error}", file=sys.stderr)
         return 2
 

@@ -47,10 +47,10 @@ def step_peak_bytes(model: torch.nn.Module, micro_batch: int, accumulation_steps
     """Peak bytes allocated during one optimizer step made of `accumulation_steps` micro-batches of
     `micro_batch` random images, above what was live before (weights and optimizer state):
     activations, gradients and temporaries. CUDA: the allocator's peak; CPU: the profiler's tensor
-    accounting (`memory.cpu_peak_tracker`)."""
+    accounting (`memory.peak_bytes_during`)."""
     import torch.nn.functional as F
 
-    from course_lib.memory import cpu_peak_tracker
+    from course_lib.memory import peak_bytes_during
     from course_lib.precision import autocast
 
     device = torch.device(device)
@@ -68,13 +68,4 @@ def step_peak_bytes(model: torch.nn.Module, micro_batch: int, accumulation_steps
         optimizer.zero_grad(set_to_none=True)
 
     one_step()  # creates the momentum buffers, so the measured step starts like every later one
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        before = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        one_step()
-        torch.cuda.synchronize(device)
-        return int(torch.cuda.max_memory_allocated(device) - before)
-    with cpu_peak_tracker() as tracked:
-        one_step()
-    return int(tracked["peak_bytes"])
+    return peak_bytes_during(one_step, device)

@@ -13,15 +13,17 @@ import gc
 import json
 import os
 import tempfile
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
-PRECISIONS = ("off", "fp16", "bf16")
-_HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
+# Precision choice, autocast and the GradScaler live in precision.py, optimizer construction in
+# schedule.py: the memory probe builds its training step from the same pieces as train.fit.
+from course_lib.precision import DTYPES, PRECISIONS, autocast, grad_scaler, resolve_precision  # noqa: F401
+
 FP32_BYTES = 4
 
 
@@ -63,36 +65,22 @@ def measured_optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
 
 
 def make_optimizer(model: torch.nn.Module, optimizer: str = "sgd", lr: float = 0.01,
-                   momentum: float = 0.9) -> torch.optim.Optimizer:
-    if optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-    if optimizer == "adamw":
-        return torch.optim.AdamW(model.parameters(), lr=lr)
-    raise ValueError(f"optimizer={optimizer!r} is not one of sgd, adamw")
+                   momentum: float = 0.9, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """The optimizer train.fit builds (`schedule.make_optimizer`), from names instead of a Config.
+    Its state, not its learning rate, is what memory depends on. Weight decay is off by default:
+    it keeps no state, but during `step()` it adds a temporary the size of one parameter tensor
+    (CPU, per-tensor kernels) or of all decayed parameters (GPU, foreach kernels), which the
+    four-source estimate leaves out (measured: +8 MiB for ResNet-18 on CPU)."""
+    from course_lib.config import make_config
+    from course_lib.schedule import make_optimizer as make_configured_optimizer
+
+    config = make_config(None, optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    return make_configured_optimizer(model, config)
 
 
 # ---------------------------------------------------------------------------------------------
 # Activations: the tensors autograd saves for backward, measured on a tiny batch
 # ---------------------------------------------------------------------------------------------
-
-def resolve_precision(precision: str, device) -> str:
-    """`auto` becomes what `hardware.recommended_precision` measures for the device."""
-    if precision == "auto":
-        from course_lib import hardware
-
-        return hardware.recommended_precision(device) if torch.device(device).type != "meta" else "off"
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r} is not one of off, fp16, bf16, auto")
-    return precision
-
-
-def autocast(device, precision: str):
-    """The autocast context for a precision, or a no-op for `off` (one code path for CPU and GPU)."""
-    device = torch.device(device)
-    if precision == "off" or device.type == "meta":
-        return nullcontext()
-    return torch.autocast(device_type=device.type, dtype=_HALF[precision])
-
 
 def saved_activation_bytes(model: torch.nn.Module, images: torch.Tensor, precision: str = "off",
                            autocast_context=None) -> int:
@@ -110,8 +98,11 @@ def saved_activation_bytes(model: torch.nn.Module, images: torch.Tensor, precisi
             saved[key] = storage.nbytes()
         return tensor
 
-    context = autocast_context if autocast_context is not None else autocast(images.device, precision)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), context:
+    if autocast_context is None:
+        # Meta tensors have no autocast backend: `measure_activations` emulates half precision
+        # there by casting the model instead.
+        autocast_context = autocast("off" if images.device.type == "meta" else precision, images.device)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), autocast_context:
         output = model(images)
     del output
     return sum(saved.values())
@@ -125,17 +116,18 @@ def measure_activations(model: torch.nn.Module, image_size: int, precision: str 
     reduced precision is then emulated by casting the model to fp16/bf16 and adding autocast's
     2-byte weight copies. Use it to predict for hardware you do not have."""
     device = torch.device(device)
+    precision = resolve_precision(precision, device)
     was_training = model.training
     model.train()
     try:
         if device.type == "meta":
             import copy
 
-            dtype = _HALF.get(precision, torch.float32)
+            dtype = DTYPES[precision]
             probe_model = copy.deepcopy(model).to("meta").to(dtype)
             sizes = [saved_activation_bytes(probe_model, torch.empty(b, 3, image_size, image_size, device="meta",
                                                                      dtype=dtype)) for b in probe_batches]
-            weight_copies = 2 * parameter_count(model) if precision in _HALF else 0
+            weight_copies = 2 * parameter_count(model) if precision != "off" else 0
         else:
             sizes = [saved_activation_bytes(model, torch.randn(b, 3, image_size, image_size, device=device),
                                             precision) for b in probe_batches]
@@ -287,6 +279,23 @@ def cpu_peak_tracker():
             result["peak_bytes"] = 0
 
 
+def peak_bytes_during(step: Callable[[], object], device) -> int:
+    """Peak tensor bytes allocated while `step()` runs, above what was live when it started.
+    CUDA: the caching allocator's peak counter (synchronized, so queued kernels are counted);
+    CPU: `cpu_peak_tracker` (profiler accounting)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        step()
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device) - before)
+    with cpu_peak_tracker() as tracked:
+        step()
+    return int(tracked["peak_bytes"])
+
+
 def reset_peak_memory(device) -> None:
     """Start a new CUDA peak (no-op on CPU: use `cpu_peak_tracker` there)."""
     device = torch.device(device)
@@ -346,9 +355,8 @@ class TrainingStepProbe:
         self.optimizer_name = optimizer
         self.momentum = momentum
         self.optimizer = make_optimizer(self.module, optimizer, momentum=momentum)
-        # GradScaler only for fp16 on a GPU; disabled it is a no-op (one code path).
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16"
-                                           and self.device.type == "cuda")
+        # Enabled only for fp16, as in train.fit; disabled it is a no-op (one code path).
+        self.scaler = grad_scaler(self.precision, self.device)
         # Creates the optimizer state, so every measured step starts alike. Batch 2: BatchNorm needs
         # more than one value per channel, and small images end in 1x1 feature maps.
         self._step(2)
@@ -357,7 +365,7 @@ class TrainingStepProbe:
         images = torch.randn(batch_size, 3, self.image_size, self.image_size, device=self.device)
         labels = torch.randint(0, self.num_classes, (batch_size,), device=self.device)
         try:
-            with autocast(self.device, self.precision):
+            with autocast(self.precision, self.device):
                 loss = F.cross_entropy(self.module(images), labels)
             self.scaler.scale(loss).backward()
             self.scaler.step(self.optimizer)
@@ -372,15 +380,12 @@ class TrainingStepProbe:
         return parameter_bytes(self.module) + measured_optimizer_state_bytes(self.optimizer)
 
     def peak_bytes(self, batch_size: int) -> int:
+        """The step's peak: what is live before it (this probe's tensors only) plus its own peak."""
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self._step(batch_size)
-            torch.cuda.synchronize(self.device)
-            return int(torch.cuda.max_memory_allocated(self.device)) - self.other_cuda_bytes
-        with cpu_peak_tracker() as tracked:
-            self._step(batch_size)
-        return self.baseline_bytes() + int(tracked["peak_bytes"])
+            live = torch.cuda.memory_allocated(self.device) - self.other_cuda_bytes
+        else:
+            live = self.baseline_bytes()
+        return live + peak_bytes_during(lambda: self._step(batch_size), self.device)
 
     def estimate(self, batch_size: int, probe_batches: tuple[int, int] = (2, 4)) -> MemoryEstimate:
         return estimate_training_memory(self.module, batch_size, self.image_size, self.precision,

@@ -22,6 +22,8 @@ def resolve_precision(requested: str, device: torch.device) -> str:
     an explicit choice the device cannot run at all is refused with the fix."""
     device = torch.device(device)
     if requested == "auto":
+        if device.type == "meta":  # shapes only (memory estimates): no speed to measure, keep fp32
+            return "off"
         from course_lib import hardware  # measured per device; imported here to keep startup light
 
         return hardware.recommended_precision(device)

@@ -114,6 +114,21 @@ def test_matmul_probe_on_cpu():
         hardware.dtype_supported("cpu", "fp8")
 
 
+def test_peak_is_the_fastest_repeat_and_typical_the_median():
+    # A disturbance only slows a repeat down: 1 s is the clean one, 4 s and 9 s were disturbed.
+    peak, typical = hardware.peak_and_typical([2.0, 1.0, 9.0, 4.0, 2.5], flops_per_matmul=10.0)
+    assert peak == pytest.approx(10.0) and typical == pytest.approx(10.0 / 2.5)
+
+
+def test_matmul_probe_warms_up_repeats_and_reports_best_and_median():
+    result = hardware.matmul_probe("cpu", "fp32", budget_seconds=0.1)  # own cache entry: short on purpose
+    assert result["size"] >= hardware.MATMUL_START_SIZE
+    assert hardware.MATMUL_MIN_REPEATS <= result["repeats"] <= hardware.MATMUL_MAX_REPEATS
+    assert result["tflops"] >= result["tflops_median"] > 0
+    assert result["tflops"] == pytest.approx(2 * result["size"] ** 3 / result["seconds_per_matmul"] / 1e12)
+    assert hardware.matmul_budget_seconds("cpu", "fp32") > hardware.matmul_budget_seconds("cpu", "bf16")
+
+
 def test_disk_probe_is_bounded(tmp_path):
     for index in range(20):
         (tmp_path / f"file{index}.bin").write_bytes(os.urandom(100_000))

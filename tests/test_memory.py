@@ -72,6 +72,22 @@ def test_cpu_peak_tracker_counts_live_tensors():
     assert tracked["peak_bytes"] == pytest.approx(8_000_000, rel=0.01)
 
 
+def test_peak_bytes_during_counts_the_step_only():
+    kept = torch.ones(1_000_000)  # live before the step: not counted
+    peak = memory.peak_bytes_during(lambda: (kept * 2) * 3, "cpu")  # two 4 MB temporaries at once
+    assert peak == pytest.approx(8_000_000, rel=0.01)
+
+
+def test_probe_optimizer_is_the_training_one():
+    # The same weight-decay groups as schedule.make_optimizer (what train.fit uses).
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    decayed, plain = memory.make_optimizer(model, "sgd", momentum=0.8, weight_decay=1e-4).param_groups
+    assert decayed["momentum"] == 0.8 and len(decayed["params"]) == 1 and len(plain["params"]) == 3
+    assert decayed["weight_decay"] == 1e-4 and plain["weight_decay"] == 0.0
+    # Off by default: the probe then measures the estimate's four sources and no decay temporary.
+    assert {group["weight_decay"] for group in memory.make_optimizer(model).param_groups} == {0.0}
+
+
 def test_estimate_within_25_percent_of_measured_peak_on_cpu():
     rows = memory.compare_estimate_and_peak("test_resnet", 32, [2, 8], optimizer="sgd")
     for row in rows:

@@ -31,3 +31,13 @@ def test_auto_asks_the_hardware_module(monkeypatch):
 
     monkeypatch.setattr(hardware, "recommended_precision", lambda device: "bf16")
     assert precision.resolve_precision("auto", torch.device("cpu")) == "bf16"
+
+
+def test_auto_on_meta_keeps_fp32_without_measuring(monkeypatch):
+    from course_lib import hardware
+
+    def fail(device):
+        raise AssertionError("a meta device has no speed to measure")
+
+    monkeypatch.setattr(hardware, "recommended_precision", fail)
+    assert precision.resolve_precision("auto", torch.device("meta")) == "off"

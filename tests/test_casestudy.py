@@ -1,0 +1,100 @@
+import pytest
+import torch
+
+from course_lib import casestudy, data, ledger
+from course_lib.config import ConfigError, make_config
+
+
+@pytest.fixture
+def config(tmp_path):
+    return make_config("smoke", model="test_resnet", batch_size=8, max_steps=1, output_dir=str(tmp_path / "ckpt"))
+
+
+def test_baseline_config_turns_every_switch_off():
+    tuned = make_config("gpu", mixup_alpha=0.3, label_smoothing=0.1, optimizer="adamw", compile=True)
+    base = casestudy.baseline_config(tuned)
+    assert (base.num_workers, base.pin_memory, base.persistent_workers, base.prefetch_factor) == (0, False, False, 2)
+    assert (base.precision, base.channels_last, base.compile, base.optimizer) == ("off", False, False, "sgd")
+    assert base.mixup_alpha == base.label_smoothing == base.warmup_epochs == 0
+    assert base.model == tuned.model and base.batch_size == tuned.batch_size
+
+
+def test_stage_changes(config):
+    loader = casestudy.stage_changes("data_loader", config, device="cpu")
+    assert 1 <= loader["num_workers"] <= casestudy.ARTICLE_WORKERS
+    assert loader["pin_memory"] and loader["persistent_workers"] and loader["prefetch_factor"] == 8
+    recipe = casestudy.stage_changes("optimizer", config.replace(epochs=20), device="cpu")
+    assert recipe["optimizer"] == "adamw" and recipe["lr"] == pytest.approx(2e-4)
+    assert recipe["warmup_epochs"] == pytest.approx(1.0)  # 5 of 100 epochs -> 1 of 20
+    regularization = casestudy.stage_changes("regularization", config, device="cpu", pretrained=False)
+    assert regularization == {"label_smoothing": 0.1, "mixup_alpha": 0.3, "pretrained": False}
+    assert casestudy.stage_changes("amp", config, device="cpu")["precision"] in ("bf16", "fp16")
+    config.replace(**recipe)  # every change is a valid Config field
+    with pytest.raises(ConfigError, match="unknown stage"):
+        casestudy.stage_changes("turbo", config, device="cpu")
+
+
+def test_ddp_world_size_by_profile():
+    assert casestudy.ddp_world_size("smoke", "cpu")[0] == 0
+    assert casestudy.ddp_world_size("cpu", "cpu") == (2, casestudy.ddp_world_size("cpu", "cpu")[1])
+    if not torch.cuda.is_available():
+        assert casestudy.ddp_world_size("gpu", "cpu")[0] == 0
+
+
+def test_pretrained_weights_check_never_downloads():
+    available, reason = casestudy.pretrained_weights_cached("test_resnet")
+    assert isinstance(available, bool) and reason
+    if not available:
+        assert "cache" in reason or "no pretrained" in reason
+
+
+def _row(stage, rate, kept=True):
+    return {"stage": stage, "images_per_second": rate, "kept": kept, "note": ""}
+
+
+def test_speed_stages_are_kept_only_when_faster(config):
+    study = casestudy.CaseStudy(config, profile="smoke")
+    study.rows = [{**_row("baseline", 10.0), "speedup_vs_baseline": 1.0}]
+    slower = _row("data_loader", 8.0)
+    study._decide(slower)
+    assert slower["speedup_vs_baseline"] == pytest.approx(0.8) and not slower["kept"]
+    assert "not kept: 0.80x" in slower["note"]
+    study.rows.append(slower)
+    faster = _row("amp", 25.0)
+    study._decide(faster)  # compared with the last kept stage (the baseline), not the dropped one
+    assert faster["kept"] and faster["speedup_vs_previous"] == pytest.approx(2.5)
+    study.rows.append(faster)
+    recipe = _row("optimizer", 20.0)
+    study._decide(recipe)
+    assert recipe["kept"] and recipe["speedup_vs_previous"] == pytest.approx(0.8)  # recipe stages always kept
+
+
+def test_case_study_runs_records_and_tabulates(config):
+    bundle = data.build_datasets(config)
+    study = casestudy.CaseStudy(casestudy.baseline_config(config), profile="smoke", bundle=bundle)
+    baseline = study.run("baseline")
+    assert baseline["kept"] and baseline["speedup_vs_baseline"] == pytest.approx(1.0)
+    assert baseline["full_epoch_seconds"] == pytest.approx(len(bundle.train) / baseline["images_per_second"])
+    study.skip("ddp", "skipped: test")
+    study.run("regularization", **casestudy.stage_changes("regularization", study.config, device="cpu"))
+    assert study.config.mixup_alpha == 0.3  # kept changes carry forward
+    table = study.table()
+    assert list(table.index) == ["baseline", "ddp", "regularization"]
+    assert table.loc["baseline", "article_epoch_minutes"] == 40.0
+    assert table.loc["regularization", "article_top1"] == pytest.approx(0.938)
+    assert table.loc["regularization", "article_speedup"] == pytest.approx(10.0)
+    rows = ledger.Ledger().rows(kind=casestudy.LEDGER_KIND)
+    assert [r["name"] for r in rows] == ["regularization", "ddp", "baseline"]
+    assert rows[0]["parameters"]["stage"] == "regularization" and rows[0]["parameters"]["study_id"] == study.study_id
+    assert rows[1]["status"] == "skipped"
+    earlier = casestudy.previous_studies()
+    assert len(earlier) == 1 and earlier.loc[0, "baseline speed-up"] == pytest.approx(1.0)
+    claims = casestudy.claims_table(study, hardware="test machine")
+    assert len(claims) == 6 and claims.attrs["hardware"] == "test machine"
+    assert claims.iloc[2]["measured here"] == "skipped: test" and claims.iloc[0]["measured here"] == "not run"
+    with pytest.raises(ConfigError, match="unknown stage"):
+        study.run("turbo")
+
+
+def test_previous_studies_empty_ledger():
+    assert casestudy.previous_studies().empty

@@ -37,6 +37,8 @@ class Config:
     model: str = "resnet18"  # any timm model name
     pretrained: bool = False  # load timm's ImageNet weights (needs them cached or internet)
     checkpoint: str = ""  # path of a workbook checkpoint to start from; "" = none
+    freeze_backbone_epochs: int = 0  # epochs at the start that train only the classifier head
+    backbone_lr_scale: float = 1.0  # backbone learning rate as a fraction of lr (e.g. 0.1 for fine-tuning)
     # --- optimisation ---
     batch_size: int = 64  # images per step per process
     epochs: int = 1  # passes over the training split
@@ -145,9 +147,12 @@ def check_values(values: dict) -> dict:
     for name in ("image_size", "batch_size", "accumulation_steps", "prefetch_factor"):
         if name in checked and checked[name] < 1:
             raise ConfigError(f"{name} must be at least 1, got {checked[name]}")
-    for name in ("epochs", "max_steps", "max_train_images", "num_workers"):
+    for name in ("epochs", "max_steps", "max_train_images", "num_workers", "freeze_backbone_epochs"):
         if name in checked and checked[name] < 0:
             raise ConfigError(f"{name} must be 0 or more, got {checked[name]}")
+    if checked.get("backbone_lr_scale", 1.0) <= 0:
+        raise ConfigError(f"backbone_lr_scale must be above 0, got {checked['backbone_lr_scale']}; "
+                          "to keep the backbone fixed use freeze_backbone_epochs")
     return checked
 
 

@@ -29,7 +29,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from course_lib import checkpoint as checkpoints
 from course_lib import data as data_module
-from course_lib import ledger
+from course_lib import ledger, transfer
 from course_lib.config import Config, ConfigError, WorkbookError, make_config, parse_assignments
 from course_lib.precision import autocast, grad_scaler, resolve_precision
 from course_lib.schedule import make_optimizer, make_scheduler
@@ -123,32 +123,20 @@ def epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
     return int(np.random.SeedSequence([seed, epoch, rank]).generate_state(1)[0])
 
 
-def build_model(config: Config, num_classes: int) -> torch.nn.Module:
+def build_model(config: Config, num_classes: int, classes: list[str] | None = None) -> torch.nn.Module:
     """A timm model with `num_classes` outputs: random init, timm's pretrained weights, or the
-    weights of a workbook checkpoint (`config.checkpoint`)."""
+    weights of a workbook checkpoint (`config.checkpoint`), whose head is replaced by a new one
+    unless it was trained on `classes` (see `transfer.load_backbone`)."""
     import timm
 
     if not timm.is_model(config.model):
         similar = timm.list_models(f"*{config.model.split('.')[0][:8]}*")[:8]
         hint = f"similar names: {', '.join(similar)}" if similar else "see timm.list_models()"
         raise ConfigError(f"unknown timm model {config.model!r}; {hint}")
-    try:
-        model = timm.create_model(config.model, pretrained=config.pretrained, num_classes=num_classes)
-    except Exception as error:  # hub/network errors come in many types
-        if not config.pretrained:
-            raise
-        raise ConfigError(f"could not load pretrained weights for {config.model} ({type(error).__name__}); "
-                          "they need internet or a filled Hugging Face cache; set pretrained=false") from None
+    # A checkpoint overwrites every backbone weight, so ImageNet weights would be downloaded for nothing.
+    model = transfer.create_model(config.model, num_classes, pretrained=config.pretrained and not config.checkpoint)
     if config.checkpoint:
-        state = checkpoints.load_checkpoint(data_module.resolve_path(config.checkpoint))
-        saved_model = state.get("config", {}).get("model")
-        if saved_model and saved_model != config.model:
-            raise ConfigError(f"checkpoint {config.checkpoint} holds a {saved_model}, not a {config.model}; "
-                              f"set model={saved_model}")
-        own = model.state_dict()
-        # A different number of classes: keep the backbone, leave the new classifier randomly initialised.
-        weights = {k: v for k, v in state["model"].items() if k in own and own[k].shape == v.shape}
-        model.load_state_dict(weights, strict=False)
+        transfer.load_backbone(model, data_module.resolve_path(config.checkpoint), classes, config.model)
     return model
 
 
@@ -308,10 +296,11 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
                               "lower batch_size or accumulation_steps")
 
         # Model, optimizer, schedule, scaler, EMA.
-        raw_model = build_model(config, num_classes)
+        raw_model = build_model(config, num_classes, bundle.classes)
         raw_model = raw_model.to(device, memory_format=torch.channels_last if config.channels_last
                                  else torch.preserve_format)
-        optimizer = make_optimizer(raw_model, config)
+        # Built while every parameter is trainable, so it holds the backbone for after unfreezing.
+        optimizer = transfer.scale_backbone_lr(make_optimizer(raw_model, config), raw_model, config.backbone_lr_scale)
         scheduler = make_scheduler(optimizer, config, steps_per_epoch)
         scaler = grad_scaler(precision, device)
         ema = ModelEmaV3(raw_model, decay=config.ema_decay) if config.ema_decay > 0 else None
@@ -337,12 +326,21 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
         elif config.resume:
             log(f"resume: no checkpoint at {checkpoint_path} yet; starting from scratch")
 
-        model = raw_model
-        if distributed.enabled:
-            model = torch.nn.parallel.DistributedDataParallel(
-                model, device_ids=[device.index] if device.type == "cuda" else None)
-        if config.compile:
-            model = torch.compile(model)  # compiles on the first step (slow once; see notebook 03)
+        def wrap(module):
+            if distributed.enabled:  # DDP registers the parameters that require grad when it is built
+                module = torch.nn.parallel.DistributedDataParallel(
+                    module, device_ids=[device.index] if device.type == "cuda" else None)
+            if config.compile:
+                module = torch.compile(module)  # compiles on the first step (slow once; see notebook 03)
+            return module
+
+        backbone_frozen = start_epoch < config.freeze_backbone_epochs
+        if backbone_frozen:  # the optimizer skips parameters without gradients
+            transfer.set_backbone_trainable(raw_model, False)
+            log(f"backbone frozen for epochs 1-{config.freeze_backbone_epochs}: training the head only "
+                f"({transfer.count_parameters(raw_model, trainable_only=True):,} of "
+                f"{transfer.count_parameters(raw_model):,} parameters)")
+        model = wrap(raw_model)
 
         mixup = _make_mixup(config, num_classes)
         criterion = SoftTargetCrossEntropy() if mixup else torch.nn.CrossEntropyLoss(
@@ -366,7 +364,14 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
             sampler.set_epoch(epoch)
             if train_loader.generator is not None:
                 train_loader.generator.manual_seed(epoch_seed(config.seed, epoch, distributed.rank))
+            if backbone_frozen and epoch >= config.freeze_backbone_epochs:
+                backbone_frozen = False
+                transfer.set_backbone_trainable(raw_model, True)
+                model = wrap(raw_model)  # a new DDP wrapper, which sees the newly trainable parameters
+                log(f"epoch {epoch + 1}: backbone unfrozen, training all parameters")
             model.train()
+            if backbone_frozen:
+                transfer.freeze_batchnorm(raw_model)  # keep the source's statistics (see the docstring)
             reset_peak_memory(device)
             step_losses, losses, step_learning_rates = [], [], []
             correct = torch.zeros((), device=device, dtype=torch.long)

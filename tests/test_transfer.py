@@ -1,0 +1,210 @@
+"""Transfer learning: a checkpoint with another head loads its backbone exactly, frozen epochs
+change only the head, unfreezing trains everything, and pretrained weights that cannot be had
+offline give a one-line error. Tiny timm models on CPU."""
+import timm
+import torch
+import pytest
+
+from course_lib import checkpoint, train, transfer
+from course_lib.config import ConfigError, make_config
+from course_lib.data import DataBundle
+
+SOURCE_CLASSES = [f"source{i}" for i in range(5)]
+TARGET_CLASSES = [f"target{i}" for i in range(3)]
+
+
+class TensorImages(torch.utils.data.Dataset):
+    """Fixed random images whose mean depends on the label, in memory."""
+
+    def __init__(self, count, classes, size=16, seed=0):
+        generator = torch.Generator().manual_seed(seed)
+        self.targets = torch.arange(count) % len(classes)
+        self.images = torch.randn(count, 3, size, size, generator=generator) + self.targets.view(-1, 1, 1, 1) * 0.5
+
+    def __len__(self):
+        return len(self.targets)
+
+    def __getitem__(self, index):
+        return self.images[index], int(self.targets[index])
+
+
+def target_bundle(count=48):
+    return DataBundle(TensorImages(count, TARGET_CLASSES), TensorImages(12, TARGET_CLASSES, seed=1), None,
+                      TARGET_CLASSES, "tensors")
+
+
+def tiny_config(tmp_path, **overrides):
+    values = dict(model="test_resnet", batch_size=16, epochs=1, max_steps=0, lr=0.05, optimizer="sgd",
+                  precision="off", device="cpu", num_workers=0, output_dir=str(tmp_path / "checkpoints"),
+                  image_size=16)
+    values.update(overrides)
+    return make_config("smoke", **values)
+
+
+def save_source_checkpoint(tmp_path, classes=SOURCE_CLASSES, model_name="test_resnet"):
+    """A checkpoint of a model with `len(classes)` outputs and non-default weights and BN statistics."""
+    torch.manual_seed(1)
+    model = timm.create_model(model_name, num_classes=len(classes))
+    with torch.no_grad():  # as if trained: moved weights, running statistics that are not 0 and 1
+        for name, tensor in model.state_dict().items():
+            if name.endswith("running_var"):
+                tensor.mul_(1 + torch.rand_like(tensor))
+            elif tensor.is_floating_point():
+                tensor.add_(0.01 * torch.randn_like(tensor))
+    config = tiny_config(tmp_path, model=model_name)
+    path = checkpoint.save_checkpoint({"model": model.state_dict(), "config": config.to_dict(),
+                                       "classes": list(classes), "epoch": 1}, tmp_path / "source.pt")
+    return path, {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def split_state(model):
+    """(backbone state incl. BatchNorm statistics, head state), cloned."""
+    head_names = {name for name, _ in model.get_classifier().named_parameters()}
+    prefix = next(n for n, m in model.named_modules() if m is model.get_classifier())
+    head_keys = {f"{prefix}.{name}" for name in head_names}
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return ({k: v for k, v in state.items() if k not in head_keys}, {k: v for k, v in state.items() if k in head_keys})
+
+
+def assert_equal_states(first, second):
+    assert first.keys() == second.keys()
+    for name in first:
+        assert torch.equal(first[name], second[name]), name
+
+
+# --- a new head on a loaded backbone ------------------------------------------------------------
+
+@pytest.mark.parametrize("classes, head", [(TARGET_CLASSES, "new"), ([f"other{i}" for i in range(5)], "new"),
+                                           (SOURCE_CLASSES, "kept")])
+def test_checkpoint_loads_the_backbone_exactly_and_replaces_a_foreign_head(tmp_path, classes, head):
+    path, saved = save_source_checkpoint(tmp_path)
+    model = train.build_model(tiny_config(tmp_path, checkpoint=str(path)), len(classes), classes)
+    backbone, head_state = split_state(model)
+    assert_equal_states(backbone, {k: v for k, v in saved.items() if k in backbone})
+    assert model.get_classifier().out_features == len(classes)
+    if head == "kept":
+        assert_equal_states(head_state, {k: v for k, v in saved.items() if k in head_state})
+    else:
+        assert not torch.equal(head_state["fc.weight"], saved["fc.weight"][:len(classes)])
+
+
+def test_checkpoint_of_another_model_is_a_one_line_error(tmp_path):
+    path, _ = save_source_checkpoint(tmp_path)
+    with pytest.raises(ConfigError, match="holds a test_resnet, not a resnet18; set model=test_resnet"):
+        train.build_model(tiny_config(tmp_path, model="resnet18", checkpoint=str(path)), 3, TARGET_CLASSES)
+    model = timm.create_model("test_vit", num_classes=3)
+    with pytest.raises(checkpoint.CheckpointError, match="does not fit") as error:
+        transfer.load_backbone(model, path, TARGET_CLASSES)
+    assert "\n" not in str(error.value)
+
+
+# --- freezing, then unfreezing --------------------------------------------------------------------
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_frozen_epochs_change_the_head_and_leave_the_backbone_and_its_statistics_alone(tmp_path, optimizer):
+    path, _ = save_source_checkpoint(tmp_path)
+    config = tiny_config(tmp_path, checkpoint=str(path), freeze_backbone_epochs=1, optimizer=optimizer,
+                         weight_decay=0.05)
+    start = train.build_model(config, len(TARGET_CLASSES), TARGET_CLASSES)  # same seed as fit: same new head
+    result = train.fit(config, bundle=target_bundle(), progress=False, verbose=False)
+    backbone_before, head_before = split_state(start)
+    backbone_after, head_after = split_state(result.model)
+    assert_equal_states(backbone_after, backbone_before)  # weights, decay, running mean/var: untouched
+    assert not torch.equal(head_after["fc.weight"], head_before["fc.weight"])
+
+
+def test_unfreezing_trains_every_parameter_again(tmp_path):
+    path, saved = save_source_checkpoint(tmp_path)
+    config = tiny_config(tmp_path, checkpoint=str(path), freeze_backbone_epochs=1, epochs=2)
+    result = train.fit(config, bundle=target_bundle(), progress=False, verbose=False)
+    assert all(parameter.requires_grad for parameter in result.model.parameters())
+    backbone_after, _ = split_state(result.model)
+    unchanged = [name for name, value in backbone_after.items() if value.is_floating_point()
+                 and torch.equal(value, saved[name])]
+    assert not unchanged, f"not trained after unfreezing: {unchanged[:5]}"
+
+
+def test_backbone_learning_rate_is_scaled_and_decays_with_the_head():
+    from course_lib.schedule import make_optimizer, make_scheduler
+
+    model = timm.create_model("test_resnet", num_classes=3)
+    config = make_config(None, optimizer="adamw", lr=1e-3, backbone_lr_scale=0.1, epochs=2)
+    optimizer = transfer.scale_backbone_lr(make_optimizer(model, config), model, config.backbone_lr_scale)
+    head = {id(p) for p in model.get_classifier().parameters()}
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(model.parameters()))
+    scheduler = make_scheduler(optimizer, config, steps_per_epoch=5)
+    for _ in range(4):
+        optimizer.step()
+        scheduler.step()
+    for group in optimizer.param_groups:
+        is_head = all(id(p) in head for p in group["params"])
+        assert all((id(p) in head) == is_head for p in group["params"])  # no group mixes head and backbone
+        expected = 1e-3 if is_head else 1e-4
+        assert group["lr"] == pytest.approx(expected * optimizer.param_groups[0]["lr"] / 1e-3)
+    assert all(id(p) in head for p in optimizer.param_groups[0]["params"])  # the logged lr is the head's
+
+
+@pytest.mark.parametrize("name, value", [("freeze_backbone_epochs", -1), ("backbone_lr_scale", 0.0)])
+def test_bad_transfer_fields_are_refused(name, value):
+    with pytest.raises(ConfigError, match=name):
+        make_config(None, **{name: value})
+
+
+# --- pretrained weights offline ---------------------------------------------------------------------
+
+def assert_one_line_fix(error):
+    message = str(error.value)
+    assert "\n" not in message
+    for fix in ("be online once", "HF_HUB_OFFLINE=1", "checkpoint=<path>"):
+        assert fix in message
+
+
+def test_offline_without_cache_is_a_one_line_error_without_waiting(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    assert not transfer.pretrained_available("test_resnet")
+    with pytest.raises(transfer.PretrainedWeightsError) as error:
+        train.build_model(tiny_config(tmp_path, pretrained=True), 3)
+    assert_one_line_fix(error)
+
+
+def test_what_timm_raises_offline_is_translated(tmp_path, monkeypatch):
+    """Past the quick check (say the cache looked filled), timm's own error is what the user sees."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(transfer, "weights_cached", lambda name: True)
+    with pytest.raises(transfer.PretrainedWeightsError, match="LocalEntryNotFoundError") as error:
+        transfer.create_model("test_resnet", 3, pretrained=True)
+    assert_one_line_fix(error)
+
+
+def test_a_checkpoint_start_does_not_ask_for_pretrained_weights(tmp_path, monkeypatch):
+    path, _ = save_source_checkpoint(tmp_path)
+    monkeypatch.setattr(transfer, "hub_reachable", lambda *args: pytest.fail("went to the hub"))
+    train.build_model(tiny_config(tmp_path, pretrained=True, checkpoint=str(path)), 3, TARGET_CLASSES)
+
+
+# --- reading the runs ---------------------------------------------------------------------------------
+
+def test_time_to_target_counts_training_seconds_until_first_reached():
+    history = [{"epoch": 1, "epoch_seconds": 2.0, "val_top1": 0.5}, {"epoch": 2, "epoch_seconds": 3.0, "val_top1": 0.8},
+               {"epoch": 3, "epoch_seconds": 4.0, "val_top1": 0.7}]
+    assert transfer.time_to_target(history, 0.8) == {"epochs": 2, "seconds": pytest.approx(5.0)}
+    assert transfer.time_to_target(history, 0.9) == {"epochs": None, "seconds": None}
+
+
+def test_plan_without_weights_or_eurosat_pretrains_on_digits_for_the_sample(tmp_path, monkeypatch):
+    from course_lib import data
+
+    monkeypatch.setattr(transfer, "pretrained_available", lambda name: False)
+    monkeypatch.setattr(data, "eurosat_shared_dir", lambda: None)
+    plan = transfer.plan_transfer(tiny_config(tmp_path), source_epochs=2)
+    assert (plan.source, plan.target) == ("digits", "landcover-synth")
+    assert plan.source_config.dataset == "digits" and plan.source_config.epochs == 2
+    assert plan.source_config.output_dir != plan.target_config.output_dir
+    with pytest.raises(ConfigError, match="both landcover-synth"):
+        transfer.plan_transfer(tiny_config(tmp_path), source="landcover-synth")

@@ -31,6 +31,7 @@ from course_lib import checkpoint as checkpoints
 from course_lib import data as data_module
 from course_lib import ledger, transfer
 from course_lib.config import Config, ConfigError, WorkbookError, make_config, parse_assignments
+from course_lib.memory import peak_memory_bytes, peak_memory_kind, reset_peak_memory
 from course_lib.precision import autocast, grad_scaler, resolve_precision
 from course_lib.schedule import make_optimizer, make_scheduler
 
@@ -155,23 +156,6 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict:
     """The checkpoint dict: "model" (state_dict), "config" (dict), "classes", "epoch", "history",
     "optimizer", "scheduler", "scaler", "ema". Refuses files holding arbitrary pickled objects."""
     return checkpoints.load_checkpoint(path, map_location=map_location)
-
-
-def reset_peak_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def peak_memory_bytes(device: torch.device) -> int:
-    """CUDA: peak bytes held by tensors since the last reset. CPU: the process's peak resident
-    set (torch's CPU allocator keeps no counter; this one never resets, so compare settings with
-    `memory.TrainingStepProbe` instead)."""
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    import resource
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB
 
 
 def to_device(images: torch.Tensor, device: torch.device, channels_last: bool) -> torch.Tensor:
@@ -459,7 +443,7 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
                 # count means the process was waiting for cores, or for the GPU.
                 "process_cpu_seconds": process_cpu_seconds,
                 "peak_memory_bytes": peak_memory_bytes(device),
-                "peak_memory_kind": "cuda_max_allocated" if device.type == "cuda" else "process_peak_rss",
+                "peak_memory_kind": peak_memory_kind(device),
                 "optimizer_steps": steps_per_epoch,
                 "skipped_steps": skipped_steps,
                 "world_size": world,

@@ -73,3 +73,11 @@ def test_replace_is_checked():
     with pytest.raises(ConfigError):
         config.replace(epochs="3")
     assert isinstance(config, Config)
+
+
+def test_readme_documents_every_field():
+    from conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    missing = [name for name in FIELD_NAMES if f"| `{name}` |" not in readme]
+    assert not missing, f"README's configuration table lacks {missing}"

@@ -2,11 +2,27 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from course_lib import ledger
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = ROOT / "data_samples" / "landcover-synth"
+
+
+class TensorImages(torch.utils.data.Dataset):
+    """Fixed random images whose mean depends on the label (so they are learnable), in memory."""
+
+    def __init__(self, count, num_classes=4, size=16, seed=0):
+        generator = torch.Generator().manual_seed(seed)
+        self.targets = torch.arange(count) % num_classes
+        self.images = torch.randn(count, 3, size, size, generator=generator) + self.targets.view(-1, 1, 1, 1) * 0.5
+
+    def __len__(self):
+        return len(self.targets)
+
+    def __getitem__(self, index):
+        return self.images[index], int(self.targets[index])
 
 
 @pytest.fixture(autouse=True)

@@ -15,27 +15,15 @@ from course_lib.checkpoint import load_checkpoint
 from course_lib.config import ConfigError, make_config
 from course_lib.data import DataBundle, build_datasets
 
+from conftest import TensorImages
+
 ROOT = Path(__file__).resolve().parents[1]
 CLASSES = [f"class{i}" for i in range(4)]
 
 
-class TensorImages(torch.utils.data.Dataset):
-    """Fixed random images with learnable labels (the class shifts the mean), in memory."""
-
-    def __init__(self, count, size=16, seed=0):
-        generator = torch.Generator().manual_seed(seed)
-        self.targets = torch.arange(count) % len(CLASSES)
-        self.images = torch.randn(count, 3, size, size, generator=generator) + self.targets.view(-1, 1, 1, 1) * 0.5
-
-    def __len__(self):
-        return len(self.targets)
-
-    def __getitem__(self, index):
-        return self.images[index], int(self.targets[index])
-
-
 def tensor_bundle(train_images=64, size=16):
-    return DataBundle(TensorImages(train_images, size), TensorImages(16, size, seed=1), None, CLASSES, "tensors")
+    return DataBundle(TensorImages(train_images, size=size), TensorImages(16, size=size, seed=1), None, CLASSES,
+                      "tensors")
 
 
 def tiny_config(tmp_path, **overrides):

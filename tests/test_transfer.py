@@ -9,27 +9,14 @@ from course_lib import checkpoint, train, transfer
 from course_lib.config import ConfigError, make_config
 from course_lib.data import DataBundle
 
+from conftest import TensorImages
+
 SOURCE_CLASSES = [f"source{i}" for i in range(5)]
 TARGET_CLASSES = [f"target{i}" for i in range(3)]
 
 
-class TensorImages(torch.utils.data.Dataset):
-    """Fixed random images whose mean depends on the label, in memory."""
-
-    def __init__(self, count, classes, size=16, seed=0):
-        generator = torch.Generator().manual_seed(seed)
-        self.targets = torch.arange(count) % len(classes)
-        self.images = torch.randn(count, 3, size, size, generator=generator) + self.targets.view(-1, 1, 1, 1) * 0.5
-
-    def __len__(self):
-        return len(self.targets)
-
-    def __getitem__(self, index):
-        return self.images[index], int(self.targets[index])
-
-
 def target_bundle(count=48):
-    return DataBundle(TensorImages(count, TARGET_CLASSES), TensorImages(12, TARGET_CLASSES, seed=1), None,
+    return DataBundle(TensorImages(count, len(TARGET_CLASSES)), TensorImages(12, len(TARGET_CLASSES), seed=1), None,
                       TARGET_CLASSES, "tensors")
 
 

@@ -2,6 +2,7 @@
 and a 2-process gloo run under torchrun. Tiny timm models on CPU."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -212,8 +213,16 @@ def test_two_process_gloo_run_under_torchrun_sees_disjoint_data(tmp_path):
                "--profile", "smoke", "--no-progress", "-p", "model=test_resnet", "-p", "batch_size=8",
                "-p", "max_train_images=64", "-p", "max_steps=2", "-p", "epochs=1",
                "-p", f"output_dir={tmp_path / 'checkpoints'}"]
-    process = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert process.returncode == 0, process.stderr[-3000:]
+    # A session of its own, so that a hang kills torchrun *and* its workers, not torchrun alone.
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        _, stderr = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        _, stderr = process.communicate()
+        pytest.fail(f"torchrun did not finish in 120 s: {stderr[-3000:]}")
+    assert process.returncode == 0, stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert all(r["code"] == 0 for r in ranks)
     seen0, seen1 = set(ranks[0]["seen"]), set(ranks[1]["seen"])

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from course_lib import ledger
+from course_lib.config import make_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = ROOT / "data_samples" / "landcover-synth"
@@ -24,6 +25,15 @@ class TensorImages(torch.utils.data.Dataset):
     def __getitem__(self, index):
         return self.images[index], int(self.targets[index])
 
+
+
+def tiny_config(tmp_path, **overrides):
+    """A CPU config for a tiny model (timm's test_resnet at 16 px) that trains in about a second."""
+    values = dict(model="test_resnet", batch_size=16, epochs=1, max_steps=0, lr=0.05, optimizer="sgd",
+                  precision="off", device="cpu", num_workers=0, output_dir=str(tmp_path / "checkpoints"),
+                  image_size=16)
+    values.update(overrides)
+    return make_config("smoke", **values)
 
 @pytest.fixture(autouse=True)
 def isolated_ledger(tmp_path, monkeypatch):

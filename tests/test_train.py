@@ -16,7 +16,7 @@ from course_lib.checkpoint import load_checkpoint
 from course_lib.config import ConfigError, make_config
 from course_lib.data import DataBundle, build_datasets
 
-from conftest import TensorImages
+from conftest import TensorImages, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASSES = [f"class{i}" for i in range(4)]
@@ -25,14 +25,6 @@ CLASSES = [f"class{i}" for i in range(4)]
 def tensor_bundle(train_images=64, size=16):
     return DataBundle(TensorImages(train_images, size=size), TensorImages(16, size=size, seed=1), None, CLASSES,
                       "tensors")
-
-
-def tiny_config(tmp_path, **overrides):
-    values = dict(model="test_resnet", batch_size=16, epochs=1, max_steps=0, lr=0.05, optimizer="sgd",
-                  precision="off", device="cpu", num_workers=0, output_dir=str(tmp_path / "checkpoints"),
-                  image_size=16)
-    values.update(overrides)
-    return make_config("smoke", **values)
 
 
 def weights_of(model):

@@ -9,7 +9,7 @@ from course_lib import checkpoint, train, transfer
 from course_lib.config import ConfigError, make_config
 from course_lib.data import DataBundle
 
-from conftest import TensorImages
+from conftest import TensorImages, tiny_config
 
 SOURCE_CLASSES = [f"source{i}" for i in range(5)]
 TARGET_CLASSES = [f"target{i}" for i in range(3)]
@@ -18,14 +18,6 @@ TARGET_CLASSES = [f"target{i}" for i in range(3)]
 def target_bundle(count=48):
     return DataBundle(TensorImages(count, len(TARGET_CLASSES)), TensorImages(12, len(TARGET_CLASSES), seed=1), None,
                       TARGET_CLASSES, "tensors")
-
-
-def tiny_config(tmp_path, **overrides):
-    values = dict(model="test_resnet", batch_size=16, epochs=1, max_steps=0, lr=0.05, optimizer="sgd",
-                  precision="off", device="cpu", num_workers=0, output_dir=str(tmp_path / "checkpoints"),
-                  image_size=16)
-    values.update(overrides)
-    return make_config("smoke", **values)
 
 
 def save_source_checkpoint(tmp_path, classes=SOURCE_CLASSES, model_name="test_resnet"):

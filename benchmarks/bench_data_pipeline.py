@@ -21,8 +21,19 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from course_lib import augment, bench, cache, data, decode, ledger, loaders, shards  # noqa: E402
+from course_lib import devices, ledger, paths
 from course_lib.config import make_config  # noqa: E402
+from course_lib.data import (
+    cache,
+    datasets,
+    decode,
+    device_augment,
+    landcover,
+    loaders,
+    shards,
+    transforms,
+)
+from course_lib.measure import bench  # noqa: E402
 
 
 def log(message: str) -> None:
@@ -48,11 +59,11 @@ def sweep_section(label: str, folder: Path, image_size: int, images: int, grid: 
     config = base.replace(image_size=image_size)
     settings = loaders.setting_grid(**grid)
     rows = loaders.sweep_loader(dataset, config, settings, epochs=1 if quick else 2,
-                                device=loaders.transfer_device(config),
+                                device=devices.transfer_device(config.device),
                                 on_result=lambda r: log(f"  {label} {r['setting']}: {r['images_per_second']:.0f}/s"))
     knee, best = loaders.find_knee(rows), max(rows, key=lambda r: r["images_per_second"])
     one_core = loaders.single_process_rate(dataset, images=min(images, 64 if quick else 256))
-    cores = loaders.usable_cores()
+    cores = devices.usable_cores()
     return {"label": label, "folder": str(folder), "image_size": image_size, "images": len(dataset),
             "pipeline": "PIL decode + RandomResizedCrop + flip + ColorJitter per sample in workers",
             "rows": rows, "knee": knee["setting"], "knee_images_per_second": knee["images_per_second"],
@@ -78,7 +89,7 @@ def cache_section(label: str, folder: Path, image_size: int, cpu_images: int, ba
             row = loaders.time_dataset(dataset, config, epochs=epochs)
             rows.append({"path": path, "augmentation": "none (uint8 batches: the loader alone)", **row})
             log(f"  {label} {path} workers={workers}: {row['images_per_second']:.0f}/s")
-        cpu_transform = augment.sample_transform(image_size, "cpu")
+        cpu_transform = transforms.sample_transform(image_size, "cpu")
         for path, dataset in (("JPEG files", loaders.image_folder_dataset(folder, image_size, augmentation="cpu")),
                               ("pre-decoded memmap", cache.PreDecodedDataset(info.folder, cpu_transform))):
             row = loaders.time_dataset(loaders.first_images(dataset, cpu_images), config, epochs=epochs)
@@ -102,14 +113,14 @@ def shards_section(folder: Path, images: int, base, quick: bool) -> dict:
     out = ROOT / "data_cache" / "shards" / f"{folder.parent.name}-{images}"
     shard_count = shards.recommend_shard_count(ranks=1, workers_per_rank=2, total_bytes=0) * 4  # 8 shards
     written = shards.write_shards(folder, out, shard_count, max_images=images)
-    files = [path for path, _ in data.ImageFolderDataset(folder).samples]
+    files = [path for path, _ in datasets.ImageFolderDataset(folder).samples]
     files = [files[int(i * len(files) / images)] for i in range(images)]
     raw = shards.time_raw_reads(files, written.urls, repeats=2 if quick else 3)
     log(f"  raw reads: loose {raw['loose_files_per_second']:.0f} files/s, "
         f"shards {raw['shards_files_per_second']:.0f} files/s")
     loose = loaders.image_folder_dataset(folder, 64, augmentation="device")
     loose = torch.utils.data.Subset(loose, [int(i * len(loose) / images) for i in range(images)])
-    streamed = shards.ShardDataset(written.urls, augment.sample_transform(64, "device"))
+    streamed = shards.ShardDataset(written.urls, transforms.sample_transform(64, "device"))
     rows = []
     for workers in (0, 2):
         config = base.replace(image_size=64, num_workers=workers)
@@ -124,14 +135,14 @@ def shards_section(folder: Path, images: int, base, quick: bool) -> dict:
 
 def augment_section(folder: Path, images: int, base, quick: bool) -> dict:
     rows = []
-    device = loaders.transfer_device(base)
-    device_augment = augment.DeviceAugment(64, seed=0)
+    device = devices.transfer_device(base.device)
+    batch_augment = device_augment.DeviceAugment(64, seed=0)
     for workers in (0, 2):
         config = base.replace(image_size=64, num_workers=workers)
         cpu = loaders.first_images(loaders.image_folder_dataset(folder, 64, augmentation="cpu"), images)
         batched = loaders.first_images(loaders.image_folder_dataset(folder, 64, augmentation="device"), images)
         for place, dataset, transform in (("per-sample, CPU workers (torchvision v2)", cpu, None),
-                                          (f"per-batch on {device or 'cpu'} (DeviceAugment)", batched, device_augment)):
+                                          (f"per-batch on {device or 'cpu'} (DeviceAugment)", batched, batch_augment)):
             row = loaders.time_dataset(dataset, config, epochs=1 if quick else 2, batch_transform=transform,
                                        device=device)
             rows.append({"augmentation": place, **row})
@@ -142,7 +153,7 @@ def augment_section(folder: Path, images: int, base, quick: bool) -> dict:
 def data_wait_section(folder: Path, base, quick: bool) -> list[dict]:
     import timm
 
-    device = loaders.transfer_device(base) or torch.device("cpu")
+    device = devices.transfer_device(base.device) or torch.device("cpu")
     dataset = loaders.image_folder_dataset(folder, 64, augmentation="cpu")
     model = timm.create_model("resnet18", num_classes=10).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -232,11 +243,11 @@ def main(argv=None) -> int:
     quick = args.quick
     start, started = time.perf_counter(), time.strftime("%Y-%m-%dT%H:%M:%S")
     load_before = [round(x, 2) for x in os.getloadavg()]
-    shared = data.eurosat_shared_dir()
+    shared = paths.eurosat_shared_dir()
     if shared is None:
         raise SystemExit("the real EuroSAT folder ../shared/datasets/eurosat_rgb is absent; this benchmark needs it")
     eurosat = shared / "train"
-    land512 = data.landcover_cache_dir(512, {"train": 8 if quick else 40}) / "train"
+    land512 = landcover.landcover_cache_dir(512, {"train": 8 if quick else 40}) / "train"
     # One intra-op thread in this process, as in every DataLoader worker: at num_workers=0 the
     # per-sample transforms run here, and torch's default threads on 64 px tensors cost more than
     # they save on a busy machine (measured below as the "threads pitfall").
@@ -291,7 +302,7 @@ def main(argv=None) -> int:
     ]
     results = {
         "hardware": ledger.describe_hardware(), "hardware_detail": ledger.hardware_summary(),
-        "versions": ledger.runtime_versions(), "usable_cores": loaders.usable_cores(), "quick": quick,
+        "versions": ledger.runtime_versions(), "usable_cores": devices.usable_cores(), "quick": quick,
         "started": started, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "seconds": time.perf_counter() - start, "load_before": load_before,
         "load_after": [round(x, 2) for x in os.getloadavg()],

@@ -1,10 +1,10 @@
 """Engine overhead and model-FLOPs utilization (issue 5).
 
-The engine (`course_lib.train.fit`) against a minimal hand-written loop doing the same work
+The engine (`course_lib.engine.train.fit`) against a minimal hand-written loop doing the same work
 (same model, data, optimizer, schedule and precision; forward, loss, backward, step), side by
 side in one run, alternating, with a thrown-away warm-up epoch each. Target: overhead <= 3 %.
 MFU: training FLOPs per image (`torch.utils.flop_counter`) x images/s over the matmul peak
-that `course_lib.hardware` measures.
+that `course_lib.measure.peak` measures.
 
     .venv/bin/python benchmarks/bench_engine.py            # about two minutes on 2 CPU cores
     .venv/bin/python benchmarks/bench_engine.py --quick    # seconds, to check it runs
@@ -30,12 +30,15 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from course_lib import flops, ledger, train  # noqa: E402
+from course_lib import devices, ledger
 from course_lib.config import make_config, parse_assignments  # noqa: E402
-from course_lib.data import DataBundle  # noqa: E402
-from course_lib.loaders import make_loader  # noqa: E402
-from course_lib.precision import DTYPES, autocast, grad_scaler, resolve_precision  # noqa: E402
-from course_lib.schedule import make_optimizer, make_scheduler  # noqa: E402
+from course_lib.data.datasets import DataBundle  # noqa: E402
+from course_lib.data.loaders import make_loader  # noqa: E402
+from course_lib.engine import train
+from course_lib.engine.precision import DTYPES, autocast, grad_scaler, resolve_precision  # noqa: E402
+from course_lib.engine.schedule import make_optimizer, make_scheduler  # noqa: E402
+from course_lib.measure import flops
+from course_lib.models import factory  # noqa: E402
 
 CLASSES = [str(i) for i in range(10)]
 
@@ -60,7 +63,7 @@ def hand_written_loop(config, bundle, device, precision) -> dict:
     """The loop a reader would write in ten lines; images/s of its second (warm) epoch, by the wall
     clock and per second of this process's CPU time."""
     train.seed_everything(config.seed)
-    model = train.build_model(config, len(bundle.classes)).to(
+    model = factory.build_model(config, len(bundle.classes)).to(
         device, memory_format=torch.channels_last if config.channels_last else torch.preserve_format)
     optimizer = make_optimizer(model, config)
     scheduler = make_scheduler(optimizer, config, config.max_steps)
@@ -115,7 +118,7 @@ def main(argv=None) -> int:
     overrides = {**defaults, **parse_assignments(args.param)}
     workdir = Path(tempfile.mkdtemp(prefix="bench_engine_"))
     config = make_config(args.profile, **overrides, epochs=2, output_dir=str(workdir / "checkpoints"))
-    device = train.resolve_device(config)
+    device = devices.resolve_device(config.device)
     threads = args.threads if args.threads is not None else (1 if device.type == "cpu" else 0)
     if threads:
         torch.set_num_threads(threads)
@@ -159,7 +162,7 @@ def main(argv=None) -> int:
     ratio = median_ratio(clock)
     overhead = 1 - ratio
     engine_rate = median("engine", "wall")
-    model = train.build_model(config, len(CLASSES))
+    model = factory.build_model(config, len(CLASSES))
     flops_per_image = flops.training_flops_per_image(model, config.image_size)
     utilization = flops.model_flops_utilization(flops_per_image, engine_rate, device,
                                                 DTYPES[precision] if precision != "off" else torch.float32)

@@ -1,44 +1,323 @@
-"""The `workbook` command (also `python -m course_lib`): one entry for every task.
+"""The `workbook` command (also `python -m course_lib`): one entry for every task, and the only
+module that parses command lines. Each subcommand is a pair: `_add_<name>(subparsers)` declares
+its arguments, `_<name>(args)` calls the library and returns the exit code.
 
-Each subcommand lives in the module of its concept; that module's `add_cli(subparsers)`
-declares the arguments and sets `func`, which returns the exit code.
+Under torchrun every worker process runs `python -m course_lib train ...` (or `ddp-probe ...`),
+and `main` runs through torch's `record`: a failing rank's exception lands in its error file
+and torchrun's summary names the rank.
 """
 from __future__ import annotations
 
 import argparse
-import importlib
+import dataclasses
+import json
+import os
 import sys
+from pathlib import Path
 
-from course_lib.config import WorkbookError
+from torch.distributed.elastic.multiprocessing.errors import record
 
-# Subcommand modules, in the order `workbook --help` lists them.
-COMMAND_MODULES = (
-    "course_lib.runner",    # run
-    "course_lib.hardware",  # doctor
-    "course_lib.data",      # data, scan
-    "course_lib.bench",     # bench
-    "course_lib.train",     # train
-    "course_lib.ddp",       # ddp
-    "course_lib.metrics",   # eval
-    "course_lib.ledger",    # ledger
-)
+from course_lib.config import WorkbookError, make_config, parse_assignments
+
+
+def _add_config_arguments(parser: argparse.ArgumentParser, example: str = "-p batch_size=128") -> None:
+    parser.add_argument("--profile", default="auto", help="smoke | cpu | gpu | auto (default auto)")
+    parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
+                        help=f"any Config field, e.g. {example}")
+
+
+# --- run: execute the notebooks ---------------------------------------------------------------
+
+def _add_run(subparsers) -> None:
+    from course_lib import runner
+
+    runner.add_cli(subparsers)
+
+
+# --- doctor -----------------------------------------------------------------------------------
+
+def _add_doctor(subparsers) -> None:
+    parser = subparsers.add_parser("doctor", help="check this machine: inventory, measured speeds, advice")
+    parser.add_argument("--json", action="store_true", help="print the facts as JSON instead of a report")
+    parser.add_argument("--data-dir", help="dataset folder for the disk probe (default: EuroSAT if present, "
+                                           "else the committed sample)")
+    parser.add_argument("--no-measure", action="store_true", help="skip the matmul and disk probes")
+    parser.set_defaults(func=_doctor)
+
+
+def _doctor(args) -> int:
+    from course_lib.measure import doctor
+
+    if args.data_dir and not Path(args.data_dir).is_dir():
+        raise NotADirectoryError(f"--data-dir {args.data_dir} is not a folder; give the dataset folder")
+    facts = doctor.collect_facts(args.data_dir, measure=not args.no_measure)
+    print(json.dumps(facts, indent=2, default=str) if args.json else doctor.format_report(facts))
+    # Non-zero only for problems (a missing GPU is not one), so scripts can gate on it.
+    return 1 if facts["problems"] else 0
+
+
+# --- data and scan ----------------------------------------------------------------------------
+
+def _add_data(subparsers) -> None:
+    data = subparsers.add_parser("data", help="generate or describe datasets")
+    actions = data.add_subparsers(dest="action", metavar="ACTION", required=True)
+    make = actions.add_parser("make", help="write landcover-synth as JPEG in ImageFolder layout")
+    make.add_argument("--out", required=True, help="folder to create (must not exist)")
+    make.add_argument("--image-size", type=int, default=64, help="pixels per side (16..1024)")
+    make.add_argument("--train", type=int, default=200, help="training images per class")
+    make.add_argument("--val", type=int, default=50, help="validation images per class")
+    make.add_argument("--test", type=int, default=50, help="test images per class")
+    make.add_argument("--seed", type=int, default=0)
+    make.set_defaults(func=_data_make)
+    info = actions.add_parser("info", help="classes and split sizes of a configured dataset")
+    _add_config_arguments(info, "-p dataset=imagefolder -p data_dir=PATH")
+    info.set_defaults(func=_data_info)
+
+    scan = subparsers.add_parser("scan", help="check an image folder for unreadable or odd files")
+    scan.add_argument("folder")
+    scan.set_defaults(func=_scan)
+
+
+def _data_make(args) -> int:
+    from course_lib.data import landcover
+
+    out = landcover.make_landcover(args.out, args.image_size,
+                                   {"train": args.train, "val": args.val, "test": args.test}, args.seed)
+    total = sum(1 for _ in out.rglob("*.jpg"))
+    size = sum(p.stat().st_size for p in out.rglob("*.jpg"))
+    print(f"wrote {total} images ({size / 1e6:.1f} MB) to {out}")
+    return 0
+
+
+def _data_info(args) -> int:
+    from course_lib.data import datasets
+
+    config = make_config(args.profile, **parse_assignments(args.param))
+    bundle = datasets.build_datasets(config)
+    sizes = {s: len(getattr(bundle, s)) if getattr(bundle, s) is not None else 0 for s in datasets.SPLITS}
+    print(f"{config.dataset} from {bundle.source}: {bundle.num_classes} classes {bundle.classes}; sizes {sizes}")
+    return 0
+
+
+def _scan(args) -> int:
+    from course_lib.data import scan
+
+    checked, problems = scan.scan_folder(args.folder)
+    for problem in problems:
+        print(problem)
+    print(f"checked {checked} files: {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+# --- bench ------------------------------------------------------------------------------------
+
+_BENCH_COLUMNS = {
+    "decode": ["inputs", "decoder", "image_size", "images", "images_per_second", "megabytes_per_second",
+               "speedup_vs_pil"],
+    "loader": ["setting", "images", "images_per_second"],
+}
+
+
+def _add_bench(subparsers) -> None:
+    from course_lib.measure import bench
+
+    parser = subparsers.add_parser("bench", help="measure data-pipeline speed and record it in the ledger")
+    actions = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
+    for benchmark in bench.BENCHMARKS.values():
+        action = actions.add_parser(benchmark.name, help=benchmark.help)
+        _add_config_arguments(action)
+        action.add_argument("--json", action="store_true", help="print the result as JSON")
+        action.add_argument("--no-record", action="store_true", help="do not write a ledger row")
+        benchmark.add_arguments(action)
+        action.set_defaults(func=_bench)
+
+
+def _bench(args) -> int:
+    from course_lib.measure import bench
+
+    config = make_config(args.profile, **parse_assignments(args.param))
+    result = bench.run_benchmark(args.benchmark, args, config, record=not args.no_record)
+    if args.json:
+        json.dump(dataclasses.asdict(result), sys.stdout, indent=2, default=str)
+        print()
+        return 0
+    print(bench.format_table(result.rows, _BENCH_COLUMNS.get(args.benchmark)))
+    for key, value in result.summary.items():
+        if args.benchmark != "decode":
+            print(f"{key}: {value:.4g}" if isinstance(value, float) else f"{key}: {value}")
+    print(f"hardware: {result.hardware}")
+    return 0
+
+
+# --- train (also what every torchrun worker runs) --------------------------------------------
+
+def _add_train(subparsers) -> None:
+    parser = subparsers.add_parser("train", help="train a timm model with the workbook engine",
+                                   description="Train with the workbook engine. For several processes: "
+                                               "torchrun --nproc-per-node N -m course_lib train -p ...")
+    _add_config_arguments(parser, "-p model=resnet18 -p epochs=3 -p precision=bf16")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
+    parser.set_defaults(func=_train)
+
+
+def _train(args) -> int:
+    from course_lib.engine import train
+
+    config = make_config(args.profile, **parse_assignments(args.param))
+    try:
+        result = train.fit(config, progress=not args.no_progress)
+    except train.NonFiniteLossError as error:
+        print(f"workbook train: error: {error}", file=sys.stderr)
+        return 1
+    if result.checkpoint_path and int(os.environ.get("RANK", "0")) == 0:
+        print(f"checkpoint: {result.checkpoint_path}")
+    return 0
+
+
+# --- ddp: launch under torchrun, or measure scaling; ddp-probe is the probe's worker ----------
+
+def _add_ddp(subparsers) -> None:
+    parser = subparsers.add_parser("ddp", help="launch DDP training with torchrun, or measure scaling",
+                                   description="Run `workbook train` under torchrun (c10d rendezvous on "
+                                               "127.0.0.1); --scaling measures 1..N workers instead.")
+    parser.add_argument("--nproc-per-node", type=int, default=2, help="worker processes per node (default 2)")
+    parser.add_argument("--nnodes", type=int, default=1,
+                        help="torchrun processes on this machine standing in for nodes")
+    _add_config_arguments(parser)
+    parser.add_argument("--scaling", action="store_true",
+                        help="measure step time for 1..N workers and the all-reduce share")
+    parser.add_argument("--threads", type=int, default=1, help="OMP threads per process (default 1)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds before the launch is stopped")
+    parser.set_defaults(func=_ddp)
+
+    probe = subparsers.add_parser("ddp-probe", help="one worker of `workbook ddp --scaling` (run under torchrun)")
+    probe.add_argument("--task", choices=("scaling", "equivalence", "fail"), default="scaling")
+    _add_config_arguments(probe)
+    probe.add_argument("--steps", type=int, default=5, help="timed steps per setting (equivalence: SGD steps)")
+    probe.add_argument("--warmup", type=int, default=2, help="steps thrown away before timing")
+    probe.add_argument("--profile-steps", type=int, default=3, help="steps under torch.profiler")
+    probe.add_argument("--global-batch", type=int, default=0,
+                       help="images per step over all workers for strong scaling; 0: batch_size x world size")
+    probe.add_argument("--out", default="", help="folder for the weights file (equivalence)")
+    probe.set_defaults(func=_ddp_probe)
+
+
+def _ddp(args) -> int:
+    from course_lib.engine import ddp
+
+    params = parse_assignments(args.param)
+    if args.scaling:
+        report = ddp.measure_scaling(args.nproc_per_node, params, args.profile, timeout=args.timeout)
+        print(report.table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        for line in ddp.scaling_advice(report, threads_per_process=args.threads):
+            print("-", line)
+        print(f"hardware: {report.hardware}")
+        return 0
+    result = ddp.launch(args.nproc_per_node, params, args.profile, nnodes=args.nnodes,
+                        threads_per_process=args.threads, timeout=args.timeout, check=False)
+    if not result.ok:
+        print(result.failure_report(), file=sys.stderr)
+        return 1
+    print(f"ledger run id {result.run_id}: {len(result.rows)} row(s)")
+    return 0
+
+
+def _ddp_probe(args) -> int:
+    from course_lib.engine import ddp_probe
+
+    config = make_config(args.profile, **parse_assignments(args.param))
+    ddp_probe.run(args.task, config, steps=args.steps, warmup=args.warmup, profile_steps=args.profile_steps,
+                  global_batch=args.global_batch, out=args.out)
+    return 0
+
+
+# --- eval -------------------------------------------------------------------------------------
+
+def _add_eval(subparsers) -> None:
+    parser = subparsers.add_parser("eval", help="evaluate a checkpoint: top-1/top-5, per-class, ECE, confusions")
+    parser.add_argument("checkpoint", help="a checkpoint written by `workbook train`")
+    parser.add_argument("--split", default="val", choices=("train", "val", "test"))
+    parser.add_argument("--ema", action="store_true", help="evaluate the checkpoint's weight-EMA copy")
+    parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a stored config value (e.g. device=cpu, batch_size=256, data_dir=...)")
+    parser.add_argument("--name", help="name of the saved evaluation (default: <checkpoint>-<split>-<time>)")
+    parser.add_argument("--out", help="folder for the .npz/.json (default: runs/evals)")
+    parser.add_argument("--top-pairs", type=int, default=10, help="most-confused pairs to list")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(func=_eval)
+
+
+def _eval(args) -> int:
+    from course_lib.analysis import confusion, evaluation
+    from course_lib.ledger import describe_hardware
+
+    result = evaluation.evaluate(args.checkpoint, args.split, name=args.name, out_dir=args.out,
+                                 weights="ema" if args.ema else "model", **parse_assignments(args.param))
+    summary = result.summary()
+    if args.json:
+        print(json.dumps({"path": str(result.path), **summary}, indent=2))
+        return 0
+    print(f"{result.name}: {summary['images']} images, {summary['classes']} classes ({describe_hardware()})")
+    print(f"top-1 {summary['top1']:.4f}  top-{summary['top5_k']} {summary['top5']:.4f}  "
+          f"macro F1 {summary['macro_f1']:.4f}  weighted F1 {summary['weighted_f1']:.4f}  ECE {summary['ece']:.4f}")
+    print(result.per_class().to_string(float_format=lambda v: f"{v:.3f}"))
+    pairs = confusion.most_confused_pairs(result.counts(), result.classes, args.top_pairs)
+    if len(pairs):
+        print("most-confused pairs:")
+        print(pairs.drop(columns=["true_index", "predicted_index"]).to_string(
+            index=False, float_format=lambda v: f"{v:.2f}"))
+    print(f"saved {result.path}")
+    return 0
+
+
+# --- ledger -----------------------------------------------------------------------------------
+
+def _add_ledger(subparsers) -> None:
+    from course_lib.ledger import LEDGER_ENV
+
+    parser = subparsers.add_parser("ledger", help="list recorded results")
+    parser.add_argument("--kind", help="only rows of this kind (notebook, train, bench, eval ...)")
+    parser.add_argument("--name", help="only rows with this name")
+    parser.add_argument("--run", dest="run_id", help="only rows of this run id")
+    parser.add_argument("--limit", type=int, default=50, help="rows to show, newest first (0 = all)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--path", help=f"ledger file (default: ${LEDGER_ENV} or runs/ledger.sqlite)")
+    parser.set_defaults(func=_ledger)
+
+
+def _ledger(args) -> int:
+    from course_lib import ledger
+
+    path = Path(args.path) if args.path else ledger.default_path()
+    if not path.exists():
+        print(f"no ledger at {path}; run `workbook run` or `workbook train` first")
+        return 0
+    records = ledger.Ledger(path).rows(kind=args.kind, name=args.name, run_id=args.run_id,
+                                       limit=args.limit or None)
+    print(json.dumps(records, indent=2) if args.json else ledger.format_rows(records))
+    return 0
+
+
+# Subcommands, in the order `workbook --help` lists them.
+SUBCOMMANDS = (_add_run, _add_doctor, _add_data, _add_bench, _add_train, _add_ddp, _add_eval, _add_ledger)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="workbook", description="Fast CNN Training Workbook")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name == module_name:  # a module not written yet; its command is absent
-                continue
-            raise
-        module.add_cli(subparsers)
+    for add in SUBCOMMANDS:
+        add(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    if "TORCHELASTIC_ERROR_FILE" in os.environ:
+        # Under torchrun: a failing rank's exception goes to its error file, so the summary names it.
+        return record(_main)(argv)
+    return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -81,7 +81,6 @@ class Config:
 
 FIELD_NAMES = tuple(f.name for f in fields(Config))
 _TYPES = typing.get_type_hints(Config)
-
 # Profiles change only what must change with the machine; everything else is a field default.
 PROFILES: dict[str, dict] = {
     # CI-sized: every notebook well under a minute on 2 CPU cores, on the committed sample.

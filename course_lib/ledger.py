@@ -17,13 +17,14 @@ import time
 from contextlib import closing
 from pathlib import Path
 
+from course_lib.paths import project_root
+
 # The runner exports these so that every kernel it starts writes into the same ledger
 # and tags its rows with the run's id.
 LEDGER_ENV = "WORKBOOK_LEDGER"
 RUN_ID_ENV = "WORKBOOK_RUN_ID"
 PROFILE_ENV = "WORKBOOK_PROFILE"
 DEFAULT_PATH = Path("runs") / "ledger.sqlite"
-
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -42,16 +43,6 @@ CREATE TABLE IF NOT EXISTS results (
 );
 CREATE INDEX IF NOT EXISTS results_kind_name ON results (kind, name);
 """
-
-
-def project_root() -> Path:
-    """The folder holding pyproject.toml (so a notebook kernel started in notebooks/ still
-    writes to the project's runs/ folder); the current folder when there is none."""
-    here = Path.cwd().resolve()
-    for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").exists() and (folder / "course_lib").is_dir():
-            return folder
-    return here
 
 
 def default_path() -> Path:
@@ -111,7 +102,7 @@ def _cpu_model() -> str:
 @functools.lru_cache(maxsize=1)
 def hardware_summary() -> dict:
     """A short description of the machine, stored with every row (the full inventory is
-    `course_lib.hardware`)."""
+    `course_lib.measure.peak`)."""
     import psutil
     import torch
 
@@ -229,24 +220,3 @@ def _short(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
-
-
-def add_cli(subparsers) -> None:
-    parser = subparsers.add_parser("ledger", help="list recorded results")
-    parser.add_argument("--kind", help="only rows of this kind (notebook, train, bench, eval ...)")
-    parser.add_argument("--name", help="only rows with this name")
-    parser.add_argument("--run", dest="run_id", help="only rows of this run id")
-    parser.add_argument("--limit", type=int, default=50, help="rows to show, newest first (0 = all)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--path", help=f"ledger file (default: ${LEDGER_ENV} or runs/ledger.sqlite)")
-    parser.set_defaults(func=_cli)
-
-
-def _cli(args) -> int:
-    path = Path(args.path) if args.path else default_path()
-    if not path.exists():
-        print(f"no ledger at {path}; run `workbook run` or `workbook train` first")
-        return 0
-    records = Ledger(path).rows(kind=args.kind, name=args.name, run_id=args.run_id, limit=args.limit or None)
-    print(json.dumps(records, indent=2) if args.json else format_rows(records))
-    return 0

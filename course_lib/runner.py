@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from course_lib import ledger
+from course_lib import ledger, paths
 from course_lib.config import FIELD_NAMES, ConfigError, parse_value, resolve_profile
 
 NOTEBOOK_PATTERN = re.compile(r"^(\d\d)_[\w-]+\.ipynb$")
@@ -27,7 +27,7 @@ CELL_TIMEOUT_SECONDS = 1800  # one cell; the gpu profile trains for minutes
 
 
 def notebooks_dir() -> Path:
-    return ledger.project_root() / "notebooks"
+    return paths.project_root() / "notebooks"
 
 
 def list_notebooks(folder: Path | None = None, only: str | None = None) -> list[Path]:
@@ -187,7 +187,7 @@ def run_workbook(profile: str = "auto", only: str | None = None, assignments: li
     per_notebook = check_parameters(notebooks, assignments or [])  # before anything runs
 
     run_id = new_run_id(resolved)
-    out = Path(out_dir) if out_dir else ledger.project_root() / "runs" / run_id
+    out = Path(out_dir) if out_dir else paths.project_root() / "runs" / run_id
     out.mkdir(parents=True, exist_ok=True)
     # Kernels inherit the environment: they write into the same ledger, tagged with this run.
     ledger_path = ledger.default_path().resolve()

@@ -3,7 +3,7 @@
 #
 # One torchrun per node (srun starts one task per node); each torchrun starts one worker per GPU,
 # and the nodes find each other through torchrun's c10d rendezvous on the first node of the job.
-# This is what `course_lib.ddp.launch(..., nnodes=2)` rehearses on one machine over 127.0.0.1.
+# This is what `course_lib.engine.ddp.launch(..., nnodes=2)` rehearses on one machine over 127.0.0.1.
 #
 #   sbatch docs/slurm_example.sh                          # the gpu profile, 5 epochs
 #   sbatch docs/slurm_example.sh -p model=resnet50 -p batch_size=96
@@ -48,4 +48,4 @@ srun --kill-on-bad-exit=1 .venv/bin/python -m torch.distributed.run \
     --max-restarts 0 \
     --tee 3 --log-dir "runs/ddp_logs/slurm-${SLURM_JOB_ID}" \
     --log-line-prefix-template '[${hostname} rank${rank}] ' \
-    -m course_lib.train --profile gpu --no-progress -p epochs=5 "$@"
+    -m course_lib train --profile gpu --no-progress -p epochs=5 "$@"

@@ -1,4 +1,3 @@
-import os
 from pathlib import Path
 
 import pytest
@@ -47,7 +46,7 @@ def isolated_ledger(tmp_path, monkeypatch):
 @pytest.fixture
 def eurosat_dir():
     """The real EuroSAT RGB folder, or a skip with the reason."""
-    from course_lib.data import eurosat_shared_dir
+    from course_lib.paths import eurosat_shared_dir
 
     folder = eurosat_shared_dir()
     if folder is None:

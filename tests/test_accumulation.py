@@ -12,7 +12,7 @@ def small_net(batchnorm: bool):
 
 @pytest.mark.parametrize("steps", [2, 4])
 def test_accumulated_gradients_equal_big_batch_without_batchnorm(steps):
-    from course_lib import accumulation
+    from course_lib.engine import accumulation
 
     torch.manual_seed(0)
     model, images, targets = small_net(False), torch.randn(16, 3, 8, 8), torch.randint(0, 4, (16,))
@@ -26,7 +26,7 @@ def test_accumulated_gradients_equal_big_batch_without_batchnorm(steps):
 
 
 def test_batchnorm_breaks_accumulation_equivalence():
-    from course_lib import accumulation
+    from course_lib.engine import accumulation
 
     torch.manual_seed(0)
     model, images, targets = small_net(True), torch.randn(16, 3, 8, 8), torch.randint(0, 4, (16,))
@@ -38,7 +38,7 @@ def test_batchnorm_breaks_accumulation_equivalence():
 
 def test_accumulation_lowers_the_step_peak():
     # Activations dominate this net: 4 micro-batches of 4 images peak well below one batch of 16.
-    from course_lib import accumulation
+    from course_lib.engine import accumulation
 
     torch.manual_seed(0)
     model = small_net(False)

@@ -1,7 +1,8 @@
 import json
 
-from course_lib import bench, ledger
+from course_lib import ledger
 from course_lib.cli import main
+from course_lib.measure import bench
 
 SAMPLE = "data_samples/landcover-synth/train"
 

@@ -1,8 +1,10 @@
 import pytest
 import torch
 
-from course_lib import casestudy, data, ledger
+from course_lib import ledger
+from course_lib.chapters import casestudy
 from course_lib.config import ConfigError, make_config
+from course_lib.data import datasets
 
 
 @pytest.fixture
@@ -70,7 +72,7 @@ def test_speed_stages_are_kept_only_when_faster(config):
 
 
 def test_case_study_runs_records_and_tabulates(config):
-    bundle = data.build_datasets(config)
+    bundle = datasets.build_datasets(config)
     study = casestudy.CaseStudy(casestudy.baseline_config(config), profile="smoke", bundle=bundle)
     baseline = study.run("baseline")
     assert baseline["kept"] and baseline["speedup_vs_baseline"] == pytest.approx(1.0)

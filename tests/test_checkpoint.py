@@ -6,7 +6,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from course_lib.models.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +28,7 @@ def test_checkpoint_holding_an_arbitrary_pickled_object_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="refusing"):
         load_checkpoint(path)
     # The CLI turns it into one line, exit code 2.
-    process = subprocess.run([sys.executable, "-m", "course_lib.train", "--profile", "smoke",
+    process = subprocess.run([sys.executable, "-m", "course_lib", "train", "--profile", "smoke",
                               "-p", f"checkpoint={path}", "-p", "model=test_resnet"],
                              cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert process.returncode == 2

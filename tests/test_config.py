@@ -1,7 +1,15 @@
 import pytest
 
-from course_lib.config import (FIELD_NAMES, PROFILES, Config, ConfigError, field_comments, make_config,
-                               parse_assignments, resolve_profile)
+from course_lib.config import (
+    FIELD_NAMES,
+    PROFILES,
+    Config,
+    ConfigError,
+    field_comments,
+    make_config,
+    parse_assignments,
+    resolve_profile,
+)
 
 
 def test_every_field_has_a_unit_comment():

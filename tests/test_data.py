@@ -3,18 +3,17 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from conftest import SAMPLE_DIR
 from PIL import Image
 
-from course_lib import data
 from course_lib.config import ConfigError, make_config
-
-from conftest import SAMPLE_DIR
+from course_lib.data import datasets, landcover
 
 
 def test_generator_is_deterministic_and_sized():
-    a = data.landcover_image("forest", 3, size=48, seed=1)
-    b = data.landcover_image("forest", 3, size=48, seed=1)
-    c = data.landcover_image("forest", 4, size=48, seed=1)
+    a = landcover.landcover_image("forest", 3, size=48, seed=1)
+    b = landcover.landcover_image("forest", 3, size=48, seed=1)
+    c = landcover.landcover_image("forest", 4, size=48, seed=1)
     assert a.shape == (48, 48, 3) and a.dtype == np.uint8
     assert np.array_equal(a, b) and not np.array_equal(a, c)
 
@@ -22,46 +21,46 @@ def test_generator_is_deterministic_and_sized():
 def test_confusable_pairs_are_closer_than_other_pairs():
     """Mean colour of each class over a few images: each confusable pair is nearer than the
     average distance between classes, so a confusion matrix has structure to find."""
-    means = {name: np.mean([data.landcover_image(name, i, 32).reshape(-1, 3).mean(0) for i in range(12)], 0)
-             for name in data.LANDCOVER_CLASSES}
+    means = {name: np.mean([landcover.landcover_image(name, i, 32).reshape(-1, 3).mean(0) for i in range(12)], 0)
+             for name in landcover.LANDCOVER_CLASSES}
     names = list(means)
     distances = [np.linalg.norm(means[a] - means[b]) for i, a in enumerate(names) for b in names[i + 1:]]
-    for a, b in data.LANDCOVER_CONFUSABLE:
+    for a, b in landcover.LANDCOVER_CONFUSABLE:
         assert np.linalg.norm(means[a] - means[b]) < np.mean(distances)
 
 
 def test_make_landcover_layout(tmp_path):
-    out = data.make_landcover(tmp_path / "lc", image_size=40, per_class={"train": 2, "val": 1, "test": 1}, seed=3)
+    out = landcover.make_landcover(tmp_path / "lc", image_size=40, per_class={"train": 2, "val": 1, "test": 1}, seed=3)
     for split, count in (("train", 2), ("val", 1), ("test", 1)):
-        for name in data.LANDCOVER_CLASSES:
+        for name in landcover.LANDCOVER_CLASSES:
             files = sorted((out / split / name).glob("*.jpg"))
             assert len(files) == count
             with Image.open(files[0]) as image:
                 assert image.size == (40, 40) and image.format == "JPEG"
     assert not (tmp_path / "lc.partial").exists()
     with pytest.raises(FileExistsError, match="already exists"):
-        data.make_landcover(out, image_size=40)
+        landcover.make_landcover(out, image_size=40)
     with pytest.raises(ConfigError, match="16..1024"):
-        data.make_landcover(tmp_path / "big", image_size=2048)
+        landcover.make_landcover(tmp_path / "big", image_size=2048)
 
 
 def test_committed_sample_is_small_and_complete():
     files = list(SAMPLE_DIR.rglob("*.jpg"))
     assert sum(f.stat().st_size for f in files) <= 2 * 1024 * 1024
-    assert {f.parent.name for f in files} == set(data.LANDCOVER_CLASSES)
-    assert {f.parents[1].name for f in files} == set(data.SPLITS)
+    assert {f.parent.name for f in files} == set(landcover.LANDCOVER_CLASSES)
+    assert {f.parents[1].name for f in files} == set(datasets.SPLITS)
 
 
 def test_smoke_bundle_from_sample():
-    bundle = data.build_datasets(make_config("smoke"))
+    bundle = datasets.build_datasets(make_config("smoke"))
     image, label = bundle.train[0]
     assert image.shape == (3, 32, 32) and image.dtype == torch.float32
-    assert bundle.classes == list(data.LANDCOVER_CLASSES)
+    assert bundle.classes == list(landcover.LANDCOVER_CLASSES)
     assert len(bundle.train) == 256 and len(bundle.val) == 80 and len(bundle.test) == 80
 
 
 def test_digits_bundle_is_stratified():
-    bundle = data.build_datasets(make_config("smoke", dataset="digits", max_train_images=0))
+    bundle = datasets.build_datasets(make_config("smoke", dataset="digits", max_train_images=0))
     assert len(bundle.train) + len(bundle.val) + len(bundle.test) == 1797
     assert bundle.classes == [str(d) for d in range(10)]
     assert set(bundle.val.targets) == set(range(10))
@@ -70,12 +69,12 @@ def test_digits_bundle_is_stratified():
 
 def test_imagefolder_needs_data_dir():
     with pytest.raises(ConfigError, match="data_dir"):
-        data.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=""))
+        datasets.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=""))
 
 
 def test_missing_folder_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        data.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=str(tmp_path / "nope")))
+        datasets.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=str(tmp_path / "nope")))
 
 
 def test_imagefolder_without_splits_is_split(tmp_path):
@@ -83,7 +82,7 @@ def test_imagefolder_without_splits_is_split(tmp_path):
         (tmp_path / name).mkdir()
         for i in range(10):
             Image.fromarray(np.full((8, 8, 3), i * 20, np.uint8)).save(tmp_path / name / f"{i}.png")
-    bundle = data.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=str(tmp_path),
+    bundle = datasets.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=str(tmp_path),
                                              max_train_images=0))
     assert (len(bundle.train), len(bundle.val), len(bundle.test)) == (16, 2, 2)
     assert bundle.classes == ["a", "b"]
@@ -99,7 +98,7 @@ def _fake_eurosat(root, per_class=3):
 
 def test_torchvision_eurosat_on_a_fake_copy(tmp_path):
     _fake_eurosat(tmp_path)
-    bundle = data.build_datasets(make_config("smoke", dataset="eurosat", data_dir=str(tmp_path), max_train_images=0))
+    bundle = datasets.build_datasets(make_config("smoke", dataset="eurosat", data_dir=str(tmp_path), max_train_images=0))
     assert bundle.classes == ["AnnualCrop", "Forest", "River"]
     assert len(bundle.train) + len(bundle.val) + len(bundle.test) == 36
     assert bundle.train[0][0].shape == (3, 32, 32)
@@ -107,7 +106,7 @@ def test_torchvision_eurosat_on_a_fake_copy(tmp_path):
 
 def test_torchvision_eurosat_missing_says_how_to_fix(tmp_path):
     with pytest.raises(FileNotFoundError, match="download=true"):
-        data.build_datasets(make_config("smoke", dataset="eurosat", data_dir=str(tmp_path)))
+        datasets.build_datasets(make_config("smoke", dataset="eurosat", data_dir=str(tmp_path)))
 
 
 def test_torchvision_cifar10_on_a_fake_copy(tmp_path, monkeypatch):
@@ -126,14 +125,14 @@ def test_torchvision_cifar10_on_a_fake_copy(tmp_path, monkeypatch):
     pickle.dump({"label_names": [f"class{i}" for i in range(10)]}, open(folder / "batches.meta", "wb"))
     # The fake files cannot match CIFAR-10's published md5 sums; everything else is torchvision's code.
     monkeypatch.setattr(cifar, "check_integrity", lambda path, md5=None: True)
-    bundle = data.build_datasets(make_config("smoke", dataset="cifar10", data_dir=str(tmp_path), max_train_images=0))
+    bundle = datasets.build_datasets(make_config("smoke", dataset="cifar10", data_dir=str(tmp_path), max_train_images=0))
     assert len(bundle.train) == 90 and len(bundle.val) == 10 and len(bundle.test) == 20
     assert bundle.classes[0] == "class0"
     assert bundle.train[0][0].shape == (3, 32, 32)
 
 
 def test_real_eurosat_folder_loads(eurosat_dir):
-    bundle = data.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=str(eurosat_dir)))
+    bundle = datasets.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=str(eurosat_dir)))
     assert bundle.num_classes == 10 and len(bundle.val) == 4050
     image, label = bundle.val[0]
     assert image.shape == (3, 32, 32) and label == 0
@@ -144,16 +143,16 @@ def test_bad_image_fail_and_skip(tmp_path):
     folder.mkdir()
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(folder / "good.png")
     (folder / "bad.jpg").write_bytes(b"not a jpeg")
-    failing = data.ImageFolderDataset(tmp_path, None, "fail")
+    failing = datasets.ImageFolderDataset(tmp_path, None, "fail")
     bad_index = [p for p, _ in failing.samples].index(str(folder / "bad.jpg"))
-    with pytest.raises(data.BadImageError, match="bad.jpg.*bad_images=skip"):
+    with pytest.raises(datasets.BadImageError, match="bad.jpg.*bad_images=skip"):
         failing[bad_index]
-    skipping = data.ImageFolderDataset(tmp_path, None, "skip")
+    skipping = datasets.ImageFolderDataset(tmp_path, None, "skip")
     image, _ = skipping[bad_index]
     assert image.size == (8, 8) and skipping.skipped == {str(folder / "bad.jpg")}
 
 
 def test_sample_grid_draws_every_class():
-    bundle = data.build_datasets(make_config("smoke"))
-    figure = data.sample_grid(bundle.val, bundle.classes, per_class=2)
+    bundle = datasets.build_datasets(make_config("smoke"))
+    figure = datasets.sample_grid(bundle.val, bundle.classes, per_class=2)
     assert len(figure.axes) == 2 * len(bundle.classes)

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from course_lib import ddp, ddp_probe
 from course_lib.config import ConfigError
+from course_lib.engine import ddp, ddp_probe
 
 TINY = {"model": "test_resnet", "image_size": 16, "batch_size": 8, "max_train_images": 64, "max_steps": 2}
 
@@ -131,7 +131,7 @@ def test_launch_refuses_bad_arguments():
 
 def test_launcher_names_the_failing_rank_with_its_last_lines():
     lines = []
-    result = ddp.launch(2, {"batch_size": 8}, "smoke", module="course_lib.ddp_probe", args=["--task", "equivalence"],
+    result = ddp.launch(2, {"batch_size": 8}, "smoke", command="ddp-probe", args=["--task", "equivalence"],
                         env={ddp_probe.FAIL_RANK_ENV: "1"}, echo=lines.append, check=False, timeout=120)
     assert not result.ok and result.returncode != 0
     first = result.failures[0]

@@ -5,9 +5,10 @@ import pytest
 import torch
 from PIL import Image
 
-from course_lib import decode
 from course_lib.config import ConfigError
-from course_lib.data import BadImageError, landcover_image
+from course_lib.data import decode
+from course_lib.data.datasets import BadImageError
+from course_lib.data.landcover import landcover_image
 
 CPU_DECODERS = ["pil", "opencv", "torchvision"]
 ALL_DECODERS = CPU_DECODERS + [pytest.param("nvjpeg", marks=pytest.mark.skipif(

@@ -2,9 +2,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from course_lib import explorer, metrics
-from course_lib.explorer import ConfusionExplorer
-from course_lib.metrics import Evaluation
+from course_lib.analysis import confusion, explorer
+from course_lib.analysis.evaluation import Evaluation
+from course_lib.analysis.explorer import ConfusionExplorer
 
 CLASSES = ["forest", "grassland", "water"]
 
@@ -90,7 +90,7 @@ def test_widget_controls_drive_the_same_handlers():
 def test_difference_matrix_of_two_evaluations_shows_the_fix():
     baseline = _evaluation("baseline")
     after = _evaluation("after", predicted=np.array([0, 0, 1, 0, 0, 1, 1, 1, 1, 2, 2, 2]))
-    view = metrics.difference_view(baseline.counts(), after.counts(), CLASSES, "true", "name")
+    view = confusion.difference_view(baseline.counts(), after.counts(), CLASSES, "true", "name")
     assert view.loc["forest", "forest"] == pytest.approx(0.4)  # 2/5 -> 4/5 right
     assert view.loc["forest", "grassland"] == pytest.approx(-0.4)
     assert view.loc["grassland", "forest"] == pytest.approx(-0.25)

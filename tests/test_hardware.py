@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import cli, hardware
+from course_lib import cli
+from course_lib.measure import doctor, inventory, peak, topology
 
 FIXTURES = Path(__file__).parent / "fixtures" / "topo"
 
@@ -28,30 +29,30 @@ TOPOLOGIES = {
 @pytest.mark.parametrize("name", sorted(TOPOLOGIES))
 def test_parse_topology_fixtures(name):
     gpus, others, (a, b, code), cpu_affinity, numa = TOPOLOGIES[name]
-    topology = hardware.parse_topology(read_fixture(name))
-    assert len(topology.gpus) == gpus
-    assert len(topology.devices) == gpus + others
-    assert topology.link(a, b) == code
-    assert topology.cpu_affinity["GPU0"] == cpu_affinity
-    assert topology.numa_affinity["GPU0"] == numa
-    matrix = topology.gpu_matrix()
+    parsed = topology.parse_topology(read_fixture(name))
+    assert len(parsed.gpus) == gpus
+    assert len(parsed.devices) == gpus + others
+    assert parsed.link(a, b) == code
+    assert parsed.cpu_affinity["GPU0"] == cpu_affinity
+    assert parsed.numa_affinity["GPU0"] == numa
+    matrix = parsed.gpu_matrix()
     assert len(matrix) == gpus and all(len(row) == gpus for row in matrix)
     for i in range(gpus):
         assert matrix[i][i] == "X"
         for j in range(gpus):
             assert matrix[i][j] == matrix[j][i]  # links are symmetric
-    assert topology.legend["PIX"].startswith("Connection traversing at most a single PCIe bridge")
-    json.dumps(topology.to_dict())  # JSON-ready
+    assert parsed.legend["PIX"].startswith("Connection traversing at most a single PCIe bridge")
+    json.dumps(parsed.to_dict())  # JSON-ready
 
 
 def test_parse_topology_nic_legend_and_link_helpers():
-    topology = hardware.parse_topology(read_fixture("dgx_h100_8gpu_nv18.txt"))
-    assert topology.nic_names["NIC11"] == "mlx5_11"
-    assert topology.link("GPU0", "NIC0") == "PIX"
-    assert hardware.nvlink_count("NV18") == 18
-    assert hardware.nvlink_count("PHB") == 0
-    assert hardware.link_kind(" NV12 ") == "NV"
-    assert hardware.link_kind(" X ") == "X"
+    parsed = topology.parse_topology(read_fixture("dgx_h100_8gpu_nv18.txt"))
+    assert parsed.nic_names["NIC11"] == "mlx5_11"
+    assert parsed.link("GPU0", "NIC0") == "PIX"
+    assert topology.nvlink_count("NV18") == 18
+    assert topology.nvlink_count("PHB") == 0
+    assert topology.link_kind(" NV12 ") == "NV"
+    assert topology.link_kind(" X ") == "X"
 
 
 @pytest.mark.parametrize("name, worst, suits, nvlink_pairs", [
@@ -62,7 +63,7 @@ def test_parse_topology_nic_legend_and_link_helpers():
     ("single_gpu.txt", None, True, 0),
 ])
 def test_assess_ddp_links(name, worst, suits, nvlink_pairs):
-    assessment = hardware.assess_ddp_links(hardware.parse_topology(read_fixture(name)))
+    assessment = topology.assess_ddp_links(topology.parse_topology(read_fixture(name)))
     assert assessment["worst_link"] == worst
     assert assessment["suits_ddp"] is suits
     assert assessment["nvlink_pairs"] == nvlink_pairs
@@ -70,7 +71,7 @@ def test_assess_ddp_links(name, worst, suits, nvlink_pairs):
 
 def test_parse_topology_rejects_other_text():
     with pytest.raises(ValueError, match="header"):
-        hardware.parse_topology("NVIDIA-SMI has failed because it couldn't communicate with the driver.")
+        topology.parse_topology("NVIDIA-SMI has failed because it couldn't communicate with the driver.")
 
 
 @pytest.mark.parametrize("capability, arch_list, covered", [
@@ -81,13 +82,13 @@ def test_parse_topology_rejects_other_text():
     ((6, 1), ["sm_75", "sm_80"], False),
 ])
 def test_arch_covered(capability, arch_list, covered):
-    assert hardware._arch_covered(*capability, arch_list) is covered
+    assert inventory._arch_covered(*capability, arch_list) is covered
 
 
 def test_cudnn_text():
-    assert hardware.cudnn_text(92400) == "9.24.0"
-    assert hardware.cudnn_text(8902) == "8.9.2"
-    assert hardware.cudnn_text(None) is None
+    assert inventory.cudnn_text(92400) == "9.24.0"
+    assert inventory.cudnn_text(8902) == "8.9.2"
+    assert inventory.cudnn_text(None) is None
 
 
 @pytest.mark.parametrize("speeds, expected", [
@@ -97,52 +98,52 @@ def test_cudnn_text():
     ({"fp32": 30.0, "fp16": 200.0, "bf16": 100.0}, "fp16"),  # bf16 clearly slower than fp16
 ])
 def test_recommended_precision_follows_measured_speed(monkeypatch, speeds, expected):
-    monkeypatch.setattr(hardware, "measure_matmul_tflops", lambda device, dtype: speeds[dtype])
-    hardware._recommended_precision.cache_clear()
+    monkeypatch.setattr(peak, "measure_matmul_tflops", lambda device, dtype: speeds[dtype])
+    peak._recommended_precision.cache_clear()
     try:
-        assert hardware._recommended_precision("cuda:7") == expected
+        assert peak._recommended_precision("cuda:7") == expected
     finally:
-        hardware._recommended_precision.cache_clear()
+        peak._recommended_precision.cache_clear()
 
 
 def test_matmul_probe_on_cpu():
-    assert hardware.measure_matmul_tflops("cpu", "fp32") > 0
-    assert hardware.measure_matmul_tflops("cpu", "tf32") is None  # a CUDA mode
-    assert hardware.peak_flops("cpu", "fp32") == pytest.approx(hardware.measure_matmul_tflops("cpu", "fp32") * 1e12)
-    assert hardware.recommended_precision("cpu") in ("off", "fp16", "bf16")
+    assert peak.measure_matmul_tflops("cpu", "fp32") > 0
+    assert peak.measure_matmul_tflops("cpu", "tf32") is None  # a CUDA mode
+    assert peak.peak_flops("cpu", "fp32") == pytest.approx(peak.measure_matmul_tflops("cpu", "fp32") * 1e12)
+    assert peak.recommended_precision("cpu") in ("off", "fp16", "bf16")
     with pytest.raises(ValueError, match="unknown dtype"):
-        hardware.dtype_supported("cpu", "fp8")
+        peak.dtype_supported("cpu", "fp8")
 
 
 def test_peak_is_the_fastest_repeat_and_typical_the_median():
     # A disturbance only slows a repeat down: 1 s is the clean one, 4 s and 9 s were disturbed.
-    peak, typical = hardware.peak_and_typical([2.0, 1.0, 9.0, 4.0, 2.5], flops_per_matmul=10.0)
-    assert peak == pytest.approx(10.0) and typical == pytest.approx(10.0 / 2.5)
+    best, typical = peak.peak_and_typical([2.0, 1.0, 9.0, 4.0, 2.5], flops_per_matmul=10.0)
+    assert best == pytest.approx(10.0) and typical == pytest.approx(10.0 / 2.5)
 
 
 def test_matmul_probe_warms_up_repeats_and_reports_best_and_median():
-    result = hardware.matmul_probe("cpu", "fp32", budget_seconds=0.1)  # own cache entry: short on purpose
-    assert result["size"] >= hardware.MATMUL_START_SIZE
-    assert hardware.MATMUL_MIN_REPEATS <= result["repeats"] <= hardware.MATMUL_MAX_REPEATS
+    result = peak.matmul_probe("cpu", "fp32", budget_seconds=0.1)  # own cache entry: short on purpose
+    assert result["size"] >= peak.MATMUL_START_SIZE
+    assert peak.MATMUL_MIN_REPEATS <= result["repeats"] <= peak.MATMUL_MAX_REPEATS
     assert result["tflops"] >= result["tflops_median"] > 0
     assert result["tflops"] == pytest.approx(2 * result["size"] ** 3 / result["seconds_per_matmul"] / 1e12)
-    assert hardware.matmul_budget_seconds("cpu", "fp32") > hardware.matmul_budget_seconds("cpu", "bf16")
+    assert peak.matmul_budget_seconds("cpu", "fp32") > peak.matmul_budget_seconds("cpu", "bf16")
 
 
 def test_disk_probe_is_bounded(tmp_path):
     for index in range(20):
         (tmp_path / f"file{index}.bin").write_bytes(os.urandom(100_000))
-    result = hardware.measure_disk_read(tmp_path, max_bytes=1_000_000, max_seconds=1.0)
+    result = inventory.measure_disk_read(tmp_path, max_bytes=1_000_000, max_seconds=1.0)
     assert result["files_found"] == 20
     assert 0 < result["sequential_bytes"] <= 1_000_000 // 2 + 100_000  # stops after the file that crosses half
     assert result["sequential_mb_per_s"] > 0 and result["random_reads_per_s"] > 0
-    assert hardware.measure_disk_read(tmp_path / "missing")["sequential_mb_per_s"] is None
+    assert inventory.measure_disk_read(tmp_path / "missing")["sequential_mb_per_s"] is None
 
 
 def test_recommend_num_workers():
-    assert hardware.recommend_num_workers(32, 1) == 16  # half the physical cores
-    assert hardware.recommend_num_workers(32, 4) == 4  # shared by four GPU processes
-    assert hardware.recommend_num_workers(1, 0) == 1
+    assert doctor.recommend_num_workers(32, 1) == 16  # half the physical cores
+    assert doctor.recommend_num_workers(32, 4) == 4  # shared by four GPU processes
+    assert doctor.recommend_num_workers(1, 0) == 1
 
 
 def _fake_nvidia_smi(folder: Path, topology_fixture: str) -> None:
@@ -194,16 +195,16 @@ def test_doctor_without_gpu_tools_reports_and_never_crashes(tmp_path, capsys, mo
 def test_doctor_reads_topology_from_nvidia_smi(tmp_path, monkeypatch):
     _fake_nvidia_smi(tmp_path, "dgx_a100_8gpu_nv12.txt")
     monkeypatch.setenv("PATH", str(tmp_path) + os.pathsep + os.environ["PATH"])
-    facts = hardware.collect_facts(measure=False)
+    facts = doctor.collect_facts(measure=False)
     assert facts["topology"]["gpu_matrix"][0][7] == "NV12"
     assert facts["ddp_links"]["suits_ddp"] is True
-    assert "GPU7" in hardware.format_report(facts)
+    assert "GPU7" in doctor.format_report(facts)
 
 
 def test_old_driver_is_a_problem():
-    facts = hardware.collect_facts(measure=False)
+    facts = doctor.collect_facts(measure=False)
     facts["versions"] = {**facts["versions"], "cuda_runtime": "12.4", "driver": "470.57.02"}
-    items = hardware.recommendations(facts)
+    items = doctor.recommendations(facts)
     build = [item for item in items if item["topic"] == "torch build"][0]
     assert build["severity"] == "problem" and "CUDA 11.x" in build["advice"]
 

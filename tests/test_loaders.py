@@ -1,9 +1,10 @@
 import pytest
 import torch
 
-from course_lib import loaders
 from course_lib.config import make_config
-from course_lib.data import BadImageError, make_landcover
+from course_lib.data import loaders
+from course_lib.data.datasets import BadImageError
+from course_lib.data.landcover import make_landcover
 
 BAD_NAME = "forest_99999.jpg"
 

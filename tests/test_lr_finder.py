@@ -4,9 +4,9 @@ import math
 import pytest
 import torch
 
-from course_lib import lr_finder
 from course_lib.config import make_config
-from course_lib.data import DataBundle
+from course_lib.data.datasets import DataBundle
+from course_lib.engine import lr_finder
 
 
 class Separable(torch.utils.data.Dataset):

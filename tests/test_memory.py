@@ -3,7 +3,7 @@ import timm
 import torch
 from torch import nn
 
-from course_lib import memory
+from course_lib.measure import memory
 
 
 @pytest.mark.parametrize("optimizer, momentum, tensors, expected", [

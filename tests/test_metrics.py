@@ -2,11 +2,22 @@ import io
 
 import numpy as np
 import pytest
-from sklearn.metrics import classification_report, confusion_matrix, top_k_accuracy_score
+from sklearn.metrics import (
+    classification_report,
+    confusion_matrix,
+    top_k_accuracy_score,
+)
 
-from course_lib import metrics
+from course_lib.analysis import calibration, confusion, metrics
+from course_lib.analysis.evaluation import (
+    Evaluation,
+    _raw_image,
+    evaluate_model,
+    image_reference,
+    list_evaluations,
+    suggest_actions,
+)
 from course_lib.config import make_config
-from course_lib.metrics import Evaluation
 
 # Fixed inputs: 12 images, 4 classes, deliberate confusions 1<->2 and 3->0.
 LABELS = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3])
@@ -73,42 +84,42 @@ def test_expected_calibration_error_matches_hand_computation():
 
     probabilities = np.array([row(0.85, 0)] * 4 + [row(0.55, 1)] * 2 + [row(0.95, 2)] * 2)
     labels = np.array([0, 0, 0, 1, 0, 0, 2, 2])
-    assert metrics.expected_calibration_error(probabilities, labels, bins=10) == pytest.approx(0.20, abs=1e-6)
-    table = metrics.reliability_table(probabilities, labels, bins=10)
+    assert calibration.expected_calibration_error(probabilities, labels, bins=10) == pytest.approx(0.20, abs=1e-6)
+    table = calibration.reliability_table(probabilities, labels, bins=10)
     assert table["images"].sum() == 8
     assert table.loc[8, "accuracy"] == pytest.approx(0.75)
     # A perfectly calibrated set scores 0.
-    assert metrics.expected_calibration_error(np.array([row(0.5, 0)] * 2), [0, 1], bins=10) == pytest.approx(0.0)
-    figure = metrics.plot_reliability(probabilities, labels, bins=10)
+    assert calibration.expected_calibration_error(np.array([row(0.5, 0)] * 2), [0, 1], bins=10) == pytest.approx(0.0)
+    figure = calibration.plot_reliability(probabilities, labels, bins=10)
     assert "ECE = 0.200" in figure.axes[0].get_title()
 
 
 def test_confusion_counts_and_normalisations_match_scikit_learn():
-    counts = metrics.confusion_counts(LABELS, PREDICTIONS, 4)
+    counts = confusion.confusion_counts(LABELS, PREDICTIONS, 4)
     assert (counts == confusion_matrix(LABELS, PREDICTIONS)).all()
-    rows = metrics.normalize_confusion(counts, "true")
-    columns = metrics.normalize_confusion(counts, "pred")
+    rows = confusion.normalize_confusion(counts, "true")
+    columns = confusion.normalize_confusion(counts, "pred")
     assert (rows == confusion_matrix(LABELS, PREDICTIONS, normalize="true")).all()
     assert columns == pytest.approx(confusion_matrix(LABELS, PREDICTIONS, normalize="pred"))
     assert np.diag(rows) == pytest.approx(metrics.per_class_table(LABELS, PREDICTIONS, CLASSES)["recall"][:4])
     with pytest.raises(ValueError, match="none, true, pred"):
-        metrics.normalize_confusion(counts, "rows")
+        confusion.normalize_confusion(counts, "rows")
 
 
 def test_classes_that_never_occur_keep_zero_rows_without_nan():
     labels, predictions = np.array([0, 0, 1, 1, 2]), np.array([0, 1, 1, 1, 2])
     classes = ["a", "b", "c", "never_seen", "never_predicted_either"]
-    counts = metrics.confusion_counts(labels, predictions, len(classes))
+    counts = confusion.confusion_counts(labels, predictions, len(classes))
     assert counts.shape == (5, 5) and counts[3:].sum() == 0 and counts[:, 3:].sum() == 0
-    for normalize in metrics.NORMALIZATIONS:
-        assert not np.isnan(metrics.normalize_confusion(counts, normalize)).any()
+    for normalize in confusion.NORMALIZATIONS:
+        assert not np.isnan(confusion.normalize_confusion(counts, normalize)).any()
     table = metrics.per_class_table(labels, predictions, classes)
     assert table.loc["never_seen", "support"] == 0 and table.loc["never_seen", "recall"] == 0
     assert table.loc["weighted avg", "support"] == 5
-    for ordering in metrics.ORDERINGS:
-        view = metrics.confusion_view(counts, classes, "true", ordering)
+    for ordering in confusion.ORDERINGS:
+        view = confusion.confusion_view(counts, classes, "true", ordering)
         assert sorted(view.index) == sorted(classes)
-        metrics.plot_confusion(counts, classes, "true", ordering)
+        confusion.plot_confusion(counts, classes, "true", ordering)
     evaluation = Evaluation("sparse", classes, labels, np.eye(5)[predictions], [f"index:{i}" for i in range(5)])
     summary = evaluation.summary()
     assert summary["top1"] == pytest.approx(0.8) and summary["top5_k"] == 5
@@ -118,11 +129,11 @@ def test_confusion_ordering_groups_mutually_confused_classes():
     # a<->d and b<->c are confused; by name they sit apart.
     classes = ["a", "b", "c", "d"]
     counts = np.array([[8, 0, 0, 4], [0, 8, 4, 0], [0, 4, 8, 0], [4, 0, 0, 8]])
-    assert list(metrics.class_order(counts, classes, "name")) == [0, 1, 2, 3]
-    order = list(metrics.class_order(counts, classes, "confusion"))
+    assert list(confusion.class_order(counts, classes, "name")) == [0, 1, 2, 3]
+    order = list(confusion.class_order(counts, classes, "confusion"))
     positions = {index: order.index(index) for index in range(4)}
     assert abs(positions[0] - positions[3]) == 1 and abs(positions[1] - positions[2]) == 1
-    pairs = metrics.most_confused_pairs(counts, classes, top=2)
+    pairs = confusion.most_confused_pairs(counts, classes, top=2)
     assert set(zip(pairs["true"], pairs["predicted"])) <= {("a", "d"), ("d", "a"), ("b", "c"), ("c", "b")}
     assert pairs["share_of_true"].iloc[0] == pytest.approx(4 / 12)
 
@@ -132,9 +143,9 @@ def test_most_confused_classes_picks_the_confused_sub_block():
     counts[10, 40] = 9
     counts[40, 10] = 3
     counts[7, 8] = 5
-    chosen = metrics.most_confused_classes(counts, 4)
+    chosen = confusion.most_confused_classes(counts, 4)
     assert list(chosen[:4]) == [10, 40, 7, 8]
-    assert len(metrics.most_confused_classes(counts, 6)) == 6
+    assert len(confusion.most_confused_classes(counts, 6)) == 6
 
 
 @pytest.mark.parametrize("max_classes", [30, None])
@@ -146,10 +157,10 @@ def test_hundred_class_figure_stays_within_size_limits(max_classes):
     classes = [f"class_{i:03d}" for i in range(100)]
     labels = rng.integers(0, 100, 3000)
     predictions = np.where(rng.random(3000) < 0.7, labels, rng.integers(0, 100, 3000))
-    counts = metrics.confusion_counts(labels, predictions, 100)
-    figure = metrics.plot_confusion(counts, classes, "true", "confusion", max_classes=max_classes)
+    counts = confusion.confusion_counts(labels, predictions, 100)
+    figure = confusion.plot_confusion(counts, classes, "true", "confusion", max_classes=max_classes)
     width, height = figure.get_size_inches()
-    assert width <= metrics.MAX_FIGURE_INCHES + 1 and height <= metrics.MAX_FIGURE_INCHES
+    assert width <= confusion.MAX_FIGURE_INCHES + 1 and height <= confusion.MAX_FIGURE_INCHES
     heat_map = figure.axes[0]
     assert len(heat_map.texts) == 0  # no per-cell numbers past 20 classes
     shown = 30 if max_classes else 100
@@ -166,7 +177,7 @@ def test_hundred_class_figure_stays_within_size_limits(max_classes):
 def test_ten_class_figure_annotates_cells():
     counts = np.diag(np.arange(1, 11))
     counts[0, 1] = 3
-    figure = metrics.plot_confusion(counts, [f"c{i}" for i in range(10)], "none", "name")
+    figure = confusion.plot_confusion(counts, [f"c{i}" for i in range(10)], "none", "name")
     texts = [t.get_text() for t in figure.axes[0].texts]
     assert "3" in texts and "10" in texts and "0" not in texts  # zeros left blank to keep it readable
 
@@ -174,11 +185,11 @@ def test_ten_class_figure_annotates_cells():
 def test_difference_view_is_after_minus_before():
     before = np.array([[8, 2], [4, 6]])
     after = np.array([[9, 1], [2, 8]])
-    view = metrics.difference_view(before, after, ["x", "y"], "true", "name")
+    view = confusion.difference_view(before, after, ["x", "y"], "true", "name")
     assert view.loc["x", "x"] == pytest.approx(0.1) and view.loc["y", "x"] == pytest.approx(-0.2)
-    metrics.plot_difference(before, after, ["x", "y"])
+    confusion.plot_difference(before, after, ["x", "y"])
     with pytest.raises(ValueError, match="shape"):
-        metrics.difference_view(before, np.eye(3), ["x", "y"])
+        confusion.difference_view(before, np.eye(3), ["x", "y"])
 
 
 def test_evaluation_saves_and_loads(tmp_path):
@@ -191,7 +202,7 @@ def test_evaluation_saves_and_loads(tmp_path):
     assert loaded.classes == CLASSES and (loaded.labels == LABELS).all()
     assert loaded.probabilities == pytest.approx(evaluation.probabilities)
     assert loaded.image_refs[3] == "/images/3.jpg" and loaded.metadata == {"split": "val"}
-    listing = metrics.list_evaluations(tmp_path)
+    listing = list_evaluations(tmp_path)
     assert listing["name"].tolist() == ["round trip"]
     assert listing["top1"].iloc[0] == pytest.approx(evaluation.summary()["top1"])
     with pytest.raises(FileNotFoundError, match="workbook eval"):
@@ -199,19 +210,23 @@ def test_evaluation_saves_and_loads(tmp_path):
 
 
 def test_image_references_follow_subsets_to_files_and_array_indices():
-    from course_lib.data import ArrayImageDataset, ImageFolderDataset, TransformedSubset
-
     from conftest import SAMPLE_DIR
+
+    from course_lib.data.datasets import (
+        ArrayImageDataset,
+        ImageFolderDataset,
+        TransformedSubset,
+    )
 
     folder = ImageFolderDataset(SAMPLE_DIR / "val")
     subset = TransformedSubset(TransformedSubset(folder, [5, 9, 20]), [2, 0])
-    assert metrics.image_reference(subset, 0) == folder.samples[20][0]
-    assert metrics.image_reference(subset, 1) == folder.samples[5][0]
+    assert image_reference(subset, 0) == folder.samples[20][0]
+    assert image_reference(subset, 1) == folder.samples[5][0]
     images = np.zeros((4, 8, 8, 3), np.uint8)
     images[3] = 200
     array_subset = TransformedSubset(ArrayImageDataset(images, [0, 1, 0, 1], ["a", "b"]), [3, 1])
-    assert metrics.image_reference(array_subset, 0) == "index:3"
-    assert np.asarray(metrics._raw_image(array_subset.dataset, 3)).mean() == 200
+    assert image_reference(array_subset, 0) == "index:3"
+    assert np.asarray(_raw_image(array_subset.dataset, 3)).mean() == 200
 
 
 def test_suggestions_follow_the_numbers():
@@ -220,12 +235,12 @@ def test_suggestions_follow_the_numbers():
     labels = np.array([0] * 10 + [1] * 4 + [2] * 10 + [3] * 10)
     predictions = np.array([0] * 10 + [1, 0, 0, 0] + [2] * 6 + [3] * 4 + [3] * 7 + [2] * 3)
     evaluation = Evaluation("rules", classes, labels, np.eye(4)[predictions], ["index:0"] * len(labels))
-    table = metrics.suggest_actions(evaluation, merge_share=0.25, pair_share=0.1)
+    table = suggest_actions(evaluation, merge_share=0.25, pair_share=0.1)
     actions = dict(zip(table["classes"], table["action"]))
     assert actions["rare"] == "collect more data"
     assert actions["left + right"] == "consider merging"
     assert "big" not in actions
-    one_way = metrics.suggest_actions(evaluation, merge_share=0.35, pair_share=0.1)
+    one_way = suggest_actions(evaluation, merge_share=0.35, pair_share=0.1)
     assert set(one_way["action"]) == {"collect more data", "targeted augmentation"}
 
 
@@ -237,7 +252,7 @@ def test_evaluate_model_saves_predictions_and_records_ledger(tmp_path):
     config = make_config("smoke", image_size=16, batch_size=16)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(2), torch.nn.Flatten(), torch.nn.Linear(12, 8))
-    evaluation = metrics.evaluate_model(model, config, "val", name="tiny", out_dir=tmp_path)
+    evaluation = evaluate_model(model, config, "val", name="tiny", out_dir=tmp_path)
     assert evaluation.path == tmp_path / "tiny.npz"
     assert len(evaluation.labels) == 80 and evaluation.probabilities.shape == (80, 8)
     assert evaluation.probabilities.sum(axis=1) == pytest.approx(np.ones(80), abs=1e-5)
@@ -246,18 +261,19 @@ def test_evaluate_model_saves_predictions_and_records_ledger(tmp_path):
     rows = ledger.Ledger().rows(kind="eval")
     assert rows[0]["name"] == "tiny" and rows[0]["metrics"]["top1"] == pytest.approx(evaluation.summary()["top1"])
     with pytest.raises(ValueError, match="trained on classes"):
-        metrics.evaluate_model(model, config, "val", classes=["x"] * 8, out_dir=tmp_path, record=False)
+        evaluate_model(model, config, "val", classes=["x"] * 8, out_dir=tmp_path, record=False)
 
 
 def test_workbook_eval_evaluates_a_checkpoint(tmp_path, capsys):
     import torch
 
-    from course_lib import checkpoint, cli, ledger, train
-    from course_lib.data import LANDCOVER_CLASSES
+    from course_lib import cli, ledger
+    from course_lib.data.landcover import LANDCOVER_CLASSES
+    from course_lib.models import checkpoint, factory
 
     config = make_config("smoke", model="resnet10t", image_size=16, batch_size=40, output_dir=str(tmp_path))
     torch.manual_seed(0)
-    model = train.build_model(config, len(LANDCOVER_CLASSES))
+    model = factory.build_model(config, len(LANDCOVER_CLASSES))
     path = checkpoint.save_checkpoint({"model": model.state_dict(), "ema": None, "config": config.to_dict(),
                                        "classes": list(LANDCOVER_CLASSES)}, tmp_path / "last.pt")
     code = cli.main(["eval", str(path), "--split", "test", "--name", "cli-test", "--out", str(tmp_path / "evals"),
@@ -269,7 +285,7 @@ def test_workbook_eval_evaluates_a_checkpoint(tmp_path, capsys):
     assert saved.metadata["split"] == "test" and saved.metadata["checkpoint"] == str(path)
     assert saved.metadata["config"]["batch_size"] == 32 and len(saved.labels) == 80
     # The same weights give the same probabilities as running the model directly.
-    direct = metrics.evaluate_model(model, config, "test", out_dir=tmp_path / "direct", record=False)
+    direct = evaluate_model(model, config, "test", out_dir=tmp_path / "direct", record=False)
     assert saved.probabilities == pytest.approx(direct.probabilities, abs=1e-5)
     assert ledger.Ledger().rows(kind="eval")[0]["parameters"]["checkpoint"] == str(path)
     assert cli.main(["eval", str(path), "--ema", "--out", str(tmp_path)]) == 2
@@ -280,9 +296,9 @@ def test_workbook_eval_evaluates_a_checkpoint(tmp_path, capsys):
 
 def test_pair_error_share_counts_errors_between_named_pairs():
     counts = np.array([[5, 3, 1], [1, 5, 0], [0, 0, 5]])
-    share, uniform = metrics.pair_error_share(counts, ["a", "b", "c"], [("a", "b"), ("x", "y")])
+    share, uniform = confusion.pair_error_share(counts, ["a", "b", "c"], [("a", "b"), ("x", "y")])
     assert share == pytest.approx(4 / 5) and uniform == pytest.approx(2 / 6)
-    assert np.isnan(metrics.pair_error_share(np.eye(3), ["a", "b", "c"], [("a", "b")])[0])
+    assert np.isnan(confusion.pair_error_share(np.eye(3), ["a", "b", "c"], [("a", "b")])[0])
 
 
 def test_array_dataset_evaluations_render_images_from_the_rebuilt_dataset(tmp_path):
@@ -291,7 +307,7 @@ def test_array_dataset_evaluations_render_images_from_the_rebuilt_dataset(tmp_pa
 
     config = make_config("smoke", dataset="digits", data_dir="", image_size=8, batch_size=64)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10))
-    evaluation = metrics.evaluate_model(model, config, "val", name="digits", out_dir=tmp_path, record=False)
+    evaluation = evaluate_model(model, config, "val", name="digits", out_dir=tmp_path, record=False)
     assert all(ref.startswith("index:") for ref in evaluation.image_refs)
     reloaded = Evaluation.load(evaluation.path)  # a fresh object rebuilds the dataset from the stored config
     index = int(reloaded.image_refs[0].split(":")[1])

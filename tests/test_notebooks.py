@@ -3,11 +3,10 @@ import ast
 
 import nbformat
 import pytest
+from conftest import ROOT
 
 from course_lib import runner
 from course_lib.config import FIELD_NAMES
-
-from conftest import ROOT
 
 NOTEBOOKS = runner.list_notebooks(ROOT / "notebooks")
 IDS = [path.stem for path in NOTEBOOKS]

@@ -1,10 +1,9 @@
 """The install files agree: environment.yml names the same packages as pyproject.toml, and the
 Makefile and CI call what the README says."""
 import re
+
 import tomllib
-
 import yaml
-
 from conftest import ROOT
 
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from course_lib import cli, data
+from course_lib import cli
+from course_lib.data import scan
 
 
 @pytest.fixture
@@ -23,7 +24,7 @@ def messy_folder(tmp_path):
 
 
 def test_scan_reports_each_problem_kind(messy_folder):
-    checked, problems = data.scan_folder(messy_folder)
+    checked, problems = scan.scan_folder(messy_folder)
     kinds = {p.path.split("/")[-1]: p.kind for p in problems}
     assert checked == 7
     assert kinds == {"truncated.jpg": "truncated", "empty.jpg": "zero-byte", "garbage.jpg": "unreadable",

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from course_lib import schedule
 from course_lib.config import make_config
+from course_lib.engine import schedule
 
 
 def config_for(**overrides):

@@ -1,4 +1,4 @@
-from course_lib import setup_check
+from course_lib.chapters import setup_check
 
 
 def test_package_report_covers_runtime_requirements():

@@ -3,10 +3,11 @@ import pytest
 import torch
 from PIL import Image
 
-from course_lib import shards
 from course_lib.config import ConfigError, make_config
-from course_lib.data import BadImageError, ImageFolderDataset, make_landcover
-from course_lib.loaders import make_loader
+from course_lib.data import shards
+from course_lib.data.datasets import BadImageError, ImageFolderDataset
+from course_lib.data.landcover import make_landcover
+from course_lib.data.loaders import make_loader
 
 
 @pytest.fixture

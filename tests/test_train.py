@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from course_lib import ledger, train
-from course_lib.checkpoint import load_checkpoint
-from course_lib.config import ConfigError, make_config
-from course_lib.data import DataBundle, build_datasets
-
 from conftest import TensorImages, tiny_config
+
+from course_lib import ledger
+from course_lib.config import ConfigError, make_config
+from course_lib.data.datasets import DataBundle, build_datasets
+from course_lib.engine import train
+from course_lib.models import checkpoint, factory
+from course_lib.models.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASSES = [f"class{i}" for i in range(4)]
@@ -51,9 +52,9 @@ def test_fit_returns_model_history_checkpoint_and_ledger_row(tmp_path):
         assert key in row, key
     assert 0.0 <= row["data_wait_fraction"] <= 1.0 and row["images_per_second"] > 0
     assert not result.model.training and result.ema_model is not None
-    state = train.load_checkpoint(result.checkpoint_path)
+    state = checkpoint.load_checkpoint(result.checkpoint_path)
     assert state["epoch"] == 2 and state["classes"] == CLASSES and state["config"]["model"] == "test_resnet"
-    rebuilt = train.model_from_checkpoint(result.checkpoint_path)
+    rebuilt = factory.model_from_checkpoint(result.checkpoint_path)
     assert_same_weights(weights_of(rebuilt), weights_of(result.model))
     rows = ledger.Ledger().rows(kind="train")
     assert rows[0]["status"] == "ok" and rows[0]["metrics"]["epochs_completed"] == 2
@@ -153,7 +154,7 @@ def test_non_finite_guard_names_the_step_and_causes(tmp_path):
 
 def test_unknown_model_is_a_one_line_error(tmp_path):
     with pytest.raises(ConfigError, match="unknown timm model"):
-        train.build_model(tiny_config(tmp_path, model="resnet_does_not_exist"), 4)
+        factory.build_model(tiny_config(tmp_path, model="resnet_does_not_exist"), 4)
 
 
 def test_too_few_images_for_one_step(tmp_path):
@@ -165,11 +166,12 @@ def test_too_few_images_for_one_step(tmp_path):
 # --- torchrun, 2 processes, gloo ----------------------------------------------------------------
 
 RECORDING_SCRIPT = textwrap.dedent('''
-    """Runs course_lib.train's entry under torchrun, recording which images each rank reads."""
+    """Runs `workbook train` under torchrun, recording which images each rank reads."""
     import json, os, sys
-    from course_lib import data, train
+    from course_lib import cli
+    from course_lib.data import datasets
 
-    build = data.build_datasets
+    build = datasets.build_datasets
     out = sys.argv.pop(1)
 
     class Recording:
@@ -188,8 +190,8 @@ RECORDING_SCRIPT = textwrap.dedent('''
         recorders.append(bundle.train)
         return bundle
 
-    data.build_datasets = recording_build
-    code = train.main(sys.argv[1:])
+    datasets.build_datasets = recording_build
+    code = cli.main(["train", *sys.argv[1:]])
     with open(os.path.join(out, f"rank{os.environ['RANK']}.json"), "w") as handle:
         json.dump({"code": code, "seen": recorders[0].seen}, handle)
     sys.exit(code)

@@ -1,15 +1,17 @@
 """Transfer learning: a checkpoint with another head loads its backbone exactly, frozen epochs
 change only the head, unfreezing trains everything, and pretrained weights that cannot be had
 offline give a one-line error. Tiny timm models on CPU."""
+import pytest
 import timm
 import torch
-import pytest
-
-from course_lib import checkpoint, train, transfer
-from course_lib.config import ConfigError, make_config
-from course_lib.data import DataBundle
-
 from conftest import TensorImages, tiny_config
+
+from course_lib import paths
+from course_lib.chapters import transfer_plans
+from course_lib.config import ConfigError, make_config
+from course_lib.data.datasets import DataBundle
+from course_lib.engine import freeze, train
+from course_lib.models import checkpoint, factory, hub
 
 SOURCE_CLASSES = [f"source{i}" for i in range(5)]
 TARGET_CLASSES = [f"target{i}" for i in range(3)]
@@ -57,7 +59,7 @@ def assert_equal_states(first, second):
                                            (SOURCE_CLASSES, "kept")])
 def test_checkpoint_loads_the_backbone_exactly_and_replaces_a_foreign_head(tmp_path, classes, head):
     path, saved = save_source_checkpoint(tmp_path)
-    model = train.build_model(tiny_config(tmp_path, checkpoint=str(path)), len(classes), classes)
+    model = factory.build_model(tiny_config(tmp_path, checkpoint=str(path)), len(classes), classes)
     backbone, head_state = split_state(model)
     assert_equal_states(backbone, {k: v for k, v in saved.items() if k in backbone})
     assert model.get_classifier().out_features == len(classes)
@@ -70,10 +72,10 @@ def test_checkpoint_loads_the_backbone_exactly_and_replaces_a_foreign_head(tmp_p
 def test_checkpoint_of_another_model_is_a_one_line_error(tmp_path):
     path, _ = save_source_checkpoint(tmp_path)
     with pytest.raises(ConfigError, match="holds a test_resnet, not a resnet18; set model=test_resnet"):
-        train.build_model(tiny_config(tmp_path, model="resnet18", checkpoint=str(path)), 3, TARGET_CLASSES)
+        factory.build_model(tiny_config(tmp_path, model="resnet18", checkpoint=str(path)), 3, TARGET_CLASSES)
     model = timm.create_model("test_vit", num_classes=3)
     with pytest.raises(checkpoint.CheckpointError, match="does not fit") as error:
-        transfer.load_backbone(model, path, TARGET_CLASSES)
+        factory.load_backbone(model, path, TARGET_CLASSES)
     assert "\n" not in str(error.value)
 
 
@@ -84,7 +86,7 @@ def test_frozen_epochs_change_the_head_and_leave_the_backbone_and_its_statistics
     path, _ = save_source_checkpoint(tmp_path)
     config = tiny_config(tmp_path, checkpoint=str(path), freeze_backbone_epochs=1, optimizer=optimizer,
                          weight_decay=0.05)
-    start = train.build_model(config, len(TARGET_CLASSES), TARGET_CLASSES)  # same seed as fit: same new head
+    start = factory.build_model(config, len(TARGET_CLASSES), TARGET_CLASSES)  # same seed as fit: same new head
     result = train.fit(config, bundle=target_bundle(), progress=False, verbose=False)
     backbone_before, head_before = split_state(start)
     backbone_after, head_after = split_state(result.model)
@@ -104,11 +106,11 @@ def test_unfreezing_trains_every_parameter_again(tmp_path):
 
 
 def test_backbone_learning_rate_is_scaled_and_decays_with_the_head():
-    from course_lib.schedule import make_optimizer, make_scheduler
+    from course_lib.engine.schedule import make_optimizer, make_scheduler
 
     model = timm.create_model("test_resnet", num_classes=3)
     config = make_config(None, optimizer="adamw", lr=1e-3, backbone_lr_scale=0.1, epochs=2)
-    optimizer = transfer.scale_backbone_lr(make_optimizer(model, config), model, config.backbone_lr_scale)
+    optimizer = freeze.scale_backbone_lr(make_optimizer(model, config), model, config.backbone_lr_scale)
     head = {id(p) for p in model.get_classifier().parameters()}
     assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(model.parameters()))
     scheduler = make_scheduler(optimizer, config, steps_per_epoch=5)
@@ -143,9 +145,9 @@ def test_offline_without_cache_is_a_one_line_error_without_waiting(tmp_path, mon
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
-    assert not transfer.pretrained_available("test_resnet")
-    with pytest.raises(transfer.PretrainedWeightsError) as error:
-        train.build_model(tiny_config(tmp_path, pretrained=True), 3)
+    assert not hub.pretrained_available("test_resnet")
+    with pytest.raises(hub.PretrainedWeightsError) as error:
+        factory.build_model(tiny_config(tmp_path, pretrained=True), 3)
     assert_one_line_fix(error)
 
 
@@ -155,16 +157,16 @@ def test_what_timm_raises_offline_is_translated(tmp_path, monkeypatch):
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
-    monkeypatch.setattr(transfer, "weights_cached", lambda name: True)
-    with pytest.raises(transfer.PretrainedWeightsError, match="LocalEntryNotFoundError") as error:
-        transfer.create_model("test_resnet", 3, pretrained=True)
+    monkeypatch.setattr(hub, "weights_cached", lambda name: True)
+    with pytest.raises(hub.PretrainedWeightsError, match="LocalEntryNotFoundError") as error:
+        factory.create_model("test_resnet", 3, pretrained=True)
     assert_one_line_fix(error)
 
 
 def test_a_checkpoint_start_does_not_ask_for_pretrained_weights(tmp_path, monkeypatch):
     path, _ = save_source_checkpoint(tmp_path)
-    monkeypatch.setattr(transfer, "hub_reachable", lambda *args: pytest.fail("went to the hub"))
-    train.build_model(tiny_config(tmp_path, pretrained=True, checkpoint=str(path)), 3, TARGET_CLASSES)
+    monkeypatch.setattr(hub, "hub_reachable", lambda *args: pytest.fail("went to the hub"))
+    factory.build_model(tiny_config(tmp_path, pretrained=True, checkpoint=str(path)), 3, TARGET_CLASSES)
 
 
 # --- reading the runs ---------------------------------------------------------------------------------
@@ -172,18 +174,18 @@ def test_a_checkpoint_start_does_not_ask_for_pretrained_weights(tmp_path, monkey
 def test_time_to_target_counts_training_seconds_until_first_reached():
     history = [{"epoch": 1, "epoch_seconds": 2.0, "val_top1": 0.5}, {"epoch": 2, "epoch_seconds": 3.0, "val_top1": 0.8},
                {"epoch": 3, "epoch_seconds": 4.0, "val_top1": 0.7}]
-    assert transfer.time_to_target(history, 0.8) == {"epochs": 2, "seconds": pytest.approx(5.0)}
-    assert transfer.time_to_target(history, 0.9) == {"epochs": None, "seconds": None}
+    assert transfer_plans.time_to_target(history, 0.8) == {"epochs": 2, "seconds": pytest.approx(5.0)}
+    assert transfer_plans.time_to_target(history, 0.9) == {"epochs": None, "seconds": None}
 
 
 def test_plan_without_weights_or_eurosat_pretrains_on_digits_for_the_sample(tmp_path, monkeypatch):
-    from course_lib import data
+    pass  # (import removed)
 
-    monkeypatch.setattr(transfer, "pretrained_available", lambda name: False)
-    monkeypatch.setattr(data, "eurosat_shared_dir", lambda: None)
-    plan = transfer.plan_transfer(tiny_config(tmp_path), source_epochs=2)
+    monkeypatch.setattr(hub, "pretrained_available", lambda name: False)
+    monkeypatch.setattr(paths, "eurosat_shared_dir", lambda: None)
+    plan = transfer_plans.plan_transfer(tiny_config(tmp_path), source_epochs=2)
     assert (plan.source, plan.target) == ("digits", "landcover-synth")
     assert plan.source_config.dataset == "digits" and plan.source_config.epochs == 2
     assert plan.source_config.output_dir != plan.target_config.output_dir
     with pytest.raises(ConfigError, match="both landcover-synth"):
-        transfer.plan_transfer(tiny_config(tmp_path), source="landcover-synth")
+        transfer_plans.plan_transfer(tiny_config(tmp_path), source="landcover-synth")

@@ -1,8 +1,10 @@
 import pytest
 import torch
 
-from course_lib import checkpoint, data, troubleshoot
+from course_lib.chapters import troubleshoot
 from course_lib.config import ConfigError, make_config
+from course_lib.data import datasets, scan
+from course_lib.models import checkpoint
 
 
 @pytest.fixture
@@ -55,7 +57,7 @@ def test_error_message():
 
 
 def test_wrong_normalization_is_visible_in_input_statistics(config):
-    bundle = data.build_datasets(config)
+    bundle = datasets.build_datasets(config)
     good = troubleshoot.input_statistics(bundle.train, images=8)
     raw = troubleshoot.input_statistics(troubleshoot.Renormalized(bundle.train, "raw"), images=8)
     unit = troubleshoot.input_statistics(troubleshoot.Renormalized(bundle.train, "unit"), images=8)
@@ -81,13 +83,13 @@ def test_slow_dataset_sleeps_per_item():
 
 def test_broken_folder_fails_skips_and_scans(tmp_path):
     made = troubleshoot.make_broken_folder(tmp_path / "broken", per_class=3, classes=2)
-    failing = data.ImageFolderDataset(made["folder"], bad_images="fail")
+    failing = datasets.ImageFolderDataset(made["folder"], bad_images="fail")
     message = troubleshoot.error_message(lambda: [failing[i] for i in range(len(failing))])
     assert message.startswith("BadImageError") and "bad_images=skip" in message
-    skipping = data.ImageFolderDataset(made["folder"], bad_images="skip")
+    skipping = datasets.ImageFolderDataset(made["folder"], bad_images="skip")
     items = [skipping[i] for i in range(len(skipping))]
     assert len(items) == 7 and len(skipping.skipped) == 3
-    checked, problems = data.scan_folder(made["folder"])
+    checked, problems = scan.scan_folder(made["folder"])
     assert checked == 7 and {p.kind for p in problems} >= {"zero-byte", "truncated"}
     assert len({p.path for p in problems}) == 3
 
@@ -128,7 +130,7 @@ def test_epoch_orders_repeat_without_set_epoch():
 
 
 def test_plain_losses_diverge_on_raw_pixels_without_batchnorm(config):
-    bundle = data.build_datasets(config)
+    bundle = datasets.build_datasets(config)
     good = troubleshoot.plain_sgd_losses(bundle.train, lr=0.05, steps=6)
     raw = troubleshoot.plain_sgd_losses(troubleshoot.Renormalized(bundle.train, "raw"), lr=0.05, steps=6)
     assert len(good) == 6 and max(good) < 5

@@ -1,0 +1,1 @@
+"""After training: metrics, calibration, confusion matrices, evaluations, the explorer, statistics. Never imports the engine."""

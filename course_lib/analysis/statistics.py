@@ -1,0 +1,83 @@
+"""Is a difference beyond noise? Seed noise of repeated runs, the validation set's own sampling noise
+(bootstrap over images, and the binomial standard error of an accuracy), and a comparison of each
+variant with a baseline's noise band (Bouthillier et al. 2021, "Accounting for Variance in Machine
+Learning Benchmarks", arXiv:2103.03098).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _scores(labels: np.ndarray, probabilities: np.ndarray, bins: int) -> dict:
+    from course_lib.analysis import calibration
+
+    true_class = np.clip(probabilities[np.arange(len(labels)), labels], 1e-12, None)
+    return {"top1": float((probabilities.argmax(axis=1) == labels).mean()),
+            "loss": float(-np.log(true_class).mean()),
+            "ece": calibration.expected_calibration_error(probabilities, labels, bins),
+            "confidence": float(probabilities.max(axis=1).mean()),
+            "images": int(len(labels))}
+
+
+
+def validation_noise(labels, probabilities, draws: int = 200, seed: int = 0, bins: int = 15) -> dict:
+    """Standard deviation of top-1, loss and ECE over bootstrap resamples of the evaluated images
+    (Efron 1979): how much each number would move on another validation set of the same size.
+    For top-1 it approaches the closed form `binomial_std`. Keys match the comparison table."""
+    labels, probabilities = np.asarray(labels), np.asarray(probabilities, dtype=np.float64)
+    if draws < 2:
+        raise ValueError(f"draws must be at least 2, got {draws}")
+    rng = np.random.default_rng(seed)
+    samples = {"val top-1": [], "val loss": [], "ECE": []}
+    for _ in range(draws):
+        pick = rng.integers(0, len(labels), len(labels))
+        scores = _scores(labels[pick], probabilities[pick], bins)
+        for key, name in (("val top-1", "top1"), ("val loss", "loss"), ("ECE", "ece")):
+            samples[key].append(scores[name])
+    return {key: float(np.std(values, ddof=1)) for key, values in samples.items()}
+
+
+def seed_noise(values) -> dict:
+    """Mean and sample standard deviation of one metric over repeated runs that differ only in
+    the seed (initial weights, data order, augmentation draws)."""
+    values = np.asarray(list(values), dtype=np.float64)
+    if len(values) < 2:
+        raise ValueError(f"seed noise needs at least 2 runs, got {len(values)}")
+    return {"mean": float(values.mean()), "std": float(values.std(ddof=1)), "runs": int(len(values))}
+
+
+def noise_band(std: float, baseline_runs: int, z: float = 2.0) -> float:
+    """Half-width of the band a single run's difference from the mean of `baseline_runs`
+    baseline runs stays inside about 95% of the time (z = 2) when nothing really changed:
+    z * std * sqrt(1 + 1 / baseline_runs). With 2-3 runs the std itself is a rough estimate."""
+    return z * std * math.sqrt(1.0 + 1.0 / baseline_runs)
+
+
+def binomial_std(accuracy: float, images: int) -> float:
+    """Standard deviation of an accuracy measured on `images` independent images:
+    sqrt(p (1 - p) / n). A second noise source besides the seed: which images the
+    validation set happens to hold."""
+    if images < 1:
+        raise ValueError(f"images must be at least 1, got {images}")
+    return math.sqrt(accuracy * (1.0 - accuracy) / images)
+
+
+def compare_to_baseline(table, baseline_values: dict, metrics=("val top-1", "ECE"), floors: dict | None = None,
+                        z: float = 2.0):
+    """Add, for each metric column, "<metric> delta" (row minus the baseline seeds' mean),
+    "<metric> noise band" and "<metric> beyond noise" (yes/no: |delta| larger than `noise_band`).
+    `baseline_values` maps each metric to its values over the baseline seeds; `floors` optionally
+    maps a metric to a lower bound for its per-run std (e.g. `binomial_std` for top-1), so that
+    2-3 seeds that happen to agree do not make every difference look real. Returns a new DataFrame."""
+    table = table.copy()
+    for metric in metrics:
+        noise = seed_noise(baseline_values[metric])
+        std = max(noise["std"], (floors or {}).get(metric, 0.0))
+        band = noise_band(std, noise["runs"], z)
+        delta = table[metric] - noise["mean"]
+        table[f"{metric} delta"] = delta
+        table[f"{metric} noise band"] = band
+        table[f"{metric} beyond noise"] = np.where(delta.abs() > band, "yes", "no")
+    return table

@@ -1,0 +1,111 @@
+"""The articles' environment check (notebook 00): are the declared packages installed, does
+torch see a GPU, and do CPU and GPU agree on a small matmul? Advice is computed from what
+is found, never canned.
+
+PyTorch install matrix: https://pytorch.org/get-started/locally/
+"""
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import time
+
+from packaging.requirements import Requirement
+
+DISTRIBUTION = "course-lib"
+
+
+def package_report(distribution: str = DISTRIBUTION) -> list[dict]:
+    """Each runtime requirement of the project with the installed version and whether it fits."""
+    rows = []
+    for text in metadata.requires(distribution) or []:
+        requirement = Requirement(text)
+        if requirement.marker and "extra" in str(requirement.marker):
+            continue  # dev extras are not needed to run notebooks
+        try:
+            installed = metadata.version(requirement.name)
+        except metadata.PackageNotFoundError:
+            installed = None
+        fits = installed is not None and requirement.specifier.contains(installed, prereleases=True)
+        rows.append({"package": requirement.name, "required": str(requirement.specifier) or "any",
+                     "installed": installed, "ok": fits})
+    return rows
+
+
+def torch_facts() -> dict:
+    import torch
+
+    facts = {"torch": torch.__version__, "built_with_cuda": torch.version.cuda,
+             "cuda_available": torch.cuda.is_available(), "device_count": torch.cuda.device_count(),
+             "device_names": []}
+    if facts["cuda_available"]:
+        facts["device_names"] = [torch.cuda.get_device_name(i) for i in range(facts["device_count"])]
+    return facts
+
+
+def install_advice(packages: list[dict], facts: dict) -> list[str]:
+    """What to install or fix, derived from the package report and torch's view of CUDA."""
+    advice = []
+    missing = [row for row in packages if not row["ok"]]
+    if missing:
+        specs = " ".join(f"'{row['package']}{'' if row['required'] == 'any' else row['required']}'" for row in missing)
+        advice.append(f"install or upgrade: pip install {specs}  (or rerun `make venv`)")
+    if facts["built_with_cuda"] is None:
+        advice.append("this torch is a CPU-only build: for a GPU install a CUDA wheel matching your driver, "
+                      "e.g. pip install torch --index-url https://download.pytorch.org/whl/cu124")
+    elif not facts["cuda_available"]:
+        advice.append(f"torch was built with CUDA {facts['built_with_cuda']} but sees no GPU: on a GPU machine "
+                      "check `nvidia-smi` (driver loaded?) and that the driver supports CUDA "
+                      f"{facts['built_with_cuda']}; on a CPU-only machine this is expected and the workbook runs "
+                      "in the cpu profile")
+    if not advice:
+        advice.append("nothing to install: every package fits and torch sees "
+                      + (", ".join(facts["device_names"]) if facts["device_names"] else "the CPU"))
+    return advice
+
+
+def _timed_matmul(a, b, repeats: int = 5) -> tuple[object, float]:
+    """Median seconds of a @ b over `repeats` after one thrown-away warm-up."""
+    import torch
+
+    def sync():
+        if a.is_cuda:
+            torch.cuda.synchronize()  # GPU work is asynchronous: wait before reading the clock
+
+    result = a @ b
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = a @ b
+        sync()
+        times.append(time.perf_counter() - start)
+    return result, sorted(times)[len(times) // 2]
+
+
+def matmul_check(size: int = 512, seed: int = 0) -> list[dict]:
+    """The same fp32 matmul on the CPU and on each GPU: seconds, GFLOP/s and the largest
+    difference from the CPU result (the articles: confirm CPU and GPU agree)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    a = torch.randn(size, size, generator=generator)
+    b = torch.randn(size, size, generator=generator)
+    flops = 2 * size ** 3
+    reference, seconds = _timed_matmul(a, b)
+    rows = [{"device": "cpu", "seconds": seconds, "gflops": flops / seconds / 1e9, "max_abs_diff_vs_cpu": 0.0,
+             "agrees": True}]
+    for index in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):
+        device = torch.device("cuda", index)
+        # TF32 would make the GPU differ from the CPU by design; compare in full fp32.
+        previous = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            result, seconds = _timed_matmul(a.to(device), b.to(device))
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = previous
+        diff = (result.cpu() - reference).abs().max().item()
+        # fp32 sums of `size` products: allow a relative error that grows like sqrt(size).
+        tolerance = 1e-5 * size ** 0.5 * reference.abs().max().item()
+        rows.append({"device": f"cuda:{index} ({torch.cuda.get_device_name(index)})", "seconds": seconds,
+                     "gflops": flops / seconds / 1e9, "max_abs_diff_vs_cpu": diff, "agrees": diff <= tolerance})
+    return rows

@@ -1,0 +1,171 @@
+"""Pre-decoded image cache: decode an image folder once into one uint8 array file
+(N x H x W x 3, read back through `numpy.memmap`) and train from it, so no epoch pays for JPEG
+decoding again. The article: "decode in advance and cache raw pixels ... costs disk space".
+Docs: https://numpy.org/doc/stable/reference/generated/numpy.memmap.html
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from course_lib.paths import CACHE_DIR, project_root
+
+log = logging.getLogger(__name__)
+PIXELS_FILE = "images.uint8"  # raw N x H x W x 3 bytes, no header
+LABELS_FILE = "labels.npy"
+META_FILE = "cache.json"
+
+
+@dataclasses.dataclass
+class CacheInfo:
+    folder: Path
+    images: int
+    image_size: int  # pixels per side
+    classes: list
+    source: str
+    pixel_bytes: int  # size of the pixel file on disk
+    source_bytes: int  # size of the encoded files it came from
+    build_seconds: float
+    skipped: list  # files left out (bad_images=skip)
+
+    @property
+    def disk_ratio(self) -> float:
+        """How many times more disk the raw pixels take than the JPEGs."""
+        return self.pixel_bytes / self.source_bytes if self.source_bytes else float("nan")
+
+
+def default_cache_dir(source: str | os.PathLike, image_size: int, max_images: int = 0) -> Path:
+    """data_cache/predecoded/<folder name>-<size>px-<hash of the source path>."""
+    digest = hashlib.sha1(f"{Path(source).resolve()}|{max_images}".encode()).hexdigest()[:8]
+    return project_root() / CACHE_DIR / "predecoded" / f"{Path(source).name}-{image_size}px-{digest}"
+
+
+def _read_info(folder: Path) -> CacheInfo:
+    meta = json.loads((folder / META_FILE).read_text())
+    return CacheInfo(folder=folder, **{k: v for k, v in meta.items() if k != "folder"})
+
+
+def build_cache(source: str | os.PathLike, image_size: int, out_dir: str | os.PathLike | None = None, *,
+                decoder: str = "pil", bad_images: str = "fail", num_workers: int = 0, max_images: int = 0,
+                rebuild: bool = False) -> CacheInfo:
+    """Decode every image under the ImageFolder `source` (resized to image_size x image_size when
+    it differs) into `out_dir`; returns the existing cache when it is already built. Written to a
+    temporary folder and renamed, so an interrupted build leaves no half cache behind."""
+    from torch.utils.data import DataLoader
+
+    from course_lib.data import transforms
+    from course_lib.data.datasets import ImageFolderDataset
+    from course_lib.data.decode import FileDecoder
+
+    out_dir = Path(out_dir) if out_dir else default_cache_dir(source, image_size, max_images)
+    if (out_dir / META_FILE).exists() and not rebuild:
+        return _read_info(out_dir)
+    start = time.perf_counter()
+    dataset = ImageFolderDataset(source, transforms.sample_transform(image_size, "device"), bad_images,
+                                 loader=FileDecoder(decoder))
+    indices = list(range(len(dataset)))
+    if max_images and max_images < len(indices):  # evenly spread, so every class is kept
+        indices = [int(i * len(indices) / max_images) for i in range(max_images)]
+    staging = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    size = image_size
+    array = np.memmap(staging / PIXELS_FILE, dtype=np.uint8, mode="w+", shape=(len(indices), size, size, 3))
+    labels = np.empty(len(indices), dtype=np.int64)
+    # Workers decode; the main process writes rows in order and leaves bad files out (skip) or
+    # stops with the worker's BadImageError naming the file (fail).
+    loader = DataLoader(_DecodeOrReport(dataset, indices), batch_size=256, num_workers=num_workers,
+                        collate_fn=list)
+    row, skipped = 0, []
+    for batch in loader:
+        for image, target, bad_path in batch:
+            if bad_path:
+                log.warning("skipping unreadable image %s (bad_images=skip)", bad_path)
+                skipped.append(bad_path)
+                continue
+            array[row] = image.permute(1, 2, 0).numpy()
+            labels[row] = target
+            row += 1
+    array.flush()
+    del array
+    if row == 0:
+        shutil.rmtree(staging)
+        raise FileNotFoundError(f"no readable image in {source}; nothing to cache")
+    os.truncate(staging / PIXELS_FILE, row * size * size * 3)  # drop the rows of skipped files
+    np.save(staging / LABELS_FILE, labels[:row])
+    source_bytes = sum(os.path.getsize(dataset.samples[i][0]) for i in indices)
+    info = CacheInfo(folder=out_dir, images=row, image_size=image_size, classes=list(dataset.classes),
+                     source=str(source), pixel_bytes=(staging / PIXELS_FILE).stat().st_size,
+                     source_bytes=source_bytes, build_seconds=time.perf_counter() - start, skipped=skipped)
+    meta = {k: v for k, v in dataclasses.asdict(info).items() if k != "folder"}
+    (staging / META_FILE).write_text(json.dumps(meta, indent=2))
+    shutil.rmtree(out_dir, ignore_errors=True)
+    staging.rename(out_dir)
+    return info
+
+
+class _DecodeOrReport(torch.utils.data.Dataset):
+    """(image, label, "") per file, or (None, label, path) for an unreadable one under
+    bad_images=skip; under fail the BadImageError (with the path) propagates."""
+
+    def __init__(self, dataset, indices):
+        self.dataset, self.indices = dataset, indices
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __getitem__(self, index):
+        from course_lib.data.datasets import BadImageError
+
+        path, target = self.dataset.samples[self.indices[index]]
+        try:
+            image = self.dataset.loader(path)
+        except BadImageError:
+            if self.dataset.bad_images == "fail":
+                raise
+            return None, target, str(path)
+        return self.dataset.transform(image), target, ""
+
+
+class PreDecodedDataset(torch.utils.data.Dataset):
+    """A built cache as a dataset: (transform(uint8 3 x H x W tensor), label).
+    The memmap is opened lazily in each process (a forked worker must not share the parent's
+    file handle, and pickling a memmap would copy the whole array)."""
+
+    def __init__(self, folder: str | os.PathLike, transform=None):
+        self.folder = Path(folder)
+        if not (self.folder / META_FILE).exists():
+            raise FileNotFoundError(f"no pre-decoded cache in {self.folder}; build it with cache.build_cache()")
+        self.info = _read_info(self.folder)
+        self.classes = self.info.classes
+        self.targets = np.load(self.folder / LABELS_FILE).tolist()
+        self.transform = transform
+        self._pixels = None
+
+    @property
+    def pixels(self) -> np.ndarray:
+        if self._pixels is None:
+            size = self.info.image_size
+            self._pixels = np.memmap(self.folder / PIXELS_FILE, dtype=np.uint8, mode="r",
+                                     shape=(self.info.images, size, size, 3))
+        return self._pixels
+
+    def __getstate__(self):
+        return {**self.__dict__, "_pixels": None}
+
+    def __len__(self):
+        return self.info.images
+
+    def __getitem__(self, index):
+        # np.array copies the row out of the page cache into memory torch may own.
+        image = torch.from_numpy(np.array(self.pixels[index])).permute(2, 0, 1)
+        return (self.transform(image) if self.transform else image), self.targets[index]

@@ -1,0 +1,292 @@
+"""Datasets for the workbook: the generated `landcover-synth` set (`landcover.py`), scikit-learn's
+digits, any ImageFolder directory (EuroSAT RGB among them), and torchvision's EuroSAT and CIFAR-10
+classes, with the workbook's bad-image policy; `build_datasets(config)` returns the splits a
+config names.
+
+EuroSAT: Helber et al., "EuroSAT: A Novel Dataset and Deep Learning Benchmark for Land
+Use and Land Cover Classification", IEEE JSTARS 2019. CIFAR-10: Krizhevsky, 2009.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from course_lib.config import Config, ConfigError, WorkbookError
+from course_lib.data.device_augment import DeviceStage
+from course_lib.data.landcover import SPLITS, landcover_cache_dir  # noqa: F401 (SPLITS: every bundle has these)
+from course_lib.data.transforms import denormalize, eval_transform, train_transform
+from course_lib.paths import CACHE_DIR, resolve_path
+
+# ImageNet statistics: what timm's pretrained CNNs expect (timm.data.IMAGENET_DEFAULT_MEAN/STD).
+
+
+log = logging.getLogger(__name__)
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+
+
+
+
+class BadImageError(WorkbookError, RuntimeError):
+    """An image that cannot be decoded; the message names the file and the fix."""
+
+
+def load_rgb(path: str | os.PathLike) -> Image.Image:
+    """Open an image as RGB, turning any decode failure into a BadImageError with the path."""
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except (OSError, ValueError, Image.DecompressionBombError) as error:
+        raise BadImageError(f"{path}: cannot decode image ({error}); remove or replace it, "
+                            "or set bad_images=skip") from None
+
+
+class ImageFolderDataset:
+    """torchvision's ImageFolder with the workbook's bad-image policy.
+
+    bad_images="fail" raises BadImageError naming the file (in a worker, the DataLoader
+    re-raises it in the main process, so nothing hangs); "skip" logs the file once and
+    returns the next readable sample instead.
+    """
+
+    def __init__(self, root: str | os.PathLike, transform=None, bad_images: str = "fail", loader=None):
+        from torchvision.datasets import ImageFolder
+
+        root = Path(root)
+        if not root.is_dir():
+            raise FileNotFoundError(f"image folder {root} does not exist; check data_dir "
+                                    "(or run `workbook data make` to generate one)")
+        self.folder = ImageFolder(str(root), loader=load_rgb, allow_empty=False)
+        # loader: path -> image, raising BadImageError (e.g. decode.FileDecoder("opencv")); picklable.
+        self.loader = loader or load_rgb
+        self.transform = transform
+        self.bad_images = bad_images
+        self.classes = self.folder.classes
+        self.samples = self.folder.samples
+        self.targets = self.folder.targets
+        self.skipped: set[str] = set()
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, index):
+        for attempt in range(len(self.samples)):
+            path, target = self.samples[(index + attempt) % len(self.samples)]
+            try:
+                image = self.loader(path)
+            except BadImageError as error:
+                if self.bad_images == "fail":
+                    raise
+                if path not in self.skipped:
+                    self.skipped.add(path)
+                    log.warning("skipping %s", error)
+                continue
+            return (self.transform(image) if self.transform else image), target
+        raise BadImageError(f"no readable image in {Path(self.samples[0][0]).parents[1]}")
+
+
+class ArrayImageDataset:
+    """Images held in memory as uint8 arrays (N x H x W x C), served as PIL images."""
+
+    def __init__(self, images: np.ndarray, targets, classes, transform=None):
+        self.images, self.targets, self.classes, self.transform = images, list(map(int, targets)), classes, transform
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, index):
+        image = Image.fromarray(self.images[index]).convert("RGB")
+        return (self.transform(image) if self.transform else image), self.targets[index]
+
+
+class TransformedSubset:
+    """A subset of a dataset with its own transform (so train and val of one split differ)."""
+
+    def __init__(self, dataset, indices, transform=None):
+        self.dataset, self.indices, self.transform = dataset, list(indices), transform
+        self.classes = dataset.classes
+        targets = getattr(dataset, "targets", None)
+        self.targets = [targets[i] for i in self.indices] if targets is not None else None
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __getitem__(self, index):
+        image, target = self.dataset[self.indices[index]]
+        if not isinstance(image, Image.Image):
+            image = Image.fromarray(np.asarray(image)).convert("RGB")
+        return (self.transform(image.convert("RGB")) if self.transform else image), int(target)
+
+
+@dataclasses.dataclass
+class DataBundle:
+    train: object
+    val: object
+    test: object
+    classes: list
+    source: str  # where the images came from, for reports
+    # What happens to a batch after the DataLoader: the copy to the training device and, for
+    # uint8 batches, augmentation (training) or normalisation (evaluation) there.
+    device_stage: DeviceStage = dataclasses.field(default_factory=lambda: DeviceStage())
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+
+def _split_indices(targets, fractions, seed):
+    """Stratified split of range(len(targets)) into len(fractions) parts (scikit-learn)."""
+    from sklearn.model_selection import train_test_split
+
+    indices = np.arange(len(targets))
+    first, rest = train_test_split(indices, train_size=fractions[0], stratify=targets, random_state=seed)
+    if len(fractions) == 2:
+        return [first, rest]
+    rest_targets = np.asarray(targets)[rest]
+    second, third = train_test_split(rest, train_size=fractions[1] / (1 - fractions[0]),
+                                     stratify=rest_targets, random_state=seed)
+    return [first, second, third]
+
+
+def _limit(dataset, max_images: int, seed: int):
+    if not max_images or max_images >= len(dataset):
+        return dataset
+    keep = np.random.default_rng(seed).permutation(len(dataset))[:max_images]
+    return _Subset(dataset, sorted(keep.tolist()))
+
+
+class _Subset(TransformedSubset):
+    """A subset keeping the parent's transform."""
+
+    def __getitem__(self, index):
+        return self.dataset[self.indices[index]]
+
+
+def _split_folder_names(root: Path) -> dict:
+    names = {"train": ("train",), "val": ("val", "valid", "validation"), "test": ("test",)}
+    found = {}
+    for split, options in names.items():
+        for option in options:
+            if (root / option).is_dir():
+                found[split] = root / option
+                break
+    return found
+
+
+def imagefolder_bundle(root: Path, image_size: int, bad_images: str, seed: int) -> DataBundle:
+    """train/ val|valid/ test/ subfolders when present; otherwise a seeded 80/10/10 split."""
+    splits = _split_folder_names(root)
+    train_tf, eval_tf = train_transform(image_size), eval_transform(image_size)
+    if "train" in splits:
+        train = ImageFolderDataset(splits["train"], train_tf, bad_images)
+        val = ImageFolderDataset(splits["val"], eval_tf, bad_images) if "val" in splits else None
+        test = ImageFolderDataset(splits["test"], eval_tf, bad_images) if "test" in splits else None
+        if val is None:  # carve a validation split out of train
+            whole = ImageFolderDataset(splits["train"], None, bad_images)
+            tr, va = _split_indices(whole.targets, (0.9, 0.1), seed)
+            train, val = TransformedSubset(whole, tr, train_tf), TransformedSubset(whole, va, eval_tf)
+        return DataBundle(train, val, test, list(train.classes), str(root))
+    whole = ImageFolderDataset(root, None, bad_images)
+    tr, va, te = _split_indices(whole.targets, (0.8, 0.1, 0.1), seed)
+    return DataBundle(TransformedSubset(whole, tr, train_tf), TransformedSubset(whole, va, eval_tf),
+                      TransformedSubset(whole, te, eval_tf), list(whole.classes), str(root))
+
+
+def digits_bundle(image_size: int, seed: int) -> DataBundle:
+    """scikit-learn's handwritten digits (1,797 real 8x8 scans), upscaled and split 70/15/15."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    pixels = (digits.images * (255.0 / 16.0)).astype(np.uint8)  # 0..16 grey levels -> 0..255
+    images = np.repeat(pixels[..., None], 3, axis=-1)
+    classes = [str(d) for d in digits.target_names]
+    whole = ArrayImageDataset(images, digits.target, classes)
+    tr, va, te = _split_indices(digits.target, (0.7, 0.15, 0.15), seed)
+    # Flips would turn digits into other symbols: evaluation transform for training too.
+    tf = eval_transform(image_size)
+    return DataBundle(TransformedSubset(whole, tr, tf), TransformedSubset(whole, va, tf),
+                      TransformedSubset(whole, te, tf), classes, "sklearn.datasets.load_digits")
+
+
+def eurosat_bundle(root: Path, image_size: int, download: bool, seed: int) -> DataBundle:
+    """torchvision.datasets.EuroSAT (expects root/eurosat/2750/<class>/*.jpg), split 80/10/10."""
+    from torchvision.datasets import EuroSAT
+
+    try:
+        whole = EuroSAT(str(root), download=download)
+    except RuntimeError as error:
+        raise FileNotFoundError(f"EuroSAT not found under {root} ({error}); set download=true when online, "
+                                "or point dataset=imagefolder data_dir=... at an extracted copy") from None
+    tr, va, te = _split_indices(whole.targets, (0.8, 0.1, 0.1), seed)
+    return DataBundle(TransformedSubset(whole, tr, train_transform(image_size)),
+                      TransformedSubset(whole, va, eval_transform(image_size)),
+                      TransformedSubset(whole, te, eval_transform(image_size)), list(whole.classes), str(root))
+
+
+def cifar10_bundle(root: Path, image_size: int, download: bool, seed: int) -> DataBundle:
+    """torchvision.datasets.CIFAR10: its train set split 90/10 into train/val, its test set as test."""
+    from torchvision.datasets import CIFAR10
+
+    try:
+        train_whole = CIFAR10(str(root), train=True, download=download)
+        test = CIFAR10(str(root), train=False, download=download, transform=eval_transform(image_size))
+    except RuntimeError as error:
+        raise FileNotFoundError(f"CIFAR-10 not found under {root} ({error}); set download=true when online") from None
+    tr, va = _split_indices(train_whole.targets, (0.9, 0.1), seed)
+    return DataBundle(TransformedSubset(train_whole, tr, train_transform(image_size)),
+                      TransformedSubset(train_whole, va, eval_transform(image_size)),
+                      test, list(train_whole.classes), str(root))
+
+
+def build_datasets(config: Config) -> DataBundle:
+    """The train/val/test datasets that `config.dataset` and `config.data_dir` name."""
+    name = config.dataset
+    if name == "landcover-synth":
+        root = resolve_path(config.data_dir) if config.data_dir else landcover_cache_dir(seed=0)
+        bundle = imagefolder_bundle(root, config.image_size, config.bad_images, config.seed)
+    elif name == "digits":
+        bundle = digits_bundle(config.image_size, config.seed)
+    elif name == "imagefolder":
+        if not config.data_dir:
+            raise ConfigError("dataset=imagefolder needs data_dir=<folder with train/ and val/ subfolders>")
+        bundle = imagefolder_bundle(resolve_path(config.data_dir), config.image_size, config.bad_images,
+                                    config.seed)
+    elif name == "eurosat":
+        bundle = eurosat_bundle(resolve_path(config.data_dir or str(CACHE_DIR / "torchvision")),
+                                config.image_size, config.download, config.seed)
+    elif name == "cifar10":
+        bundle = cifar10_bundle(resolve_path(config.data_dir or str(CACHE_DIR / "torchvision")),
+                                config.image_size, config.download, config.seed)
+    else:  # make_config already refuses other names
+        raise ConfigError(f"unknown dataset {name!r}")
+    bundle.train = _limit(bundle.train, config.max_train_images, config.seed)
+    return bundle
+
+
+
+
+def sample_grid(dataset, classes, per_class: int = 6, seed: int = 0):
+    """A matplotlib figure: one row per class, `per_class` images each (denormalized)."""
+    import matplotlib.pyplot as plt
+
+    targets = np.asarray(dataset.targets if getattr(dataset, "targets", None) is not None
+                         else [dataset[i][1] for i in range(len(dataset))])
+    rng = np.random.default_rng(seed)
+    figure, axes = plt.subplots(len(classes), per_class, figsize=(per_class * 1.1, len(classes) * 1.15),
+                                squeeze=False)
+    for row, name in enumerate(classes):
+        members = np.flatnonzero(targets == row)
+        picks = rng.choice(members, size=min(per_class, len(members)), replace=False) if len(members) else []
+        for column in range(per_class):
+            axis = axes[row, column]
+            axis.axis("off")
+            if column < len(picks):
+                image, _ = dataset[int(picks[column])]
+                axis.imshow(denormalize(image).permute(1, 2, 0).numpy())
+        axes[row, 0].set_title(name, fontsize=8, loc="left")
+    figure.tight_layout()
+    return figure

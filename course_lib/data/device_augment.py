@@ -1,0 +1,151 @@
+"""Augmentation on the device, per batch: random resized crop, horizontal flip and colour jitter
+as small functions that take and return N x C x H x W tensors (airbench's `batch_flip_lr` style),
+each image getting its own random parameters, on whatever device the batch lives.
+
+The article's advice: move augmentation off the CPU workers (torchvision.transforms.v2 can run on
+CUDA tensors). Note that a v2 transform called on a batched tensor draws ONE set of parameters for
+the whole batch; the functions here draw one per image and reproduce v2's arithmetic
+(`torchvision.transforms.v2.functional.adjust_brightness/contrast/saturation`), which the tests check.
+The crop uses `torchvision.ops.roi_align` (Mask R-CNN, He et al. 2017) as a batched bilinear crop-and-resize.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from course_lib.data.transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+# Colour weights of torchvision's rgb_to_grayscale (ITU-R 601-2 luma).
+_GREY_WEIGHTS = (0.2989, 0.587, 0.114)
+
+
+def _uniform(count: int, low: float, high: float, generator, device) -> torch.Tensor:
+    return torch.rand(count, generator=generator, device=device) * (high - low) + low
+
+
+def batch_flip_lr(images: torch.Tensor, generator: torch.Generator | None = None, p: float = 0.5) -> torch.Tensor:
+    """Mirror each image left-right with probability `p`."""
+    flip = torch.rand(len(images), generator=generator, device=images.device) < p
+    return torch.where(flip.view(-1, 1, 1, 1), images.flip(-1), images)
+
+
+def random_crop_boxes(count: int, height: int, width: int, scale=(0.6, 1.0), ratio=(3 / 4, 4 / 3),
+                      generator: torch.Generator | None = None, device=None) -> torch.Tensor:
+    """`count` boxes (x1, y1, x2, y2) in pixels with area fraction in `scale` and aspect ratio in
+    `ratio` (log-uniform), like v2.RandomResizedCrop; boxes too big are clamped to the image
+    instead of v2's ten retries."""
+    area = _uniform(count, *scale, generator, device) * height * width
+    log_ratio = _uniform(count, math.log(ratio[0]), math.log(ratio[1]), generator, device)
+    aspect = torch.exp(log_ratio)
+    box_width = torch.sqrt(area * aspect).clamp(1, width)
+    box_height = torch.sqrt(area / aspect).clamp(1, height)
+    x1 = torch.rand(count, generator=generator, device=device) * (width - box_width)
+    y1 = torch.rand(count, generator=generator, device=device) * (height - box_height)
+    return torch.stack([x1, y1, x1 + box_width, y1 + box_height], dim=1)
+
+
+def batch_resized_crop(images: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Tensor:
+    """Crop box i out of image i and resize it to size x size (bilinear), all in one kernel.
+    Matches v2.functional.resized_crop(antialias=False) inside the box; at the box's edge it
+    interpolates with the image pixels just outside, where v2 repeats the edge."""
+    from torchvision.ops import roi_align
+
+    indices = torch.arange(len(images), device=images.device, dtype=boxes.dtype).view(-1, 1)
+    # aligned=True: pixel centres at +0.5, so a full-image box reproduces the image exactly;
+    # sampling_ratio=0: ceil(box / output) samples per output pixel (averaging when shrinking).
+    return roi_align(images, torch.cat([indices, boxes], dim=1), (size, size), spatial_scale=1.0,
+                     sampling_ratio=0, aligned=True)
+
+
+def _grey(images: torch.Tensor) -> torch.Tensor:
+    weights = torch.tensor(_GREY_WEIGHTS, device=images.device, dtype=images.dtype).view(1, 3, 1, 1)
+    return (images * weights).sum(dim=1, keepdim=True)
+
+
+def adjust_brightness(images: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
+    """images in [0, 1]; one factor per image (1 = unchanged)."""
+    return (images * factors.view(-1, 1, 1, 1)).clamp(0, 1)
+
+
+def adjust_contrast(images: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
+    """Blend each image with its mean grey level."""
+    mean = _grey(images).mean(dim=(1, 2, 3), keepdim=True)
+    factors = factors.view(-1, 1, 1, 1)
+    return (factors * images + (1 - factors) * mean).clamp(0, 1)
+
+
+def adjust_saturation(images: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
+    """Blend each image with its own grey version."""
+    factors = factors.view(-1, 1, 1, 1)
+    return (factors * images + (1 - factors) * _grey(images)).clamp(0, 1)
+
+
+def batch_color_jitter(images: torch.Tensor, brightness: float = 0.4, contrast: float = 0.4,
+                       saturation: float = 0.4, generator: torch.Generator | None = None) -> torch.Tensor:
+    """v2.ColorJitter's factor ranges ([max(0, 1-s), 1+s]) drawn per image; applied in a fixed
+    order (brightness, contrast, saturation) where v2 shuffles the order."""
+    count, device = len(images), images.device
+    for strength, adjust in ((brightness, adjust_brightness), (contrast, adjust_contrast),
+                             (saturation, adjust_saturation)):
+        if strength > 0:
+            images = adjust(images, _uniform(count, max(0.0, 1 - strength), 1 + strength, generator, device))
+    return images
+
+
+class DeviceAugment:
+    """Per-batch training augmentation on the batch's device: uint8 (or [0,1] float) N x 3 x H x W
+    in, normalised float N x 3 x size x size out.
+
+        augment = DeviceAugment(image_size=64)
+        images = augment(images.to(device, non_blocking=True))
+    """
+
+    def __init__(self, image_size: int, scale=(0.6, 1.0), ratio=(3 / 4, 4 / 3), flip: bool = True,
+                 brightness: float = 0.4, contrast: float = 0.4, saturation: float = 0.4,
+                 mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, seed: int | None = None):
+        self.image_size, self.scale, self.ratio, self.flip = image_size, scale, ratio, flip
+        self.brightness, self.contrast, self.saturation = brightness, contrast, saturation
+        self.mean, self.std, self.seed = tuple(mean), tuple(std), seed
+        self._generators: dict[str, torch.Generator] = {}
+
+    def _generator(self, device: torch.device) -> torch.Generator | None:
+        if self.seed is None:
+            return None
+        key = str(device)
+        if key not in self._generators:  # a generator must live on the device it draws for
+            self._generators[key] = torch.Generator(device=device).manual_seed(self.seed)
+        return self._generators[key]
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        if images.dim() != 4 or images.shape[1] != 3:
+            raise ValueError(f"DeviceAugment expects N x 3 x H x W images, got shape {tuple(images.shape)}")
+        generator = self._generator(images.device)
+        images = images.float().div_(255) if images.dtype == torch.uint8 else images.float()
+        height, width = images.shape[-2:]
+        boxes = random_crop_boxes(len(images), height, width, self.scale, self.ratio, generator, images.device)
+        images = batch_resized_crop(images, boxes, self.image_size)
+        if self.flip:
+            images = batch_flip_lr(images, generator)
+        images = batch_color_jitter(images, self.brightness, self.contrast, self.saturation, generator)
+        mean = torch.tensor(self.mean, device=images.device).view(1, 3, 1, 1)
+        std = torch.tensor(self.std, device=images.device).view(1, 3, 1, 1)
+        return (images - mean) / std
+
+
+class DeviceStage:
+    """A batch's last data step, on the training device: copy it there (non_blocking, so the copy
+    from pinned memory overlaps compute), then apply `train_transform` or `eval_transform` (for
+    example DeviceAugment, or normalisation of uint8 batches). Without transforms it only copies:
+    the loader already delivered normalised float tensors.
+
+        images = bundle.device_stage(images, device, train=True)
+    """
+
+    def __init__(self, train_transform=None, eval_transform=None, description: str = "none"):
+        self.train_transform, self.eval_transform, self.description = train_transform, eval_transform, description
+
+    def __call__(self, images: torch.Tensor, device: torch.device, *, train: bool) -> torch.Tensor:
+        images = images.to(device, non_blocking=True)
+        transform = self.train_transform if train else self.eval_transform
+        return transform(images) if transform is not None else images

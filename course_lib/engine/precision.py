@@ -1,0 +1,50 @@
+"""Mixed precision: autocast to fp16 (with a GradScaler) or bf16 (no scaler needed), one code path.
+
+fp16 has a narrow exponent range, so small gradients underflow to zero; GradScaler multiplies
+the loss before backward and divides the gradients before the step, skipping steps whose
+gradients overflowed (Micikevicius et al. 2018, "Mixed Precision Training", arXiv:1710.03740).
+bf16 keeps fp32's exponent range and needs no scaler. See https://pytorch.org/docs/stable/amp.html.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+
+from course_lib.config import ConfigError
+
+PRECISIONS = ("off", "fp16", "bf16")
+DTYPES = {"off": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def resolve_precision(requested: str, device: torch.device) -> str:
+    """`auto` becomes what `course_lib.measure.peak` measured this device runs fastest;
+    an explicit choice the device cannot run at all is refused with the fix."""
+    device = torch.device(device)
+    if requested == "auto":
+        if device.type == "meta":  # shapes only (memory estimates): no speed to measure, keep fp32
+            return "off"
+        from course_lib.measure import (
+            peak,  # measured per device; imported here to keep startup light
+        )
+
+        return peak.recommended_precision(device)
+    if requested not in PRECISIONS:
+        raise ConfigError(f"precision={requested!r} is not one of off, fp16, bf16, auto")
+    if requested == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"{torch.cuda.get_device_name(device)} has no bf16 support; use precision=fp16")
+    return requested
+
+
+def autocast(precision: str, device: torch.device):
+    """The forward-pass context: autocast for fp16/bf16, a no-op for off."""
+    device = torch.device(device)
+    if precision == "off":
+        return nullcontext()
+    return torch.autocast(device_type=device.type, dtype=DTYPES[precision])
+
+
+def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:
+    """A GradScaler that only scales for fp16; for off/bf16 its calls pass straight through,
+    so the training loop has one code path."""
+    return torch.amp.GradScaler(torch.device(device).type, enabled=precision == "fp16")

@@ -1,0 +1,36 @@
+"""Model FLOPs utilization (MFU): the FLOPs a training step needs, counted by
+`torch.utils.flop_counter.FlopCounterMode`, times steps per second, over the device's matmul
+peak that `course_lib.measure.peak` measures (Chowdhery et al. 2022, "PaLM", arXiv:2204.02311, App. B).
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+
+
+def training_flops_per_image(model: torch.nn.Module, image_size: int, num_classes: int | None = None,
+                             batch_size: int = 2) -> float:
+    """FLOPs of forward + backward for one image (counted on a copy, on CPU, at batch 2).
+    Counts matmuls and convolutions only, as MFU does; elementwise work is not counted."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    probe = copy.deepcopy(model).float().cpu().train()
+    images = torch.randn(batch_size, 3, image_size, image_size)
+    with FlopCounterMode(display=False) as counter:
+        logits = probe(images)
+        targets = torch.zeros(batch_size, dtype=torch.long)
+        F.cross_entropy(logits, targets).backward()
+    return counter.get_total_flops() / batch_size
+
+
+def model_flops_utilization(flops_per_image: float, images_per_second: float, device, dtype=torch.float32) -> dict:
+    """{"achieved_flops", "peak_flops", "mfu"} with the peak from `peak.peak_flops`
+    (a datasheet number for known GPUs, else the measured matmul throughput)."""
+    from course_lib.measure import peak
+
+    achieved = flops_per_image * images_per_second
+    peak_value = peak.peak_flops(device, dtype)
+    return {"achieved_flops": achieved, "peak_flops": peak_value, "peak_source": peak.peak_flops_source(device, dtype),
+            "mfu": achieved / peak_value if peak_value else None}

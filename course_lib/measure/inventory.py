@@ -1,0 +1,289 @@
+"""The machine's inventory: CPU, RAM, the dataset disk (with a bounded sequential and random read
+probe), python/torch/torchvision/timm versions, CUDA, cuDNN, NCCL and each GPU (NVML when present).
+Nothing here may crash without a GPU, NVML or `nvidia-smi`: every probe is bounded in time and
+returns `None` (with a note) where a fact cannot be had.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import random
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+from course_lib import ledger
+
+MiB = 1024 ** 2
+GiB = 1024 ** 3
+
+
+def _run(command: list[str], timeout: float = 10.0) -> str | None:
+    """stdout of a command, or None when it is missing, fails or hangs."""
+    if shutil.which(command[0]) is None:
+        return None
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def cudnn_text(version) -> str | None:
+    """torch's cuDNN integer as text: 92400 -> "9.24.0" (cuDNN 9+), 8902 -> "8.9.2"."""
+    if not version:
+        return None
+    version = int(version)
+    if version >= 90000:
+        return f"{version // 10000}.{version // 100 % 100}.{version % 100}"
+    return f"{version // 1000}.{version // 100 % 10}.{version % 100}"
+
+
+def _version_tuple(text: str | None) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text or ""))
+
+
+def cpu_info() -> dict:
+    import psutil
+
+    summary = ledger.hardware_summary()
+    memory = psutil.virtual_memory()
+    return {
+        "model": summary["cpu"],
+        "physical_cores": psutil.cpu_count(logical=False) or os.cpu_count() or 1,
+        "logical_cores": psutil.cpu_count(logical=True) or os.cpu_count() or 1,
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "ram_bytes": int(memory.total),
+        "ram_available_bytes": int(memory.available),
+    }
+
+
+def _block_device_kind(path: Path) -> tuple[str | None, str]:
+    """(block device name, "nvme" | "ssd" | "hdd" | "unknown") of the disk holding `path`,
+    read from /sys (Linux only; overlay and network filesystems give "unknown")."""
+    try:
+        st_dev = path.stat().st_dev
+        sys_path = Path(f"/sys/dev/block/{os.major(st_dev)}:{os.minor(st_dev)}").resolve()
+    except (OSError, ValueError):
+        return None, "unknown"
+    for folder in (sys_path, sys_path.parent):  # a partition's queue/ lives in its parent disk
+        rotational = folder / "queue" / "rotational"
+        if rotational.exists():
+            name = folder.name
+            if name.startswith("nvme"):
+                return name, "nvme"
+            if name.startswith(("vd", "xvd")):  # virtio/Xen disks report rotational=1 whatever backs them
+                return name, "virtual"
+            try:
+                return name, "hdd" if rotational.read_text().strip() == "1" else "ssd"
+            except OSError:
+                return name, "unknown"
+    return None, "unknown"
+
+
+def _list_files(folder: Path, limit: int = 5000) -> list[Path]:
+    """Up to `limit` regular files under `folder`, in a stable order (bounded walk)."""
+    files: list[Path] = []
+    for root, dirs, names in os.walk(folder):
+        dirs.sort()
+        for name in sorted(names):
+            files.append(Path(root) / name)
+            if len(files) >= limit:
+                return files
+    return files
+
+
+def _drop_from_page_cache(fd: int) -> None:
+    # Ask the kernel to forget cached pages of this file so the probe reads the disk, not RAM.
+    # Advisory: works for clean pages on local filesystems, silently does nothing elsewhere.
+    if hasattr(os, "posix_fadvise"):
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:
+            pass
+
+
+def _empty_disk_probe(folder: Path, note: str = "") -> dict:
+    return {"path": str(folder), "files_found": 0, "sequential_bytes": 0, "sequential_mb_per_s": None,
+            "random_reads": 0, "random_mb_per_s": None, "random_reads_per_s": None, "note": note}
+
+
+def measure_disk_read(folder, max_bytes: int = 64 * MiB, max_seconds: float = 2.0, block_bytes: int = 4096,
+                      seed: int = 0) -> dict:
+    """Sequential and random read throughput of the files under `folder`, bounded by `max_bytes`
+    and `max_seconds` (half each). Sequential: whole files in path order, 1 MiB reads (how a
+    packed shard is read). Random: `block_bytes` reads at random offsets of random files (how a
+    shuffled DataLoader over small files hits the disk: IOPS, not MB/s)."""
+    folder = Path(folder)
+    result = _empty_disk_probe(folder)
+    if not folder.is_dir():
+        result["note"] = f"{folder} is not a folder; no disk probe"
+        return result
+    files = [f for f in _list_files(folder) if f.is_file()]
+    result["files_found"] = len(files)
+    if not files:
+        result["note"] = "no files to read"
+        return result
+    half_bytes, half_seconds = max_bytes // 2, max_seconds / 2
+
+    read_bytes, start = 0, time.perf_counter()
+    for path in files:
+        if read_bytes >= half_bytes or time.perf_counter() - start > half_seconds:
+            break
+        try:
+            with open(path, "rb", buffering=0) as handle:
+                _drop_from_page_cache(handle.fileno())
+                while chunk := handle.read(MiB):
+                    read_bytes += len(chunk)
+        except OSError:
+            continue
+    seconds = time.perf_counter() - start
+    result["sequential_bytes"] = read_bytes
+    result["sequential_mb_per_s"] = read_bytes / MiB / seconds if read_bytes and seconds > 0 else None
+
+    rng = random.Random(seed)
+    reads, read_bytes, start = 0, 0, time.perf_counter()
+    while read_bytes < half_bytes and time.perf_counter() - start < half_seconds:
+        path = files[rng.randrange(len(files))]
+        try:
+            with open(path, "rb", buffering=0) as handle:
+                size = os.fstat(handle.fileno()).st_size
+                _drop_from_page_cache(handle.fileno())
+                offset = rng.randrange(max(1, size // block_bytes)) * block_bytes
+                handle.seek(offset)
+                read_bytes += len(handle.read(block_bytes))
+                reads += 1
+        except OSError:
+            continue
+    seconds = time.perf_counter() - start
+    result["random_reads"] = reads
+    if reads and seconds > 0:
+        result["random_mb_per_s"] = read_bytes / MiB / seconds
+        result["random_reads_per_s"] = reads / seconds
+    result["note"] = "page cache eviction requested with posix_fadvise; numbers are an upper bound if it failed"
+    return result
+
+
+def disk_info(folder, probe: bool = True) -> dict:
+    folder = Path(folder)
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
+    usage = shutil.disk_usage(existing)
+    name, kind = _block_device_kind(existing)
+    info = {"path": str(folder), "free_bytes": int(usage.free), "total_bytes": int(usage.total),
+            "block_device": name, "kind": kind}
+    info.update({f"read_{k}" if k != "path" else "probe_path": v
+                 for k, v in (measure_disk_read(folder) if probe else _empty_disk_probe(folder, "not probed")).items()})
+    return info
+
+
+def _nvml() -> dict:
+    """Driver version and GPU names from NVML (nvidia-ml-py) when it and a driver are present."""
+    facts = {"available": False, "driver": None, "gpus": [], "note": ""}
+    try:
+        import pynvml
+    except ImportError:
+        facts["note"] = "nvidia-ml-py not installed"
+        return facts
+    try:
+        pynvml.nvmlInit()
+    except Exception as error:  # NVMLError_LibraryNotFound, DriverNotLoaded, ... on machines without a GPU
+        facts["note"] = f"NVML unavailable: {error}"
+        return facts
+    try:
+        facts["available"] = True
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        facts["driver"] = driver.decode() if isinstance(driver, bytes) else driver
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            name = pynvml.nvmlDeviceGetName(handle)
+            facts["gpus"].append({"index": index, "name": name.decode() if isinstance(name, bytes) else name,
+                                  "memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)})
+    except Exception as error:
+        facts["note"] = f"NVML query failed: {error}"
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    return facts
+
+
+@functools.lru_cache(maxsize=1)
+def versions() -> dict:
+    """python, torch, torchvision, timm, the CUDA runtime torch was built with, driver, cuDNN, NCCL."""
+    facts = dict(ledger.runtime_versions())
+    facts["cudnn"] = cudnn_text(facts.get("cudnn"))
+    try:
+        nccl = torch.cuda.nccl.version() if hasattr(torch.cuda, "nccl") else None
+        facts["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else (str(nccl) if nccl else None)
+    except Exception:  # torch built without NCCL (CPU wheels, macOS)
+        facts["nccl"] = None
+    nvml = _nvml()
+    facts["nvml"] = nvml["available"]
+    if not facts.get("driver"):
+        smi = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+        facts["driver"] = nvml["driver"] or (smi.strip().splitlines()[0] if smi and smi.strip() else None)
+    return facts
+
+
+def _arch_covered(major: int, minor: int, arch_list: list[str]) -> bool:
+    """Whether torch carries code for compute capability major.minor: a matching `sm_XY` binary,
+    or `compute_XY` PTX with XY at or below it (the driver JIT-compiles PTX forward)."""
+    capability = major * 10 + minor
+    for arch in arch_list:
+        kind, _, number = arch.partition("_")
+        digits = int(re.sub(r"\D", "", number) or 0)
+        if kind == "sm" and digits // 10 == major and digits <= capability:
+            return True  # sm_80 binaries run on 8.6 (same major, lower minor)
+        if kind == "compute" and digits <= capability:
+            return True
+    return False
+
+
+def gpu_info() -> list[dict]:
+    """One entry per CUDA device torch can see: name, memory, capability, dtypes it is fast in."""
+    if not torch.cuda.is_available():
+        return []
+    arch_list = torch.cuda.get_arch_list()
+    gpus = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        major, minor = props.major, props.minor
+        gpus.append({
+            "index": index,
+            "name": props.name,
+            "memory_bytes": int(props.total_memory),
+            "compute_capability": f"{major}.{minor}",
+            "multiprocessors": props.multi_processor_count,
+            "arch_covered": _arch_covered(major, minor, arch_list),
+            # Tensor cores: fp16 from Volta (7.0), bf16 and tf32 from Ampere (8.0).
+            "fp16": major >= 7,
+            "bf16": major >= 8,
+            "tf32": major >= 8,
+        })
+    return gpus
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+

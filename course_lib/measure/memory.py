@@ -1,0 +1,531 @@
+"""Training memory of a timm model: an estimate as a breakdown (parameters, gradients, optimizer
+state, activations, input), the measured peak, and a largest-batch finder.
+
+The four sources are the ones the article lists (Sec. 1.3); activations are measured on a tiny
+batch and scaled linearly in the batch size. The measured peak is `torch.cuda.max_memory_allocated`
+on a GPU and, on CPU, the profiler's per-allocation memory accounting (see `cpu_peak_tracker`).
+Background: Sohoni et al., "Low-Memory Neural Network Training" (2019) for the breakdown;
+PyTorch docs "Understanding CUDA Memory Usage".
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+# Precision choice, autocast and the GradScaler live in precision.py, optimizer construction in
+# schedule.py: the memory probe builds its training step from the same pieces as train.fit.
+from course_lib.engine.precision import (  # noqa: F401
+    DTYPES,
+    PRECISIONS,
+    autocast,
+    grad_scaler,
+    resolve_precision,
+)
+
+FP32_BYTES = 4
+
+
+def parameter_count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def parameter_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the parameters and buffers (BatchNorm running statistics) as stored. With AMP they
+    stay fp32: autocast casts copies, the master weights do not change."""
+    return sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+
+
+def gradient_bytes(model: torch.nn.Module) -> int:
+    """One gradient per trainable parameter, in the parameter's dtype (fp32 under AMP too)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+
+def optimizer_state_bytes(parameter_count: int, optimizer: str = "sgd", momentum: float = 0.9,
+                          parameter_tensors: int = 0, bytes_per_value: int = FP32_BYTES) -> int:
+    """Optimizer state for fp32 parameters, as torch.optim keeps it:
+    SGD with momentum: one buffer per parameter (none when momentum is 0);
+    AdamW: exp_avg and exp_avg_sq per parameter, plus a 4-byte `step` tensor per parameter tensor."""
+    if optimizer == "sgd":
+        return parameter_count * bytes_per_value if momentum else 0
+    if optimizer == "adamw":
+        return 2 * parameter_count * bytes_per_value + FP32_BYTES * parameter_tensors
+    raise ValueError(f"optimizer={optimizer!r} is not one of sgd, adamw")
+
+
+def measured_optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of the tensors an optimizer actually holds (after its first step)."""
+    return sum(value.numel() * value.element_size() for state in optimizer.state.values()
+               for value in state.values() if torch.is_tensor(value))
+
+
+def make_optimizer(model: torch.nn.Module, optimizer: str = "sgd", lr: float = 0.01,
+                   momentum: float = 0.9, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """The optimizer train.fit builds (`schedule.make_optimizer`), from names instead of a Config.
+    Its state, not its learning rate, is what memory depends on. Weight decay is off by default:
+    it keeps no state, but during `step()` it adds a temporary the size of one parameter tensor
+    (CPU, per-tensor kernels) or of all decayed parameters (GPU, foreach kernels), which the
+    four-source estimate leaves out (measured: +8 MiB for ResNet-18 on CPU)."""
+    from course_lib.config import make_config
+    from course_lib.engine.schedule import make_optimizer as make_configured_optimizer
+
+    config = make_config(None, optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    return make_configured_optimizer(model, config)
+
+
+def saved_activation_bytes(model: torch.nn.Module, images: torch.Tensor, precision: str = "off",
+                           autocast_context=None) -> int:
+    """Bytes autograd keeps from one forward pass for the backward pass, counted with
+    `torch.autograd.graph.saved_tensors_hooks`: each saved tensor's storage once, parameters
+    excluded (they are counted as parameters). Autocast's half-precision weight copies are saved
+    tensors, so they appear here (as a batch-independent part)."""
+    parameter_storages = {p.untyped_storage()._cdata for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        key = storage._cdata  # the C++ storage: views of one buffer count once
+        if key not in parameter_storages:
+            saved[key] = storage.nbytes()
+        return tensor
+
+    if autocast_context is None:
+        # Meta tensors have no autocast backend: `measure_activations` emulates half precision
+        # there by casting the model instead.
+        autocast_context = autocast("off" if images.device.type == "meta" else precision, images.device)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), autocast_context:
+        output = model(images)
+    del output
+    return sum(saved.values())
+
+
+def measure_activations(model: torch.nn.Module, image_size: int, precision: str = "off", device="cpu",
+                        probe_batches: tuple[int, int] = (2, 4)) -> tuple[int, int]:
+    """(batch-independent bytes, bytes per image) of saved activations, from two tiny batches.
+
+    On `device="meta"` nothing is computed (shapes only), so any model and image size is instant;
+    reduced precision is then emulated by casting the model to fp16/bf16 and adding autocast's
+    2-byte weight copies. Use it to predict for hardware you do not have."""
+    device = torch.device(device)
+    precision = resolve_precision(precision, device)
+    was_training = model.training
+    model.train()
+    try:
+        if device.type == "meta":
+            import copy
+
+            dtype = DTYPES[precision]
+            probe_model = copy.deepcopy(model).to("meta").to(dtype)
+            sizes = [saved_activation_bytes(probe_model, torch.empty(b, 3, image_size, image_size, device="meta",
+                                                                     dtype=dtype)) for b in probe_batches]
+            weight_copies = 2 * parameter_count(model) if precision != "off" else 0
+        else:
+            sizes = [saved_activation_bytes(model, torch.randn(b, 3, image_size, image_size, device=device),
+                                            precision) for b in probe_batches]
+            weight_copies = 0
+    finally:
+        model.train(was_training)
+    small, large = probe_batches
+    per_image = (sizes[1] - sizes[0]) / (large - small)
+    fixed = sizes[0] - per_image * small + weight_copies
+    return int(round(fixed)), int(round(per_image))
+
+
+@dataclass
+class MemoryEstimate:
+    """Estimated training memory at one batch size, in bytes, with where it goes."""
+    model: str
+    batch_size: int
+    image_size: int
+    precision: str
+    optimizer: str
+    parameters_bytes: int
+    gradients_bytes: int
+    optimizer_state_bytes: int
+    activations_bytes: int
+    input_bytes: int
+    activation_fixed_bytes: int = 0
+    activation_bytes_per_image: int = 0
+    activation_device: str = "cpu"
+    parameter_count: int = 0  # trainable parameters (values), for the optimizer closed forms
+    parameter_tensors: int = 0  # trainable parameter tensors
+
+    @property
+    def total_bytes(self) -> int:
+        return (self.parameters_bytes + self.gradients_bytes + self.optimizer_state_bytes
+                + self.activations_bytes + self.input_bytes)
+
+    def at_batch(self, batch_size: int) -> "MemoryEstimate":
+        """The same estimate at another batch size (only activations and input change)."""
+        return MemoryEstimate(**{**asdict(self), "batch_size": batch_size,
+                                 "activations_bytes": self.activation_fixed_bytes
+                                 + self.activation_bytes_per_image * batch_size,
+                                 "input_bytes": 3 * self.image_size ** 2 * FP32_BYTES * batch_size})
+
+    def with_optimizer(self, optimizer: str, momentum: float = 0.9) -> "MemoryEstimate":
+        """The same estimate for another optimizer (only its state changes; no re-measuring)."""
+        state = optimizer_state_bytes(self.parameter_count, optimizer, momentum, self.parameter_tensors)
+        return MemoryEstimate(**{**asdict(self), "optimizer": optimizer, "optimizer_state_bytes": state})
+
+    def breakdown(self) -> dict[str, int]:
+        return {"parameters": self.parameters_bytes, "gradients": self.gradients_bytes,
+                "optimizer_state": self.optimizer_state_bytes, "activations": self.activations_bytes,
+                "input": self.input_bytes, "total": self.total_bytes}
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "total_bytes": self.total_bytes}
+
+
+def _model_and_name(model, num_classes: int):
+    if isinstance(model, str):
+        import timm
+
+        return timm.create_model(model, num_classes=num_classes), model
+    return model, type(model).__name__
+
+
+def estimate_training_memory(model, batch_size: int, image_size: int, precision: str = "off",
+                             optimizer: str = "sgd", momentum: float = 0.9, device="cpu", num_classes: int = 10,
+                             probe_batches: tuple[int, int] = (2, 4)) -> MemoryEstimate:
+    """Estimate one training step's peak memory for a timm model name (or a module):
+    fp32 parameters + fp32 gradients + optimizer state (closed forms) + activations measured on
+    `probe_batches` on `device` and scaled linearly to `batch_size` + the fp32 input batch."""
+    module, name = _model_and_name(model, num_classes)
+    precision = resolve_precision(precision, device)
+    if str(device) != "meta":
+        module = module.to(device)
+    fixed, per_image = measure_activations(module, image_size, precision, device, probe_batches)
+    trainable = [p for p in module.parameters() if p.requires_grad]
+    return MemoryEstimate(
+        model=name, batch_size=batch_size, image_size=image_size, precision=precision, optimizer=optimizer,
+        parameters_bytes=parameter_bytes(module), gradients_bytes=gradient_bytes(module),
+        optimizer_state_bytes=optimizer_state_bytes(sum(p.numel() for p in trainable), optimizer, momentum,
+                                                    len(trainable)),
+        activations_bytes=fixed + per_image * batch_size,
+        input_bytes=batch_size * 3 * image_size * image_size * FP32_BYTES,
+        activation_fixed_bytes=fixed, activation_bytes_per_image=per_image, activation_device=str(device),
+        parameter_count=sum(p.numel() for p in trainable), parameter_tensors=len(trainable))
+
+
+@contextmanager
+def _quiet_stderr():
+    """Silence the profiler's C++ start/stop log lines (written to file descriptor 2)."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    with open(os.devnull, "w") as devnull:
+        os.dup2(devnull.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+@contextmanager
+def cpu_peak_tracker():
+    """Track the peak of CPU tensor memory allocated inside the block, above what was live before.
+
+    Method: `torch.profiler` with `profile_memory=True` routes every CPU tensor allocation and
+    free through c10's ProfiledCPUMemoryReporter, which records a "[memory]" event with the bytes
+    and the running "Total Allocated". The peak of that running total, minus its value when the
+    block started, is the block's peak of tensor memory. It counts what torch allocates for tensors
+    (the same thing `torch.cuda.max_memory_allocated` counts on a GPU), not allocator slack or
+    Python objects, which process RSS would mix in. Yields a dict whose "peak_bytes" is set on exit."""
+    from torch.profiler import ProfilerActivity, profile
+
+    result = {"peak_bytes": None}
+    with _quiet_stderr():
+        profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        profiler.__enter__()
+    try:
+        yield result
+    finally:
+        with _quiet_stderr():
+            profiler.__exit__(None, None, None)
+            handle, path = tempfile.mkstemp(suffix=".json")
+            os.close(handle)
+            try:
+                profiler.export_chrome_trace(path)
+                with open(path) as trace_file:
+                    events = json.load(trace_file)["traceEvents"]
+            finally:
+                os.unlink(path)
+        memory = sorted((e for e in events if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 0),
+                        key=lambda e: e["ts"])
+        if memory:
+            start = memory[0]["args"]["Total Allocated"] - memory[0]["args"]["Bytes"]
+            result["peak_bytes"] = max(e["args"]["Total Allocated"] for e in memory) - start
+        else:
+            result["peak_bytes"] = 0
+
+
+def peak_bytes_during(step: Callable[[], object], device) -> int:
+    """Peak tensor bytes allocated while `step()` runs, above what was live when it started.
+    CUDA: the caching allocator's peak counter (synchronized, so queued kernels are counted);
+    CPU: `cpu_peak_tracker` (profiler accounting)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        step()
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device) - before)
+    with cpu_peak_tracker() as tracked:
+        step()
+    return int(tracked["peak_bytes"])
+
+
+def reset_peak_memory(device) -> None:
+    """Start a new CUDA peak (no-op on CPU: use `cpu_peak_tracker` there)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_bytes(device) -> int:
+    """CUDA: peak bytes allocated by tensors since the last reset. CPU: the process's peak resident
+    set (cannot be reset; only grows), a coarse fallback where `cpu_peak_tracker` is not used."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB, macOS bytes
+
+
+def peak_memory_kind(device) -> str:
+    return "cuda_max_allocated" if torch.device(device).type == "cuda" else "process_peak_rss"
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """True for CUDA OOM and for the CPU allocator failing to allocate."""
+    if isinstance(error, torch.OutOfMemoryError):
+        return True
+    text = str(error).lower()
+    return isinstance(error, (RuntimeError, MemoryError)) and ("out of memory" in text or "can't allocate" in text
+                                                               or isinstance(error, MemoryError))
+
+
+def release_memory(device=None) -> None:
+    """Give freed blocks back after an OOM so the process stays usable."""
+    gc.collect()
+    if torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda"):
+        torch.cuda.empty_cache()
+
+
+class TrainingStepProbe:
+    """One model and optimizer on a device; `peak_bytes(batch)` runs a full training step
+    (forward, backward, optimizer step) at that batch and returns its measured peak:
+    `torch.cuda.max_memory_allocated` on a GPU, `cpu_peak_tracker` (profiler accounting) on CPU.
+    Both count the parameters, optimizer state, gradients and every temporary of the step."""
+
+    def __init__(self, model, image_size: int, precision: str = "off", optimizer: str = "sgd",
+                 momentum: float = 0.9, device="cpu", num_classes: int = 10):
+        self.module, self.name = _model_and_name(model, num_classes)
+        self.device = torch.device(device)
+        # CUDA's peak counter covers the whole process: remember what other objects already hold.
+        self.other_cuda_bytes = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else 0
+        self.module = self.module.to(self.device).train()
+        self.image_size = image_size
+        self.num_classes = num_classes
+        self.precision = resolve_precision(precision, self.device)
+        self.optimizer_name = optimizer
+        self.momentum = momentum
+        self.optimizer = make_optimizer(self.module, optimizer, momentum=momentum)
+        # Enabled only for fp16, as in train.fit; disabled it is a no-op (one code path).
+        self.scaler = grad_scaler(self.precision, self.device)
+        # Creates the optimizer state, so every measured step starts alike. Batch 2: BatchNorm needs
+        # more than one value per channel, and small images end in 1x1 feature maps.
+        self._step(2)
+
+    def _step(self, batch_size: int) -> None:
+        images = torch.randn(batch_size, 3, self.image_size, self.image_size, device=self.device)
+        labels = torch.randint(0, self.num_classes, (batch_size,), device=self.device)
+        try:
+            with autocast(self.precision, self.device):
+                loss = F.cross_entropy(self.module(images), labels)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        finally:
+            # set_to_none frees the gradients: the next step starts from parameters + state only,
+            # also after an OOM halfway through backward.
+            self.optimizer.zero_grad(set_to_none=True)
+
+    def baseline_bytes(self) -> int:
+        """What is live between steps: parameters, buffers, optimizer state."""
+        return parameter_bytes(self.module) + measured_optimizer_state_bytes(self.optimizer)
+
+    def peak_bytes(self, batch_size: int) -> int:
+        """The step's peak: what is live before it (this probe's tensors only) plus its own peak."""
+        if self.device.type == "cuda":
+            live = torch.cuda.memory_allocated(self.device) - self.other_cuda_bytes
+        else:
+            live = self.baseline_bytes()
+        return live + peak_bytes_during(lambda: self._step(batch_size), self.device)
+
+    def estimate(self, batch_size: int, probe_batches: tuple[int, int] = (2, 4)) -> MemoryEstimate:
+        return estimate_training_memory(self.module, batch_size, self.image_size, self.precision,
+                                        self.optimizer_name, self.momentum, self.device, self.num_classes,
+                                        probe_batches)
+
+
+def compare_estimate_and_peak(model, image_size: int, batch_sizes, precision: str = "off", optimizer: str = "sgd",
+                              device="cpu", num_classes: int = 10) -> list[dict]:
+    """Estimated vs measured peak bytes for each batch size (one model, one optimizer); a batch that
+    runs out of memory gets `measured_peak_bytes=None` and the sweep goes on."""
+    probe = TrainingStepProbe(model, image_size, precision, optimizer, device=device, num_classes=num_classes)
+    estimate = probe.estimate(batch_sizes[0])
+    rows = []
+    for batch_size in batch_sizes:
+        at = estimate.at_batch(batch_size)
+        try:
+            measured = probe.peak_bytes(batch_size)
+        except (RuntimeError, MemoryError) as error:
+            if not is_out_of_memory(error):
+                raise
+            measured = None
+        if measured is None:
+            release_memory(device)
+        rows.append({"model": probe.name, "image_size": image_size, "precision": probe.precision,
+                     "optimizer": optimizer, "batch_size": batch_size, "estimated_bytes": at.total_bytes,
+                     "measured_peak_bytes": measured,  # None: out of memory
+                     "estimate_over_measured": at.total_bytes / measured if measured else None,
+                     **{f"estimated_{k}_bytes": v for k, v in at.breakdown().items() if k != "total"}})
+    return rows
+
+
+@dataclass
+class BatchSearch:
+    """Result of `find_largest_batch`: the largest batch that fitted and every trial."""
+    largest_batch: int
+    trials: list[dict] = field(default_factory=list)
+
+
+def find_largest_batch(step: Callable[[int], int | None], start: int = 1, max_batch: int = 4096,
+                       memory_cap_bytes: int | None = None, device=None, multiple_of: int = 1) -> BatchSearch:
+    """Double the batch until a step runs out of memory (or its measured peak exceeds
+    `memory_cap_bytes`, the way to bound a CPU run), then binary-search between the last batch
+    that fitted and the first that did not. `step(batch)` runs one training step and returns its
+    peak bytes (or None). After an OOM the memory is released, so the process stays usable.
+    `multiple_of` stops the search at that resolution (8 suits tensor cores, and saves trials)."""
+    trials: list[dict] = []
+
+    def fits(batch_size: int) -> bool:
+        reason, peak = "fits", None
+        try:
+            peak = step(batch_size)
+        except (RuntimeError, MemoryError) as error:
+            if not is_out_of_memory(error):
+                raise
+            reason = "out of memory"
+        if reason != "fits":
+            release_memory(device)  # after the except block: the traceback no longer pins tensors
+        elif memory_cap_bytes is not None and peak is not None and peak > memory_cap_bytes:
+            reason = "over memory cap"
+        trials.append({"batch_size": batch_size, "fits": reason == "fits", "peak_bytes": peak, "reason": reason})
+        return reason == "fits"
+
+    good, bad = 0, None
+    batch_size = max(1, start)
+    while batch_size <= max_batch:
+        if not fits(batch_size):
+            bad = batch_size
+            break
+        good = batch_size
+        batch_size *= 2
+    if bad is None:  # max_batch reached without a failure
+        bad = max_batch + 1
+        if good < max_batch:
+            if fits(max_batch):
+                good = max_batch
+            else:
+                bad = max_batch
+    while bad - good > multiple_of:
+        middle = (good + bad) // 2 // multiple_of * multiple_of
+        if middle <= good:
+            break
+        if fits(middle):
+            good = middle
+        else:
+            bad = middle
+    return BatchSearch(largest_batch=good, trials=trials)
+
+
+def gib(value: float) -> float:
+    """Bytes to GiB, for tables."""
+    return value / 1024 ** 3
+
+
+def sweep_plan(profile: str, config) -> list[dict]:
+    """The (model, image size, batch sizes) sweeps a profile measures: tiny in smoke (seconds),
+    the issue's ResNet-18/50 at 64 and 128 px on CPU, the article's ResNet-50 at 224 px on a GPU."""
+    if profile == "smoke":
+        return [dict(model=config.model, image_size=config.image_size, batch_sizes=[2, 4, 8])]
+    if profile == "cpu":
+        return [dict(model=name, image_size=size, batch_sizes=[4, 16, 32])
+                for name in ("resnet18", "resnet50") for size in (64, 128)]
+    if profile == "gpu":
+        return [dict(model=config.model, image_size=config.image_size, batch_sizes=[32, 64, 128, 256]),
+                dict(model="resnet50", image_size=224, batch_sizes=[32, 64, 128, 256, 512])]
+    raise ValueError(f"profile={profile!r} is not one of smoke, cpu, gpu")
+
+
+def largest_batch_within(estimate: MemoryEstimate, budget_bytes: int) -> int:
+    """The largest batch whose estimated total fits `budget_bytes` (0 if none does)."""
+    fixed = estimate.at_batch(0).total_bytes
+    per_image = estimate.activation_bytes_per_image + 3 * estimate.image_size ** 2 * FP32_BYTES
+    return max(0, int((budget_bytes - fixed) // per_image)) if per_image else 0
+
+
+def plot_estimate_vs_measured(rows: list[dict], title: str = ""):
+    """Estimated (dashed) and measured (solid) peak MiB against batch size, one colour per sweep."""
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4))
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(f"{row['model']} {row['image_size']}px {row['precision']}", []).append(row)
+    for index, (label, group) in enumerate(groups.items()):
+        colour = f"C{index}"
+        batches = [r["batch_size"] for r in group]
+        axis.plot(batches, [r["measured_peak_bytes"] / 2 ** 20 for r in group], "o-", color=colour,
+                  label=f"{label} measured")
+        axis.plot(batches, [r["estimated_bytes"] / 2 ** 20 for r in group], "x--", color=colour,
+                  label=f"{label} estimated")
+    axis.set_xlabel("batch size (images)")
+    axis.set_ylabel("peak memory (MiB)")
+    axis.set_title(title or "Training-step peak memory: estimate vs measured")
+    axis.legend(fontsize=7)
+    return figure
+
+
+def plot_breakdown(estimates: list[MemoryEstimate], labels: list[str] | None = None):
+    """Stacked bars of where the memory goes, in GiB, one bar per estimate."""
+    import matplotlib.pyplot as plt
+
+    parts = ("parameters", "gradients", "optimizer_state", "activations", "input")
+    labels = labels or [f"{e.model}\n{e.image_size}px b{e.batch_size} {e.precision} {e.optimizer}" for e in estimates]
+    figure, axis = plt.subplots(figsize=(7, 4))
+    bottom = [0.0] * len(estimates)
+    for part in parts:
+        values = [gib(e.breakdown()[part]) for e in estimates]
+        axis.bar(labels, values, bottom=bottom, label=part)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    axis.set_ylabel("GiB")
+    axis.set_title("Estimated training memory by source")
+    axis.legend(fontsize=8)
+    return figure

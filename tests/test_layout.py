@@ -1,0 +1,80 @@
+"""The package layout's import rules, read from the source (every import, function-level ones too):
+leaves stay leaves, data knows nothing of training, analysis needs no training loop, and only
+`__main__` reaches the command line."""
+import ast
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+PACKAGE = ROOT / "course_lib"
+MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_imports(path: Path) -> set[str]:
+    """Every course_lib module `path` imports, at any depth of the file."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("course_lib")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("course_lib"):
+            # `from course_lib.data import datasets` imports course_lib.data.datasets
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                found.add(candidate if (PACKAGE.parent / (candidate.replace(".", "/") + ".py")).exists()
+                          or (PACKAGE.parent / candidate.replace(".", "/")).is_dir() else node.module)
+    return found
+
+
+IMPORTS = {module_name(p): project_imports(p) for p in MODULES}
+
+# (modules the rule is about, forbidden targets) as prefixes of dotted names.
+RULES = [
+    (("course_lib.config", "course_lib.paths"), ("course_lib",)),
+    (("course_lib.data",), ("course_lib.engine", "course_lib.ledger", "course_lib.analysis", "course_lib.chapters")),
+    (("course_lib.models",), ("course_lib.engine", "course_lib.analysis", "course_lib.chapters")),
+    (("course_lib.analysis",), ("course_lib.engine", "course_lib.chapters")),
+    (("course_lib.devices",), ("course_lib.data", "course_lib.engine", "course_lib.models", "course_lib.measure",
+                               "course_lib.analysis", "course_lib.chapters", "course_lib.ledger")),
+]
+
+
+def _matches(name: str, prefixes) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+@pytest.mark.parametrize("subjects, forbidden", RULES, ids=[r[0][0] for r in RULES])
+def test_import_rules(subjects, forbidden):
+    broken = sorted(f"{module} imports {target}" for module, targets in IMPORTS.items() if _matches(module, subjects)
+                    for target in targets if _matches(target, forbidden) and not _matches(target, subjects))
+    assert not broken, "; ".join(broken)
+
+
+def test_only_main_imports_the_cli():
+    importers = sorted(m for m, targets in IMPORTS.items() if "course_lib.cli" in targets)
+    assert importers == ["course_lib.__main__"], importers
+
+
+def test_argparse_lives_in_the_cli():
+    users = sorted(module_name(p) for p in MODULES if "argparse" in {
+        alias.name for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.Import)
+        for alias in node.names})
+    assert set(users) <= {"course_lib.cli", "course_lib.runner"}, users
+
+
+def test_the_rules_see_imports():
+    """The reader finds function-level imports too (a rule checker that saw nothing would pass)."""
+    assert "course_lib.data.datasets" in IMPORTS["course_lib.engine.train"]
+    assert "course_lib.config" in IMPORTS["course_lib.devices"]
+    assert _matches("course_lib.engine.train", ("course_lib.engine",))
+    assert not _matches("course_lib.engineering", ("course_lib.engine",))
+
+
+def test_every_module_has_a_docstring():
+    missing = [module_name(p) for p in MODULES if p.name != "__init__.py" and not ast.get_docstring(ast.parse(p.read_text()))]
+    assert not missing, missing

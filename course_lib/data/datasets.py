@@ -132,6 +132,7 @@ class DataBundle:
     # What happens to a batch after the DataLoader: the copy to the training device and, for
     # uint8 batches, augmentation (training) or normalisation (evaluation) there.
     device_stage: DeviceStage = dataclasses.field(default_factory=lambda: DeviceStage())
+    pipeline: str = "decoder pil, storage files, augmentation cpu"  # how batches are made, for the engine's first log line
 
     @property
     def num_classes(self) -> int:

@@ -26,13 +26,17 @@ def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
     return torch.device(resolved)
 
 
-def as_device(device) -> torch.device:
-    """A torch.device from a device, a name ("auto" included) or None (the CPU)."""
+def as_device(device=None) -> torch.device:
+    """A torch.device from a device, a name or None (the CPU); "auto" is resolved, and a bare
+    "cuda" becomes cuda:<current>, so that caches key on one name per GPU."""
     if device is None:
         return torch.device("cpu")
-    if isinstance(device, torch.device):
-        return device
-    return resolve_device(str(device))
+    if isinstance(device, str) and device == "auto":
+        return resolve_device(device)
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    return device
 
 
 def transfer_device(name: str) -> torch.device | None:
@@ -57,12 +61,17 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def physical_cores() -> int:
-    """Physical cores this process may use: hyper-threads counted once, affinity respected."""
+def machine_cores() -> tuple[int, int]:
+    """(physical, logical) cores of the whole machine, hyper-threads counted in the second only."""
     import psutil
 
-    physical = psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    return max(1, min(physical, usable_cores()))
+    logical = psutil.cpu_count(logical=True) or os.cpu_count() or 1
+    return psutil.cpu_count(logical=False) or logical, logical
+
+
+def physical_cores() -> int:
+    """Physical cores this process may use: hyper-threads counted once, affinity respected."""
+    return max(1, min(machine_cores()[0], usable_cores()))
 
 
 def recommended_num_workers(processes: int = 1, cores: int | None = None) -> int:

@@ -17,6 +17,7 @@ import time
 from contextlib import closing
 from pathlib import Path
 
+from course_lib import devices
 from course_lib.paths import project_root
 
 # The runner exports these so that every kernel it starts writes into the same ledger
@@ -111,8 +112,8 @@ def hardware_summary() -> dict:
     return {
         "host": platform.node(),
         "cpu": _cpu_model(),
-        "physical_cores": psutil.cpu_count(logical=False),
-        "logical_cores": psutil.cpu_count(logical=True),
+        "physical_cores": devices.machine_cores()[0],
+        "logical_cores": devices.machine_cores()[1],
         "ram_bytes": psutil.virtual_memory().total,
         "gpus": gpus,
     }

@@ -32,3 +32,16 @@ def eurosat_shared_dir() -> Path | None:
     """The real EuroSAT RGB folder beside the project (../shared/datasets/eurosat_rgb), if present."""
     candidate = project_root().parent / "shared" / "datasets" / "eurosat_rgb"
     return candidate if (candidate / "train").is_dir() else None
+
+
+def choose_data(profile: str | None, data_dir: str | None = None) -> dict:
+    """The one rule for "which data does this run train on", as Config overrides: an explicit
+    `data_dir` (an ImageFolder) wins; else the real EuroSAT tiles when they are beside the project,
+    except in the smoke profile (CI-sized: it stays on the committed sample); else {} (the
+    profile's own data, landcover-synth)."""
+    if data_dir:
+        return {"dataset": "imagefolder", "data_dir": str(data_dir)}
+    eurosat = eurosat_shared_dir()
+    if profile != "smoke" and eurosat is not None:
+        return {"dataset": "imagefolder", "data_dir": str(eurosat)}
+    return {}

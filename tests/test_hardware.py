@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from course_lib import cli
+from course_lib import devices
 from course_lib.measure import doctor, inventory, peak, topology
 
 FIXTURES = Path(__file__).parent / "fixtures" / "topo"
@@ -140,10 +141,14 @@ def test_disk_probe_is_bounded(tmp_path):
     assert inventory.measure_disk_read(tmp_path / "missing")["sequential_mb_per_s"] is None
 
 
-def test_recommend_num_workers():
-    assert doctor.recommend_num_workers(32, 1) == 16  # half the physical cores
-    assert doctor.recommend_num_workers(32, 4) == 4  # shared by four GPU processes
-    assert doctor.recommend_num_workers(1, 0) == 1
+def test_recommended_num_workers_is_one_rule():
+    assert devices.recommended_num_workers(1, cores=32) == 16  # half the physical cores
+    assert devices.recommended_num_workers(4, cores=32) == 4  # shared by four GPU processes
+    assert devices.recommended_num_workers(0, cores=1) == 1
+    assert devices.resolve_num_workers(-1) == devices.recommended_num_workers()  # Config's "auto"
+    assert devices.resolve_num_workers(3) == 3
+    physical, logical = devices.machine_cores()
+    assert 1 <= devices.physical_cores() <= physical <= logical
 
 
 def _fake_nvidia_smi(folder: Path, topology_fixture: str) -> None:

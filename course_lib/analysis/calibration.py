@@ -3,9 +3,14 @@ expected calibration error (Guo et al. 2017, "On Calibration of Modern Neural Ne
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from course_lib.analysis.metrics import _check_scores
+
+if TYPE_CHECKING:  # pandas is imported where it is used, to keep imports light
+    import pandas as pd
 
 
 def reliability_table(probabilities, labels, bins: int = 15) -> "pd.DataFrame":

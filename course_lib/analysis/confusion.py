@@ -4,7 +4,12 @@ most-confused pairs (scikit-learn's `confusion_matrix` arithmetic, seaborn heatm
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:  # pandas is imported where it is used, to keep imports light
+    import pandas as pd
 
 # The confusion-matrix figure never grows past this side (inches), whatever the class count.
 MAX_FIGURE_INCHES = 12.0

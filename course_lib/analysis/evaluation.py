@@ -9,12 +9,17 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from course_lib.analysis.calibration import expected_calibration_error
 from course_lib.analysis.confusion import confusion_counts, most_confused_pairs
 from course_lib.analysis.metrics import _check_scores, per_class_table, top_k_accuracy
+from course_lib.devices import resolve_device
+
+if TYPE_CHECKING:  # pandas is imported where it is used, to keep imports light
+    import pandas as pd
 
 EVALS_DIR = Path("runs") / "evals"
 
@@ -202,18 +207,6 @@ def _raw_image(base, index: int):
     return image
 
 
-def _device(config):
-    import torch
-
-    if config.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if config.device.startswith("cuda") and not torch.cuda.is_available():
-        from course_lib.config import ConfigError
-
-        raise ConfigError(f"device={config.device} but this torch sees no CUDA GPU; pass device=cpu")
-    return torch.device(config.device)
-
-
 def predict(model, dataset, config) -> tuple[np.ndarray, np.ndarray]:
     """(labels, softmax probabilities) of `model` over `dataset`, in dataset order. Evaluation runs
     in fp32: it is a small share of the time, and reduced precision would blur the calibration."""
@@ -221,7 +214,7 @@ def predict(model, dataset, config) -> tuple[np.ndarray, np.ndarray]:
 
     from course_lib.data.loaders import make_loader
 
-    device = _device(config)
+    device = resolve_device(config.device)
     model = model.to(device).eval()
     memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
     loader = make_loader(dataset, config, train=False, drop_last=False)

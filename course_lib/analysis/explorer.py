@@ -8,11 +8,15 @@ Widgets: https://ipywidgets.readthedocs.io/
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from course_lib.analysis import confusion
 from course_lib.analysis.evaluation import Evaluation, list_evaluations
+
+if TYPE_CHECKING:  # pandas is imported where it is used, to keep imports light
+    import pandas as pd
 
 GALLERY_COLUMNS = 6
 THUMBNAIL_INCHES = 1.8  # side of one gallery image

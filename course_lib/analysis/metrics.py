@@ -3,7 +3,12 @@ precision/recall/F1 (scikit-learn's `precision_recall_fscore_support`).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:  # pandas is imported where it is used, to keep imports light
+    import pandas as pd
 
 
 def softmax(logits) -> np.ndarray:

@@ -11,11 +11,10 @@ speed this machine up is measured, reported and not carried into the next stage.
 from __future__ import annotations
 
 import dataclasses
-import os
 import secrets
 import time
 
-from course_lib import ledger
+from course_lib import devices, ledger
 from course_lib.config import Config, ConfigError
 
 LEDGER_KIND = "casestudy"
@@ -60,13 +59,8 @@ def baseline_config(config: Config) -> Config:
 
 def loader_workers(gpus: int = 0) -> int:
     """Workers per training process for stage 1: the article's 16, but no more than this
-    machine's starting point (half the physical cores per process, `hardware.recommend_num_workers`)."""
-    import psutil
-
-    from course_lib.measure.doctor import recommend_num_workers
-
-    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    return min(ARTICLE_WORKERS, recommend_num_workers(cores, gpus))
+    machine's starting point (`devices.recommended_num_workers`: half the physical cores per process)."""
+    return min(ARTICLE_WORKERS, devices.recommended_num_workers(max(1, gpus)))
 
 
 def amp_precision(device) -> str:

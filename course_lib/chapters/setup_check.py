@@ -7,9 +7,10 @@ PyTorch install matrix: https://pytorch.org/get-started/locally/
 from __future__ import annotations
 
 import importlib.metadata as metadata
-import time
 
 from packaging.requirements import Requirement
+
+from course_lib.measure.timing import time_repeats
 
 DISTRIBUTION = "course-lib"
 
@@ -64,22 +65,9 @@ def install_advice(packages: list[dict], facts: dict) -> list[str]:
 
 
 def _timed_matmul(a, b, repeats: int = 5) -> tuple[object, float]:
-    """Median seconds of a @ b over `repeats` after one thrown-away warm-up."""
-    import torch
-
-    def sync():
-        if a.is_cuda:
-            torch.cuda.synchronize()  # GPU work is asynchronous: wait before reading the clock
-
-    result = a @ b
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = a @ b
-        sync()
-        times.append(time.perf_counter() - start)
-    return result, sorted(times)[len(times) // 2]
+    """Median seconds of a @ b over `repeats` after one thrown-away warm-up, and the product."""
+    timing = time_repeats(lambda: a @ b, repeats=repeats, warmup=1, device=a.device)
+    return timing.result, timing.median
 
 
 def matmul_check(size: int = 512, seed: int = 0) -> list[dict]:

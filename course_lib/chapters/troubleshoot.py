@@ -23,6 +23,7 @@ import torch
 from course_lib import paths
 from course_lib.config import Config, ConfigError, WorkbookError
 from course_lib.data import datasets, transforms
+from course_lib.measure.timing import stopwatch, time_repeats
 
 
 @dataclasses.dataclass
@@ -299,19 +300,14 @@ def compile_timing(model: torch.nn.Module, example: torch.Tensor, repeats: int =
 
     device = example.device
 
-    def step(module) -> float:
-        start = time.perf_counter()
-        module(example).float().sum().backward()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)  # finish queued kernels before reading the clock
-        return time.perf_counter() - start
+    def step(module):
+        return lambda: module(example).float().sum().backward()
 
-    step(model)  # eager warm-up: first-call allocations
-    eager = statistics.median(step(model) for _ in range(repeats))
+    eager = time_repeats(step(model), repeats=repeats, warmup=1, device=device).median
     dynamo.reset()
     compiled = torch.compile(model)
-    first = step(compiled)
-    later = statistics.median(step(compiled) for _ in range(repeats))
+    first, _ = stopwatch(step(compiled), device)  # the first call traces and generates code: timed once
+    later = time_repeats(step(compiled), repeats=repeats, warmup=0, device=device).median
     return {"eager_seconds": eager, "first_compiled_seconds": first, "compiled_seconds": later,
             "compile_overhead_seconds": first - later, "speedup": eager / later if later else math.nan,
             "calls_to_repay": (first - later) / (eager - later) if eager > later else math.inf}

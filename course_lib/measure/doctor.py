@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from course_lib import ledger, paths
+from course_lib import devices, ledger, paths
 from course_lib.measure.inventory import (
     GiB,
     MiB,
@@ -75,11 +75,6 @@ def _advice(topic: str, severity: str, advice: str, reason: str) -> dict:
     return {"topic": topic, "severity": severity, "advice": advice, "reason": reason}
 
 
-def recommend_num_workers(physical_cores: int, gpus: int) -> int:
-    """The article's starting point: half the physical cores, shared by the GPUs' processes."""
-    return max(1, physical_cores // 2 // max(1, gpus))
-
-
 def _best_cuda_for_driver(driver: str | None) -> int | None:
     version = _version_tuple(driver)
     fitting = [major for major, oldest in MIN_DRIVER_FOR_CUDA.items() if version >= _version_tuple(oldest)]
@@ -93,7 +88,7 @@ def recommendations(facts: dict) -> list[dict]:
     gpu_count = len(gpus)
     per_gpu = max(1, gpu_count)
     cores = cpu["physical_cores"]
-    workers = recommend_num_workers(cores, gpu_count)
+    workers = devices.recommended_num_workers(max(1, gpu_count), cores)
     items.append(_advice("num_workers", "ok", f"start with num_workers={workers}",
                          f"{cores} physical cores / 2 / {per_gpu} process(es); then raise it while the "
                          "GPU waits for data and images/s still grows"))

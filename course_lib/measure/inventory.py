@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from course_lib import ledger
+from course_lib import devices, ledger
 
 MiB = 1024 ** 2
 GiB = 1024 ** 3
@@ -54,9 +54,9 @@ def cpu_info() -> dict:
     memory = psutil.virtual_memory()
     return {
         "model": summary["cpu"],
-        "physical_cores": psutil.cpu_count(logical=False) or os.cpu_count() or 1,
-        "logical_cores": psutil.cpu_count(logical=True) or os.cpu_count() or 1,
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "physical_cores": devices.machine_cores()[0],
+        "logical_cores": devices.machine_cores()[1],
+        "usable_cores": devices.usable_cores(),
         "torch_threads": torch.get_num_threads(),
         "ram_bytes": int(memory.total),
         "ram_available_bytes": int(memory.available),

@@ -10,6 +10,9 @@ import time
 
 import torch
 
+from course_lib.devices import as_device
+from course_lib.measure.timing import stopwatch
+
 # Default seconds per probe. fp32 on CPU is the MFU denominator there, so it gets the most; CPU
 # fp16/bf16 are mostly emulated (10-400x slower) and only need comparing with fp32.
 MATMUL_BUDGET_SECONDS = {("cpu", "fp32"): 1.5, "cpu": 0.5, "cuda": 0.5}
@@ -50,23 +53,9 @@ DATASHEET_TFLOPS = {
 }
 
 
-def _device(device) -> torch.device:
-    """`"cuda"` becomes `cuda:<current>` so that caches key on one name per GPU."""
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
-    return device
-
-
-def _synchronize(device: torch.device) -> None:
-    # CUDA kernels run asynchronously: read the clock only after they have finished.
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def dtype_supported(device, dtype_name: str) -> bool:
     """Whether a matmul in this dtype runs on the device at all (tf32 is a CUDA Ampere+ mode)."""
-    device = _device(device)
+    device = as_device(device)
     if dtype_name not in DTYPE_NAMES:
         raise ValueError(f"unknown dtype {dtype_name!r}; valid: {', '.join(DTYPE_NAMES)}")
     if device.type == "cpu":
@@ -85,7 +74,7 @@ def _dtype_name(dtype) -> str:
 
 def matmul_budget_seconds(device, dtype) -> float:
     """The default time bound of `matmul_probe` for this device and dtype."""
-    device_type = _device(device).type
+    device_type = as_device(device).type
     return MATMUL_BUDGET_SECONDS.get((device_type, _dtype_name(dtype)),
                                      MATMUL_BUDGET_SECONDS.get(device_type, MATMUL_BUDGET_SECONDS["cpu"]))
 
@@ -98,12 +87,7 @@ def peak_and_typical(seconds_per_matmul: list[float], flops_per_matmul: float) -
 
 
 def _seconds_per_matmul(a: torch.Tensor, b: torch.Tensor, calls: int, device: torch.device) -> float:
-    _synchronize(device)  # start from an idle device, so earlier queued work is not timed
-    start = time.perf_counter()
-    for _ in range(calls):
-        a @ b
-    _synchronize(device)  # CUDA matmuls are asynchronous: wait for them before reading the clock
-    return (time.perf_counter() - start) / calls
+    return stopwatch(lambda: a @ b, device, calls)[0]
 
 
 @functools.lru_cache(maxsize=None)
@@ -158,7 +142,7 @@ def matmul_probe(device, dtype, budget_seconds: float | None = None) -> dict:
     A thrown-away warm-up, then 5 to 50 timed repeats; bounded to about `budget_seconds`
     plus the size ladder (default `matmul_budget_seconds`: 1.5 s for fp32 on CPU, 0.5 s for other
     CPU dtypes, 0.5 s on a GPU)."""
-    device = _device(device)
+    device = as_device(device)
     if budget_seconds is None:
         budget_seconds = matmul_budget_seconds(device, dtype)
     return _matmul_probe(str(device), _dtype_name(dtype), float(budget_seconds))
@@ -183,7 +167,7 @@ def _datasheet_tflops(device: torch.device, dtype_name: str) -> tuple[str, float
 
 def peak_flops_source(device, dtype) -> str:
     """Where `peak_flops` takes its number from: the datasheet entry or the measured matmul."""
-    entry = _datasheet_tflops(_device(device), _dtype_name(dtype))
+    entry = _datasheet_tflops(as_device(device), _dtype_name(dtype))
     if entry:
         return f"datasheet ({entry[0]}, dense)"
     return "measured matmul, best of repeats (no datasheet entry for this device)"
@@ -192,7 +176,7 @@ def peak_flops_source(device, dtype) -> str:
 def peak_flops(device, dtype) -> float | None:
     """Peak FLOP/s (not TFLOP/s) of `device` in `dtype`, the denominator of MFU: the datasheet's
     dense number for known GPUs, else the measured matmul peak (best repeat: an achievable peak)."""
-    device = _device(device)
+    device = as_device(device)
     name = _dtype_name(dtype)
     entry = _datasheet_tflops(device, name)
     if entry:
@@ -219,7 +203,7 @@ def _recommended_precision(device_name: str) -> str:
 def recommended_precision(device) -> str:
     """"fp16" | "bf16" | "off" for `precision="auto"`, from measured matmul throughput on `device`:
     "off" when no reduced-precision dtype is faster than fp32 there (e.g. most CPUs). Cached."""
-    return _recommended_precision(str(_device(device)))
+    return _recommended_precision(str(as_device(device)))
 
 
 def matmul_table(devices: list | None = None, dtypes=DTYPE_NAMES) -> list[dict]:

@@ -1,0 +1,70 @@
+"""One way to read a clock, used wherever the workbook times work: synchronise the device
+before starting and before stopping (CUDA kernels are asynchronous, so an unsynchronised clock
+times the launch, not the work), throw warm-up calls away (first-call allocations, kernel
+selection, lazy initialisation, compilation), repeat, and report the median and the best.
+
+airbench's and nanoGPT's habit; see also https://pytorch.org/tutorials/recipes/recipes/benchmark.html
+(torch.utils.benchmark does the same for single statements).
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from typing import Callable
+
+from course_lib.devices import synchronize
+
+
+@dataclasses.dataclass
+class Timing:
+    """Seconds per call of each timed repeat (warm-up calls already thrown away)."""
+
+    seconds: list[float]
+    calls_per_repeat: int = 1
+    warmup: int = 0
+    result: object = None  # what the last call returned
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def best(self) -> float:
+        """The fastest repeat: other work can only slow a repeat down, so this is the closest
+        to what the hardware can do; the median describes typical speed."""
+        return min(self.seconds)
+
+    def per_second(self, amount: float, *, best: bool = False) -> float:
+        """`amount` (images, FLOPs ...) per call turned into a rate."""
+        seconds = self.best if best else self.median
+        return amount / seconds if seconds > 0 else float("inf")
+
+
+def stopwatch(work: Callable[[], object], device=None, calls: int = 1) -> tuple[float, object]:
+    """Seconds per call of `calls` back-to-back calls of `work`, between two device syncs, and
+    the last call's result. The building block of `time_repeats`, and the way to time a call that
+    must not be repeated (the first compile, say)."""
+    synchronize(device)  # start from an idle device, so earlier queued work is not timed
+    start = time.perf_counter()
+    result = None
+    for _ in range(calls):
+        result = work()
+    synchronize(device)  # wait for the queued work before reading the clock
+    return (time.perf_counter() - start) / calls, result
+
+
+def time_repeats(work: Callable[[], object], *, repeats: int = 5, warmup: int = 1, device=None,
+                 calls: int = 1) -> Timing:
+    """Call `work` `warmup` times (thrown away), then time `repeats` repeats of `calls` calls each."""
+    if repeats < 1 or warmup < 0 or calls < 1:
+        raise ValueError(f"repeats and calls must be at least 1 and warmup at least 0, got "
+                         f"repeats={repeats}, calls={calls}, warmup={warmup}")
+    result = None
+    for _ in range(warmup):
+        result = work()
+    seconds = []
+    for _ in range(repeats):
+        elapsed, result = stopwatch(work, device, calls)
+        seconds.append(elapsed)
+    return Timing(seconds, calls, warmup, result)

@@ -2,7 +2,9 @@
 `runs/<id>/`: executed notebooks, their HTML renderings, an `index.html` and ledger rows.
 
 Parameters are checked against each notebook's `parameters` cell (papermill's
-`inspect_notebook`) before anything runs; a failed notebook does not stop the others.
+`inspect_notebook`) before anything runs: names, types (a notebook-only parameter is typed by its
+literal default, `NotebookParameter`) and the values Config accepts. A failed notebook does not
+stop the others.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from course_lib import ledger
-from course_lib.config import FIELD_NAMES, ConfigError, parse_value, resolve_profile
+from course_lib.config import FIELD_NAMES, ConfigError, make_config, parse_bool, parse_value, resolve_profile
 
 NOTEBOOK_PATTERN = re.compile(r"^(\d\d)_[\w-]+\.ipynb$")
 KERNEL_NAME = "python3"
@@ -51,40 +53,133 @@ def notebook_parameters(path: Path) -> dict:
     return papermill.inspect_notebook(str(path))
 
 
-def _default_type(declared: dict) -> type | None:
-    """The type of a parameter's literal default in the notebook (None for `None` or an expression)."""
-    try:
-        value = ast.literal_eval(declared.get("default", "None"))
-    except (ValueError, SyntaxError):
+# A comment that starts with `a | b | c` lists the values a string parameter accepts.
+CHOICES_COMMENT = re.compile(r"^\s*([\w.-]+(?:\s*\|\s*[\w.-]+)+)(?![\w.-])")
+# Typed defaults a notebook-only parameter may have (papermill injects their repr).
+PARAMETER_TYPES = (bool, int, float, str, list)
+
+
+def _or_list(words) -> str:
+    words = [str(w) for w in words]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+@dataclass(frozen=True)
+class NotebookParameter:
+    """One assignment of a notebook's `parameters` cell, typed by its literal default.
+
+    Config fields may default to None ("the profile's value"): Config types them. Every other
+    parameter needs a literal default whose type `-p name=value` must match: bool, int, float,
+    str or list. A string whose comment starts with choices (`auto | true | false`) accepts only
+    those; `true` and `false` among them arrive as the bools True and False.
+    """
+
+    notebook: str
+    name: str
+    default_text: str  # the default as written in the cell
+    comment: str = ""
+
+    @classmethod
+    def from_papermill(cls, notebook: str, name: str, declared: dict) -> "NotebookParameter":
+        return cls(notebook, name, declared.get("default", "None"), declared.get("help", "") or "")
+
+    @property
+    def is_config_field(self) -> bool:
+        return self.name in FIELD_NAMES
+
+    @property
+    def default(self):
+        """The literal default; ValueError when it is an expression."""
+        return ast.literal_eval(self.default_text)
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        match = CHOICES_COMMENT.match(self.comment)
+        return tuple(word.strip() for word in match.group(1).split("|")) if match else ()
+
+    def problem(self) -> str | None:
+        """What is wrong with the declaration itself, as a one-line fix; None when it is fine."""
+        if self.is_config_field or self.name == "profile":
+            return None
+        where = f"{self.notebook}: parameter {self.name}"
+        try:
+            default = self.default
+        except (ValueError, SyntaxError):
+            return f"{where} defaults to the expression {self.default_text}; give it a literal default"
+        if default is None:
+            return (f"{where} defaults to None, so -p values cannot be typed; give it a typed default "
+                    '("auto" for a choice, 0 for an automatic count or size, [] for an automatic list)')
+        if not isinstance(default, PARAMETER_TYPES):
+            return f"{where} defaults to a {type(default).__name__}; use a bool, int, float, str or list"
+        if isinstance(default, str) and self.choices and default not in self.choices:
+            return f"{where} defaults to {default!r}, which is not among its choices {' | '.join(self.choices)}"
         return None
-    return type(value) if isinstance(value, (bool, int, float, str)) else None
+
+    def parse(self, text: str):
+        """The value of `-p name=text`, typed like the default; ConfigError naming the fix otherwise."""
+        if self.is_config_field:
+            return parse_value(self.name, text)
+        problem = self.problem()
+        if problem:
+            raise ConfigError(problem)
+        default = self.default
+        if isinstance(default, str) and self.choices:
+            return self._parse_choice(text)
+        kind = type(default)
+        try:
+            if kind is bool:
+                return parse_bool(text)
+            if kind is list:
+                value = ast.literal_eval(text.strip())
+                if not isinstance(value, list):
+                    raise ValueError
+                element_types = {type(item) for item in default}
+                if len(element_types) == 1 and not all(isinstance(item, tuple(element_types)) for item in value):
+                    raise ValueError
+                return value
+            return kind(text)
+        except (ValueError, SyntaxError):
+            raise ConfigError(f"{self.name} must be {self._expected()}, got {text!r}") from None
+
+    def _parse_choice(self, text: str):
+        choices, lowered = self.choices, text.strip().lower()
+        if "true" in choices and "false" in choices:
+            try:
+                return parse_bool(lowered)
+            except ValueError:
+                pass
+        if text.strip() in choices:
+            return text.strip()
+        raise ConfigError(f"{self.name} must be {_or_list(choices)}, got {text!r}")
+
+    def _expected(self) -> str:
+        default = self.default
+        if isinstance(default, bool):
+            return "true or false"
+        if isinstance(default, list):
+            kinds = {type(item).__name__ for item in default}
+            example = default or [1, 2]
+            return (f"a list of {kinds.pop()} like {example}" if len(kinds) == 1 else f"a list like {example}")
+        return {int: "an integer", float: "a number"}.get(type(default), type(default).__name__)
 
 
-def _parse_for_notebook(name: str, text: str, declared: dict) -> object:
-    """Type a `-p` value: Config fields by their field type, other parameters by the type of
-    their default in the notebook."""
-    if name in FIELD_NAMES:
-        return parse_value(name, text)
-    expected = _default_type(declared)
-    if expected is None:  # a default of None or an expression: pass the text through
-        return text
-    try:
-        if expected is bool:
-            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError
-            return text.lower() in ("true", "1", "yes")
-        return expected(text)
-    except ValueError:
-        raise ConfigError(f"parameter {name} must be {expected.__name__}, got {text!r}") from None
+def declared_parameters(path: Path) -> dict[str, NotebookParameter]:
+    """The parameters a notebook declares, in the cell's order."""
+    return {name: NotebookParameter.from_papermill(path.name, name, declared)
+            for name, declared in notebook_parameters(path).items()}
 
 
-def check_parameters(notebooks: list[Path], assignments: list[str]) -> dict[Path, dict]:
-    """Map each notebook to the typed parameters it declares; refuse names none of them declare."""
-    declared = {path: notebook_parameters(path) for path in notebooks}
+def check_parameters(notebooks: list[Path], assignments: list[str], profile: str | None = None) -> dict[Path, dict]:
+    """Map each notebook to the typed parameters it declares; refuse names none of them declare
+    and values their notebooks cannot take. With `profile`, the Config fields among them are
+    also built into a Config once, so a value Config refuses (e.g. batch_size=0) stops the run
+    before any kernel starts."""
+    declared = {path: declared_parameters(path) for path in notebooks}
     for path, names in declared.items():
         if "profile" not in names:
             raise ConfigError(f"{path.name} has no `profile` in its parameters cell; add `profile = \"auto\"`")
     per_notebook: dict[Path, dict] = {path: {} for path in notebooks}
+    config_values = {}
     for pair in assignments:
         if "=" not in pair:
             raise ConfigError(f"parameter {pair!r} must look like name=value")
@@ -96,7 +191,11 @@ def check_parameters(notebooks: list[Path], assignments: list[str]) -> dict[Path
             valid = sorted({n for names in declared.values() for n in names})
             raise ConfigError(f"unknown parameter {name!r} for the selected notebooks; valid names: {', '.join(valid)}")
         for path in takers:
-            per_notebook[path][name] = _parse_for_notebook(name, text, declared[path][name])
+            per_notebook[path][name] = declared[path][name].parse(text)
+        if name in FIELD_NAMES:
+            config_values[name] = per_notebook[takers[0]][name]
+    if profile is not None:
+        make_config(profile, **config_values)  # raises ConfigError naming the first bad value
     return per_notebook
 
 
@@ -184,7 +283,7 @@ def run_workbook(profile: str = "auto", only: str | None = None, assignments: li
     notebooks = list_notebooks(notebooks_folder, only)
     if not notebooks:
         raise FileNotFoundError(f"no numbered notebooks (NN_name.ipynb) in {notebooks_folder or notebooks_dir()}")
-    per_notebook = check_parameters(notebooks, assignments or [])  # before anything runs
+    per_notebook = check_parameters(notebooks, assignments or [], profile=resolved)  # before anything runs
 
     run_id = new_run_id(resolved)
     out = Path(out_dir) if out_dir else ledger.project_root() / "runs" / run_id

@@ -43,7 +43,7 @@ def test_parameters_are_checked_before_running(book):
         runner.check_parameters(notebooks, ["bacth_size=16"])
     with pytest.raises(ConfigError, match="batch_size must be int"):
         runner.check_parameters(notebooks, ["batch_size=big"])
-    with pytest.raises(ConfigError, match="repeats must be int"):
+    with pytest.raises(ConfigError, match="repeats must be an integer, got .2.5."):
         runner.check_parameters(notebooks, ["repeats=2.5"])
 
 
@@ -79,3 +79,122 @@ def test_cli_exit_code_names_the_failure(book, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(runner, "notebooks_dir", lambda: book)
     assert cli.main(["run", "--profile", "smoke", "--only", "01", "--out", str(tmp_path / "o")]) == 1
     assert "01_broken.ipynb" in capsys.readouterr().err
+
+
+TYPED_CELL = """profile = "auto"  # smoke | cpu | gpu | auto
+batch_size = None  # images; None: the profile's value
+run_ddp = "auto"  # auto | true | false; auto: when this machine can
+source = "auto"  # auto | imagenet | landcover-synth | digits; auto: what is available
+sizes = []  # generated sizes in pixels; []: from the profile
+choices = [1, 2, 4]  # micro-batches to compare
+steps = 0  # optimizer steps; 0: from the profile
+rate = 0.5  # a fraction
+name = "x"  # free text
+flag = False  # a plain switch"""
+
+
+@pytest.fixture
+def typed_book(tmp_path):
+    folder = tmp_path / "typed"
+    folder.mkdir()
+    _notebook(folder / "00_typed.ipynb", TYPED_CELL, "print(run_ddp, source, sizes, choices, steps, rate, name, flag)")
+    return folder
+
+
+def _typed(folder, *assignments):
+    notebooks = runner.list_notebooks(folder)
+    return runner.check_parameters(notebooks, list(assignments))[notebooks[0]]
+
+
+def test_parameters_are_typed_by_their_default(typed_book):
+    typed = _typed(typed_book, "sizes=[64, 256]", "choices=[8]", "steps=12", "rate=1e-3", "name=false", "flag=no")
+    assert typed == {"sizes": [64, 256], "choices": [8], "steps": 12, "rate": 0.001, "name": "false", "flag": False}
+    assert type(typed["steps"]) is int and type(typed["rate"]) is float
+
+
+@pytest.mark.parametrize("text, expected", [("false", False), ("true", True), ("False", False), ("auto", "auto")])
+def test_tri_state_parameter_arrives_as_bool_or_auto(typed_book, text, expected):
+    value = _typed(typed_book, f"run_ddp={text}")["run_ddp"]
+    assert value == expected and type(value) is type(expected)
+
+
+def test_choice_parameters_accept_only_their_choices(typed_book):
+    assert _typed(typed_book, "source=digits")["source"] == "digits"
+    with pytest.raises(ConfigError) as refused:
+        _typed(typed_book, "run_ddp=maybe")
+    assert str(refused.value) == "run_ddp must be auto, true or false, got 'maybe'"
+    with pytest.raises(ConfigError, match="source must be auto, imagenet, landcover-synth or digits, got 'true'"):
+        _typed(typed_book, "source=true")  # true/false are bools only where the comment lists them
+
+
+@pytest.mark.parametrize("assignment, message", [
+    ("sizes=64,256", "sizes must be a list like \\[1, 2\\], got '64,256'"),
+    ("sizes=[64", "sizes must be a list"),
+    ("choices=[1, 2.5]", "choices must be a list of int like \\[1, 2, 4\\]"),
+    ("steps=auto", "steps must be an integer, got 'auto'"),
+    ("steps=2.5", "steps must be an integer"),
+    ("rate=half", "rate must be a number, got 'half'"),
+    ("flag=maybe", "flag must be true or false, got 'maybe'"),
+    ("batch_size=many", "batch_size must be int"),
+])
+def test_bad_values_are_refused_in_one_line(typed_book, assignment, message):
+    with pytest.raises(ConfigError, match=message) as refused:
+        _typed(typed_book, assignment)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_none_default_is_reported_and_cannot_be_set(tmp_path):
+    folder = tmp_path / "untyped"
+    folder.mkdir()
+    path = _notebook(folder / "00_untyped.ipynb", 'profile = "auto"  # profile\nbatch_size = None  # images\n'
+                     'run_ddp = None  # True or False; None: automatic', "print(run_ddp)")
+    declared = runner.declared_parameters(path)
+    assert declared["batch_size"].problem() is None  # a Config field: None is "the profile's value"
+    assert declared["run_ddp"].problem().startswith("00_untyped.ipynb: parameter run_ddp defaults to None")
+    with pytest.raises(ConfigError, match='run_ddp defaults to None.*"auto" for a choice'):
+        runner.check_parameters([path], ["run_ddp=false"])
+
+
+def test_declaration_problems(tmp_path):
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    path = _notebook(folder / "00_odd.ipynb", 'profile = "auto"  # profile\nmode = "fast"  # auto | true | false\n'
+                     "limit = 2 ** 10  # bytes\npair = (1, 2)  # a tuple", "print(mode)")
+    declared = runner.declared_parameters(path)
+    assert declared["profile"].problem() is None
+    assert "defaults to 'fast', which is not among its choices auto | true | false" in declared["mode"].problem()
+    assert "defaults to the expression 2 ** 10" in declared["limit"].problem()
+    assert "defaults to a tuple" in declared["pair"].problem()
+
+
+def _no_kernel(*args, **kwargs):
+    raise AssertionError("a notebook was executed although a parameter was refused")
+
+
+@pytest.mark.parametrize("assignment", ["run_ddp=maybe", "batch_size=0", "steps=lots", "image_size=-3"])
+def test_bad_values_run_nothing(typed_book, tmp_path, monkeypatch, assignment):
+    monkeypatch.setattr(runner, "execute_notebook", _no_kernel)
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError):
+        runner.run_workbook("smoke", assignments=[assignment], out_dir=out, notebooks_folder=typed_book,
+                            echo=lambda *a: None)
+    assert not out.exists()
+
+
+def test_config_values_are_checked_up_front(typed_book):
+    notebooks = runner.list_notebooks(typed_book)
+    assert runner.check_parameters(notebooks, ["batch_size=0"]) == {notebooks[0]: {"batch_size": 0}}  # types only
+    with pytest.raises(ConfigError, match="^batch_size must be at least 1, got 0$"):
+        runner.check_parameters(notebooks, ["batch_size=0"], profile="smoke")
+
+
+def test_cli_refuses_a_bad_value_in_one_line(typed_book, tmp_path, monkeypatch, capsys):
+    from course_lib import cli
+
+    monkeypatch.setattr(runner, "notebooks_dir", lambda: typed_book)
+    monkeypatch.setattr(runner, "execute_notebook", _no_kernel)
+    assert cli.main(["run", "--profile", "smoke", "-p", "run_ddp=maybe", "--out", str(tmp_path / "o")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == ["workbook run: error: run_ddp must be auto, true or false, got 'maybe'"]
+    assert not (tmp_path / "o").exists()
+

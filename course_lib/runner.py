@@ -4,18 +4,24 @@
 Parameters are checked against each notebook's `parameters` cell (papermill's
 `inspect_notebook`) before anything runs: names, types (a notebook-only parameter is typed by its
 literal default, `NotebookParameter`) and the values Config accepts. A failed notebook does not
-stop the others.
+stop the others. While they run, each notebook prints a start line, a cell counter and its
+status with the duration (`NotebookProgress`), nothing else: kernels are reached over Unix
+sockets (`kernel_transport`), so ipykernel has no TCP warning to print.
 """
 from __future__ import annotations
 
 import ast
-import functools
+import contextlib
 import html
+import itertools
 import json
 import os
 import re
 import secrets
+import shutil
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,6 +32,8 @@ from course_lib.config import FIELD_NAMES, ConfigError, make_config, parse_bool,
 NOTEBOOK_PATTERN = re.compile(r"^(\d\d)_[\w-]+\.ipynb$")
 KERNEL_NAME = "python3"
 CELL_TIMEOUT_SECONDS = 1800  # one cell; the gpu profile trains for minutes
+PIPED_PROGRESS_SECONDS = 60  # at most one cell-counter line per notebook this often when stdout is not a terminal
+CLEAR_TO_END_OF_LINE = "\x1b[K"  # ANSI: erase what a longer previous counter left on the line
 
 
 def notebooks_dir() -> Path:
@@ -210,22 +218,145 @@ class NotebookResult:
     parameters: dict = field(default_factory=dict)
 
 
-def execute_notebook(path: Path, output: Path, parameters: dict,
-                     cell_timeout: int = CELL_TIMEOUT_SECONDS) -> NotebookResult:
-    """Run one notebook with papermill; a failure is caught and described, not raised."""
+def code_cell_count(path: Path) -> int:
+    """Code cells papermill will execute: the notebook's non-empty ones plus the parameters cell it injects."""
+    import nbformat
+
+    cells = nbformat.read(str(path), as_version=4).cells
+    return 1 + sum(1 for c in cells if c.cell_type == "code" and c.source.strip()
+                   and "injected-parameters" not in c.metadata.get("tags", []))
+
+
+@contextlib.contextmanager
+def kernel_transport():
+    """papermill engine options that connect to the kernel over Unix sockets in a private folder.
+
+    jupyter_client's default transport is TCP on 127.0.0.1, and ipykernel then prints "Kernel is
+    running over TCP without encryption" for every notebook. ZeroMQ's IPC transport uses Unix
+    domain sockets instead, here in a folder only this user can open (mkdtemp makes it 0700), so
+    there is nothing to warn about. Short paths: a socket path must stay under about 100 bytes.
+    ZeroMQ has no IPC transport on Windows, which keeps TCP (and the warning).
+    """
+    if os.name != "posix":
+        yield {}
+        return
+    from traitlets.config import Config
+
+    folder = tempfile.mkdtemp(prefix="workbook-kernel-")
+    try:
+        yield {"config": Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(folder, "kernel")}})}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def execute_notebook(path: Path, output: Path, parameters: dict, cell_timeout: int = CELL_TIMEOUT_SECONDS,
+                     on_cell=None) -> NotebookResult:
+    """Run one notebook with papermill; a failure is caught and described, not raised.
+    `on_cell(number)` is called as each code cell starts (1-based, the injected parameters cell included)."""
     import papermill
 
     started = time.perf_counter()
     status, error = "ok", None
+    hooks = {}
+    if on_cell is not None:
+        numbers = itertools.count(1)
+        # nbclient calls on_cell_execute just before it sends a non-empty code cell to the kernel.
+        hooks["on_cell_execute"] = lambda cell, cell_index: on_cell(next(numbers))
     try:
-        papermill.execute_notebook(str(path), str(output), parameters=parameters, kernel_name=KERNEL_NAME,
-                                   cwd=str(path.parent), progress_bar=False, execution_timeout=cell_timeout)
+        with kernel_transport() as transport:
+            papermill.execute_notebook(str(path), str(output), parameters=parameters, kernel_name=KERNEL_NAME,
+                                       cwd=str(path.parent), progress_bar=False, execution_timeout=cell_timeout,
+                                       **transport, **hooks)
     except papermill.PapermillExecutionError as failure:
         status, error = "failed", f"cell {failure.exec_count}: {failure.ename}: {failure.evalue}"
     except Exception as failure:  # kernel died, timeout, bad notebook JSON ...
         status, error = "failed", f"{type(failure).__name__}: {failure}".splitlines()[0]
     return NotebookResult(path.name, status, time.perf_counter() - started, output.name, error=error,
                           parameters=parameters)
+
+
+def format_duration(seconds: float) -> str:
+    """`7.6 s`, `3 min 05 s`, `1 h 02 min`."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, whole_seconds = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes} min {whole_seconds:02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+class NotebookProgress:
+    """What `workbook run` prints for one notebook: a start line, a cell counter and, at the end,
+    the status with the duration; nothing else.
+
+    On a terminal the counter is one line rewritten in place every second (`\\r`), and the final
+    line replaces it. Piped (CI logs, `| tee`) there is no carriage return: a counter line at most
+    every `interval` seconds, long cells included (`interval=0`: one line per cell).
+    """
+
+    def __init__(self, path: Path, total_cells: int, stream=None, interactive: bool | None = None,
+                 interval: float = PIPED_PROGRESS_SECONDS, clock=time.monotonic):
+        self.tag = f"[{path.name[:2]}] {path.stem}"
+        self.total_cells = total_cells
+        self.stream = stream or sys.stdout
+        self.interactive = self.stream.isatty() if interactive is None else interactive
+        self.interval = interval
+        self.clock = clock
+        self.cell = 0
+        self.started = self.last_line = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker = None
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def counter_line(self) -> str:
+        return f"{self.tag}: cell {self.cell}/{self.total_cells}, {format_duration(self.elapsed())}"
+
+    def start(self, ticking: bool = True) -> None:
+        """Print the start line; with `ticking`, a thread refreshes the counter during long cells."""
+        self.started = self.last_line = self.clock()
+        self._write(f"{self.tag}: started at {time.strftime('%H:%M:%S')}, {self.total_cells} code cells\n")
+        if ticking:
+            self._ticker = threading.Thread(target=self._tick_until_stopped, daemon=True)
+            self._ticker.start()
+
+    def on_cell(self, number: int) -> None:
+        with self._lock:
+            self.cell = number
+            self._show(new_cell=True)
+
+    def tick(self) -> None:
+        with self._lock:
+            self._show(new_cell=False)
+
+    def finish(self, status: str, seconds: float, error: str | None = None) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+        line = f"{self.tag}: {status} in {format_duration(seconds)}" + (f": {error}" if error else "")
+        with self._lock:
+            self._write(("\r" + line + CLEAR_TO_END_OF_LINE if self.interactive else line) + "\n")
+
+    def _show(self, new_cell: bool) -> None:
+        if self.started is None or self.cell == 0:
+            return
+        now = self.clock()
+        if self.interactive:
+            width = shutil.get_terminal_size().columns - 1  # a wrapped line cannot be rewritten
+            self._write("\r" + self.counter_line()[:width] + CLEAR_TO_END_OF_LINE)
+        elif (new_cell and self.interval <= 0) or (self.interval > 0 and now - self.last_line >= self.interval):
+            self._write(self.counter_line() + "\n")
+            self.last_line = now
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
+
+    def _tick_until_stopped(self) -> None:
+        while not self._stop.wait(1.0):
+            self.tick()
 
 
 def to_html(notebook_path: Path) -> Path | None:
@@ -276,9 +407,10 @@ def new_run_id(profile: str) -> str:
 
 def run_workbook(profile: str = "auto", only: str | None = None, assignments: list[str] | None = None,
                  out_dir: str | os.PathLike | None = None, notebooks_folder: Path | None = None,
-                 cell_timeout: int = CELL_TIMEOUT_SECONDS,
-                 echo=functools.partial(print, flush=True)) -> tuple[Path, list[NotebookResult]]:
-    """Check parameters, then execute the notebooks in order. Returns (run folder, results)."""
+                 cell_timeout: int = CELL_TIMEOUT_SECONDS, stream=None,
+                 progress_interval: float = PIPED_PROGRESS_SECONDS) -> tuple[Path, list[NotebookResult]]:
+    """Check parameters, then execute the notebooks in order, printing each one's progress
+    (`NotebookProgress`) to `stream` (default stdout). Returns (run folder, results)."""
     resolved = resolve_profile(profile)
     notebooks = list_notebooks(notebooks_folder, only)
     if not notebooks:
@@ -294,18 +426,26 @@ def run_workbook(profile: str = "auto", only: str | None = None, assignments: li
     os.environ[ledger.RUN_ID_ENV] = run_id
     os.environ[ledger.PROFILE_ENV] = resolved
     book = ledger.Ledger(ledger_path)
+    stream = stream or sys.stdout
+    print(f"workbook run {run_id}: {len(notebooks)} notebook(s), profile {resolved}, into {out}", file=stream,
+          flush=True)
 
     results = []
     for path in notebooks:
         parameters = {"profile": resolved, **per_notebook[path]}
-        echo(f"[{run_id}] {path.name} ...")
-        result = execute_notebook(path, out / path.name, parameters, cell_timeout)
+        progress = NotebookProgress(path, code_cell_count(path), stream, interval=progress_interval)
+        progress.start()
+        try:
+            result = execute_notebook(path, out / path.name, parameters, cell_timeout, on_cell=progress.on_cell)
+        except BaseException:  # Ctrl-C: end the counter line before the traceback
+            progress.finish("interrupted", progress.elapsed())
+            raise
+        progress.finish(result.status, result.duration_seconds, result.error)
         html_path = to_html(out / path.name) if (out / path.name).exists() else None
         result.html = html_path.name if html_path else None
         book.record("notebook", path.name, status=result.status, duration_seconds=result.duration_seconds,
                     parameters=parameters, metrics={"error": result.error} if result.error else {},
                     profile=resolved, run_id=run_id)
-        echo(f"    {result.status} in {result.duration_seconds:.1f} s" + (f": {result.error}" if result.error else ""))
         results.append(result)
     write_index(out, run_id, resolved, results)
     (out / "summary.json").write_text(json.dumps(

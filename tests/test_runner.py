@@ -1,3 +1,4 @@
+import io
 import json
 
 import nbformat
@@ -6,6 +7,8 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from course_lib import ledger, runner
 from course_lib.config import ConfigError
+
+from conftest import ROOT
 
 
 def _notebook(path, parameters_source, body_source):
@@ -56,7 +59,7 @@ def test_bad_parameter_runs_nothing(book, tmp_path):
 
 def test_run_continues_past_a_failure(book, tmp_path, isolated_ledger):
     out, results = runner.run_workbook("smoke", assignments=["repeats=4"], out_dir=tmp_path / "out",
-                                       notebooks_folder=book, echo=lambda *a: None)
+                                       notebooks_folder=book, stream=io.StringIO())
     assert [r.status for r in results] == ["ok", "failed", "ok"]
     assert "ValueError: boom" in results[1].error
     executed = nbformat.read(str(out / "00_first.ipynb"), as_version=4)
@@ -177,7 +180,7 @@ def test_bad_values_run_nothing(typed_book, tmp_path, monkeypatch, assignment):
     out = tmp_path / "out"
     with pytest.raises(ConfigError):
         runner.run_workbook("smoke", assignments=[assignment], out_dir=out, notebooks_folder=typed_book,
-                            echo=lambda *a: None)
+                            stream=io.StringIO())
     assert not out.exists()
 
 
@@ -198,3 +201,98 @@ def test_cli_refuses_a_bad_value_in_one_line(typed_book, tmp_path, monkeypatch, 
     assert captured.err.strip().splitlines() == ["workbook run: error: run_ddp must be auto, true or false, got 'maybe'"]
     assert not (tmp_path / "o").exists()
 
+
+@pytest.mark.parametrize("seconds, text", [(0.04, "0.0 s"), (7.64, "7.6 s"), (59.94, "59.9 s"), (60, "1 min 00 s"),
+                                           (185.4, "3 min 05 s"), (3725, "1 h 02 min")])
+def test_format_duration(seconds, text):
+    assert runner.format_duration(seconds) == text
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_progress_when_piped_prints_a_line_at_most_every_interval(tmp_path):
+    stream, clock = io.StringIO(), FakeClock()
+    progress = runner.NotebookProgress(tmp_path / "03_mixed.ipynb", 40, stream, interactive=False, interval=30,
+                                       clock=clock)
+    progress.start(ticking=False)
+    progress.on_cell(1)
+    clock.now += 31
+    progress.on_cell(12)
+    clock.now += 10
+    progress.on_cell(13)  # 10 s after the last line: silent
+    progress.tick()
+    clock.now += 25
+    progress.tick()  # a long cell still gets a line once the interval has passed
+    progress.finish("ok", 75.0)
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("[03] 03_mixed: started at ") and lines[0].endswith(", 40 code cells")
+    assert lines[1:] == ["[03] 03_mixed: cell 12/40, 31.0 s", "[03] 03_mixed: cell 13/40, 1 min 06 s",
+                         "[03] 03_mixed: ok in 1 min 15 s"]
+    assert "\r" not in stream.getvalue()
+
+
+def test_progress_when_piped_with_interval_zero_prints_every_cell(tmp_path):
+    stream = io.StringIO()
+    progress = runner.NotebookProgress(tmp_path / "01_x.ipynb", 2, stream, interactive=False, interval=0,
+                                       clock=FakeClock())
+    progress.start(ticking=False)
+    progress.on_cell(1)
+    progress.tick()
+    progress.on_cell(2)
+    progress.finish("failed", 3.0, "cell 2: ValueError: boom")
+    assert stream.getvalue().splitlines()[1:] == ["[01] 01_x: cell 1/2, 0.0 s", "[01] 01_x: cell 2/2, 0.0 s",
+                                                  "[01] 01_x: failed in 3.0 s: cell 2: ValueError: boom"]
+
+
+def test_progress_on_a_terminal_rewrites_one_line(tmp_path):
+    stream, clock = io.StringIO(), FakeClock()
+    progress = runner.NotebookProgress(tmp_path / "07_regularization.ipynb", 30, stream, interactive=True,
+                                       clock=clock)
+    progress.start(ticking=False)
+    progress.on_cell(1)
+    clock.now += 2
+    progress.tick()
+    progress.on_cell(2)
+    progress.finish("ok", 2.5)
+    text = stream.getvalue()
+    start, rest = text.split("\n", 1)
+    assert start.startswith("[07] 07_regularization: started at ")
+    erase = runner.CLEAR_TO_END_OF_LINE
+    assert rest == (f"\r[07] 07_regularization: cell 1/30, 0.0 s{erase}\r[07] 07_regularization: cell 1/30, 2.0 s{erase}"
+                    f"\r[07] 07_regularization: cell 2/30, 2.0 s{erase}\r[07] 07_regularization: ok in 2.5 s{erase}\n")
+
+
+def test_ticker_thread_stops_at_finish(tmp_path):
+    progress = runner.NotebookProgress(tmp_path / "00_a.ipynb", 1, io.StringIO(), interactive=False)
+    progress.start()
+    assert progress._ticker.is_alive()
+    progress.finish("ok", 0.1)
+    assert not progress._ticker.is_alive()
+
+
+def test_code_cell_count_includes_the_injected_parameters_cell(book):
+    assert runner.code_cell_count(book / "00_first.ipynb") == 3
+
+
+def test_smoke_run_prints_start_counter_and_duration_only(tmp_path, capfd):
+    """The real 00 notebook: per notebook a start line, one counter line per cell (interval 0) and the
+    status with the duration. The kernel shares this process's stderr, so capfd also sees its warnings."""
+    out, results = runner.run_workbook("smoke", only="00", out_dir=tmp_path / "out",
+                                       notebooks_folder=ROOT / "notebooks", progress_interval=0)
+    assert [r.status for r in results] == ["ok"], results[0].error
+    captured = capfd.readouterr()
+    assert "without encryption" not in captured.out + captured.err
+    assert captured.err == ""
+    header, started, *counters, finished = captured.out.splitlines()
+    assert header.startswith("workbook run ") and "1 notebook(s), profile smoke" in header
+    cells = runner.code_cell_count(ROOT / "notebooks" / "00_setup_check.ipynb")
+    assert started.startswith("[00] 00_setup_check: started at ") and started.endswith(f", {cells} code cells")
+    assert [line.split(",")[0] for line in counters] == [f"[00] 00_setup_check: cell {n}/{cells}"
+                                                         for n in range(1, cells + 1)]
+    assert finished.startswith("[00] 00_setup_check: ok in ") and finished.endswith(" s")

@@ -88,7 +88,7 @@ class NotebookParameter:
     comment: str = ""
 
     @classmethod
-    def from_papermill(cls, notebook: str, name: str, declared: dict) -> "NotebookParameter":
+    def from_papermill(cls, notebook: str, name: str, declared: dict) -> NotebookParameter:
         return cls(notebook, name, declared.get("default", "None"), declared.get("help", "") or "")
 
     @property
@@ -97,7 +97,7 @@ class NotebookParameter:
 
     @property
     def default(self):
-        """The literal default; ValueError when it is an expression."""
+        """The literal default; ValueError or SyntaxError when it is an expression."""
         return ast.literal_eval(self.default_text)
 
     @property
@@ -146,14 +146,14 @@ class NotebookParameter:
                     raise ValueError
                 return value
             return kind(text)
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, TypeError):  # TypeError: literal_eval of e.g. {[1]: 2}
             raise ConfigError(f"{self.name} must be {self._expected()}, got {text!r}") from None
 
     def _parse_choice(self, text: str):
-        choices, lowered = self.choices, text.strip().lower()
+        choices = self.choices
         if "true" in choices and "false" in choices:
             try:
-                return parse_bool(lowered)
+                return parse_bool(text)
             except ValueError:
                 pass
         if text.strip() in choices:
@@ -279,7 +279,7 @@ def format_duration(seconds: float) -> str:
     """`7.6 s`, `3 min 05 s`, `1 h 02 min`."""
     if seconds < 60:
         return f"{seconds:.1f} s"
-    minutes, whole_seconds = divmod(int(round(seconds)), 60)
+    minutes, whole_seconds = divmod(round(seconds), 60)
     if minutes < 60:
         return f"{minutes} min {whole_seconds:02d} s"
     return f"{minutes // 60} h {minutes % 60:02d} min"

@@ -198,7 +198,8 @@ def test_cli_refuses_a_bad_value_in_one_line(typed_book, tmp_path, monkeypatch, 
     monkeypatch.setattr(runner, "execute_notebook", _no_kernel)
     assert cli.main(["run", "--profile", "smoke", "-p", "run_ddp=maybe", "--out", str(tmp_path / "o")]) == 2
     captured = capsys.readouterr()
-    assert captured.err.strip().splitlines() == ["workbook run: error: run_ddp must be auto, true or false, got 'maybe'"]
+    refusal = "workbook run: error: run_ddp must be auto, true or false, got 'maybe'"
+    assert captured.err.strip().splitlines() == [refusal]
     assert not (tmp_path / "o").exists()
 
 
@@ -264,8 +265,9 @@ def test_progress_on_a_terminal_rewrites_one_line(tmp_path):
     start, rest = text.split("\n", 1)
     assert start.startswith("[07] 07_regularization: started at ")
     erase = runner.CLEAR_TO_END_OF_LINE
-    assert rest == (f"\r[07] 07_regularization: cell 1/30, 0.0 s{erase}\r[07] 07_regularization: cell 1/30, 2.0 s{erase}"
-                    f"\r[07] 07_regularization: cell 2/30, 2.0 s{erase}\r[07] 07_regularization: ok in 2.5 s{erase}\n")
+    tag = "\r[07] 07_regularization"
+    assert rest == (f"{tag}: cell 1/30, 0.0 s{erase}{tag}: cell 1/30, 2.0 s{erase}"
+                    f"{tag}: cell 2/30, 2.0 s{erase}{tag}: ok in 2.5 s{erase}\n")
 
 
 def test_ticker_thread_stops_at_finish(tmp_path):
@@ -283,8 +285,8 @@ def test_code_cell_count_includes_the_injected_parameters_cell(book):
 def test_smoke_run_prints_start_counter_and_duration_only(tmp_path, capfd):
     """The real 00 notebook: per notebook a start line, one counter line per cell (interval 0) and the
     status with the duration. The kernel shares this process's stderr, so capfd also sees its warnings."""
-    out, results = runner.run_workbook("smoke", only="00", out_dir=tmp_path / "out",
-                                       notebooks_folder=ROOT / "notebooks", progress_interval=0)
+    _, results = runner.run_workbook("smoke", only="00", out_dir=tmp_path / "out",
+                                     notebooks_folder=ROOT / "notebooks", progress_interval=0)
     assert [r.status for r in results] == ["ok"], results[0].error
     captured = capfd.readouterr()
     assert "without encryption" not in captured.out + captured.err

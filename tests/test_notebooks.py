@@ -72,6 +72,10 @@ def test_notebook_parameters_arrive_typed():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_runs_in_smoke_profile(path, tmp_path):
+def test_runs_in_smoke_profile(path, tmp_path, capfd):
     result = runner.execute_notebook(path, tmp_path / path.name, {"profile": "smoke"})
     assert result.status == "ok", f"{path.name} failed: {result.error}"
+    # The kernel and its subprocesses share this process's stdout and stderr: whatever they write
+    # there would interleave with `workbook run`'s progress lines.
+    leaked = capfd.readouterr()
+    assert leaked.out + leaked.err == "", f"{path.name} wrote outside the notebook: {(leaked.out + leaked.err)[:300]!r}"

@@ -31,7 +31,26 @@ def _add_config_arguments(parser: argparse.ArgumentParser, example: str = "-p ba
 def _add_run(subparsers) -> None:
     from course_lib import runner
 
-    runner.add_cli(subparsers)
+    parser = subparsers.add_parser("run", help="execute the notebooks with papermill into runs/<id>/")
+    parser.add_argument("--profile", default="auto", help="smoke | cpu | gpu | auto (default: auto)")
+    parser.add_argument("--only", help="comma-separated notebook numbers, e.g. 00,03")
+    parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
+                        help="a notebook parameter, checked against the parameters cells (repeatable)")
+    parser.add_argument("--out", help="output folder (default: runs/<run id>)")
+    parser.add_argument("--cell-timeout", type=int, default=runner.CELL_TIMEOUT_SECONDS, help="seconds per cell")
+    parser.set_defaults(func=_run)
+
+
+def _run(args) -> int:
+    from course_lib import runner
+
+    out, results = runner.run_workbook(args.profile, args.only, args.param, args.out, cell_timeout=args.cell_timeout)
+    failed = [r.notebook for r in results if r.status != "ok"]
+    print(f"index: {out / 'index.html'}")
+    if failed:
+        print(f"workbook run: {len(failed)} notebook(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
 
 
 # --- doctor -----------------------------------------------------------------------------------

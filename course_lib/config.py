@@ -164,20 +164,23 @@ def make_config(profile: str | None = "auto", **overrides) -> Config:
     return Config(**check_values(values))
 
 
+def parse_bool(text: str) -> bool:
+    """`true/false`, `yes/no`, `on/off` or `1/0` (any case) as a bool; ValueError otherwise."""
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"not a bool: {text!r}")
+
+
 def parse_value(name: str, text: str):
     """Turn the text of `-p name=value` into the field's type (CLI and runner use this)."""
     if name not in FIELD_NAMES:
         raise ConfigError(f"unknown parameter {name!r}; valid names: {', '.join(FIELD_NAMES)}")
     expected = _TYPES[name]
     try:
-        if expected is bool:
-            lowered = text.strip().lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
-        return expected(text)
+        return parse_bool(text) if expected is bool else expected(text)
     except ValueError:
         raise ConfigError(f"{name} must be {expected.__name__}, got {text!r}") from None
 

@@ -2,28 +2,45 @@
 `runs/<id>/`: executed notebooks, their HTML renderings, an `index.html` and ledger rows.
 
 Parameters are checked against each notebook's `parameters` cell (papermill's
-`inspect_notebook`) before anything runs; a failed notebook does not stop the others.
+`inspect_notebook`) before anything runs: names, types (a notebook-only parameter is typed by its
+literal default, `NotebookParameter`) and the values Config accepts. A failed notebook does not
+stop the others. While they run, each notebook prints a start line, a cell counter and its
+status with the duration (`NotebookProgress`), nothing else: kernels are reached over Unix
+sockets (`kernel_transport`), so ipykernel has no TCP warning to print.
 """
 from __future__ import annotations
 
 import ast
-import functools
+import contextlib
 import html
+import itertools
 import json
 import os
 import re
 import secrets
+import shutil
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from course_lib import ledger, paths
-from course_lib.config import FIELD_NAMES, ConfigError, parse_value, resolve_profile
+from course_lib.config import (
+    FIELD_NAMES,
+    ConfigError,
+    make_config,
+    parse_bool,
+    parse_value,
+    resolve_profile,
+)
 
 NOTEBOOK_PATTERN = re.compile(r"^(\d\d)_[\w-]+\.ipynb$")
 KERNEL_NAME = "python3"
 CELL_TIMEOUT_SECONDS = 1800  # one cell; the gpu profile trains for minutes
+PIPED_PROGRESS_SECONDS = 60  # at most one cell-counter line per notebook this often when stdout is not a terminal
+CLEAR_TO_END_OF_LINE = "\x1b[K"  # ANSI: erase what a longer previous counter left on the line
 
 
 def notebooks_dir() -> Path:
@@ -51,40 +68,133 @@ def notebook_parameters(path: Path) -> dict:
     return papermill.inspect_notebook(str(path))
 
 
-def _default_type(declared: dict) -> type | None:
-    """The type of a parameter's literal default in the notebook (None for `None` or an expression)."""
-    try:
-        value = ast.literal_eval(declared.get("default", "None"))
-    except (ValueError, SyntaxError):
+# A comment that starts with `a | b | c` lists the values a string parameter accepts.
+CHOICES_COMMENT = re.compile(r"^\s*([\w.-]+(?:\s*\|\s*[\w.-]+)+)(?![\w.-])")
+# Typed defaults a notebook-only parameter may have (papermill injects their repr).
+PARAMETER_TYPES = (bool, int, float, str, list)
+
+
+def _or_list(words) -> str:
+    words = [str(w) for w in words]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+@dataclass(frozen=True)
+class NotebookParameter:
+    """One assignment of a notebook's `parameters` cell, typed by its literal default.
+
+    Config fields may default to None ("the profile's value"): Config types them. Every other
+    parameter needs a literal default whose type `-p name=value` must match: bool, int, float,
+    str or list. A string whose comment starts with choices (`auto | true | false`) accepts only
+    those; `true` and `false` among them arrive as the bools True and False.
+    """
+
+    notebook: str
+    name: str
+    default_text: str  # the default as written in the cell
+    comment: str = ""
+
+    @classmethod
+    def from_papermill(cls, notebook: str, name: str, declared: dict) -> NotebookParameter:
+        return cls(notebook, name, declared.get("default", "None"), declared.get("help", "") or "")
+
+    @property
+    def is_config_field(self) -> bool:
+        return self.name in FIELD_NAMES
+
+    @property
+    def default(self):
+        """The literal default; ValueError or SyntaxError when it is an expression."""
+        return ast.literal_eval(self.default_text)
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        match = CHOICES_COMMENT.match(self.comment)
+        return tuple(word.strip() for word in match.group(1).split("|")) if match else ()
+
+    def problem(self) -> str | None:
+        """What is wrong with the declaration itself, as a one-line fix; None when it is fine."""
+        if self.is_config_field or self.name == "profile":
+            return None
+        where = f"{self.notebook}: parameter {self.name}"
+        try:
+            default = self.default
+        except (ValueError, SyntaxError):
+            return f"{where} defaults to the expression {self.default_text}; give it a literal default"
+        if default is None:
+            return (f"{where} defaults to None, so -p values cannot be typed; give it a typed default "
+                    '("auto" for a choice, 0 for an automatic count or size, [] for an automatic list)')
+        if not isinstance(default, PARAMETER_TYPES):
+            return f"{where} defaults to a {type(default).__name__}; use a bool, int, float, str or list"
+        if isinstance(default, str) and self.choices and default not in self.choices:
+            return f"{where} defaults to {default!r}, which is not among its choices {' | '.join(self.choices)}"
         return None
-    return type(value) if isinstance(value, (bool, int, float, str)) else None
+
+    def parse(self, text: str):
+        """The value of `-p name=text`, typed like the default; ConfigError naming the fix otherwise."""
+        if self.is_config_field:
+            return parse_value(self.name, text)
+        problem = self.problem()
+        if problem:
+            raise ConfigError(problem)
+        default = self.default
+        if isinstance(default, str) and self.choices:
+            return self._parse_choice(text)
+        kind = type(default)
+        try:
+            if kind is bool:
+                return parse_bool(text)
+            if kind is list:
+                value = ast.literal_eval(text.strip())
+                if not isinstance(value, list):
+                    raise ValueError
+                element_types = {type(item) for item in default}
+                if len(element_types) == 1 and not all(isinstance(item, tuple(element_types)) for item in value):
+                    raise ValueError
+                return value
+            return kind(text)
+        except (ValueError, SyntaxError, TypeError):  # TypeError: literal_eval of e.g. {[1]: 2}
+            raise ConfigError(f"{self.name} must be {self._expected()}, got {text!r}") from None
+
+    def _parse_choice(self, text: str):
+        choices = self.choices
+        if "true" in choices and "false" in choices:
+            try:
+                return parse_bool(text)
+            except ValueError:
+                pass
+        if text.strip() in choices:
+            return text.strip()
+        raise ConfigError(f"{self.name} must be {_or_list(choices)}, got {text!r}")
+
+    def _expected(self) -> str:
+        default = self.default
+        if isinstance(default, bool):
+            return "true or false"
+        if isinstance(default, list):
+            kinds = {type(item).__name__ for item in default}
+            example = default or [1, 2]
+            return (f"a list of {kinds.pop()} like {example}" if len(kinds) == 1 else f"a list like {example}")
+        return {int: "an integer", float: "a number"}.get(type(default), type(default).__name__)
 
 
-def _parse_for_notebook(name: str, text: str, declared: dict) -> object:
-    """Type a `-p` value: Config fields by their field type, other parameters by the type of
-    their default in the notebook."""
-    if name in FIELD_NAMES:
-        return parse_value(name, text)
-    expected = _default_type(declared)
-    if expected is None:  # a default of None or an expression: pass the text through
-        return text
-    try:
-        if expected is bool:
-            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError
-            return text.lower() in ("true", "1", "yes")
-        return expected(text)
-    except ValueError:
-        raise ConfigError(f"parameter {name} must be {expected.__name__}, got {text!r}") from None
+def declared_parameters(path: Path) -> dict[str, NotebookParameter]:
+    """The parameters a notebook declares, in the cell's order."""
+    return {name: NotebookParameter.from_papermill(path.name, name, declared)
+            for name, declared in notebook_parameters(path).items()}
 
 
-def check_parameters(notebooks: list[Path], assignments: list[str]) -> dict[Path, dict]:
-    """Map each notebook to the typed parameters it declares; refuse names none of them declare."""
-    declared = {path: notebook_parameters(path) for path in notebooks}
+def check_parameters(notebooks: list[Path], assignments: list[str], profile: str | None = None) -> dict[Path, dict]:
+    """Map each notebook to the typed parameters it declares; refuse names none of them declare
+    and values their notebooks cannot take. With `profile`, the Config fields among them are
+    also built into a Config once, so a value Config refuses (e.g. batch_size=0) stops the run
+    before any kernel starts."""
+    declared = {path: declared_parameters(path) for path in notebooks}
     for path, names in declared.items():
         if "profile" not in names:
             raise ConfigError(f"{path.name} has no `profile` in its parameters cell; add `profile = \"auto\"`")
     per_notebook: dict[Path, dict] = {path: {} for path in notebooks}
+    config_values = {}
     for pair in assignments:
         if "=" not in pair:
             raise ConfigError(f"parameter {pair!r} must look like name=value")
@@ -96,7 +206,11 @@ def check_parameters(notebooks: list[Path], assignments: list[str]) -> dict[Path
             valid = sorted({n for names in declared.values() for n in names})
             raise ConfigError(f"unknown parameter {name!r} for the selected notebooks; valid names: {', '.join(valid)}")
         for path in takers:
-            per_notebook[path][name] = _parse_for_notebook(name, text, declared[path][name])
+            per_notebook[path][name] = declared[path][name].parse(text)
+        if name in FIELD_NAMES:
+            config_values[name] = per_notebook[takers[0]][name]
+    if profile is not None:
+        make_config(profile, **config_values)  # raises ConfigError naming the first bad value
     return per_notebook
 
 
@@ -111,22 +225,145 @@ class NotebookResult:
     parameters: dict = field(default_factory=dict)
 
 
-def execute_notebook(path: Path, output: Path, parameters: dict,
-                     cell_timeout: int = CELL_TIMEOUT_SECONDS) -> NotebookResult:
-    """Run one notebook with papermill; a failure is caught and described, not raised."""
+def code_cell_count(path: Path) -> int:
+    """Code cells papermill will execute: the notebook's non-empty ones plus the parameters cell it injects."""
+    import nbformat
+
+    cells = nbformat.read(str(path), as_version=4).cells
+    return 1 + sum(1 for c in cells if c.cell_type == "code" and c.source.strip()
+                   and "injected-parameters" not in c.metadata.get("tags", []))
+
+
+@contextlib.contextmanager
+def kernel_transport():
+    """papermill engine options that connect to the kernel over Unix sockets in a private folder.
+
+    jupyter_client's default transport is TCP on 127.0.0.1, and ipykernel then prints "Kernel is
+    running over TCP without encryption" for every notebook. ZeroMQ's IPC transport uses Unix
+    domain sockets instead, here in a folder only this user can open (mkdtemp makes it 0700), so
+    there is nothing to warn about. Short paths: a socket path must stay under about 100 bytes.
+    ZeroMQ has no IPC transport on Windows, which keeps TCP (and the warning).
+    """
+    if os.name != "posix":
+        yield {}
+        return
+    from traitlets.config import Config
+
+    folder = tempfile.mkdtemp(prefix="workbook-kernel-")
+    try:
+        yield {"config": Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(folder, "kernel")}})}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def execute_notebook(path: Path, output: Path, parameters: dict, cell_timeout: int = CELL_TIMEOUT_SECONDS,
+                     on_cell=None) -> NotebookResult:
+    """Run one notebook with papermill; a failure is caught and described, not raised.
+    `on_cell(number)` is called as each code cell starts (1-based, the injected parameters cell included)."""
     import papermill
 
     started = time.perf_counter()
     status, error = "ok", None
+    hooks = {}
+    if on_cell is not None:
+        numbers = itertools.count(1)
+        # nbclient calls on_cell_execute just before it sends a non-empty code cell to the kernel.
+        hooks["on_cell_execute"] = lambda cell, cell_index: on_cell(next(numbers))
     try:
-        papermill.execute_notebook(str(path), str(output), parameters=parameters, kernel_name=KERNEL_NAME,
-                                   cwd=str(path.parent), progress_bar=False, execution_timeout=cell_timeout)
+        with kernel_transport() as transport:
+            papermill.execute_notebook(str(path), str(output), parameters=parameters, kernel_name=KERNEL_NAME,
+                                       cwd=str(path.parent), progress_bar=False, execution_timeout=cell_timeout,
+                                       **transport, **hooks)
     except papermill.PapermillExecutionError as failure:
         status, error = "failed", f"cell {failure.exec_count}: {failure.ename}: {failure.evalue}"
     except Exception as failure:  # kernel died, timeout, bad notebook JSON ...
         status, error = "failed", f"{type(failure).__name__}: {failure}".splitlines()[0]
     return NotebookResult(path.name, status, time.perf_counter() - started, output.name, error=error,
                           parameters=parameters)
+
+
+def format_duration(seconds: float) -> str:
+    """`7.6 s`, `3 min 05 s`, `1 h 02 min`."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, whole_seconds = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {whole_seconds:02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+class NotebookProgress:
+    """What `workbook run` prints for one notebook: a start line, a cell counter and, at the end,
+    the status with the duration; nothing else.
+
+    On a terminal the counter is one line rewritten in place every second (`\\r`), and the final
+    line replaces it. Piped (CI logs, `| tee`) there is no carriage return: a counter line at most
+    every `interval` seconds, long cells included (`interval=0`: one line per cell).
+    """
+
+    def __init__(self, path: Path, total_cells: int, stream=None, interactive: bool | None = None,
+                 interval: float = PIPED_PROGRESS_SECONDS, clock=time.monotonic):
+        self.tag = f"[{path.name[:2]}] {path.stem}"
+        self.total_cells = total_cells
+        self.stream = stream or sys.stdout
+        self.interactive = self.stream.isatty() if interactive is None else interactive
+        self.interval = interval
+        self.clock = clock
+        self.cell = 0
+        self.started = self.last_line = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker = None
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def counter_line(self) -> str:
+        return f"{self.tag}: cell {self.cell}/{self.total_cells}, {format_duration(self.elapsed())}"
+
+    def start(self, ticking: bool = True) -> None:
+        """Print the start line; with `ticking`, a thread refreshes the counter during long cells."""
+        self.started = self.last_line = self.clock()
+        self._write(f"{self.tag}: started at {time.strftime('%H:%M:%S')}, {self.total_cells} code cells\n")
+        if ticking:
+            self._ticker = threading.Thread(target=self._tick_until_stopped, daemon=True)
+            self._ticker.start()
+
+    def on_cell(self, number: int) -> None:
+        with self._lock:
+            self.cell = number
+            self._show(new_cell=True)
+
+    def tick(self) -> None:
+        with self._lock:
+            self._show(new_cell=False)
+
+    def finish(self, status: str, seconds: float, error: str | None = None) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+        line = f"{self.tag}: {status} in {format_duration(seconds)}" + (f": {error}" if error else "")
+        with self._lock:
+            self._write(("\r" + line + CLEAR_TO_END_OF_LINE if self.interactive else line) + "\n")
+
+    def _show(self, new_cell: bool) -> None:
+        if self.started is None or self.cell == 0:
+            return
+        now = self.clock()
+        if self.interactive:
+            width = shutil.get_terminal_size().columns - 1  # a wrapped line cannot be rewritten
+            self._write("\r" + self.counter_line()[:width] + CLEAR_TO_END_OF_LINE)
+        elif (new_cell and self.interval <= 0) or (self.interval > 0 and now - self.last_line >= self.interval):
+            self._write(self.counter_line() + "\n")
+            self.last_line = now
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
+
+    def _tick_until_stopped(self) -> None:
+        while not self._stop.wait(1.0):
+            self.tick()
 
 
 def to_html(notebook_path: Path) -> Path | None:
@@ -177,14 +414,15 @@ def new_run_id(profile: str) -> str:
 
 def run_workbook(profile: str = "auto", only: str | None = None, assignments: list[str] | None = None,
                  out_dir: str | os.PathLike | None = None, notebooks_folder: Path | None = None,
-                 cell_timeout: int = CELL_TIMEOUT_SECONDS,
-                 echo=functools.partial(print, flush=True)) -> tuple[Path, list[NotebookResult]]:
-    """Check parameters, then execute the notebooks in order. Returns (run folder, results)."""
+                 cell_timeout: int = CELL_TIMEOUT_SECONDS, stream=None,
+                 progress_interval: float = PIPED_PROGRESS_SECONDS) -> tuple[Path, list[NotebookResult]]:
+    """Check parameters, then execute the notebooks in order, printing each one's progress
+    (`NotebookProgress`) to `stream` (default stdout). Returns (run folder, results)."""
     resolved = resolve_profile(profile)
     notebooks = list_notebooks(notebooks_folder, only)
     if not notebooks:
         raise FileNotFoundError(f"no numbered notebooks (NN_name.ipynb) in {notebooks_folder or notebooks_dir()}")
-    per_notebook = check_parameters(notebooks, assignments or [])  # before anything runs
+    per_notebook = check_parameters(notebooks, assignments or [], profile=resolved)  # before anything runs
 
     run_id = new_run_id(resolved)
     out = Path(out_dir) if out_dir else paths.project_root() / "runs" / run_id
@@ -195,41 +433,28 @@ def run_workbook(profile: str = "auto", only: str | None = None, assignments: li
     os.environ[ledger.RUN_ID_ENV] = run_id
     os.environ[ledger.PROFILE_ENV] = resolved
     book = ledger.Ledger(ledger_path)
+    stream = stream or sys.stdout
+    print(f"workbook run {run_id}: {len(notebooks)} notebook(s), profile {resolved}, into {out}", file=stream,
+          flush=True)
 
     results = []
     for path in notebooks:
         parameters = {"profile": resolved, **per_notebook[path]}
-        echo(f"[{run_id}] {path.name} ...")
-        result = execute_notebook(path, out / path.name, parameters, cell_timeout)
+        progress = NotebookProgress(path, code_cell_count(path), stream, interval=progress_interval)
+        progress.start()
+        try:
+            result = execute_notebook(path, out / path.name, parameters, cell_timeout, on_cell=progress.on_cell)
+        except BaseException:  # Ctrl-C: end the counter line before the traceback
+            progress.finish("interrupted", progress.elapsed())
+            raise
+        progress.finish(result.status, result.duration_seconds, result.error)
         html_path = to_html(out / path.name) if (out / path.name).exists() else None
         result.html = html_path.name if html_path else None
         book.record("notebook", path.name, status=result.status, duration_seconds=result.duration_seconds,
                     parameters=parameters, metrics={"error": result.error} if result.error else {},
                     profile=resolved, run_id=run_id)
-        echo(f"    {result.status} in {result.duration_seconds:.1f} s" + (f": {result.error}" if result.error else ""))
         results.append(result)
     write_index(out, run_id, resolved, results)
     (out / "summary.json").write_text(json.dumps(
         {"run_id": run_id, "profile": resolved, "results": [asdict(r) for r in results]}, indent=2))
     return out, results
-
-
-def add_cli(subparsers) -> None:
-    parser = subparsers.add_parser("run", help="execute the notebooks with papermill into runs/<id>/")
-    parser.add_argument("--profile", default="auto", help="smoke | cpu | gpu | auto (default: auto)")
-    parser.add_argument("--only", help="comma-separated notebook numbers, e.g. 00,03")
-    parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
-                        help="a notebook parameter, checked against the parameters cells (repeatable)")
-    parser.add_argument("--out", help="output folder (default: runs/<run id>)")
-    parser.add_argument("--cell-timeout", type=int, default=CELL_TIMEOUT_SECONDS, help="seconds per cell")
-    parser.set_defaults(func=_cli)
-
-
-def _cli(args) -> int:
-    out, results = run_workbook(args.profile, args.only, args.param, args.out, cell_timeout=args.cell_timeout)
-    failed = [r.notebook for r in results if r.status != "ok"]
-    print(f"index: {out / 'index.html'}")
-    if failed:
-        print(f"workbook run: {len(failed)} notebook(s) failed: {', '.join(failed)}", file=sys.stderr)
-        return 1
-    return 0

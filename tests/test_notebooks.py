@@ -45,6 +45,36 @@ def test_parameters_cell_parses_completely(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_runs_in_smoke_profile(path, tmp_path):
+def test_notebook_only_parameters_have_typed_defaults(path):
+    """Only Config fields may default to None (Config types them). A notebook-only parameter with a
+    None default cannot be typed, so `-p run_ddp=false` would reach the notebook as the truthy "false"."""
+    for name, parameter in runner.declared_parameters(path).items():
+        if name in FIELD_NAMES or name == "profile":
+            continue
+        assert parameter.default is not None, (f"{path.name}: {name} defaults to None; use \"auto\" (with "
+                                               "'# auto | true | false ...'), 0 or [] for an automatic choice")
+        assert parameter.problem() is None, parameter.problem()
+
+
+def test_notebook_parameters_arrive_typed():
+    """The parameters issue 10 found untyped, given on the command line to every notebook at once."""
+    typed = runner.check_parameters(NOTEBOOKS, [
+        "run_ddp=false", "measure_compile=true", "measure_memory=auto", "memory_sweep=cpu", "engine_sweep=no",
+        "sweep_workers=[0, 2]", "decode_sizes=[256]", "range_test_steps=8", "source=digits", "target=auto",
+        "source_epochs=2", "target_top1=0.5", "source_image_size=128"], profile="smoke")
+    merged = {name: value for values in typed.values() for name, value in values.items()}
+    assert merged == {"run_ddp": False, "measure_compile": True, "measure_memory": "auto", "memory_sweep": "cpu",
+                      "engine_sweep": False, "sweep_workers": [0, 2], "decode_sizes": [256],
+                      "range_test_steps": 8, "source": "digits", "target": "auto", "source_epochs": 2,
+                      "target_top1": 0.5, "source_image_size": 128}
+    assert type(merged["target_top1"]) is float and type(merged["source_epochs"]) is int
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_runs_in_smoke_profile(path, tmp_path, capfd):
     result = runner.execute_notebook(path, tmp_path / path.name, {"profile": "smoke"})
     assert result.status == "ok", f"{path.name} failed: {result.error}"
+    # The kernel and its subprocesses share this process's stdout and stderr: whatever they write
+    # there would interleave with `workbook run`'s progress lines.
+    leaked = capfd.readouterr()
+    assert leaked.out + leaked.err == "", f"{path.name} wrote outside the notebook: {(leaked.out + leaked.err)[:300]!r}"

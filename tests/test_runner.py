@@ -1,3 +1,4 @@
+import io
 import json
 
 import nbformat
@@ -6,6 +7,8 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from course_lib import ledger, runner
 from course_lib.config import ConfigError
+
+from conftest import ROOT
 
 
 def _notebook(path, parameters_source, body_source):
@@ -43,7 +46,7 @@ def test_parameters_are_checked_before_running(book):
         runner.check_parameters(notebooks, ["bacth_size=16"])
     with pytest.raises(ConfigError, match="batch_size must be int"):
         runner.check_parameters(notebooks, ["batch_size=big"])
-    with pytest.raises(ConfigError, match="repeats must be int"):
+    with pytest.raises(ConfigError, match="repeats must be an integer, got .2.5."):
         runner.check_parameters(notebooks, ["repeats=2.5"])
 
 
@@ -56,7 +59,7 @@ def test_bad_parameter_runs_nothing(book, tmp_path):
 
 def test_run_continues_past_a_failure(book, tmp_path, isolated_ledger):
     out, results = runner.run_workbook("smoke", assignments=["repeats=4"], out_dir=tmp_path / "out",
-                                       notebooks_folder=book, echo=lambda *a: None)
+                                       notebooks_folder=book, stream=io.StringIO())
     assert [r.status for r in results] == ["ok", "failed", "ok"]
     assert "ValueError: boom" in results[1].error
     executed = nbformat.read(str(out / "00_first.ipynb"), as_version=4)
@@ -79,3 +82,219 @@ def test_cli_exit_code_names_the_failure(book, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(runner, "notebooks_dir", lambda: book)
     assert cli.main(["run", "--profile", "smoke", "--only", "01", "--out", str(tmp_path / "o")]) == 1
     assert "01_broken.ipynb" in capsys.readouterr().err
+
+
+TYPED_CELL = """profile = "auto"  # smoke | cpu | gpu | auto
+batch_size = None  # images; None: the profile's value
+run_ddp = "auto"  # auto | true | false; auto: when this machine can
+source = "auto"  # auto | imagenet | landcover-synth | digits; auto: what is available
+sizes = []  # generated sizes in pixels; []: from the profile
+choices = [1, 2, 4]  # micro-batches to compare
+steps = 0  # optimizer steps; 0: from the profile
+rate = 0.5  # a fraction
+name = "x"  # free text
+flag = False  # a plain switch"""
+
+
+@pytest.fixture
+def typed_book(tmp_path):
+    folder = tmp_path / "typed"
+    folder.mkdir()
+    _notebook(folder / "00_typed.ipynb", TYPED_CELL, "print(run_ddp, source, sizes, choices, steps, rate, name, flag)")
+    return folder
+
+
+def _typed(folder, *assignments):
+    notebooks = runner.list_notebooks(folder)
+    return runner.check_parameters(notebooks, list(assignments))[notebooks[0]]
+
+
+def test_parameters_are_typed_by_their_default(typed_book):
+    typed = _typed(typed_book, "sizes=[64, 256]", "choices=[8]", "steps=12", "rate=1e-3", "name=false", "flag=no")
+    assert typed == {"sizes": [64, 256], "choices": [8], "steps": 12, "rate": 0.001, "name": "false", "flag": False}
+    assert type(typed["steps"]) is int and type(typed["rate"]) is float
+
+
+@pytest.mark.parametrize("text, expected", [("false", False), ("true", True), ("False", False), ("auto", "auto")])
+def test_tri_state_parameter_arrives_as_bool_or_auto(typed_book, text, expected):
+    value = _typed(typed_book, f"run_ddp={text}")["run_ddp"]
+    assert value == expected and type(value) is type(expected)
+
+
+def test_choice_parameters_accept_only_their_choices(typed_book):
+    assert _typed(typed_book, "source=digits")["source"] == "digits"
+    with pytest.raises(ConfigError) as refused:
+        _typed(typed_book, "run_ddp=maybe")
+    assert str(refused.value) == "run_ddp must be auto, true or false, got 'maybe'"
+    with pytest.raises(ConfigError, match="source must be auto, imagenet, landcover-synth or digits, got 'true'"):
+        _typed(typed_book, "source=true")  # true/false are bools only where the comment lists them
+
+
+@pytest.mark.parametrize("assignment, message", [
+    ("sizes=64,256", "sizes must be a list like \\[1, 2\\], got '64,256'"),
+    ("sizes=[64", "sizes must be a list"),
+    ("choices=[1, 2.5]", "choices must be a list of int like \\[1, 2, 4\\]"),
+    ("steps=auto", "steps must be an integer, got 'auto'"),
+    ("steps=2.5", "steps must be an integer"),
+    ("rate=half", "rate must be a number, got 'half'"),
+    ("flag=maybe", "flag must be true or false, got 'maybe'"),
+    ("batch_size=many", "batch_size must be int"),
+])
+def test_bad_values_are_refused_in_one_line(typed_book, assignment, message):
+    with pytest.raises(ConfigError, match=message) as refused:
+        _typed(typed_book, assignment)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_none_default_is_reported_and_cannot_be_set(tmp_path):
+    folder = tmp_path / "untyped"
+    folder.mkdir()
+    path = _notebook(folder / "00_untyped.ipynb", 'profile = "auto"  # profile\nbatch_size = None  # images\n'
+                     'run_ddp = None  # True or False; None: automatic', "print(run_ddp)")
+    declared = runner.declared_parameters(path)
+    assert declared["batch_size"].problem() is None  # a Config field: None is "the profile's value"
+    assert declared["run_ddp"].problem().startswith("00_untyped.ipynb: parameter run_ddp defaults to None")
+    with pytest.raises(ConfigError, match='run_ddp defaults to None.*"auto" for a choice'):
+        runner.check_parameters([path], ["run_ddp=false"])
+
+
+def test_declaration_problems(tmp_path):
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    path = _notebook(folder / "00_odd.ipynb", 'profile = "auto"  # profile\nmode = "fast"  # auto | true | false\n'
+                     "limit = 2 ** 10  # bytes\npair = (1, 2)  # a tuple", "print(mode)")
+    declared = runner.declared_parameters(path)
+    assert declared["profile"].problem() is None
+    assert "defaults to 'fast', which is not among its choices auto | true | false" in declared["mode"].problem()
+    assert "defaults to the expression 2 ** 10" in declared["limit"].problem()
+    assert "defaults to a tuple" in declared["pair"].problem()
+
+
+def _no_kernel(*args, **kwargs):
+    raise AssertionError("a notebook was executed although a parameter was refused")
+
+
+@pytest.mark.parametrize("assignment", ["run_ddp=maybe", "batch_size=0", "steps=lots", "image_size=-3"])
+def test_bad_values_run_nothing(typed_book, tmp_path, monkeypatch, assignment):
+    monkeypatch.setattr(runner, "execute_notebook", _no_kernel)
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError):
+        runner.run_workbook("smoke", assignments=[assignment], out_dir=out, notebooks_folder=typed_book,
+                            stream=io.StringIO())
+    assert not out.exists()
+
+
+def test_config_values_are_checked_up_front(typed_book):
+    notebooks = runner.list_notebooks(typed_book)
+    assert runner.check_parameters(notebooks, ["batch_size=0"]) == {notebooks[0]: {"batch_size": 0}}  # types only
+    with pytest.raises(ConfigError, match="^batch_size must be at least 1, got 0$"):
+        runner.check_parameters(notebooks, ["batch_size=0"], profile="smoke")
+
+
+def test_cli_refuses_a_bad_value_in_one_line(typed_book, tmp_path, monkeypatch, capsys):
+    from course_lib import cli
+
+    monkeypatch.setattr(runner, "notebooks_dir", lambda: typed_book)
+    monkeypatch.setattr(runner, "execute_notebook", _no_kernel)
+    assert cli.main(["run", "--profile", "smoke", "-p", "run_ddp=maybe", "--out", str(tmp_path / "o")]) == 2
+    captured = capsys.readouterr()
+    refusal = "workbook run: error: run_ddp must be auto, true or false, got 'maybe'"
+    assert captured.err.strip().splitlines() == [refusal]
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("seconds, text", [(0.04, "0.0 s"), (7.64, "7.6 s"), (59.94, "59.9 s"), (60, "1 min 00 s"),
+                                           (185.4, "3 min 05 s"), (3725, "1 h 02 min")])
+def test_format_duration(seconds, text):
+    assert runner.format_duration(seconds) == text
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_progress_when_piped_prints_a_line_at_most_every_interval(tmp_path):
+    stream, clock = io.StringIO(), FakeClock()
+    progress = runner.NotebookProgress(tmp_path / "03_mixed.ipynb", 40, stream, interactive=False, interval=30,
+                                       clock=clock)
+    progress.start(ticking=False)
+    progress.on_cell(1)
+    clock.now += 31
+    progress.on_cell(12)
+    clock.now += 10
+    progress.on_cell(13)  # 10 s after the last line: silent
+    progress.tick()
+    clock.now += 25
+    progress.tick()  # a long cell still gets a line once the interval has passed
+    progress.finish("ok", 75.0)
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("[03] 03_mixed: started at ") and lines[0].endswith(", 40 code cells")
+    assert lines[1:] == ["[03] 03_mixed: cell 12/40, 31.0 s", "[03] 03_mixed: cell 13/40, 1 min 06 s",
+                         "[03] 03_mixed: ok in 1 min 15 s"]
+    assert "\r" not in stream.getvalue()
+
+
+def test_progress_when_piped_with_interval_zero_prints_every_cell(tmp_path):
+    stream = io.StringIO()
+    progress = runner.NotebookProgress(tmp_path / "01_x.ipynb", 2, stream, interactive=False, interval=0,
+                                       clock=FakeClock())
+    progress.start(ticking=False)
+    progress.on_cell(1)
+    progress.tick()
+    progress.on_cell(2)
+    progress.finish("failed", 3.0, "cell 2: ValueError: boom")
+    assert stream.getvalue().splitlines()[1:] == ["[01] 01_x: cell 1/2, 0.0 s", "[01] 01_x: cell 2/2, 0.0 s",
+                                                  "[01] 01_x: failed in 3.0 s: cell 2: ValueError: boom"]
+
+
+def test_progress_on_a_terminal_rewrites_one_line(tmp_path):
+    stream, clock = io.StringIO(), FakeClock()
+    progress = runner.NotebookProgress(tmp_path / "07_regularization.ipynb", 30, stream, interactive=True,
+                                       clock=clock)
+    progress.start(ticking=False)
+    progress.on_cell(1)
+    clock.now += 2
+    progress.tick()
+    progress.on_cell(2)
+    progress.finish("ok", 2.5)
+    text = stream.getvalue()
+    start, rest = text.split("\n", 1)
+    assert start.startswith("[07] 07_regularization: started at ")
+    erase = runner.CLEAR_TO_END_OF_LINE
+    tag = "\r[07] 07_regularization"
+    assert rest == (f"{tag}: cell 1/30, 0.0 s{erase}{tag}: cell 1/30, 2.0 s{erase}"
+                    f"{tag}: cell 2/30, 2.0 s{erase}{tag}: ok in 2.5 s{erase}\n")
+
+
+def test_ticker_thread_stops_at_finish(tmp_path):
+    progress = runner.NotebookProgress(tmp_path / "00_a.ipynb", 1, io.StringIO(), interactive=False)
+    progress.start()
+    assert progress._ticker.is_alive()
+    progress.finish("ok", 0.1)
+    assert not progress._ticker.is_alive()
+
+
+def test_code_cell_count_includes_the_injected_parameters_cell(book):
+    assert runner.code_cell_count(book / "00_first.ipynb") == 3
+
+
+def test_smoke_run_prints_start_counter_and_duration_only(tmp_path, capfd):
+    """The real 00 notebook: per notebook a start line, one counter line per cell (interval 0) and the
+    status with the duration. The kernel shares this process's stderr, so capfd also sees its warnings."""
+    _, results = runner.run_workbook("smoke", only="00", out_dir=tmp_path / "out",
+                                     notebooks_folder=ROOT / "notebooks", progress_interval=0)
+    assert [r.status for r in results] == ["ok"], results[0].error
+    captured = capfd.readouterr()
+    assert "without encryption" not in captured.out + captured.err
+    assert captured.err == ""
+    header, started, *counters, finished = captured.out.splitlines()
+    assert header.startswith("workbook run ") and "1 notebook(s), profile smoke" in header
+    cells = runner.code_cell_count(ROOT / "notebooks" / "00_setup_check.ipynb")
+    assert started.startswith("[00] 00_setup_check: started at ") and started.endswith(f", {cells} code cells")
+    assert [line.split(",")[0] for line in counters] == [f"[00] 00_setup_check: cell {n}/{cells}"
+                                                         for n in range(1, cells + 1)]
+    assert finished.startswith("[00] 00_setup_check: ok in ") and finished.endswith(" s")

@@ -178,7 +178,8 @@ class CaseStudy:
             metrics = dict(launched.metrics)
             precision_used = config.precision
         else:
-            result = train.fit(config, bundle=self.bundle, progress=False, verbose=False)
+            # A bar per epoch (tqdm.auto: a widget in a notebook) instead of log lines: stages take minutes.
+            result = train.fit(config, bundle=self.bundle, progress=True, verbose=False)
             self.results[stage] = result
             metrics = dict(result.history[-1])
             precision_used = result.precision

@@ -79,7 +79,7 @@ def fit_variant(config, name: str, ema_decay: float, bundle, seed: int | None = 
 
     from course_lib.engine import train
 
-    fit_options = {"progress": False, "verbose": False, **fit_options}
+    fit_options = {"progress": True, "verbose": False, **fit_options}  # a bar per epoch, no log lines
     return train.fit(variant_config(config, name, ema_decay, seed), bundle=dataclasses.replace(bundle, val=None),
                      **fit_options)
 

@@ -102,7 +102,8 @@ def preflight(config: Config, steps: int = 5, *, bundle=None, output_dir: str | 
                            output_dir=output_dir or tempfile.mkdtemp(prefix="preflight-"))
     try:
         small = tiny_bundle(check, check.batch_size * check.accumulation_steps, bundle)
-        result = train.fit(check, bundle=small, progress=False, verbose=False)
+        # Each pre-flight step is a one-step epoch: the engine's bar reads `epoch k/steps`.
+        result = train.fit(check, bundle=small, progress=True, verbose=False)
     except (WorkbookError, FileNotFoundError, RuntimeError, MemoryError, ValueError) as error:
         kind = "out of memory" if memory.is_out_of_memory(error) else type(error).__name__
         message = str(error).strip().splitlines()[0] if str(error).strip() else kind

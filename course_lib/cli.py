@@ -262,6 +262,8 @@ def _add_eval(subparsers) -> None:
     parser.add_argument("--name", help="name of the saved evaluation (default: <checkpoint>-<split>-<time>)")
     parser.add_argument("--out", help="folder for the .npz/.json (default: runs/evals)")
     parser.add_argument("--top-pairs", type=int, default=10, help="most-confused pairs to list")
+    parser.add_argument("--tta", type=int, default=1, metavar="VIEWS",
+                        help="test-time augmentation: average over 2 (mirror) or 8 (rotations and mirrors) views")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=_eval)
 
@@ -271,7 +273,8 @@ def _eval(args) -> int:
     from course_lib.ledger import describe_hardware
 
     result = evaluation.evaluate(args.checkpoint, args.split, name=args.name, out_dir=args.out,
-                                 weights="ema" if args.ema else "model", **parse_assignments(args.param))
+                                 weights="ema" if args.ema else "model", tta_views=args.tta,
+                                 **parse_assignments(args.param))
     summary = result.summary()
     if args.json:
         print(json.dumps({"path": str(result.path), **summary}, indent=2))

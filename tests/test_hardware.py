@@ -5,8 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import cli
-from course_lib import devices
+from course_lib import cli, devices
 from course_lib.measure import doctor, inventory, peak, topology
 
 FIXTURES = Path(__file__).parent / "fixtures" / "topo"

@@ -15,6 +15,7 @@ from course_lib.analysis.evaluation import (
     evaluate_model,
     image_reference,
     list_evaluations,
+    predict,
     suggest_actions,
 )
 from course_lib.config import make_config
@@ -314,3 +315,27 @@ def test_array_dataset_evaluations_render_images_from_the_rebuilt_dataset(tmp_pa
     expected = (load_digits().images[index] * (255.0 / 16.0)).astype(np.uint8)
     image = np.asarray(reloaded.load_image(0))
     assert image.shape == (8, 8, 3) and (image[..., 0] == expected).all()
+
+
+@pytest.mark.parametrize("views", [1, 2, 8])
+def test_tta_averages_exactly_the_views_it_names(views):
+    import torch
+
+    from course_lib.data import overhead_augment
+    from course_lib.data.datasets import build_datasets
+
+    config = make_config("smoke", image_size=16, batch_size=16)
+    torch.manual_seed(0)
+    # A model that sees orientation: a linear layer on the raw pixels (no pooling symmetry).
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 8)).eval()
+    bundle = build_datasets(config)
+    dataset = torch.utils.data.Subset(bundle.val, range(8))
+    labels, probabilities = predict(model, dataset, config, views=views)
+    images = torch.stack([dataset[i][0] for i in range(8)])
+    with torch.no_grad():
+        expected = sum(torch.softmax(model(v), dim=1) for v in overhead_augment.dihedral_views(images, views)) / views
+    assert probabilities == pytest.approx(expected.numpy(), abs=1e-6)
+    if views > 1:  # the views matter for this model: TTA is not a no-op
+        assert not np.allclose(probabilities, predict(model, dataset, config, views=1)[1], atol=1e-4)
+    with pytest.raises(ValueError, match="1..8"):
+        predict(model, dataset, config, views=9)

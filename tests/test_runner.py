@@ -3,12 +3,11 @@ import json
 
 import nbformat
 import pytest
+from conftest import ROOT
 from nbformat.v4 import new_code_cell, new_notebook
 
 from course_lib import ledger, runner
 from course_lib.config import ConfigError
-
-from conftest import ROOT
 
 
 def _notebook(path, parameters_source, body_source):

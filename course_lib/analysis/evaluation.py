@@ -207,13 +207,21 @@ def _raw_image(base, index: int):
     return image
 
 
-def predict(model, dataset, config) -> tuple[np.ndarray, np.ndarray]:
+def predict(model, dataset, config, *, device_stage=None, views: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """(labels, softmax probabilities) of `model` over `dataset`, in dataset order. Evaluation runs
-    in fp32: it is a small share of the time, and reduced precision would blur the calibration."""
+    in fp32: it is a small share of the time, and reduced precision would blur the calibration.
+
+    `device_stage` (a bundle's `DeviceStage`) moves each batch to the device and normalises it there
+    when the dataset serves uint8 images. `views` > 1 is test-time augmentation: the probabilities
+    are averaged over the first `views` symmetries of the square (2: the mirror; 8: every rotation
+    and mirror, `data.overhead_augment.dihedral_views`)."""
     import torch
 
     from course_lib.data.loaders import make_loader
+    from course_lib.data.overhead_augment import DIHEDRAL_VIEWS, dihedral_views
 
+    if not 1 <= views <= DIHEDRAL_VIEWS:
+        raise ValueError(f"test-time augmentation views must be 1..{DIHEDRAL_VIEWS}, got {views}")
     device = resolve_device(config.device)
     model = model.to(device).eval()
     memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
@@ -221,9 +229,10 @@ def predict(model, dataset, config) -> tuple[np.ndarray, np.ndarray]:
     all_labels, all_probabilities = [], []
     with torch.inference_mode():
         for images, labels in loader:
-            images = images.to(device, non_blocking=True, memory_format=memory_format)
-            logits = model(images).float()
-            all_probabilities.append(torch.softmax(logits, dim=1).cpu().numpy())
+            images = device_stage(images, device, train=False) if device_stage else images.to(device, non_blocking=True)
+            probabilities = sum(torch.softmax(model(view.contiguous(memory_format=memory_format)).float(), dim=1)
+                                for view in dihedral_views(images, views)) / views
+            all_probabilities.append(probabilities.cpu().numpy())
             all_labels.append(np.asarray(labels))
     if not all_labels:
         raise ValueError("the split is empty: nothing to evaluate")
@@ -236,9 +245,10 @@ def _slug(text: str) -> str:
 
 def evaluate_model(model, config, split: str = "val", classes=None, name: str | None = None,
                    metadata: dict | None = None, out_dir: str | Path | None = None, bundle=None,
-                   record: bool = True) -> Evaluation:
+                   record: bool = True, tta_views: int = 1) -> Evaluation:
     """Run `model` on `split` of the dataset `config` names; save the evaluation and (by default)
-    record a ledger row of kind "eval". `bundle` reuses already-built datasets."""
+    record a ledger row of kind "eval". `bundle` reuses already-built datasets; `tta_views` > 1
+    averages the predictions over that many symmetries of the square (see `predict`)."""
     from course_lib.data.datasets import SPLITS, build_datasets
 
     if split not in SPLITS:
@@ -251,10 +261,11 @@ def evaluate_model(model, config, split: str = "val", classes=None, name: str | 
     if classes is not None and list(classes) != list(bundle.classes):
         raise ValueError(f"the model was trained on classes {list(classes)} but {bundle.source} has "
                          f"{list(bundle.classes)}; evaluate on the dataset it was trained on")
-    labels, probabilities = predict(model, dataset, config)
+    labels, probabilities = predict(model, dataset, config, device_stage=bundle.device_stage, views=tta_views)
     refs = [image_reference(dataset, i) for i in range(len(dataset))]
     name = _slug(name or f"{config.model}-{split}-{time.strftime('%Y%m%d-%H%M%S')}")
-    metadata = {"split": split, "config": config.to_dict(), "source": bundle.source, **(metadata or {})}
+    metadata = {"split": split, "config": config.to_dict(), "source": bundle.source, "tta_views": tta_views,
+                **(metadata or {})}
     evaluation = Evaluation(name, list(bundle.classes), labels, probabilities, refs, metadata)
     evaluation.save(out_dir)
     seconds = time.perf_counter() - started
@@ -264,17 +275,20 @@ def evaluate_model(model, config, split: str = "val", classes=None, name: str | 
         summary = evaluation.summary()
         ledger.record("eval", name, duration_seconds=seconds,
                       parameters={**config.to_dict(), "split": split, "checkpoint": metadata.get("checkpoint"),
-                                  "weights": metadata.get("weights"), "path": str(evaluation.path)},
+                                  "weights": metadata.get("weights"), "tta_views": tta_views,
+                                  "path": str(evaluation.path)},
                       metrics={k: v for k, v in summary.items() if isinstance(v, (int, float))})
     return evaluation
 
 
 def evaluate(checkpoint_path: str | Path, split: str = "val", name: str | None = None,
-             out_dir: str | Path | None = None, weights: str = "model", **overrides) -> Evaluation:
+             out_dir: str | Path | None = None, weights: str = "model", tta_views: int = 1,
+             **overrides) -> Evaluation:
     """Load a workbook checkpoint (`checkpoint.load_checkpoint`), rebuild its model (`factory.build_model`)
     and dataset from the stored config plus `overrides` (e.g. device="cpu", batch_size=256,
     data_dir=...), evaluate it on `split`, save and record the result. `weights="ema"` evaluates
-    the checkpoint's weight-EMA copy (trained with ema_decay > 0)."""
+    the checkpoint's weight-EMA copy (trained with ema_decay > 0); `tta_views` > 1 adds test-time
+    augmentation (`workbook eval --tta N`)."""
     from course_lib.config import FIELD_NAMES, ConfigError, make_config
     from course_lib.models import checkpoint, factory
 
@@ -297,7 +311,8 @@ def evaluate(checkpoint_path: str | Path, split: str = "val", name: str | None =
     model.load_state_dict(state)
     name = name or f"{path.parent.name}-{path.stem}-{weights}-{split}-{time.strftime('%Y%m%d-%H%M%S')}"
     return evaluate_model(model, config, split, classes=classes, name=name,
-                          metadata={"checkpoint": str(path), "weights": weights}, out_dir=out_dir)
+                          metadata={"checkpoint": str(path), "weights": weights}, out_dir=out_dir,
+                          tta_views=tta_views)
 
 
 def suggest_actions(evaluation: Evaluation, train_counts=None, low_recall: float | None = None,

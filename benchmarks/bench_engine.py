@@ -75,7 +75,9 @@ def hand_written_loop(config, bundle, device, precision) -> dict:
         for step, (images, targets) in enumerate(loader):
             if step == config.max_steps:
                 break
-            images = train.to_device(images, device, config.channels_last)
+            images = bundle.device_stage(images, device, train=True)  # the copy, as the engine makes it
+            if config.channels_last:
+                images = images.contiguous(memory_format=torch.channels_last)
             targets = targets.to(device, non_blocking=True)
             with autocast(precision, device):
                 loss = F.cross_entropy(model(images), targets)

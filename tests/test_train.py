@@ -15,6 +15,7 @@ from conftest import TensorImages, tiny_config
 from course_lib import ledger
 from course_lib.config import ConfigError, make_config
 from course_lib.data.datasets import DataBundle, build_datasets
+from course_lib.data.device_augment import DeviceStage
 from course_lib.engine import train
 from course_lib.models import checkpoint, factory
 from course_lib.models.checkpoint import load_checkpoint
@@ -65,6 +66,103 @@ def test_channels_last_and_label_smoothing_and_mixup_run(tmp_path):
                          random_erasing=0.25, grad_clip_norm=1.0, max_steps=2, optimizer="adamw", lr=1e-3)
     result = train.fit(config, bundle=tensor_bundle(), progress=False)
     assert torch.isfinite(torch.tensor(result.final["train_loss"]))
+
+
+# --- the seams: prepare / train_one_epoch / validate ------------------------------------------------
+
+def test_prepare_builds_the_regularizers_the_config_asks_for(tmp_path):
+    from timm.data import Mixup
+    from timm.data.random_erasing import RandomErasing
+    from timm.loss import SoftTargetCrossEntropy
+    from timm.utils import ModelEmaV3
+
+    plain = train.prepare(tiny_config(tmp_path), tensor_bundle(), verbose=False)
+    assert plain.mixup is None and plain.eraser is None and plain.ema is None
+    assert isinstance(plain.criterion, torch.nn.CrossEntropyLoss) and plain.criterion.label_smoothing == 0.0
+    config = tiny_config(tmp_path, mixup_alpha=0.2, cutmix_alpha=1.0, label_smoothing=0.1, random_erasing=0.25,
+                         ema_decay=0.99)
+    regularized = train.prepare(config, tensor_bundle(), verbose=False)
+    assert isinstance(regularized.mixup, Mixup) and regularized.mixup.label_smoothing == 0.1
+    assert isinstance(regularized.criterion, SoftTargetCrossEntropy)
+    assert isinstance(regularized.eraser, RandomErasing) and regularized.eraser.probability == 0.25
+    assert isinstance(regularized.ema, ModelEmaV3) and regularized.ema.decay == 0.99
+    smoothing_only = train.prepare(tiny_config(tmp_path, label_smoothing=0.2), tensor_bundle(), verbose=False)
+    assert smoothing_only.criterion.label_smoothing == 0.2
+
+
+def test_the_seams_by_hand_train_exactly_like_fit(tmp_path):
+    config = tiny_config(tmp_path, epochs=2, max_steps=2, ema_decay=0.9)
+    fitted = train.fit(config, bundle=tensor_bundle(), progress=False, verbose=False)
+    state = train.prepare(config.replace(output_dir=str(tmp_path / "by_hand")), tensor_bundle(), verbose=False)
+    for epoch in range(config.epochs):
+        row = train.train_one_epoch(state, epoch, progress=False)
+        scores = train.validate(state.model, state)
+    assert_same_weights(weights_of(fitted.model), weights_of(state.raw_model))
+    assert row["train_loss"] == fitted.final["train_loss"] and scores["top1"] == fitted.final["val_top1"]
+    assert scores["images"] == 16 and state.global_step == 4 and len(state.step_log) == 4
+
+
+class RecordingStage(DeviceStage):
+    """The bundle's device stage, remembering the `train` flag of every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __call__(self, images, device, *, train):
+        self.calls.append(train)
+        return super().__call__(images, device, train=train)
+
+
+def test_batches_reach_the_device_through_the_bundles_stage(tmp_path):
+    bundle = tensor_bundle()
+    bundle.device_stage = RecordingStage()
+    train.fit(tiny_config(tmp_path, max_steps=3, ema_decay=0.9, batch_size=8), bundle=bundle, progress=False,
+              verbose=False)
+    # 3 training batches, then 16 validation images in batches of 8, for the weights and for the EMA
+    assert bundle.device_stage.calls == [True] * 3 + [False] * 4
+
+
+def test_the_first_log_lines_name_the_data_pipeline_then_the_run(tmp_path, capsys):
+    bundle = tensor_bundle()
+    bundle.pipeline = "decoder pil, storage memory, augmentation device"
+    train.fit(tiny_config(tmp_path, max_steps=1), bundle=bundle, progress=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "data: tensors, decoder pil, storage memory, augmentation device"
+    assert lines[1].startswith("training test_resnet on 64 images (4 classes)")
+
+
+class StreamOfTensors(torch.utils.data.IterableDataset):
+    """A stream with a length (like tar shards): yields `count` images, counting what was read."""
+
+    def __init__(self, count, length=None):
+        self.images, self.length, self.reads = TensorImages(count), count if length is None else length, 0
+
+    def __len__(self):
+        return self.length
+
+    def __iter__(self):
+        for index in range(len(self.images)):
+            self.reads += 1
+            yield self.images[index]
+
+
+@pytest.mark.parametrize("accumulation_steps, expected_steps", [(1, 4), (2, 2)])
+def test_a_stream_with_a_length_trains_for_len_over_the_batch(tmp_path, accumulation_steps, expected_steps):
+    stream = StreamOfTensors(72)  # 72 // (16 x accumulation_steps) steps; the rest is not read
+    bundle = DataBundle(stream, TensorImages(16, seed=1), None, CLASSES, "stream")
+    config = tiny_config(tmp_path, epochs=2, accumulation_steps=accumulation_steps)
+    assert train.prepare(config, bundle, verbose=False).sampler is None  # the stream splits itself
+    result = train.fit(config, bundle=bundle, progress=False, verbose=False)
+    assert [row["optimizer_steps"] for row in result.history] == [expected_steps] * 2
+    assert len(result.step_log) == 2 * expected_steps
+    assert stream.reads == 2 * 64  # two epochs of 64 images, each a fresh pass over the stream
+
+
+def test_a_stream_shorter_than_its_length_is_a_one_line_error(tmp_path):
+    bundle = DataBundle(StreamOfTensors(40, length=64), TensorImages(16), None, CLASSES, "short stream")
+    with pytest.raises(ConfigError, match="ended after 2 batches of 16; its length \\(64\\) promised 4"):
+        train.fit(tiny_config(tmp_path), bundle=bundle, progress=False, verbose=False)
 
 
 # --- gradient accumulation (unit tests: test_accumulation.py) ---

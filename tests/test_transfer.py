@@ -105,6 +105,45 @@ def test_unfreezing_trains_every_parameter_again(tmp_path):
     assert not unchanged, f"not trained after unfreezing: {unchanged[:5]}"
 
 
+def backbone_and_head_trainable(model):
+    head = {id(p) for p in model.get_classifier().parameters()}
+    backbone = {p.requires_grad for p in model.parameters() if id(p) not in head}
+    return backbone, {p.requires_grad for p in model.get_classifier().parameters()}
+
+
+def backbone_batchnorm_training(model):
+    head = {id(m) for m in model.get_classifier().modules()}
+    return {m.training for m in model.modules()
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and id(m) not in head}
+
+
+def test_freezer_unfreezes_at_the_first_epoch_after_the_frozen_ones():
+    model = timm.create_model("test_resnet", num_classes=3)
+    freezer = freeze.BackboneFreezer(epochs=2)
+    assert freezer.start(model, start_epoch=0)
+    assert backbone_and_head_trainable(model) == ({False}, {True})
+    model.train()
+    freezer.hold_batchnorm()
+    assert backbone_batchnorm_training(model) == {False}  # the source's statistics are kept
+    assert [freezer.maybe_unfreeze(epoch) for epoch in (0, 1)] == [False, False]
+    assert backbone_and_head_trainable(model) == ({False}, {True})
+    assert freezer.maybe_unfreeze(2) is True  # epoch 3: everything trains
+    assert backbone_and_head_trainable(model) == ({True}, {True})
+    model.train()
+    freezer.hold_batchnorm()
+    assert backbone_batchnorm_training(model) == {True}
+    assert freezer.maybe_unfreeze(3) is False  # unfreezes once
+
+
+@pytest.mark.parametrize("epochs, start_epoch", [(0, 0), (2, 2), (2, 5)])
+def test_freezer_leaves_the_model_alone_outside_the_frozen_epochs(epochs, start_epoch):
+    model = timm.create_model("test_resnet", num_classes=3)
+    freezer = freeze.BackboneFreezer(epochs)
+    assert freezer.start(model, start_epoch) is False  # a resumed run past the frozen epochs too
+    assert backbone_and_head_trainable(model) == ({True}, {True})
+    assert freezer.maybe_unfreeze(start_epoch) is False
+
+
 def test_backbone_learning_rate_is_scaled_and_decays_with_the_head():
     from course_lib.engine.schedule import make_optimizer, make_scheduler
 

@@ -338,16 +338,18 @@ def plain_sgd_losses(dataset, lr: float = 0.05, steps: int = 15, batch_size: int
 
     import torch.nn.functional as F
 
+    from course_lib.engine.precision import grad_scaler
+    from course_lib.engine.step import optimizer_step, training_step
+
     torch.manual_seed(seed)
     model = BranchyNet(num_classes, dynamic=False)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    scaler = grad_scaler("off", "cpu")  # the engine's step in plain fp32
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True,
                                          generator=torch.Generator().manual_seed(seed))
     losses = []
     for images, targets in itertools.islice(itertools.cycle(loader), steps):
-        loss = F.cross_entropy(model(images), targets)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        loss, _ = training_step(model, images, targets, F.cross_entropy, scaler)
+        optimizer_step(optimizer, scaler)
         losses.append(loss.item())
     return losses

@@ -2,13 +2,17 @@
 gradient of one batch of N*B images, so a small-memory device can train with a large batch.
 The equivalence is exact only when no layer mixes images within a batch: BatchNorm normalises
 with per-batch statistics, so its micro-batch gradients differ (Ioffe & Szegedy 2015,
-arXiv:1502.03167). The engine's version of this loop is in `train.fit`.
+arXiv:1502.03167). Every loop here calls `step.training_step` (the micro-step that divides the
+loss by N) and `step.optimizer_step`, exactly as the engine's `train.train_one_epoch` does.
 """
 from __future__ import annotations
 
 import copy
 
 import torch
+
+from course_lib.engine.precision import grad_scaler
+from course_lib.engine.step import optimizer_step, training_step
 
 
 def batch_gradients(model: torch.nn.Module, loss_function, images: torch.Tensor,
@@ -26,9 +30,11 @@ def accumulated_gradients(model: torch.nn.Module, loss_function, images: torch.T
         raise ValueError(f"{len(images)} images do not split into {accumulation_steps} equal micro-batches")
     model = copy.deepcopy(model).train()
     model.zero_grad(set_to_none=True)
+    scaler = grad_scaler("off", images.device)  # disabled: fp32 gradients, passed straight through
     for micro_images, micro_targets in zip(images.chunk(accumulation_steps), targets.chunk(accumulation_steps)):
-        loss = loss_function(model(micro_images), micro_targets) / accumulation_steps
-        loss.backward()  # .grad adds up across calls until zero_grad
+        # .grad adds up across backward calls until zero_grad
+        training_step(model, micro_images, micro_targets, loss_function, scaler,
+                      accumulation_steps=accumulation_steps)
     return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
@@ -50,22 +56,20 @@ def step_peak_bytes(model: torch.nn.Module, micro_batch: int, accumulation_steps
     accounting (`memory.peak_bytes_during`)."""
     import torch.nn.functional as F
 
-    from course_lib.engine.precision import autocast
     from course_lib.measure.memory import peak_bytes_during
 
     device = torch.device(device)
     model = copy.deepcopy(model).to(device).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    scaler = grad_scaler(precision, device)
 
     def one_step():
         for _ in range(accumulation_steps):
             images = torch.randn(micro_batch, 3, image_size, image_size, device=device)
             targets = torch.randint(0, num_classes, (micro_batch,), device=device)
-            with autocast(precision, device):
-                loss = F.cross_entropy(model(images), targets) / accumulation_steps
-            loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+            training_step(model, images, targets, F.cross_entropy, scaler, precision,
+                          accumulation_steps=accumulation_steps)
+        optimizer_step(optimizer, scaler)
 
     one_step()  # creates the momentum buffers, so the measured step starts like every later one
     return peak_bytes_during(one_step, device)

@@ -18,7 +18,6 @@ import os
 import re
 import statistics
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -28,6 +27,8 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from course_lib import ledger
 from course_lib.config import ConfigError
+from course_lib.engine.precision import grad_scaler
+from course_lib.engine.step import optimizer_step, training_step
 
 TASKS = ("scaling", "equivalence", "fail")
 # Environment hook for tests and the notebook: this rank raises right after the rendezvous.
@@ -67,13 +68,13 @@ def rank_batches(count: int, world_size: int, rank: int, batch_size: int, seed: 
 
 def sgd_steps(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
               batches: list[list[int]], lr: float = 0.05, momentum: float = 0.9) -> torch.nn.Module:
-    """Plain SGD over the given index batches; under DDP `backward` averages the gradients."""
+    """Plain fp32 SGD over the given index batches, with the engine's step; under DDP `backward`
+    averages the gradients."""
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    scaler = grad_scaler("off", images.device)  # disabled: passes every call straight through
     for batch in batches:
-        loss = F.cross_entropy(model(images[batch]), labels[batch])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        training_step(model, images[batch], labels[batch], F.cross_entropy, scaler)
+        optimizer_step(optimizer, scaler)
     return model
 
 
@@ -122,22 +123,14 @@ def _synchronize(device: torch.device) -> None:
 
 def _timed_steps(model, optimizer, scaler, images, targets, precision, device, steps: int, warmup: int,
                  sync: bool = True) -> list[float]:
-    """Seconds per optimizer step (warm-up steps thrown away). sync=False runs the backward under
-    DDP's no_sync(): the same work without the gradient all-reduce."""
-    from course_lib.engine.precision import autocast
-
+    """Seconds per optimizer step of the engine's step (warm-up steps thrown away). sync=False runs
+    the backward under DDP's no_sync(): the same work without the gradient all-reduce."""
     times = []
     for step in range(warmup + steps):
         _synchronize(device)
         started = time.perf_counter()
-        context = model.no_sync() if not sync else nullcontext()
-        with context:
-            with autocast(precision, device):
-                loss = F.cross_entropy(model(images), targets)
-            scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
+        training_step(model, images, targets, F.cross_entropy, scaler, precision, sync_gradients=sync)
+        optimizer_step(optimizer, scaler)
         _synchronize(device)
         if step >= warmup:
             times.append(time.perf_counter() - started)
@@ -167,7 +160,7 @@ def communication_events(profiler) -> dict:
 
 def _scaling_worker(config, rank: int, world_size: int, device: torch.device, steps: int, warmup: int,
                     profile_steps: int, worker_counts: list[int], global_batch: int) -> dict:
-    from course_lib.engine.precision import grad_scaler, resolve_precision
+    from course_lib.engine.precision import resolve_precision
     from course_lib.models.factory import build_model
 
     precision = resolve_precision(config.precision, device)

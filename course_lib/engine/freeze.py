@@ -53,3 +53,40 @@ def scale_backbone_lr(optimizer: torch.optim.Optimizer, model: torch.nn.Module,
         if group["params"]:
             optimizer.add_param_group(group)
     return optimizer
+
+
+class BackboneFreezer:
+    """Gradual unfreezing over a run: the backbone is frozen (weights and BatchNorm statistics) for
+    the first `epochs` epochs, and trains with the head afterwards.
+
+        freezer = BackboneFreezer(config.freeze_backbone_epochs)
+        freezer.start(raw_model, start_epoch)      # before wrapping in DDP: it registers trainable parameters only
+        if freezer.maybe_unfreeze(epoch): ...      # at each epoch's start; True: wrap the model again
+        model.train(); freezer.hold_batchnorm()    # a frozen backbone keeps the source's statistics
+    """
+
+    def __init__(self, epochs: int):
+        self.epochs = epochs  # epochs at the start of the run that train the head only
+        self.model: torch.nn.Module | None = None
+        self.frozen = False
+
+    def start(self, model: torch.nn.Module, start_epoch: int = 0) -> bool:
+        """Freeze `model`'s backbone when the run (re)starts inside the frozen epochs; True if frozen."""
+        self.model, self.frozen = model, start_epoch < self.epochs
+        if self.frozen:  # the optimizer skips parameters without gradients
+            set_backbone_trainable(model, False)
+        return self.frozen
+
+    def maybe_unfreeze(self, epoch: int) -> bool:
+        """Unfreeze at the first epoch (0-based) past the frozen ones. True when this call unfroze:
+        a DistributedDataParallel wrapper built earlier does not see the new trainable parameters."""
+        if not self.frozen or epoch < self.epochs:
+            return False
+        self.frozen = False
+        set_backbone_trainable(self.model, True)
+        return True
+
+    def hold_batchnorm(self) -> None:
+        """Call after every `model.train()`: while frozen, the backbone's BatchNorm stays in eval mode."""
+        if self.frozen:
+            freeze_batchnorm(self.model)

@@ -42,9 +42,11 @@ def lr_range_test(config: Config, bundle=None, *, start_lr: float = 1e-5, end_lr
     from course_lib.data import datasets
     from course_lib.data.loaders import make_loader
     from course_lib.devices import resolve_device
-    from course_lib.engine.precision import autocast, grad_scaler, resolve_precision
+    from course_lib.engine.label_smoothing import make_criterion
+    from course_lib.engine.precision import grad_scaler, resolve_precision
     from course_lib.engine.schedule import make_optimizer
-    from course_lib.engine.train import seed_everything, to_device
+    from course_lib.engine.step import optimizer_step, training_step
+    from course_lib.engine.train import seed_everything, stage_batch
     from course_lib.models.factory import build_model
 
     device = resolve_device(config.device)
@@ -55,7 +57,7 @@ def lr_range_test(config: Config, bundle=None, *, start_lr: float = 1e-5, end_lr
         device, memory_format=torch.channels_last if config.channels_last else torch.preserve_format).train()
     optimizer = make_optimizer(model, config.replace(lr=start_lr))
     scaler = grad_scaler(precision, device)
-    criterion = torch.nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
+    criterion = make_criterion(config)
     loader = make_loader(bundle.train, config, train=True)
     growth = (end_lr / start_lr) ** (1 / max(1, steps - 1))  # per step
 
@@ -66,13 +68,10 @@ def lr_range_test(config: Config, bundle=None, *, start_lr: float = 1e-5, end_lr
         learning_rate = start_lr * growth ** step
         for group in optimizer.param_groups:
             group["lr"] = learning_rate
-        images, targets = to_device(images, device, config.channels_last), targets.to(device)
-        with autocast(precision, device):
-            loss = criterion(model(images), targets)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
+        images, targets = stage_batch(bundle, images, targets, device, train=True,
+                                      channels_last=config.channels_last)
+        loss, _ = training_step(model, images, targets, criterion, scaler, precision)
+        optimizer_step(optimizer, scaler)
         value = loss.item()  # a sync per step: the test needs each loss to decide when to stop
         average = smoothing * average + (1 - smoothing) * value
         current = average / (1 - smoothing ** (step + 1))  # bias correction for the zero start

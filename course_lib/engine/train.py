@@ -1,49 +1,59 @@
 """The training engine shared by every notebook and the CLI: `fit(config)`, `workbook train`,
 and `torchrun --nproc-per-node N -m course_lib train -p name=value ...`.
 
-The loop is written out in `fit` (no callbacks): fetch, autocast forward, scaled backward,
-an optimizer step every `accumulation_steps` micro-batches, scheduler and EMA after each step.
-Distributed data parallel follows https://pytorch.org/docs/stable/notes/ddp.html; mixed
-precision, schedules and checkpoints live in `precision.py`, `schedule.py`, `checkpoint.py`.
+`fit` is a short driver over three seams, in the shape of timm's train.py:
+- `prepare(config, bundle)` builds a `RunState`: loaders, model (wrapped in DDP and/or
+  torch.compile), optimizer, schedule, GradScaler, EMA, criterion and batch regularizers, and
+  restores the last checkpoint when resuming;
+- `train_one_epoch(state, epoch)` is the loop, in view (nanoGPT style, no callbacks): fetch, the
+  bundle's device stage, MixUp/CutMix, random erasing, `step.training_step` per micro-batch,
+  `step.optimizer_step` every `accumulation_steps` micro-batches, scheduler and EMA after each step;
+- `validate(model, state)` scores a model on the validation split (the weights and their EMA).
+Each switch lives in a module named after it: `mixup.py`, `random_erasing.py`, `label_smoothing.py`,
+`ema.py`, `freeze.py`, `precision.py`, `schedule.py`; the bookkeeping in small classes:
+`loss_guard.LossGuard`, `epoch_meter.EpochMeter`, `freeze.BackboneFreezer`,
+`checkpoint_saver.CheckpointSaver`, `run_record.RunRecorder`. Distributed data parallel follows
+https://pytorch.org/docs/stable/notes/ddp.html.
 
 Randomness is reproducible per epoch: every epoch seeds python, numpy, torch and the data
 order from (seed, epoch, rank), so a run resumed at an epoch boundary draws exactly the
-random numbers an uninterrupted run draws.
+random numbers an uninterrupted run draws (map-style datasets; a stream orders itself).
 """
 from __future__ import annotations
 
 import dataclasses
 import random
 import time
-from contextlib import nullcontext
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from course_lib import ledger, paths
+from course_lib import ledger
 from course_lib.config import Config, ConfigError
 from course_lib.data import datasets
 from course_lib.engine import freeze
-from course_lib.engine.distributed import setup_distributed
+from course_lib.engine.checkpoint_saver import CheckpointSaver
+from course_lib.engine.distributed import Distributed, setup_distributed
+from course_lib.engine.ema import make_ema
+from course_lib.engine.epoch_meter import EpochMeter, correct_counts
+from course_lib.engine.label_smoothing import make_criterion
+from course_lib.engine.loss_guard import LossGuard
+from course_lib.engine.loss_guard import NonFiniteLossError  # noqa: F401  (callers catch train.NonFiniteLossError)
+from course_lib.engine.mixup import make_mixup
 from course_lib.engine.precision import autocast, grad_scaler, resolve_precision
+from course_lib.engine.random_erasing import make_random_erasing
+from course_lib.engine.run_record import RunRecorder
 from course_lib.engine.schedule import make_optimizer, make_scheduler
-from course_lib.measure.memory import (
-    peak_memory_bytes,
-    peak_memory_kind,
-    reset_peak_memory,
-)
-from course_lib.models import checkpoint, factory
-from course_lib.models.factory import build_model
+from course_lib.engine.step import optimizer_step, training_step
+from course_lib.measure.memory import peak_memory_bytes, peak_memory_kind, reset_peak_memory
+from course_lib.models import factory
 
 # Reading the loss is a CPU-GPU sync point; do it every this many optimizer steps, not every step.
 SYNC_EVERY_STEPS = 25
-
-
-class NonFiniteLossError(RuntimeError):
-    """The loss became NaN or infinite; the message names the step and the likely causes."""
 
 
 @dataclasses.dataclass
@@ -66,6 +76,38 @@ class FitResult:
         return self.history[-1] if self.history else {}
 
 
+@dataclasses.dataclass
+class RunState:
+    """Everything a run holds between steps. `prepare` builds it; the loop moves its counters."""
+    config: Config
+    bundle: datasets.DataBundle
+    device: torch.device
+    precision: str  # the precision actually used ("auto" resolved)
+    distributed: Distributed
+    model: torch.nn.Module  # what the loop calls: raw_model, wrapped in DDP and/or torch.compile
+    raw_model: torch.nn.Module  # the plain module: its weights are saved, averaged and returned
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler  # stepped once per optimizer step
+    scaler: torch.amp.GradScaler  # scales only for fp16; otherwise passes calls through
+    ema: object | None  # timm ModelEmaV3 of raw_model; None when ema_decay = 0
+    criterion: torch.nn.Module
+    mixup: object | None  # timm Mixup (MixUp/CutMix); None when both alphas are 0
+    eraser: object | None  # timm RandomErasing; None when random_erasing = 0
+    train_loader: torch.utils.data.DataLoader
+    sampler: torch.utils.data.DistributedSampler | None  # None for a stream (IterableDataset)
+    val_loader: torch.utils.data.DataLoader | None
+    steps_per_epoch: int  # optimizer steps
+    global_batch: int  # images per optimizer step, all ranks together
+    freezer: freeze.BackboneFreezer
+    checkpoints: CheckpointSaver
+    log: Callable[..., None]  # print on rank 0 when verbose, else nothing
+    start_epoch: int = 0  # epochs completed before this run (resume)
+    global_step: int = 0  # optimizer steps completed, all epochs
+    skipped_steps: int = 0  # optimizer steps GradScaler skipped (fp16 overflow)
+    history: list[dict] = dataclasses.field(default_factory=list)  # one metrics row per epoch
+    step_log: list[dict] = dataclasses.field(default_factory=list)  # per optimizer step: epoch, step, lr, loss
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -78,336 +120,280 @@ def epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
     return int(np.random.SeedSequence([seed, epoch, rank]).generate_state(1)[0])
 
 
-def to_device(images: torch.Tensor, device: torch.device, channels_last: bool) -> torch.Tensor:
-    memory_format = torch.channels_last if channels_last and images.ndim == 4 else torch.contiguous_format
-    return images.to(device, non_blocking=True, memory_format=memory_format)
+def seed_epoch(state: RunState, epoch: int) -> None:
+    """Every random draw of this epoch (data order, augmentation, MixUp, erasing, loader workers)
+    follows from (seed, epoch, rank)."""
+    seed = epoch_seed(state.config.seed, epoch, state.distributed.rank)
+    seed_everything(seed)
+    if state.sampler is not None:
+        state.sampler.set_epoch(epoch)
+    if state.train_loader.generator is not None:
+        state.train_loader.generator.manual_seed(seed)
 
 
-def correct_counts(logits: torch.Tensor, targets: torch.Tensor, top: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
-    """(top-1 correct, top-k correct) as device tensors: no sync."""
-    k = min(top, logits.shape[1])
-    hits = logits.topk(k, dim=1).indices == targets[:, None]
-    return hits[:, 0].sum(), hits.any(dim=1).sum()
+def stage_batch(bundle, images: torch.Tensor, targets: torch.Tensor, device: torch.device, *, train: bool,
+                channels_last: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """A loader batch on the device as the model takes it: the bundle's device stage (the copy and,
+    for uint8 batches, augmentation when training or normalisation when evaluating), then the
+    channels_last layout when asked."""
+    images = bundle.device_stage(images, device, train=train)
+    if channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    return images, targets.to(device, non_blocking=True)
+
+
+def wrap_model(raw_model: torch.nn.Module, config: Config, distributed: Distributed,
+               device: torch.device) -> torch.nn.Module:
+    """What the loop calls: DDP around the model when several processes train (it registers the
+    parameters that require grad when it is built), then torch.compile when asked."""
+    model = raw_model
+    if distributed.enabled:
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    if config.compile:
+        model = torch.compile(model)  # compiles on the first step (slow once; see notebook 03)
+    return model
+
+
+def _training_data(dataset, config: Config, distributed: Distributed):
+    """(sampler or None, loader, optimizer steps per epoch) for the training split."""
+    from torch.utils.data import DistributedSampler
+
+    from course_lib.data.loaders import make_loader
+
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        # A stream (tar shards) splits itself across ranks and workers: no sampler, and its len()
+        # is what this rank's part yields. Its order comes from the stream's own shuffling, not
+        # from (seed, epoch), so resuming such a run is not guaranteed to be exact.
+        loader = make_loader(dataset, config, train=True)
+        return None, loader, _capped(len(dataset) // (config.batch_size * config.accumulation_steps), config)
+    # DistributedSampler even for one process, because its order depends only on (seed, epoch),
+    # which is what makes resuming exact.
+    sampler = DistributedSampler(dataset, num_replicas=distributed.world_size, rank=distributed.rank,
+                                 shuffle=True, seed=config.seed, drop_last=True)
+    loader = make_loader(dataset, config, train=True, sampler=sampler)
+    return sampler, loader, _capped(len(loader) // config.accumulation_steps, config)
+
+
+def _capped(steps: int, config: Config) -> int:
+    return min(steps, config.max_steps) if config.max_steps else steps
+
+
+def _validation_loader(dataset, config: Config, distributed: Distributed):
+    from torch.utils.data import Subset
+
+    from course_lib.data.loaders import make_loader
+
+    if dataset is None:
+        return None
+    if isinstance(dataset, torch.utils.data.IterableDataset):  # a stream splits itself across ranks
+        return make_loader(dataset, config, train=False)
+    if not len(dataset):
+        return None
+    # Each rank evaluates every world_size-th image: no padding, no duplicates.
+    part = Subset(dataset, range(distributed.rank, len(dataset), distributed.world_size))
+    return make_loader(part, config, train=False)
+
+
+def _quiet(*args, **kwargs) -> None:
+    pass
+
+
+def prepare(config: Config, bundle=None, *, distributed: Distributed | None = None,
+            device: torch.device | None = None, verbose: bool = True) -> RunState:
+    """Everything a run needs before its first step, as a RunState: data (`bundle`, or the one
+    `config.dataset` names), loaders, model, optimizer, schedule, scaler, EMA, criterion, batch
+    regularizers; with `config.resume` the state of `output_dir/last.pt`. Without `distributed`
+    it reads torchrun's environment (and starts the process group) itself."""
+    if distributed is None:
+        distributed, device = setup_distributed(config)
+    log = print if (verbose and distributed.is_main) else _quiet
+    precision = resolve_precision(config.precision, device)
+    seed_everything(config.seed)  # the same initial weights on every rank
+    bundle = bundle or datasets.build_datasets(config)
+    log(f"data: {bundle.source}, {bundle.pipeline}")
+    sampler, train_loader, steps_per_epoch = _training_data(bundle.train, config, distributed)
+    global_batch = config.batch_size * config.accumulation_steps * distributed.world_size
+    if steps_per_epoch < 1:
+        raise ConfigError(f"the training split has {len(bundle.train)} images, fewer than one optimizer step "
+                          f"({global_batch} = batch_size x accumulation_steps x processes); "
+                          "lower batch_size or accumulation_steps")
+    num_classes = len(bundle.classes)
+    log(f"training {config.model} on {len(bundle.train)} images ({num_classes} classes) for {config.epochs} "
+        f"epoch(s) x {steps_per_epoch} steps, global batch {global_batch}, precision {precision}, "
+        f"device {device} x {distributed.world_size}; {ledger.describe_hardware()}")
+
+    raw_model = factory.build_model(config, num_classes, bundle.classes).to(
+        device, memory_format=torch.channels_last if config.channels_last else torch.preserve_format)
+    # Built while every parameter is trainable, so it holds the backbone for after unfreezing.
+    optimizer = freeze.scale_backbone_lr(make_optimizer(raw_model, config), raw_model, config.backbone_lr_scale)
+    mixup = make_mixup(config, num_classes)
+    state = RunState(
+        config=config, bundle=bundle, device=device, precision=precision, distributed=distributed,
+        model=raw_model, raw_model=raw_model, optimizer=optimizer,
+        scheduler=make_scheduler(optimizer, config, steps_per_epoch), scaler=grad_scaler(precision, device),
+        ema=make_ema(raw_model, config), criterion=make_criterion(config, mixing=mixup is not None),
+        mixup=mixup, eraser=make_random_erasing(config, device), train_loader=train_loader, sampler=sampler,
+        val_loader=_validation_loader(bundle.val, config, distributed), steps_per_epoch=steps_per_epoch,
+        global_batch=global_batch, freezer=freeze.BackboneFreezer(config.freeze_backbone_epochs),
+        checkpoints=CheckpointSaver(config.output_dir, distributed.is_main), log=log)
+    if config.resume and state.checkpoints.restore(state):
+        log(f"resuming from {state.checkpoints.path}: {state.start_epoch} of {config.epochs} epochs done")
+    elif config.resume:
+        log(f"resume: no checkpoint at {state.checkpoints.path} yet; starting from scratch")
+    if state.freezer.start(raw_model, state.start_epoch):
+        log(f"backbone frozen for epochs 1-{config.freeze_backbone_epochs}: training the head only "
+            f"({factory.count_parameters(raw_model, trainable_only=True):,} of "
+            f"{factory.count_parameters(raw_model):,} parameters)")
+    state.model = wrap_model(raw_model, config, distributed, device)  # after freezing: DDP sees what trains
+    return state
+
+
+def _epoch_batches(state: RunState, timer):
+    """This epoch's micro-batches, exactly steps x accumulation_steps of them, timed by `timer`
+    (host time blocked in next(loader): no device sync per batch). A stream that ends sooner
+    is an error, not a short epoch: under DDP the other ranks would wait in the all-reduce."""
+    from course_lib.data.loaders import timed_batches
+
+    needed = state.steps_per_epoch * state.config.accumulation_steps
+    batches = timed_batches(state.train_loader, timer)
+    try:
+        for count in range(needed):
+            batch = next(batches, None)
+            if batch is None:
+                raise ConfigError(f"the training data ended after {count} batches of {state.config.batch_size}; "
+                                  f"its length ({len(state.bundle.train)}) promised {needed}")
+            yield batch
+    finally:
+        batches.close()  # shuts down this epoch's loader workers
+
+
+def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True) -> dict:
+    """One epoch (0-based): `steps_per_epoch` optimizer steps of `accumulation_steps` micro-batches.
+    Returns the epoch's training metrics row (all ranks together); the driver adds validation."""
+    from tqdm.auto import tqdm
+
+    config, device, distributed = state.config, state.device, state.distributed
+    seed_epoch(state, epoch)
+    if state.freezer.maybe_unfreeze(epoch):
+        state.model = wrap_model(state.raw_model, config, distributed, device)  # a DDP that sees every parameter
+        state.log(f"epoch {epoch + 1}: backbone unfrozen, training all parameters")
+    state.model.train()
+    state.freezer.hold_batchnorm()  # a frozen backbone keeps the source's BatchNorm statistics
+    reset_peak_memory(device)
+    guard = LossGuard(config.accumulation_steps, config.lr, state.precision)
+    meter = EpochMeter(device, distributed.enabled, distributed.world_size)
+    bar = tqdm(total=state.steps_per_epoch, desc=f"epoch {epoch + 1}/{config.epochs}", leave=False,
+               disable=not (progress and distributed.is_main), dynamic_ncols=True)
+    batches = _epoch_batches(state, meter.timer)
+    meter.start()
+    for step in range(state.steps_per_epoch):
+        for micro_step in range(config.accumulation_steps):
+            images, targets = stage_batch(state.bundle, *next(batches), device, train=True,
+                                          channels_last=config.channels_last)
+            true_classes = targets  # MixUp makes the targets soft; accuracy counts the true class
+            if state.mixup is not None:
+                images, targets = state.mixup(images, targets)
+            if state.eraser is not None:
+                images = state.eraser(images)
+            # DDP all-reduces gradients in every backward; on all but the last micro-batch that
+            # traffic is wasted, so skip it (the gradients still add up locally).
+            sync_gradients = not distributed.enabled or micro_step == config.accumulation_steps - 1
+            loss, logits = training_step(state.model, images, targets, state.criterion, state.scaler,
+                                         state.precision, accumulation_steps=config.accumulation_steps,
+                                         sync_gradients=sync_gradients)
+            guard.add(loss)
+            meter.add(logits, true_classes)
+        meter.add_step(state.optimizer.param_groups[0]["lr"])  # the lr this step uses
+        state.skipped_steps += optimizer_step(state.optimizer, state.scaler, clip_norm=config.grad_clip_norm)
+        state.scheduler.step()
+        state.global_step += 1
+        if state.ema is not None:
+            state.ema.update(state.raw_model, step=state.global_step)
+        if (step + 1) % SYNC_EVERY_STEPS == 0 or step + 1 == state.steps_per_epoch:
+            losses = guard.check(epoch, step + 1)  # note: a CPU-GPU sync point
+            meter.add_losses(losses)
+            bar.set_postfix(loss=f"{losses.mean().item():.3f}", lr=f"{state.optimizer.param_groups[0]['lr']:.3g}")
+        bar.update(1)
+    bar.close()
+    meter.stop()
+    batches.close()  # shut down this epoch's workers before validating
+    state.step_log += meter.step_rows(epoch, state.global_step - state.steps_per_epoch, config.accumulation_steps)
+    return {"epoch": epoch + 1, "lr": state.optimizer.param_groups[0]["lr"], **meter.row(),
+            "peak_memory_bytes": peak_memory_bytes(device), "peak_memory_kind": peak_memory_kind(device),
+            "optimizer_steps": state.steps_per_epoch, "skipped_steps": state.skipped_steps,
+            "world_size": distributed.world_size, "global_batch_size": state.global_batch}
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, loader, device: torch.device, precision: str = "off",
-             channels_last: bool = False, distributed: bool = False) -> dict:
-    """Mean cross-entropy, top-1 and top-5 accuracy over `loader` (summed across ranks under DDP)."""
+def validate(model: torch.nn.Module, state: RunState) -> dict:
+    """Mean cross-entropy, top-1 and top-5 accuracy of `model` over the validation split (every
+    rank scores its part; the sums are all-reduced under DDP)."""
     model.eval()
+    device = state.device
     totals = torch.zeros(4, device=device, dtype=torch.float64)  # loss sum, top-1, top-5, images
-    for images, targets in loader:
-        images, targets = to_device(images, device, channels_last), targets.to(device, non_blocking=True)
-        with autocast(precision, device):
+    for images, targets in state.val_loader:
+        images, targets = stage_batch(state.bundle, images, targets, device, train=False,
+                                      channels_last=state.config.channels_last)
+        with autocast(state.precision, device):
             logits = model(images)
         loss = F.cross_entropy(logits.float(), targets, reduction="sum")
         top1, top5 = correct_counts(logits, targets)
         totals += torch.stack([loss.double(), top1.double(), top5.double(),
                                torch.tensor(len(targets), device=device, dtype=torch.float64)])
-    if distributed:
+    if state.distributed.enabled:
         dist.all_reduce(totals)
     loss_sum, top1, top5, count = totals.tolist()
     count = max(count, 1.0)
     return {"loss": loss_sum / count, "top1": top1 / count, "top5": top5 / count, "images": int(count)}
 
 
-def check_finite(step_losses: list[torch.Tensor], first_step: int, epoch: int, config: Config,
-                 precision: str) -> torch.Tensor:
-    """Stop with a message naming the first optimizer step whose loss was NaN/inf.
-    `step_losses` holds one loss per micro-batch since step `first_step` (1-based, in this epoch)."""
-    values = torch.stack(step_losses).float().cpu()  # note: a CPU-GPU sync point
-    bad = (~torch.isfinite(values)).nonzero()
-    if len(bad):
-        index = int(bad[0])
-        step = first_step + index // config.accumulation_steps
-        causes = [f"a learning rate too high for this model and batch (lr={config.lr:g}; try 10x lower or "
-                  "warmup_epochs>0)", "inputs that are not normalized or contain NaN/inf",
-                  "fp16 overflow (try precision=bf16 or off)" if precision == "fp16" else
-                  "fp16/bf16 overflow (try precision=off)" if precision != "off" else "exploding gradients "
-                  "(try grad_clip_norm=1.0)"]
-        raise NonFiniteLossError(f"loss became {values[index].item()} at epoch {epoch + 1}, step {step}; "
-                                 f"likely causes: {'; '.join(causes)}")
-    return values
+def _columns(prefix: str, scores: dict) -> dict:
+    return {f"{prefix}_{name}": scores[name] for name in ("loss", "top1", "top5")}
 
 
-def _make_mixup(config: Config, num_classes: int):
-    """timm's MixUp/CutMix (Zhang et al. 2018, arXiv:1710.09412; Yun et al. 2019, arXiv:1905.04899),
-    which also applies label smoothing to the mixed targets; None when both alphas are 0."""
-    if config.mixup_alpha <= 0 and config.cutmix_alpha <= 0:
-        return None
-    from timm.data import Mixup
-
-    if config.batch_size % 2:
-        raise ConfigError(f"mixup/cutmix pair images within a batch: batch_size must be even, got {config.batch_size}")
-    return Mixup(mixup_alpha=config.mixup_alpha, cutmix_alpha=config.cutmix_alpha,
-                 label_smoothing=config.label_smoothing, num_classes=num_classes)
-
-
-def _record(config, distributed, status, started, history, extra_metrics, precision, device):
-    if not distributed.is_main:
-        return None
-    metrics = {**(history[-1] if history else {}), **extra_metrics}
-    parameters = {**config.to_dict(), "precision_used": precision, "device_used": str(device),
-                  "world_size": distributed.world_size}
-    return ledger.record("train", config.model, status=status, duration_seconds=time.perf_counter() - started,
-                         parameters=parameters, metrics=metrics)
+def _epoch_line(row: dict, state: RunState) -> str:
+    validation = f"  val loss {row['val_loss']:.3f} top-1 {row['val_top1']:.1%}" if "val_top1" in row else ""
+    skipped = f"  skipped steps {state.skipped_steps}" if state.scaler.is_enabled() else ""
+    return (f"epoch {row['epoch']}/{state.config.epochs}: train loss {row['train_loss']:.3f} top-1 "
+            f"{row['train_top1']:.1%}{validation}  {row['images_per_second']:.0f} images/s  "
+            f"data wait {row['data_wait_fraction']:.0%}{skipped}")
 
 
 def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = True) -> FitResult:
     """Train `config.model` on `config.dataset` (or on `bundle`, a `data.DataBundle`) and return
     the trained model, the per-epoch history and the checkpoint path. Every run is recorded in
     the ledger (kind "train"); a non-finite loss raises NonFiniteLossError."""
-    from timm.loss import SoftTargetCrossEntropy
-    from timm.utils import ModelEmaV3
-    from torch.utils.data import DistributedSampler, Subset
-    from tqdm.auto import tqdm
-
-    from course_lib.data.loaders import DataWaitTimer, make_loader, timed_batches
-
     started = time.perf_counter()
     distributed, device = setup_distributed(config)
-    log = print if (verbose and distributed.is_main) else (lambda *args, **kwargs: None)
-    history: list[dict] = []
-    step_log: list[dict] = []
-    precision = config.precision
+    recorder = RunRecorder(config, distributed.is_main, distributed.world_size, device, started)
+    state = None
     try:
-        precision = resolve_precision(config.precision, device)
-        seed_everything(config.seed)  # the same initial weights on every rank
-        bundle = bundle or datasets.build_datasets(config)
-        num_classes = len(bundle.classes)
-
-        # Data: DistributedSampler even for one process, because its order depends only on
-        # (seed, epoch), which is what makes resuming exact.
-        sampler = DistributedSampler(bundle.train, num_replicas=distributed.world_size, rank=distributed.rank,
-                                     shuffle=True, seed=config.seed, drop_last=True)
-        train_loader = make_loader(bundle.train, config, train=True, sampler=sampler)
-        val_loader = None
-        if bundle.val is not None and len(bundle.val):
-            # Each rank evaluates every world_size-th image: no padding, no duplicates.
-            val_part = Subset(bundle.val, range(distributed.rank, len(bundle.val), distributed.world_size))
-            val_loader = make_loader(val_part, config, train=False)
-        steps_per_epoch = len(train_loader) // config.accumulation_steps
-        if config.max_steps:
-            steps_per_epoch = min(steps_per_epoch, config.max_steps)
-        global_batch = config.batch_size * config.accumulation_steps * distributed.world_size
-        if steps_per_epoch < 1:
-            raise ConfigError(f"the training split has {len(bundle.train)} images, fewer than one optimizer step "
-                              f"({global_batch} = batch_size x accumulation_steps x processes); "
-                              "lower batch_size or accumulation_steps")
-
-        # Model, optimizer, schedule, scaler, EMA.
-        raw_model = build_model(config, num_classes, bundle.classes)
-        raw_model = raw_model.to(device, memory_format=torch.channels_last if config.channels_last
-                                 else torch.preserve_format)
-        # Built while every parameter is trainable, so it holds the backbone for after unfreezing.
-        optimizer = freeze.scale_backbone_lr(make_optimizer(raw_model, config), raw_model, config.backbone_lr_scale)
-        scheduler = make_scheduler(optimizer, config, steps_per_epoch)
-        scaler = grad_scaler(precision, device)
-        ema = ModelEmaV3(raw_model, decay=config.ema_decay) if config.ema_decay > 0 else None
-
-        output_dir = paths.resolve_path(config.output_dir)
-        checkpoint_path = output_dir / checkpoint.LAST_NAME
-        start_epoch, global_step, skipped_steps = 0, 0, 0
-        if config.resume and checkpoint_path.exists():
-            state = checkpoint.load_checkpoint(checkpoint_path, map_location=device)
-            if state["config"].get("model") != config.model or list(state["classes"]) != list(bundle.classes):
-                raise ConfigError(f"{checkpoint_path} was trained as {state['config'].get('model')} on classes "
-                                  f"{state['classes'][:4]}...; resume needs the same model and dataset "
-                                  "(or another output_dir)")
-            raw_model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            scaler.load_state_dict(state["scaler"])
-            if ema is not None and state.get("ema") is not None:
-                ema.module.load_state_dict(state["ema"])
-            start_epoch, global_step = state["epoch"], state["global_step"]
-            skipped_steps, history = state.get("skipped_steps", 0), list(state.get("history", []))
-            log(f"resuming from {checkpoint_path}: {start_epoch} of {config.epochs} epochs done")
-        elif config.resume:
-            log(f"resume: no checkpoint at {checkpoint_path} yet; starting from scratch")
-
-        def wrap(module):
-            if distributed.enabled:  # DDP registers the parameters that require grad when it is built
-                module = torch.nn.parallel.DistributedDataParallel(
-                    module, device_ids=[device.index] if device.type == "cuda" else None)
-            if config.compile:
-                module = torch.compile(module)  # compiles on the first step (slow once; see notebook 03)
-            return module
-
-        backbone_frozen = start_epoch < config.freeze_backbone_epochs
-        if backbone_frozen:  # the optimizer skips parameters without gradients
-            freeze.set_backbone_trainable(raw_model, False)
-            log(f"backbone frozen for epochs 1-{config.freeze_backbone_epochs}: training the head only "
-                f"({factory.count_parameters(raw_model, trainable_only=True):,} of "
-                f"{factory.count_parameters(raw_model):,} parameters)")
-        model = wrap(raw_model)
-
-        mixup = _make_mixup(config, num_classes)
-        criterion = SoftTargetCrossEntropy() if mixup else torch.nn.CrossEntropyLoss(
-            label_smoothing=config.label_smoothing)
-        eraser = None
-        if config.random_erasing > 0:
-            from timm.data.random_erasing import RandomErasing
-
-            # Erases on the normalized batch, on the training device (Zhong et al. 2020, arXiv:1708.04896).
-            eraser = RandomErasing(probability=config.random_erasing, mode="pixel", device=str(device))
-
-        log(f"training {config.model} on {len(bundle.train)} images ({num_classes} classes) for {config.epochs} "
-            f"epoch(s) x {steps_per_epoch} steps, global batch {global_batch}, precision {precision}, "
-            f"device {device} x {distributed.world_size}; {ledger.describe_hardware()}")
-        written_checkpoint = checkpoint_path if (config.resume and checkpoint_path.exists()) else None
-
-        for epoch in range(start_epoch, config.epochs):
-            # Every random draw of this epoch (order, augmentation, mixup, workers) follows from
-            # (seed, epoch, rank).
-            seed_everything(epoch_seed(config.seed, epoch, distributed.rank))
-            sampler.set_epoch(epoch)
-            if train_loader.generator is not None:
-                train_loader.generator.manual_seed(epoch_seed(config.seed, epoch, distributed.rank))
-            if backbone_frozen and epoch >= config.freeze_backbone_epochs:
-                backbone_frozen = False
-                freeze.set_backbone_trainable(raw_model, True)
-                model = wrap(raw_model)  # a new DDP wrapper, which sees the newly trainable parameters
-                log(f"epoch {epoch + 1}: backbone unfrozen, training all parameters")
-            model.train()
-            if backbone_frozen:
-                freeze.freeze_batchnorm(raw_model)  # keep the source's statistics (see the docstring)
-            reset_peak_memory(device)
-            step_losses, losses, step_learning_rates = [], [], []
-            correct = torch.zeros((), device=device, dtype=torch.long)
-            images_seen, timer = 0, DataWaitTimer()
-            bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch + 1}/{config.epochs}", leave=False,
-                       disable=not (progress and distributed.is_main), dynamic_ncols=True)
-            # No device sync per batch: the wait is host time blocked in next(loader).
-            batches = timed_batches(train_loader, timer)
-            epoch_started, cpu_started = time.perf_counter(), time.process_time()
-            for step in range(steps_per_epoch):
-                for micro_step in range(config.accumulation_steps):
-                    images, targets = next(batches)
-                    images = to_device(images, device, config.channels_last)
-                    targets = targets.to(device, non_blocking=True)
-                    hard_targets = targets
-                    if mixup is not None:
-                        images, targets = mixup(images, targets)
-                    if eraser is not None:
-                        images = eraser(images)
-                    # DDP all-reduces gradients in every backward; on all but the last micro-batch
-                    # that traffic is wasted, so skip it (gradients still add up locally).
-                    last_micro_step = micro_step == config.accumulation_steps - 1
-                    sync = model.no_sync() if distributed.enabled and not last_micro_step else nullcontext()
-                    with sync:
-                        with autocast(precision, device):
-                            logits = model(images)
-                            loss = criterion(logits, targets)
-                        # Divide so that N accumulated micro-batches give the mean gradient of the big batch.
-                        scaler.scale(loss / config.accumulation_steps).backward()
-                    step_losses.append(loss.detach())
-                    correct += correct_counts(logits.detach(), hard_targets)[0]
-                    images_seen += len(hard_targets)
-
-                if config.grad_clip_norm > 0:
-                    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-                    torch.nn.utils.clip_grad_norm_(raw_model.parameters(), config.grad_clip_norm)
-                scale_before = scaler.get_scale() if scaler.is_enabled() else 0.0  # sync, fp16 only
-                scaler.step(optimizer)  # skips the step when fp16 gradients overflowed
-                scaler.update()
-                optimizer.zero_grad(set_to_none=True)
-                if scaler.is_enabled() and scaler.get_scale() < scale_before:
-                    skipped_steps += 1  # the scale only shrinks after a skipped step
-                step_learning_rates.append(optimizer.param_groups[0]["lr"])  # the lr this step used
-                scheduler.step()
-                global_step += 1
-                if ema is not None:
-                    ema.update(raw_model, step=global_step)
-
-                if (step + 1) % SYNC_EVERY_STEPS == 0 or step + 1 == steps_per_epoch:
-                    first_step = step + 2 - len(step_losses) // config.accumulation_steps
-                    values = check_finite(step_losses, first_step, epoch, config, precision)
-                    losses.append(values)
-                    step_losses = []
-                    bar.set_postfix(loss=f"{values.mean().item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.3g}")
-                bar.update(1)
-            bar.close()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)  # finish queued work before reading the clock
-            epoch_seconds = time.perf_counter() - epoch_started
-            process_cpu_seconds = time.process_time() - cpu_started  # all threads of this process
-            batches.close()  # shut down this epoch's workers before evaluating
-
-            epoch_losses = torch.cat(losses)
-            train_loss = epoch_losses.mean().item()
-            per_step = epoch_losses.view(steps_per_epoch, config.accumulation_steps).mean(dim=1).tolist()
-            first_global_step = global_step - steps_per_epoch
-            step_log += [{"epoch": epoch + 1, "step": first_global_step + i + 1, "lr": step_learning_rates[i],
-                          "loss": per_step[i]} for i in range(steps_per_epoch)]
-            counts = torch.tensor([images_seen, correct.item(), timer.wait_seconds, epoch_seconds],
-                                  dtype=torch.float64, device=device)
-            if distributed.enabled:
-                dist.all_reduce(counts)
-            total_images, total_correct, total_wait, total_seconds = counts.tolist()
-            world = distributed.world_size
-            row = {
-                "epoch": epoch + 1,
-                "lr": optimizer.param_groups[0]["lr"],
-                "train_loss": train_loss,
-                "train_top1": total_correct / total_images,
-                # All ranks run in lockstep, so global images/s = all images / one rank's time.
-                "images_per_second": total_images / (total_seconds / world),
-                "data_wait_fraction": total_wait / total_seconds,
-                "epoch_seconds": total_seconds / world,
-                # CPU time of the training loop (rank 0): on a shared CPU, cpu/wall below the thread
-                # count means the process was waiting for cores, or for the GPU.
-                "process_cpu_seconds": process_cpu_seconds,
-                "peak_memory_bytes": peak_memory_bytes(device),
-                "peak_memory_kind": peak_memory_kind(device),
-                "optimizer_steps": steps_per_epoch,
-                "skipped_steps": skipped_steps,
-                "world_size": world,
-                "global_batch_size": global_batch,
-            }
-            if val_loader is not None:
-                scores = evaluate(model, val_loader, device, precision, config.channels_last, distributed.enabled)
-                row.update(val_loss=scores["loss"], val_top1=scores["top1"], val_top5=scores["top5"])
-                if ema is not None:
-                    scores = evaluate(ema.module, val_loader, device, precision, config.channels_last,
-                                      distributed.enabled)
-                    row.update(ema_val_loss=scores["loss"], ema_val_top1=scores["top1"], ema_val_top5=scores["top5"])
-            history.append(row)
-            if distributed.is_main:
-                written_checkpoint = checkpoint.save_checkpoint({
-                    "model": raw_model.state_dict(),
-                    "ema": ema.module.state_dict() if ema is not None else None,
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "scaler": scaler.state_dict(),
-                    "epoch": epoch + 1,  # completed epochs
-                    "global_step": global_step,
-                    "skipped_steps": skipped_steps,
-                    "config": config.to_dict(),
-                    "classes": list(bundle.classes),
-                    "history": history,
-                }, checkpoint_path)
-            val_text = f"  val loss {row['val_loss']:.3f} top-1 {row['val_top1']:.1%}" if "val_top1" in row else ""
-            log(f"epoch {epoch + 1}/{config.epochs}: train loss {train_loss:.3f} top-1 {row['train_top1']:.1%}"
-                f"{val_text}  {row['images_per_second']:.0f} images/s  data wait {row['data_wait_fraction']:.0%}"
-                + (f"  skipped steps {skipped_steps}" if scaler.is_enabled() else ""))
-        if skipped_steps:
-            log(f"GradScaler skipped {skipped_steps} optimizer step(s) whose fp16 gradients overflowed")
-
-        raw_model.eval()
-        result = FitResult(model=raw_model, history=history, classes=list(bundle.classes), config=config,
-                           checkpoint_path=written_checkpoint, ema_model=ema.module.eval() if ema else None,
-                           precision=precision, device=str(device), world_size=distributed.world_size,
-                           skipped_steps=skipped_steps, duration_seconds=time.perf_counter() - started,
-                           step_log=step_log)
-        _record(config, distributed, "ok", started, history,
-                {"skipped_steps": skipped_steps, "epochs_completed": len(history),
-                 "first_epoch_seconds": history[0]["epoch_seconds"] if history else None,
-                 "checkpoint": str(written_checkpoint) if written_checkpoint else None}, precision, device)
+        state = prepare(config, bundle, distributed=distributed, device=device, verbose=verbose)
+        for epoch in range(state.start_epoch, config.epochs):
+            row = train_one_epoch(state, epoch, progress=progress)
+            if state.val_loader is not None:
+                row.update(_columns("val", validate(state.model, state)))
+                if state.ema is not None:  # the averaged weights, on the same images
+                    row.update(_columns("ema_val", validate(state.ema.module, state)))
+            state.history.append(row)
+            state.checkpoints.save(state, completed_epochs=epoch + 1)
+            state.log(_epoch_line(row, state))
+        if state.skipped_steps:
+            state.log(f"GradScaler skipped {state.skipped_steps} optimizer step(s) whose fp16 gradients overflowed")
+        result = FitResult(
+            model=state.raw_model.eval(), history=state.history, classes=list(state.bundle.classes), config=config,
+            checkpoint_path=state.checkpoints.written, ema_model=state.ema.module.eval() if state.ema else None,
+            precision=state.precision, device=str(device), world_size=distributed.world_size,
+            skipped_steps=state.skipped_steps, duration_seconds=time.perf_counter() - started,
+            step_log=state.step_log)
+        recorder.succeeded(
+            state.history, state.precision, skipped_steps=state.skipped_steps, epochs_completed=len(state.history),
+            first_epoch_seconds=state.history[0]["epoch_seconds"] if state.history else None,
+            checkpoint=str(result.checkpoint_path) if result.checkpoint_path else None)
         return result
     except BaseException as error:  # an interrupted run is recorded too, then the error goes on
-        _record(config, distributed, "failed", started, history,
-                {"error": f"{type(error).__name__}: {error}"[:500]}, precision, device)
+        recorder.failed(state.history if state else [], state.precision if state else config.precision, error)
         raise
     finally:
         if distributed.started_here and dist.is_initialized():

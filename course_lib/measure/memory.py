@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 # Precision choice, autocast and the GradScaler live in precision.py, optimizer construction in
-# schedule.py: the memory probe builds its training step from the same pieces as train.fit.
+# schedule.py, the training step in step.py: the memory probe measures the step the engine runs.
 from course_lib.engine.precision import (  # noqa: F401
     DTYPES,
     PRECISIONS,
@@ -29,6 +29,7 @@ from course_lib.engine.precision import (  # noqa: F401
     grad_scaler,
     resolve_precision,
 )
+from course_lib.engine.step import optimizer_step, training_step
 
 FP32_BYTES = 4
 
@@ -328,7 +329,8 @@ def release_memory(device=None) -> None:
 
 class TrainingStepProbe:
     """One model and optimizer on a device; `peak_bytes(batch)` runs a full training step
-    (forward, backward, optimizer step) at that batch and returns its measured peak:
+    (`step.training_step` then `step.optimizer_step`, as the engine does) at that batch and returns
+    its measured peak:
     `torch.cuda.max_memory_allocated` on a GPU, `cpu_peak_tracker` (profiler accounting) on CPU.
     Both count the parameters, optimizer state, gradients and every temporary of the step."""
 
@@ -355,11 +357,8 @@ class TrainingStepProbe:
         images = torch.randn(batch_size, 3, self.image_size, self.image_size, device=self.device)
         labels = torch.randint(0, self.num_classes, (batch_size,), device=self.device)
         try:
-            with autocast(self.precision, self.device):
-                loss = F.cross_entropy(self.module(images), labels)
-            self.scaler.scale(loss).backward()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
+            training_step(self.module, images, labels, F.cross_entropy, self.scaler, self.precision)
+            optimizer_step(self.optimizer, self.scaler)
         finally:
             # set_to_none frees the gradients: the next step starts from parameters + state only,
             # also after an OOM halfway through backward.

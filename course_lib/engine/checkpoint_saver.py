@@ -1,0 +1,64 @@
+"""Checkpointing a run: after every epoch rank 0 writes `output_dir/last.pt` (model, EMA, optimizer,
+scheduler, GradScaler, counters, config, classes, history) through `models.checkpoint`, which
+writes atomically and reads with `torch.load(weights_only=True)`; `resume=True` restores all of
+it, so with the per-epoch seeding in `train` a resumed run ends with the uninterrupted weights.
+See https://pytorch.org/tutorials/recipes/recipes/saving_and_loading_a_general_checkpoint.html.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from course_lib import paths
+from course_lib.config import ConfigError
+from course_lib.models import checkpoint
+
+
+class CheckpointSaver:
+    """`restore(state)` once before training, `save(state, completed_epochs)` after every epoch.
+    `state` is a `train.RunState`; `written` is the last checkpoint this run wrote or resumed from."""
+
+    def __init__(self, output_dir: str, is_main: bool = True):
+        self.path = paths.resolve_path(output_dir) / checkpoint.LAST_NAME
+        self.is_main = is_main  # under DDP every rank holds the same weights: rank 0 writes them
+        self.written: Path | None = None
+
+    def restore(self, state) -> bool:
+        """Load `last.pt` into `state` (weights, optimizer, schedule, scaler, EMA, epoch and step
+        counters, history); False when there is no checkpoint yet. A checkpoint of another model or
+        class list is refused: it would load (or half-load) into the wrong network."""
+        if not self.path.exists():
+            return False
+        saved = checkpoint.load_checkpoint(self.path, map_location=state.device)
+        if saved["config"].get("model") != state.config.model or list(saved["classes"]) != list(state.bundle.classes):
+            raise ConfigError(f"{self.path} was trained as {saved['config'].get('model')} on classes "
+                              f"{saved['classes'][:4]}...; resume needs the same model and dataset "
+                              "(or another output_dir)")
+        state.raw_model.load_state_dict(saved["model"])
+        state.optimizer.load_state_dict(saved["optimizer"])
+        state.scheduler.load_state_dict(saved["scheduler"])
+        state.scaler.load_state_dict(saved["scaler"])
+        if state.ema is not None and saved.get("ema") is not None:
+            state.ema.module.load_state_dict(saved["ema"])
+        state.start_epoch, state.global_step = saved["epoch"], saved["global_step"]
+        state.skipped_steps, state.history = saved.get("skipped_steps", 0), list(saved.get("history", []))
+        self.written = self.path
+        return True
+
+    def save(self, state, completed_epochs: int) -> Path | None:
+        """Write the run as it stands after `completed_epochs` epochs (rank 0 only)."""
+        if not self.is_main:
+            return None
+        self.written = checkpoint.save_checkpoint({
+            "model": state.raw_model.state_dict(),
+            "ema": state.ema.module.state_dict() if state.ema is not None else None,
+            "optimizer": state.optimizer.state_dict(),
+            "scheduler": state.scheduler.state_dict(),
+            "scaler": state.scaler.state_dict(),
+            "epoch": completed_epochs,
+            "global_step": state.global_step,
+            "skipped_steps": state.skipped_steps,
+            "config": state.config.to_dict(),
+            "classes": list(state.bundle.classes),
+            "history": state.history,
+        }, self.path)
+        return self.written

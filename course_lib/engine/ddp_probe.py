@@ -160,10 +160,9 @@ def communication_events(profiler) -> dict:
 
 def _scaling_worker(config, rank: int, world_size: int, device: torch.device, steps: int, warmup: int,
                     profile_steps: int, worker_counts: list[int], global_batch: int) -> dict:
-    from course_lib.engine.precision import resolve_precision
+    from course_lib.engine import auto_precision
     from course_lib.models.factory import build_model
 
-    precision = resolve_precision(config.precision, device)
     # A gloo group for waiting: ranks outside the measured group block in a TCP read (no CPU, no GPU).
     coordination = dist.new_group(backend="gloo")
     # new_group must be called by every rank, in the same order, members or not.
@@ -172,6 +171,8 @@ def _scaling_worker(config, rank: int, world_size: int, device: torch.device, st
     raw_model = build_model(config, num_classes=8).to(
         device, memory_format=torch.channels_last if config.channels_last else torch.preserve_format)
     raw_model.train()
+    precision = auto_precision.resolve(config.precision, raw_model, config.image_size, 8, device,
+                                       batch_size=config.batch_size, channels_last=config.channels_last)
     generator = torch.Generator().manual_seed(config.seed + rank)
 
     def batch(size):

@@ -42,19 +42,21 @@ def lr_range_test(config: Config, bundle=None, *, start_lr: float = 1e-5, end_lr
     from course_lib.data import datasets
     from course_lib.data.loaders import make_loader
     from course_lib.devices import resolve_device
+    from course_lib.engine import auto_precision
     from course_lib.engine.label_smoothing import make_criterion
-    from course_lib.engine.precision import grad_scaler, resolve_precision
+    from course_lib.engine.precision import grad_scaler
     from course_lib.engine.schedule import make_optimizer
     from course_lib.engine.step import optimizer_step, training_step
     from course_lib.engine.train import seed_everything, stage_batch
     from course_lib.models.factory import build_model
 
     device = resolve_device(config.device)
-    precision = resolve_precision(config.precision, device)
     seed_everything(config.seed)
     bundle = bundle or datasets.build_datasets(config)
     model = build_model(config, len(bundle.classes)).to(
         device, memory_format=torch.channels_last if config.channels_last else torch.preserve_format).train()
+    precision = auto_precision.resolve(config.precision, model, config.image_size, len(bundle.classes), device,
+                                       batch_size=config.batch_size, channels_last=config.channels_last)
     optimizer = make_optimizer(model, config.replace(lr=start_lr))
     scaler = grad_scaler(precision, device)
     criterion = make_criterion(config)

@@ -18,8 +18,10 @@ DTYPES = {"off": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def resolve_precision(requested: str, device: torch.device) -> str:
-    """`auto` becomes what `course_lib.measure.peak` measured this device runs fastest;
-    an explicit choice the device cannot run at all is refused with the fix."""
+    """An explicit choice, checked: one the device cannot run at all is refused with the fix.
+    `auto` here, with no model to time (memory estimates and other probes), falls back to the
+    dtype `course_lib.measure.peak` measured fastest for a matmul; wherever a model exists, the
+    engine and the probes call `auto_precision.resolve`, which times real training steps."""
     device = torch.device(device)
     if requested == "auto":
         if device.type == "meta":  # shapes only (memory estimates): no speed to measure, keep fp32

@@ -35,21 +35,27 @@ import torch.nn.functional as F
 from course_lib import ledger
 from course_lib.config import Config, ConfigError
 from course_lib.data import datasets
-from course_lib.engine import freeze
+from course_lib.engine import auto_precision, freeze
 from course_lib.engine.checkpoint_saver import CheckpointSaver
 from course_lib.engine.distributed import Distributed, setup_distributed
 from course_lib.engine.ema import make_ema
 from course_lib.engine.epoch_meter import EpochMeter, correct_counts
 from course_lib.engine.label_smoothing import make_criterion
-from course_lib.engine.loss_guard import LossGuard
-from course_lib.engine.loss_guard import NonFiniteLossError  # noqa: F401  (callers catch train.NonFiniteLossError)
+from course_lib.engine.loss_guard import (
+    LossGuard,
+    NonFiniteLossError,  # noqa: F401  (callers catch train.NonFiniteLossError)
+)
 from course_lib.engine.mixup import make_mixup
-from course_lib.engine.precision import autocast, grad_scaler, resolve_precision
+from course_lib.engine.precision import autocast, grad_scaler
 from course_lib.engine.random_erasing import make_random_erasing
 from course_lib.engine.run_record import RunRecorder
 from course_lib.engine.schedule import make_optimizer, make_scheduler
 from course_lib.engine.step import optimizer_step, training_step
-from course_lib.measure.memory import peak_memory_bytes, peak_memory_kind, reset_peak_memory
+from course_lib.measure.memory import (
+    peak_memory_bytes,
+    peak_memory_kind,
+    reset_peak_memory,
+)
 from course_lib.models import factory
 
 # Reading the loss is a CPU-GPU sync point; do it every this many optimizer steps, not every step.
@@ -208,7 +214,6 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
     if distributed is None:
         distributed, device = setup_distributed(config)
     log = print if (verbose and distributed.is_main) else _quiet
-    precision = resolve_precision(config.precision, device)
     seed_everything(config.seed)  # the same initial weights on every rank
     bundle = bundle or datasets.build_datasets(config)
     log(f"data: {bundle.source}, {bundle.pipeline}")
@@ -219,12 +224,13 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
                           f"({global_batch} = batch_size x accumulation_steps x processes); "
                           "lower batch_size or accumulation_steps")
     num_classes = len(bundle.classes)
+    raw_model = factory.build_model(config, num_classes, bundle.classes).to(
+        device, memory_format=torch.channels_last if config.channels_last else torch.preserve_format)
+    precision = auto_precision.resolve(config.precision, raw_model, config.image_size, num_classes, device,
+                                       batch_size=config.batch_size, channels_last=config.channels_last, log=log)
     log(f"training {config.model} on {len(bundle.train)} images ({num_classes} classes) for {config.epochs} "
         f"epoch(s) x {steps_per_epoch} steps, global batch {global_batch}, precision {precision}, "
         f"device {device} x {distributed.world_size}; {ledger.describe_hardware()}")
-
-    raw_model = factory.build_model(config, num_classes, bundle.classes).to(
-        device, memory_format=torch.channels_last if config.channels_last else torch.preserve_format)
     # Built while every parameter is trainable, so it holds the backbone for after unfreezing.
     optimizer = freeze.scale_backbone_lr(make_optimizer(raw_model, config), raw_model, config.backbone_lr_scale)
     mixup = make_mixup(config, num_classes)

@@ -20,6 +20,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from course_lib.engine import auto_precision
+
 # Precision choice, autocast and the GradScaler live in precision.py, optimizer construction in
 # schedule.py, the training step in step.py: the memory probe measures the step the engine runs.
 from course_lib.engine.precision import (  # noqa: F401
@@ -343,7 +345,7 @@ class TrainingStepProbe:
         self.module = self.module.to(self.device).train()
         self.image_size = image_size
         self.num_classes = num_classes
-        self.precision = resolve_precision(precision, self.device)
+        self.precision = auto_precision.resolve(precision, self.module, image_size, num_classes, self.device)
         self.optimizer_name = optimizer
         self.momentum = momentum
         self.optimizer = make_optimizer(self.module, optimizer, momentum=momentum)

@@ -1,0 +1,120 @@
+"""`precision=auto`, decided by timing the real thing: a few training steps of the run's own model,
+at its image size and channel layout, in fp32, bf16 and fp16 on the run's device; the fastest
+reduced precision is kept when it beats fp32 by at least 10%, else fp32.
+
+Why not a matmul benchmark: a CPU can run bf16 matmuls fast (AMX) while bf16 convolutions and
+their backward are slower than fp32, or the reverse; an AVX2-only CPU runs bf16 hundreds of times
+slower. Only a measured step of the model being trained answers the question. On CUDA GPUs with
+tensor cores bf16/fp16 win by a wide margin, and the probe costs a few seconds once per run.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from course_lib.engine.precision import grad_scaler
+from course_lib.engine.step import optimizer_step, training_step
+from course_lib.measure.timing import stopwatch, time_repeats
+
+CANDIDATES = ("off", "bf16", "fp16")
+MARGIN = 1.10  # a reduced precision must be this much faster than fp32 to be worth autocast's casts
+SLOW_FACTOR = 10.0  # a candidate whose first step takes this many fp32 steps is not timed further
+PROBE_BATCH = 32  # images per probed step (at most the run's batch)
+
+_cache: dict[tuple, tuple[str, dict]] = {}
+
+
+def _supported(precision: str, device: torch.device) -> bool:
+    if precision == "bf16" and device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type in ("cpu", "cuda", "mps") or precision == "off"
+
+
+def step_seconds(model: torch.nn.Module, images: torch.Tensor, targets: torch.Tensor, precision: str,
+                 *, repeats: int = 3, give_up_after: float | None = None) -> float | None:
+    """Median seconds of one training step (forward, backward, SGD update) of a copy of `model`
+    in `precision`, after a thrown-away first step. None when the first step alone took longer
+    than `give_up_after` seconds (the candidate is hopeless; no need to wait for more)."""
+    device = images.device
+    probe = copy.deepcopy(model).train()  # the run's own weights and BatchNorm statistics stay untouched
+    optimizer = torch.optim.SGD(probe.parameters(), lr=0.0, momentum=0.9)
+    scaler = grad_scaler(precision, device)
+    criterion = torch.nn.CrossEntropyLoss()
+
+    def step():
+        training_step(probe, images, targets, criterion, scaler, precision)
+        optimizer_step(optimizer, scaler)
+
+    first, _ = stopwatch(step, device)  # first call: allocations, kernel choice (thrown away)
+    if give_up_after is not None and first > give_up_after:
+        return None
+    return time_repeats(step, repeats=repeats, warmup=0, device=device).median
+
+
+def choose_precision(model: torch.nn.Module, image_size: int, num_classes: int, device: torch.device, *,
+                     batch_size: int = PROBE_BATCH, channels_last: bool = False) -> tuple[str, dict]:
+    """("off" | "bf16" | "fp16", {precision: seconds per step or None}) for training `model` on
+    `device`. Cached per device, model class and size, image size, batch and layout."""
+    device = torch.device(device)
+    batch = max(2, min(batch_size, PROBE_BATCH))
+    key = (str(device), type(model).__name__, sum(p.numel() for p in model.parameters()), image_size, batch,
+           channels_last)
+    if key in _cache:
+        return _cache[key]
+    generator = torch.Generator().manual_seed(0)
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    images = torch.randn(batch, 3, image_size, image_size, generator=generator).to(device, memory_format=memory_format)
+    targets = torch.randint(num_classes, (batch,), generator=generator).to(device)
+    seconds = {"off": step_seconds(model, images, targets, "off")}
+    for precision in CANDIDATES[1:]:
+        seconds[precision] = step_seconds(model, images, targets, precision,
+                                          give_up_after=SLOW_FACTOR * seconds["off"]) \
+            if _supported(precision, device) else None
+    choice = decide(seconds)
+    _cache[key] = (choice, seconds)
+    return choice, seconds
+
+
+def decide(seconds: dict) -> str:
+    """The rule, on measured seconds per step: the fastest of bf16/fp16 when it beats fp32 by
+    MARGIN; bf16 preferred over fp16 when within 10% of it (no GradScaler, no overflow)."""
+    fp32 = seconds.get("off")
+    faster = {p: s for p, s in seconds.items() if p != "off" and s is not None and fp32 and s * MARGIN < fp32}
+    if not faster:
+        return "off"
+    best = min(faster.values())
+    if "bf16" in faster and faster["bf16"] <= best * 1.1:
+        return "bf16"
+    return min(faster, key=faster.get)
+
+
+def describe(choice: str, seconds: dict) -> str:
+    """One line for the log: what was measured and what was kept."""
+    timed = ", ".join(f"{'fp32' if p == 'off' else p} {s * 1000:.0f} ms" if s is not None else
+                      f"{'fp32' if p == 'off' else p} too slow or unavailable" for p, s in seconds.items())
+    return f"precision auto: {'fp32' if choice == 'off' else choice} (one training step: {timed})"
+
+
+def resolve(requested: str, model: torch.nn.Module, image_size: int, num_classes: int, device, *,
+            batch_size: int = PROBE_BATCH, channels_last: bool = False, log=None) -> str:
+    """The precision to train `model` in: an explicit choice checked (`precision.resolve_precision`),
+    or `auto` measured here. Under torch.distributed, rank 0 measures and every rank takes its
+    answer, so all ranks train alike. `log` receives the one-line account of the measurement."""
+    import torch.distributed as dist
+
+    from course_lib.engine.precision import resolve_precision
+
+    device = torch.device(device)
+    if requested != "auto" or device.type == "meta":
+        return resolve_precision(requested, device)
+    distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    choice = [None]
+    if not distributed or dist.get_rank() == 0:
+        choice[0], seconds = choose_precision(model, image_size, num_classes, device, batch_size=batch_size,
+                                              channels_last=channels_last)
+        if log is not None:
+            log(describe(choice[0], seconds))
+    if distributed:
+        dist.broadcast_object_list(choice, src=0)
+    return choice[0]

@@ -1,0 +1,50 @@
+"""precision=auto from measured training steps, not from a matmul."""
+import pytest
+import timm
+import torch
+
+from conftest import TensorImages, tiny_config
+from course_lib.data.datasets import DataBundle
+from course_lib.engine import auto_precision, train
+
+
+@pytest.mark.parametrize("seconds, expected", [
+    ({"off": 1.0, "bf16": 0.5, "fp16": 0.6}, "bf16"),
+    ({"off": 1.0, "bf16": 0.95, "fp16": 0.97}, "off"),  # within the 10% margin: not worth the casts
+    ({"off": 1.0, "bf16": 0.7, "fp16": 0.4}, "fp16"),  # fp16 clearly faster
+    ({"off": 1.0, "bf16": 0.44, "fp16": 0.4}, "bf16"),  # bf16 within 10% of fp16: no GradScaler needed
+    ({"off": 1.0, "bf16": None, "fp16": 5.0}, "off"),  # bf16 hopeless, fp16 slower
+])
+def test_the_rule_on_measured_seconds(seconds, expected):
+    assert auto_precision.decide(seconds) == expected
+
+
+def test_choose_times_the_model_and_caches(monkeypatch):
+    model = timm.create_model("test_resnet", num_classes=3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    auto_precision._cache.clear()
+    choice, seconds = auto_precision.choose_precision(model, 32, 3, torch.device("cpu"), batch_size=4)
+    assert choice in auto_precision.CANDIDATES and seconds["off"] > 0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # probed on a copy
+    calls = []
+    monkeypatch.setattr(auto_precision, "step_seconds", lambda *a, **k: calls.append(1))
+    assert auto_precision.choose_precision(model, 32, 3, torch.device("cpu"), batch_size=4) == (choice, seconds)
+    assert not calls  # the second ask is answered from the cache
+    assert "precision auto:" in auto_precision.describe(choice, seconds)
+
+
+def test_a_hopeless_candidate_is_not_timed_further():
+    model = timm.create_model("test_resnet", num_classes=3)
+    images, targets = torch.randn(2, 3, 16, 16), torch.tensor([0, 1])
+    assert auto_precision.step_seconds(model, images, targets, "off", give_up_after=0.0) is None
+    assert auto_precision.step_seconds(model, images, targets, "off", repeats=2) > 0
+
+
+def test_the_engine_logs_the_measurement_and_trains_in_the_choice(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(auto_precision, "choose_precision", lambda *a, **k: ("off", {"off": 0.1, "bf16": 0.2,
+                                                                                      "fp16": None}))
+    bundle = DataBundle(TensorImages(64, 3, 16), TensorImages(16, 3, 16, seed=1), None, ["a", "b", "c"], "tensors")
+    result = train.fit(tiny_config(tmp_path, precision="auto", batch_size=8, max_steps=1), bundle=bundle,
+                       progress=False)
+    assert result.precision == "off"
+    assert "precision auto: fp32 (one training step: fp32 100 ms, bf16 200 ms, fp16 too slow" in capsys.readouterr().out

@@ -78,3 +78,20 @@ def test_the_rules_see_imports():
 def test_every_module_has_a_docstring():
     missing = [module_name(p) for p in MODULES if p.name != "__init__.py" and not ast.get_docstring(ast.parse(p.read_text()))]
     assert not missing, missing
+
+
+def test_the_readme_tree_lists_every_module_once():
+    readme = (ROOT / "README.md").read_text()
+    tree = readme[readme.index("course_lib/\n├──"):]
+    tree = tree[:tree.index("```")]
+    listed = []
+    folder = ""
+    for line in tree.splitlines()[1:]:
+        name = line.lstrip("│├└─ ").split()[0]
+        if name.endswith("/"):
+            folder = name
+        elif name.endswith(".py"):
+            indent = len(line) - len(line.lstrip("│├└─ "))
+            listed.append((folder if indent > 4 else "") + name)
+    modules = sorted(str(p.relative_to(PACKAGE)) for p in MODULES if p.name not in ("__init__.py", "__main__.py"))
+    assert sorted(listed) == modules

@@ -185,7 +185,7 @@ def _capped(steps: int, config: Config) -> int:
     return min(steps, config.max_steps) if config.max_steps else steps
 
 
-def _validation_loader(dataset, config: Config, distributed: Distributed):
+def validation_loader(dataset, config: Config, distributed: Distributed):
     from torch.utils.data import Subset
 
     from course_lib.data.loaders import make_loader
@@ -240,7 +240,7 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
         scheduler=make_scheduler(optimizer, config, steps_per_epoch), scaler=grad_scaler(precision, device),
         ema=make_ema(raw_model, config), criterion=make_criterion(config, mixing=mixup is not None),
         mixup=mixup, eraser=make_random_erasing(config, device), train_loader=train_loader, sampler=sampler,
-        val_loader=_validation_loader(bundle.val, config, distributed), steps_per_epoch=steps_per_epoch,
+        val_loader=validation_loader(bundle.val, config, distributed), steps_per_epoch=steps_per_epoch,
         global_batch=global_batch, freezer=freeze.BackboneFreezer(config.freeze_backbone_epochs),
         checkpoints=CheckpointSaver(config.output_dir, distributed.is_main), log=log)
     if config.resume and state.checkpoints.restore(state):
@@ -332,9 +332,13 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True) -> di
 
 
 @torch.no_grad()
-def validate(model: torch.nn.Module, state: RunState) -> dict:
+def validate(model: torch.nn.Module, state: RunState, views: int = 1) -> dict:
     """Mean cross-entropy, top-1 and top-5 accuracy of `model` over the validation split (every
-    rank scores its part; the sums are all-reduced under DDP)."""
+    rank scores its part; the sums are all-reduced under DDP). `views` > 1 is test-time
+    augmentation: the softmax is averaged over that many symmetries of the square
+    (`data.overhead_augment.dihedral_views`) and the loss is that average's cross-entropy."""
+    from course_lib.data.overhead_augment import dihedral_views
+
     model.eval()
     device = state.device
     totals = torch.zeros(4, device=device, dtype=torch.float64)  # loss sum, top-1, top-5, images
@@ -342,7 +346,11 @@ def validate(model: torch.nn.Module, state: RunState) -> dict:
         images, targets = stage_batch(state.bundle, images, targets, device, train=False,
                                       channels_last=state.config.channels_last)
         with autocast(state.precision, device):
-            logits = model(images)
+            if views == 1:
+                logits = model(images)
+            else:  # log of the mean probability: cross_entropy of it is the averaged prediction's loss
+                logits = (sum(torch.softmax(model(view).float(), dim=1) for view in dihedral_views(images, views))
+                          / views).log()
         loss = F.cross_entropy(logits.float(), targets, reduction="sum")
         top1, top5 = correct_counts(logits, targets)
         totals += torch.stack([loss.double(), top1.double(), top5.double(),

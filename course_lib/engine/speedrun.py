@@ -1,0 +1,113 @@
+"""Time to accuracy: train a config under a wall-clock budget and record validation accuracy against
+seconds, the way speed-runs are scored (DAWNBench, Coleman et al. 2017; airbench, arXiv:2404.00498).
+
+The clock starts before the data is built, so decoding and caching count, and it pauses while the
+curve's validation points are measured (measurement is not training; the final prediction, with its
+test-time augmentation, counts). `race` drives the engine's own `prepare` / `train_one_epoch` /
+`validate`, so a race measures exactly what `workbook train` does. `workbook speedrun` is its
+command line.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable
+
+from course_lib import ledger
+from course_lib.config import Config
+from course_lib.engine import train
+
+MILESTONES = (0.90, 0.95, 0.97)  # validation top-1 levels whose time the tables report
+
+
+@dataclasses.dataclass
+class RaceResult:
+    label: str
+    config: Config
+    curve: list[dict]  # per epoch: seconds (clock), epoch, val_top1, train_loss, images_per_second
+    setup_seconds: float  # data building (decoding, caching) and model setup, inside the clock
+    seconds: float  # the clock at the end, the final prediction included
+    val_top1: float  # final validation top-1, with the config's test-time augmentation
+    test_top1: float | None  # the held-out split's top-1 when the data has one
+    precision: str
+    images_per_second: float  # training images per second of the last epoch
+
+    def time_to(self, accuracy: float) -> float | None:
+        """Seconds on the clock when validation top-1 first reached `accuracy` (None: never)."""
+        return next((point["seconds"] for point in self.curve if point["val_top1"] >= accuracy), None)
+
+    def row(self) -> dict:
+        return {"label": self.label, "val top-1": self.val_top1, "test top-1": self.test_top1,
+                **{f"s to {level:.0%}": self.time_to(level) for level in MILESTONES},
+                "seconds": self.seconds, "setup s": self.setup_seconds, "images/s": self.images_per_second,
+                "epochs": len(self.curve), "precision": self.precision}
+
+
+class Clock:
+    """Wall-clock seconds since `start()`, excluding the spans run inside `paused()`."""
+
+    def __init__(self):
+        self.started = time.perf_counter()
+        self.excluded = 0.0
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started - self.excluded
+
+    def paused(self):
+        clock = self
+
+        class _Pause:
+            def __enter__(self):
+                self.start = time.perf_counter()
+
+            def __exit__(self, *exc):
+                clock.excluded += time.perf_counter() - self.start
+
+        return _Pause()
+
+
+def race(config: Config, *, budget_seconds: float | None = None, label: str = "", bundle=None,
+         progress: bool = True, verbose: bool = True, on_epoch: Callable[[dict], None] | None = None,
+         record: bool = True) -> RaceResult:
+    """Train `config` for its epochs, or until the clock passes `budget_seconds` (the epoch in
+    progress finishes), validating after every epoch; then predict the validation (and test) split
+    with the config's test-time augmentation. `on_epoch(point)` sees each curve point as it comes."""
+    clock = Clock()
+    state = train.prepare(config, bundle, verbose=verbose)
+    setup_seconds = clock.seconds()
+    curve = []
+    for epoch in range(state.start_epoch, config.epochs):
+        row = train.train_one_epoch(state, epoch, progress=progress)
+        with clock.paused():  # a measurement for the curve, not part of training
+            scores = train.validate(_weights(state), state)
+        point = {"seconds": clock.seconds(), "epoch": epoch + 1, "val_top1": scores["top1"],
+                 "train_loss": row["train_loss"], "images_per_second": row["images_per_second"],
+                 "data_wait_fraction": row["data_wait_fraction"]}
+        curve.append(point)
+        state.history.append({**row, "val_top1": scores["top1"], "val_loss": scores["loss"]})
+        if on_epoch:
+            on_epoch(point)
+        if budget_seconds is not None and point["seconds"] >= budget_seconds:
+            state.log(f"budget of {budget_seconds:.0f} s spent after epoch {epoch + 1} of {config.epochs}")
+            break
+    final = train.validate(_weights(state), state, views=config.tta_views)
+    test_top1 = None
+    if state.bundle.test is not None and len(state.bundle.test):
+        with clock.paused():
+            test_state = dataclasses.replace(state, val_loader=train.validation_loader(state.bundle.test, config,
+                                                                                      state.distributed))
+            test_top1 = train.validate(_weights(state), test_state, views=config.tta_views)["top1"]
+    result = RaceResult(label or config.recipe or config.model, config, curve, setup_seconds, clock.seconds(),
+                        final["top1"], test_top1, state.precision,
+                        curve[-1]["images_per_second"] if curve else 0.0)
+    if record and state.distributed.is_main:
+        ledger.record("speedrun", result.label, duration_seconds=result.seconds,
+                      parameters={**config.to_dict(), "budget_seconds": budget_seconds, "precision_used": state.precision},
+                      metrics={k: v for k, v in result.row().items() if isinstance(v, (int, float)) and v is not None}
+                      | {"curve": curve})
+    return result
+
+
+def _weights(state):
+    """The weights a race is scored on: the EMA's when the recipe keeps one, else the model's."""
+    return state.ema.module if state.ema is not None else state.model

@@ -64,17 +64,17 @@ def make_loader(dataset, config: Config, *, train: bool, sampler=None, drop_last
 
 
 def image_folder_dataset(folder, image_size: int, *, decoder: str = "pil", augmentation: str = "cpu",
-                         bad_images: str = "fail"):
-    """An ImageFolder read with `decoder` (see decode.py). augmentation="cpu": per-sample random
-    resized crop, flip and colour jitter in the workers (normalised float out); "device": only a
-    resize here, uint8 out, augmented per batch later by device_augment.DeviceAugment; "none": resize and
-    normalise (evaluation)."""
+                         bad_images: str = "fail", recipe=None):
+    """An ImageFolder read with `decoder` (see decode.py). augmentation="cpu": per-sample
+    augmentation by `recipe` in the workers (normalised float out; default transforms.HEAVY: crop,
+    flip and colour jitter, what notebook 02 measures); "device": only a resize here, uint8 out,
+    augmented per batch later by device_augment.DeviceAugment; "none": resize and normalise."""
     from course_lib.data import transforms
     from course_lib.data.datasets import ImageFolderDataset
     from course_lib.data.decode import FileDecoder
 
-    return ImageFolderDataset(folder, transforms.sample_transform(image_size, augmentation), bad_images,
-                              loader=FileDecoder(decoder))
+    transform = transforms.sample_transform(image_size, augmentation, recipe or transforms.HEAVY)
+    return ImageFolderDataset(folder, transform, bad_images, loader=FileDecoder(decoder))
 
 
 def default_image_folder(config: Config):

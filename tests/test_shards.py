@@ -112,3 +112,15 @@ def test_unsized_shard_dataset_has_no_length_and_says_why(folder, tmp_path):
         len(shards.ShardDataset(written.urls))
     sized = shards.ShardDataset(written.urls, shard_sizes=written.sizes, batch_size=5)
     assert len(sized) == 20 and len(list(sized)) == 20  # 12 + 12 images, cut to whole batches of 5
+
+
+def test_shuffled_stream_follows_torchs_seed_each_epoch(folder, tmp_path):
+    written = shards.write_shards(folder, tmp_path / "shards", shard_count=3)
+    stream = shards.ShardDataset(written.urls, shuffle_buffer=8, shard_sizes=written.sizes)
+
+    def epoch(seed):
+        torch.manual_seed(seed)  # what the engine does before each epoch
+        return [label for _, label in stream]
+
+    assert epoch(0) == epoch(0)  # a resumed run repeats the epoch
+    assert epoch(1) != epoch(0) and sorted(epoch(1)) == sorted(epoch(0))

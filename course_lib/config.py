@@ -7,11 +7,14 @@ and wrong types with a one-line message that lists the valid names.
 from __future__ import annotations
 
 import dataclasses
-import os
 import typing
 from dataclasses import dataclass, fields
 
 PROFILE_NAMES = ("smoke", "cpu", "gpu", "auto")
+# The data switches' values (data.decode, data.pipeline and data.loaders use these names too).
+DECODER_NAMES = ("pil", "opencv", "torchvision", "nvjpeg")
+STORAGE_NAMES = ("files", "cache", "shards")
+AUGMENTATION_PLACES = ("cpu", "device", "none")
 # The committed landcover-synth sample (relative to the project root).
 SAMPLE_DATA_DIR = "data_samples/landcover-synth"
 
@@ -32,6 +35,9 @@ class Config:
     image_size: int = 64  # pixels, side of the square the model sees
     max_train_images: int = 0  # images; 0 = the whole training split
     bad_images: str = "fail"  # fail | skip: what loading does with an unreadable image
+    decoder: str = "pil"  # pil | opencv | torchvision | nvjpeg (CUDA; storage=cache only): JPEG decoding library
+    storage: str = "files"  # files | cache (pre-decoded uint8, data_cache/predecoded) | shards (tar, data_cache/shards)
+    augmentation: str = "cpu"  # cpu (per image, in workers) | device (per batch, on the training device) | none
     download: bool = False  # allow torchvision datasets to download (needs internet)
     # --- model ---
     model: str = "resnet18"  # any timm model name
@@ -61,7 +67,7 @@ class Config:
     precision: str = "auto"  # off | fp16 | bf16 | auto (chosen from measured device speed)
     channels_last: bool = False  # NHWC memory format for convolutions
     compile: bool = False  # torch.compile the model
-    num_workers: int = 0  # DataLoader worker processes
+    num_workers: int = 0  # DataLoader worker processes; -1 = recommended: half the physical cores per process
     pin_memory: bool = False  # page-locked host memory for faster host-to-device copies
     prefetch_factor: int = 2  # batches each worker loads ahead
     persistent_workers: bool = False  # keep workers alive between epochs
@@ -86,14 +92,22 @@ PROFILES: dict[str, dict] = {
     # CI-sized: every notebook well under a minute on 2 CPU cores, on the committed sample.
     "smoke": dict(data_dir=SAMPLE_DATA_DIR, image_size=32, batch_size=32, epochs=1, max_steps=4, max_train_images=256,
                   num_workers=0, device="cpu", precision="off"),
-    # A laptop or a CPU server: small images, a few epochs, workers for decoding.
+    # A laptop or a CPU server: small images, a few epochs, workers for decoding (-1: the
+    # recommended number, devices.recommended_num_workers). Data switches stay at their defaults:
+    # with one worker, waiting for data was under 1% of a resnet18 step at 64 px on 2 cores
+    # (benchmarks/results/data_pipeline.md), so neither the cache nor moving augmentation into
+    # the training process, which computes the model on the same cores, has anything to win here.
     "cpu": dict(image_size=64, batch_size=64, epochs=2, max_steps=0, max_train_images=2000,
-                num_workers=min(4, max(1, (os.cpu_count() or 2) - 1)), device="cpu",
-                channels_last=True),
-    # One or more CUDA GPUs: the articles' setting.
+                num_workers=-1, device="cpu", channels_last=True),
+    # One or more CUDA GPUs: the articles' setting. augmentation=device: workers only decode and
+    # resize to uint8, and crop, flip and normalisation run per batch on the GPU, which idles
+    # while CPU workers are the bottleneck the articles describe. Measured per worker core on
+    # EuroSAT at 224 px (AMD EPYC, 1 thread): 1,559 images/s instead of 637, and 151 KB per
+    # image to pass on instead of 602 KB (uint8 vs float32). storage stays files: a 224 px cache
+    # of the whole split costs 150 KB of disk per image, a trade to opt into (storage=cache).
     "gpu": dict(image_size=224, batch_size=128, epochs=5, max_steps=0, max_train_images=0,
-                num_workers=8, pin_memory=True, persistent_workers=True, prefetch_factor=4,
-                device="cuda", precision="auto", channels_last=True),
+                num_workers=-1, pin_memory=True, persistent_workers=True, prefetch_factor=4,
+                device="cuda", precision="auto", channels_last=True, augmentation="device"),
 }
 
 
@@ -126,6 +140,9 @@ def _check_type(name: str, value):
 _CHOICES = {
     "dataset": ("landcover-synth", "digits", "imagefolder", "eurosat", "cifar10"),
     "bad_images": ("fail", "skip"),
+    "decoder": DECODER_NAMES,
+    "storage": STORAGE_NAMES,
+    "augmentation": AUGMENTATION_PLACES,
     "optimizer": ("sgd", "adamw"),
     "precision": ("off", "fp16", "bf16", "auto"),
 }
@@ -146,9 +163,12 @@ def check_values(values: dict) -> dict:
     for name in ("image_size", "batch_size", "accumulation_steps", "prefetch_factor"):
         if name in checked and checked[name] < 1:
             raise ConfigError(f"{name} must be at least 1, got {checked[name]}")
-    for name in ("epochs", "max_steps", "max_train_images", "num_workers", "freeze_backbone_epochs"):
+    for name in ("epochs", "max_steps", "max_train_images", "freeze_backbone_epochs"):
         if name in checked and checked[name] < 0:
             raise ConfigError(f"{name} must be 0 or more, got {checked[name]}")
+    if checked.get("num_workers", 0) < -1:
+        raise ConfigError(f"num_workers must be 0 or more, or -1 for the recommended number "
+                          f"(half the physical cores per training process), got {checked['num_workers']}")
     if checked.get("backbone_lr_scale", 1.0) <= 0:
         raise ConfigError(f"backbone_lr_scale must be above 0, got {checked['backbone_lr_scale']}; "
                           "to keep the backbone fixed use freeze_backbone_epochs")
@@ -194,6 +214,19 @@ def parse_assignments(pairs: list[str] | None) -> dict:
         name, text = pair.split("=", 1)
         values[name.strip()] = parse_value(name.strip(), text)
     return values
+
+
+def configuration_table() -> str:
+    """The README's configuration table (field, default, each profile's value, unit comment), in
+    Markdown; tests/test_config.py checks that README.md holds exactly this."""
+    comments, defaults = field_comments(), Config()
+    profiles = [name for name in PROFILE_NAMES if name in PROFILES]
+    lines = [f"| field | default | {' | '.join(profiles)} | meaning and unit |",
+             "|---|---|" + "---|" * len(profiles) + "---|"]
+    for name in FIELD_NAMES:
+        cells = " | ".join(str(PROFILES[profile].get(name, "")) for profile in profiles)
+        lines.append(f"| `{name}` | `{getattr(defaults, name)!r}` | {cells} | {comments[name].replace(' | ', ' / ')} |")
+    return "\n".join(lines)
 
 
 def field_comments() -> dict[str, str]:

@@ -62,3 +62,28 @@ def test_bad_file_fails_naming_it_or_is_left_out(folder, tmp_path):
 def test_missing_cache_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="build_cache"):
         cache.PreDecodedDataset(tmp_path)
+
+
+def test_cache_of_chosen_files_keeps_their_order(folder, tmp_path):
+    reference = ImageFolderDataset(folder)
+    info = cache.build_cache(folder, 32, tmp_path / "cache", indices=[20, 3, 7])
+    dataset = cache.PreDecodedDataset(info.folder)
+    assert info.images == 3 and dataset.targets == [reference.targets[i] for i in (20, 3, 7)]
+    expected = torch.from_numpy(np.array(Image.open(reference.samples[3][0]).convert("RGB"))).permute(2, 0, 1)
+    assert torch.equal(dataset[1][0], expected)
+
+
+def test_selection_key_changes_with_the_file_list(folder):
+    listing = ImageFolderDataset(folder)
+    key = cache.selection_key(listing, range(len(listing)), "pil")
+    assert key == cache.selection_key(ImageFolderDataset(folder), range(len(listing)), "pil")
+    assert key != cache.selection_key(listing, range(len(listing)), "opencv")
+    assert key != cache.selection_key(listing, range(len(listing) - 1), "pil")
+    (folder / "water" / "water_new.jpg").write_bytes((folder / "water").glob("*.jpg").__next__().read_bytes())
+    grown = ImageFolderDataset(folder)
+    assert cache.selection_key(grown, range(len(grown)), "pil") != key
+
+
+def test_minus_one_workers_build_with_the_recommended_number(folder, tmp_path):
+    info = cache.build_cache(folder, 16, tmp_path / "cache", num_workers=-1)
+    assert info.images == 24

@@ -55,10 +55,32 @@ def test_wrong_types_are_refused(name, value):
 
 
 @pytest.mark.parametrize("name,value", [("precision", "fp8"), ("optimizer", "lamb"), ("device", "tpu"),
-                                        ("batch_size", 0), ("num_workers", -1), ("dataset", "imagenet")])
+                                        ("batch_size", 0), ("num_workers", -2), ("dataset", "imagenet"),
+                                        ("decoder", "jpeg"), ("storage", "s3"), ("augmentation", "gpu")])
 def test_bad_values_are_refused(name, value):
     with pytest.raises(ConfigError, match=name):
         make_config("smoke", **{name: value})
+
+
+@pytest.mark.parametrize("name,valid", [("decoder", "pil, opencv, torchvision, nvjpeg"),
+                                        ("storage", "files, cache, shards"), ("augmentation", "cpu, device, none")])
+def test_data_switches_name_their_valid_values_in_one_line(name, valid):
+    with pytest.raises(ConfigError) as error:
+        make_config("smoke", **{name: "nonsense"})
+    assert str(error.value) == f"{name}='nonsense' is not one of {valid}"
+
+
+def test_data_switch_defaults_are_todays_pipeline():
+    config = make_config(None)
+    assert (config.decoder, config.storage, config.augmentation) == ("pil", "files", "cpu")
+    assert make_config("gpu").augmentation == "device"
+
+
+def test_num_workers_minus_one_means_recommended():
+    assert make_config("smoke", num_workers=-1).num_workers == -1
+    assert PROFILES["cpu"]["num_workers"] == PROFILES["gpu"]["num_workers"] == -1
+    with pytest.raises(ConfigError, match=r"num_workers must be 0 or more, or -1 for the recommended number.*got -2"):
+        make_config("smoke", num_workers=-2)
 
 
 def test_int_is_accepted_for_float_fields():
@@ -89,3 +111,15 @@ def test_readme_documents_every_field():
     readme = (ROOT / "README.md").read_text()
     missing = [name for name in FIELD_NAMES if f"| `{name}` |" not in readme]
     assert not missing, f"README's configuration table lacks {missing}"
+
+
+def test_readme_table_is_the_generated_one():
+    """Defaults, profile values and comments in the README match the code; regenerate with
+    `python -c "from course_lib.config import configuration_table; print(configuration_table())"`."""
+    from conftest import ROOT
+
+    from course_lib.config import configuration_table
+
+    table = configuration_table()
+    assert table.count("\n") == len(FIELD_NAMES) + 1
+    assert table in (ROOT / "README.md").read_text()

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from course_lib.config import make_config
+from course_lib.config import ConfigError, make_config
 from course_lib.data import loaders
 from course_lib.data.datasets import BadImageError
 from course_lib.data.landcover import make_landcover
@@ -120,3 +120,31 @@ def test_make_loader_keeps_its_signature_and_knobs():
     assert loader.num_workers == 2 and loader.prefetch_factor == 4 and loader.persistent_workers
     assert loader.pin_memory == torch.cuda.is_available()  # pinning needs CUDA; never faked on
     assert loader.batch_size == 3 and not loader.drop_last
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 8 workers of a pretend 16-core machine
+def test_minus_one_workers_resolve_to_the_recommended_number_in_every_loader(monkeypatch):
+    from course_lib import devices
+
+    monkeypatch.setattr(devices, "physical_cores", lambda: 16)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    dataset = torch.utils.data.TensorDataset(torch.zeros(8, 1))
+    config = make_config("smoke", num_workers=-1)
+    assert loaders.make_loader(dataset, config, train=False).num_workers == 8  # half of 16 physical cores
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun: four training processes share the cores
+    assert loaders.make_loader(dataset, config, train=False).num_workers == 2
+    assert loaders.resolved_num_workers(make_config("smoke", num_workers=3)) == 3
+
+
+def test_a_stream_takes_no_sampler_unless_it_splits_itself_across_ranks():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            yield from range(4)
+
+    config = make_config("smoke", num_workers=0)
+    sampler = torch.utils.data.SequentialSampler(range(4))
+    with pytest.raises(ConfigError, match="does not split itself across ranks"):
+        loaders.make_loader(Stream(), config, train=True, sampler=sampler)
+    Stream.splits_by_rank = True
+    loader = loaders.make_loader(Stream(), config.replace(batch_size=2), train=True, sampler=sampler)
+    assert [batch.tolist() for batch in loader] == [[0, 1], [2, 3]]

@@ -79,3 +79,48 @@ def test_raw_read_timing_counts_the_same_bytes_both_ways(folder, tmp_path):
     assert result["loose_files_per_second"] > 0 and result["shards_files_per_second"] > 0
     ratio = result["loose_megabytes_per_second"] / result["loose_files_per_second"]
     assert ratio == pytest.approx(result["shards_megabytes_per_second"] / result["shards_files_per_second"])
+
+
+def test_shards_differ_by_at_most_one_image_and_none_is_empty(folder, tmp_path):
+    written = shards.write_shards(folder, tmp_path / "shards", shard_count=5)  # 24 images
+    assert written.sizes == [4, 5, 5, 5, 5] and sum(written.sizes) == written.images == 24
+    counted = [sum(1 for _ in shards.read_samples([url])) for url in written.urls]
+    assert counted == written.sizes
+
+
+def test_same_packing_is_reused_and_a_different_one_rewritten(folder, tmp_path):
+    first = shards.write_shards(folder, tmp_path / "shards", shard_count=2)
+    again = shards.write_shards(folder, tmp_path / "shards", shard_count=2)
+    assert again.write_seconds == first.write_seconds and again.key == first.key
+    other = shards.write_shards(folder, tmp_path / "shards", shard_count=3)
+    assert other.key != first.key and len(other.urls) == 3
+    assert sorted(p.name for p in (tmp_path / "shards").glob("*.tar")) == [f"shard-0000{i}.tar" for i in range(3)]
+
+
+def test_decoder_check_leaves_unreadable_files_out_of_the_shards(folder, tmp_path):
+    (folder / "road" / "road_bad.jpg").write_bytes(b"broken")
+    with pytest.raises(BadImageError, match="road_bad.jpg"):
+        shards.write_shards(folder, tmp_path / "fail", shard_count=2, decoder="pil")
+    written = shards.write_shards(folder, tmp_path / "skip", shard_count=2, decoder="pil", bad_images="skip")
+    assert written.images == 24 and [p.endswith("road_bad.jpg") for p in written.skipped] == [True]
+    assert len(list(shards.ShardDataset(written.urls))) == 24
+
+
+def test_unsized_shard_dataset_has_no_length_and_says_why(folder, tmp_path):
+    written = shards.write_shards(folder, tmp_path / "shards", shard_count=2)
+    with pytest.raises(TypeError, match="shard_sizes"):
+        len(shards.ShardDataset(written.urls))
+    sized = shards.ShardDataset(written.urls, shard_sizes=written.sizes, batch_size=5)
+    assert len(sized) == 20 and len(list(sized)) == 20  # 12 + 12 images, cut to whole batches of 5
+
+
+def test_shuffled_stream_follows_torchs_seed_each_epoch(folder, tmp_path):
+    written = shards.write_shards(folder, tmp_path / "shards", shard_count=3)
+    stream = shards.ShardDataset(written.urls, shuffle_buffer=8, shard_sizes=written.sizes)
+
+    def epoch(seed):
+        torch.manual_seed(seed)  # what the engine does before each epoch
+        return [label for _, label in stream]
+
+    assert epoch(0) == epoch(0)  # a resumed run repeats the epoch
+    assert epoch(1) != epoch(0) and sorted(epoch(1)) == sorted(epoch(0))

@@ -5,6 +5,7 @@ Docs: https://numpy.org/doc/stable/reference/generated/numpy.memmap.html
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -43,10 +44,42 @@ class CacheInfo:
         return self.pixel_bytes / self.source_bytes if self.source_bytes else float("nan")
 
 
-def default_cache_dir(source: str | os.PathLike, image_size: int, max_images: int = 0) -> Path:
-    """data_cache/predecoded/<folder name>-<size>px-<hash of the source path>."""
-    digest = hashlib.sha1(f"{Path(source).resolve()}|{max_images}".encode()).hexdigest()[:8]
+def default_cache_dir(source: str | os.PathLike, image_size: int, max_images: int = 0, selection: str = "") -> Path:
+    """data_cache/predecoded/<folder name>-<size>px-<hash of the source path, max_images and
+    `selection` (e.g. the decoder and the list of files, so different choices never collide)>."""
+    text = f"{Path(source).resolve()}|{max_images}" + (f"|{selection}" if selection else "")
+    digest = hashlib.sha1(text.encode()).hexdigest()[:8]
     return project_root() / CACHE_DIR / "predecoded" / f"{Path(source).name}-{image_size}px-{digest}"
+
+
+def selection_key(folder, indices, extra: str = "") -> str:
+    """A short hash of which files of the ImageFolderDataset `folder` were chosen (paths relative
+    to its root, in order) plus `extra`: a cache or shard set is reused only for the same files,
+    so adding, removing or renaming images gives a new one."""
+    root = Path(folder.folder.root)
+    digest = hashlib.sha1(extra.encode())
+    for index in indices:
+        digest.update(b"\n" + os.path.relpath(folder.samples[index][0], root).encode())
+    return digest.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def exclusive_build(folder: Path):
+    """Hold an exclusive lock on `<folder>.lock` while building `folder`, so DDP ranks (or two
+    notebooks) asking for the same cache or shards wait for one builder instead of racing.
+    POSIX file locks (fcntl); where there is none, no lock."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        yield
+        return
+    with open(folder.with_name(folder.name + ".lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _read_info(folder: Path) -> CacheInfo:
@@ -56,84 +89,66 @@ def _read_info(folder: Path) -> CacheInfo:
 
 def build_cache(source: str | os.PathLike, image_size: int, out_dir: str | os.PathLike | None = None, *,
                 decoder: str = "pil", bad_images: str = "fail", num_workers: int = 0, max_images: int = 0,
-                rebuild: bool = False) -> CacheInfo:
+                indices: list[int] | None = None, rebuild: bool = False) -> CacheInfo:
     """Decode every image under the ImageFolder `source` (resized to image_size x image_size when
-    it differs) into `out_dir`; returns the existing cache when it is already built. Written to a
-    temporary folder and renamed, so an interrupted build leaves no half cache behind."""
-    from torch.utils.data import DataLoader
-
+    it differs) into `out_dir`; returns the existing cache when it is already built. `indices`
+    picks which of the folder's files (ImageFolder order) to cache, in that order; otherwise
+    `max_images` files spread evenly over the folder (so every class is kept), 0 = all.
+    num_workers=-1: the recommended number. Written to a temporary folder and renamed, under a
+    lock, so an interrupted or concurrent build leaves no half cache behind."""
     from course_lib.data import transforms
     from course_lib.data.datasets import ImageFolderDataset
-    from course_lib.data.decode import FileDecoder
+    from course_lib.data.decode import FileDecoder, decode_once
 
     out_dir = Path(out_dir) if out_dir else default_cache_dir(source, image_size, max_images)
-    if (out_dir / META_FILE).exists() and not rebuild:
-        return _read_info(out_dir)
-    start = time.perf_counter()
-    dataset = ImageFolderDataset(source, transforms.sample_transform(image_size, "device"), bad_images,
-                                 loader=FileDecoder(decoder))
-    indices = list(range(len(dataset)))
-    if max_images and max_images < len(indices):  # evenly spread, so every class is kept
-        indices = [int(i * len(indices) / max_images) for i in range(max_images)]
-    staging = out_dir.with_name(out_dir.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    size = image_size
-    array = np.memmap(staging / PIXELS_FILE, dtype=np.uint8, mode="w+", shape=(len(indices), size, size, 3))
-    labels = np.empty(len(indices), dtype=np.int64)
-    # Workers decode; the main process writes rows in order and leaves bad files out (skip) or
-    # stops with the worker's BadImageError naming the file (fail).
-    loader = DataLoader(_DecodeOrReport(dataset, indices), batch_size=256, num_workers=num_workers,
-                        collate_fn=list)
-    row, skipped = 0, []
-    for batch in loader:
-        for image, target, bad_path in batch:
-            if bad_path:
-                log.warning("skipping unreadable image %s (bad_images=skip)", bad_path)
-                skipped.append(bad_path)
-                continue
-            array[row] = image.permute(1, 2, 0).numpy()
-            labels[row] = target
-            row += 1
-    array.flush()
-    del array
-    if row == 0:
-        shutil.rmtree(staging)
-        raise FileNotFoundError(f"no readable image in {source}; nothing to cache")
-    os.truncate(staging / PIXELS_FILE, row * size * size * 3)  # drop the rows of skipped files
-    np.save(staging / LABELS_FILE, labels[:row])
-    source_bytes = sum(os.path.getsize(dataset.samples[i][0]) for i in indices)
-    info = CacheInfo(folder=out_dir, images=row, image_size=image_size, classes=list(dataset.classes),
-                     source=str(source), pixel_bytes=(staging / PIXELS_FILE).stat().st_size,
-                     source_bytes=source_bytes, build_seconds=time.perf_counter() - start, skipped=skipped)
-    meta = {k: v for k, v in dataclasses.asdict(info).items() if k != "folder"}
-    (staging / META_FILE).write_text(json.dumps(meta, indent=2))
-    shutil.rmtree(out_dir, ignore_errors=True)
-    staging.rename(out_dir)
-    return info
-
-
-class _DecodeOrReport(torch.utils.data.Dataset):
-    """(image, label, "") per file, or (None, label, path) for an unreadable one under
-    bad_images=skip; under fail the BadImageError (with the path) propagates."""
-
-    def __init__(self, dataset, indices):
-        self.dataset, self.indices = dataset, indices
-
-    def __len__(self):
-        return len(self.indices)
-
-    def __getitem__(self, index):
-        from course_lib.data.datasets import BadImageError
-
-        path, target = self.dataset.samples[self.indices[index]]
+    with exclusive_build(out_dir):
+        if (out_dir / META_FILE).exists() and not rebuild:
+            return _read_info(out_dir)
+        start = time.perf_counter()
+        dataset = ImageFolderDataset(source, transforms.sample_transform(image_size, "device"), bad_images,
+                                     loader=FileDecoder(decoder))
+        if indices is None:
+            indices = list(range(len(dataset)))
+            if max_images and max_images < len(indices):  # evenly spread, so every class is kept
+                indices = [int(i * len(indices) / max_images) for i in range(max_images)]
+        staging = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        size = image_size
+        array = np.memmap(staging / PIXELS_FILE, dtype=np.uint8, mode="w+", shape=(len(indices), size, size, 3))
+        labels = np.empty(len(indices), dtype=np.int64)
+        # Workers decode; this process writes rows in order and leaves bad files out (skip) or
+        # stops with the worker's BadImageError naming the file (fail).
+        row, skipped = 0, []
         try:
-            image = self.dataset.loader(path)
-        except BadImageError:
-            if self.dataset.bad_images == "fail":
-                raise
-            return None, target, str(path)
-        return self.dataset.transform(image), target, ""
+            for _, image, target, bad_path in decode_once(dataset, indices, num_workers):
+                if bad_path:
+                    log.warning("skipping unreadable image %s (bad_images=skip)", bad_path)
+                    skipped.append(bad_path)
+                    continue
+                array[row] = image.permute(1, 2, 0).numpy()
+                labels[row] = target
+                row += 1
+        except BaseException:
+            del array
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        array.flush()
+        del array
+        if row == 0:
+            shutil.rmtree(staging)
+            raise FileNotFoundError(f"no readable image in {source}; nothing to cache")
+        os.truncate(staging / PIXELS_FILE, row * size * size * 3)  # drop the rows of skipped files
+        np.save(staging / LABELS_FILE, labels[:row])
+        source_bytes = sum(os.path.getsize(dataset.samples[i][0]) for i in indices)
+        info = CacheInfo(folder=out_dir, images=row, image_size=image_size, classes=list(dataset.classes),
+                         source=str(source), pixel_bytes=(staging / PIXELS_FILE).stat().st_size,
+                         source_bytes=source_bytes, build_seconds=time.perf_counter() - start, skipped=skipped)
+        meta = {k: v for k, v in dataclasses.asdict(info).items() if k != "folder"}
+        (staging / META_FILE).write_text(json.dumps(meta, indent=2))
+        shutil.rmtree(out_dir, ignore_errors=True)
+        staging.rename(out_dir)
+        return info
 
 
 class PreDecodedDataset(torch.utils.data.Dataset):

@@ -1,34 +1,33 @@
 """Datasets for the workbook: the generated `landcover-synth` set (`landcover.py`), scikit-learn's
 digits, any ImageFolder directory (EuroSAT RGB among them), and torchvision's EuroSAT and CIFAR-10
 classes, with the workbook's bad-image policy; `build_datasets(config)` returns the splits a
-config names.
+config names, read, decoded and augmented as its data switches say (image folders: `pipeline.py`).
 
 EuroSAT: Helber et al., "EuroSAT: A Novel Dataset and Deep Learning Benchmark for Land
 Use and Land Cover Classification", IEEE JSTARS 2019. CIFAR-10: Krizhevsky, 2009.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import os
 from pathlib import Path
 
 import numpy as np
+import torch
 from PIL import Image
 
 from course_lib.config import Config, ConfigError, WorkbookError
 from course_lib.data.device_augment import DeviceStage
 from course_lib.data.landcover import SPLITS, landcover_cache_dir  # noqa: F401 (SPLITS: every bundle has these)
-from course_lib.data.transforms import denormalize, eval_transform, train_transform
+from course_lib.data.transforms import denormalize
 from course_lib.paths import CACHE_DIR, resolve_path
-
-# ImageNet statistics: what timm's pretrained CNNs expect (timm.data.IMAGENET_DEFAULT_MEAN/STD).
-
 
 log = logging.getLogger(__name__)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
-
-
+# Datasets held as decoded arrays in memory: no files for `decoder` or `storage` to act on.
+IN_MEMORY_DATASETS = ("digits", "cifar10")
 
 
 class BadImageError(WorkbookError, RuntimeError):
@@ -69,6 +68,12 @@ class ImageFolderDataset:
         self.samples = self.folder.samples
         self.targets = self.folder.targets
         self.skipped: set[str] = set()
+
+    def with_transform(self, transform) -> ImageFolderDataset:
+        """The same file list (not listed again) with another transform, e.g. for a second split."""
+        other = copy.copy(self)
+        other.transform, other.skipped = transform, set()
+        return other
 
     def __len__(self):
         return len(self.samples)
@@ -117,9 +122,12 @@ class TransformedSubset:
 
     def __getitem__(self, index):
         image, target = self.dataset[self.indices[index]]
+        if isinstance(image, torch.Tensor):  # uint8 C x H x W from a FileDecoder or the pre-decoded cache
+            return (self.transform(image) if self.transform else image), int(target)
         if not isinstance(image, Image.Image):
-            image = Image.fromarray(np.asarray(image)).convert("RGB")
-        return (self.transform(image.convert("RGB")) if self.transform else image), int(target)
+            image = Image.fromarray(np.asarray(image))
+        image = image.convert("RGB")
+        return (self.transform(image) if self.transform else image), int(target)
 
 
 @dataclasses.dataclass
@@ -139,25 +147,31 @@ class DataBundle:
         return len(self.classes)
 
 
-def _split_indices(targets, fractions, seed):
+def split_indices(targets, fractions, seed):
     """Stratified split of range(len(targets)) into len(fractions) parts (scikit-learn)."""
     from sklearn.model_selection import train_test_split
 
     indices = np.arange(len(targets))
     first, rest = train_test_split(indices, train_size=fractions[0], stratify=targets, random_state=seed)
     if len(fractions) == 2:
-        return [first, rest]
+        return [first.tolist(), rest.tolist()]
     rest_targets = np.asarray(targets)[rest]
     second, third = train_test_split(rest, train_size=fractions[1] / (1 - fractions[0]),
                                      stratify=rest_targets, random_state=seed)
-    return [first, second, third]
+    return [first.tolist(), second.tolist(), third.tolist()]
+
+
+def limit_indices(count: int, max_images: int, seed: int) -> list[int] | None:
+    """Which `max_images` of `count` training images to keep (a seeded random choice, sorted),
+    or None for all of them: the one rule for max_train_images, whatever the storage."""
+    if not max_images or max_images >= count:
+        return None
+    return sorted(np.random.default_rng(seed).permutation(count)[:max_images].tolist())
 
 
 def _limit(dataset, max_images: int, seed: int):
-    if not max_images or max_images >= len(dataset):
-        return dataset
-    keep = np.random.default_rng(seed).permutation(len(dataset))[:max_images]
-    return _Subset(dataset, sorted(keep.tolist()))
+    keep = limit_indices(len(dataset), max_images, seed)
+    return dataset if keep is None else _Subset(dataset, keep)
 
 
 class _Subset(TransformedSubset):
@@ -167,107 +181,94 @@ class _Subset(TransformedSubset):
         return self.dataset[self.indices[index]]
 
 
-def _split_folder_names(root: Path) -> dict:
-    names = {"train": ("train",), "val": ("val", "valid", "validation"), "test": ("test",)}
-    found = {}
-    for split, options in names.items():
-        for option in options:
-            if (root / option).is_dir():
-                found[split] = root / option
-                break
-    return found
+def _refuse_file_switches(config: Config) -> None:
+    """digits and CIFAR-10 are decoded arrays in memory: decoder and storage have nothing to act on."""
+    for name, default in (("decoder", "pil"), ("storage", "files")):
+        value = getattr(config, name)
+        if value != default:
+            raise ConfigError(f"{name}={value} does not apply to dataset={config.dataset}: its images are decoded "
+                              f"arrays in memory; use {name}={default} (decoder and storage act on image folders: "
+                              "landcover-synth, imagefolder, eurosat)")
 
 
-def imagefolder_bundle(root: Path, image_size: int, bad_images: str, seed: int) -> DataBundle:
-    """train/ val|valid/ test/ subfolders when present; otherwise a seeded 80/10/10 split."""
-    splits = _split_folder_names(root)
-    train_tf, eval_tf = train_transform(image_size), eval_transform(image_size)
-    if "train" in splits:
-        train = ImageFolderDataset(splits["train"], train_tf, bad_images)
-        val = ImageFolderDataset(splits["val"], eval_tf, bad_images) if "val" in splits else None
-        test = ImageFolderDataset(splits["test"], eval_tf, bad_images) if "test" in splits else None
-        if val is None:  # carve a validation split out of train
-            whole = ImageFolderDataset(splits["train"], None, bad_images)
-            tr, va = _split_indices(whole.targets, (0.9, 0.1), seed)
-            train, val = TransformedSubset(whole, tr, train_tf), TransformedSubset(whole, va, eval_tf)
-        return DataBundle(train, val, test, list(train.classes), str(root))
-    whole = ImageFolderDataset(root, None, bad_images)
-    tr, va, te = _split_indices(whole.targets, (0.8, 0.1, 0.1), seed)
-    return DataBundle(TransformedSubset(whole, tr, train_tf), TransformedSubset(whole, va, eval_tf),
-                      TransformedSubset(whole, te, eval_tf), list(whole.classes), str(root))
-
-
-def digits_bundle(image_size: int, seed: int) -> DataBundle:
-    """scikit-learn's handwritten digits (1,797 real 8x8 scans), upscaled and split 70/15/15."""
+def digits_bundle(config: Config) -> DataBundle:
+    """scikit-learn's handwritten digits (1,797 real 8x8 scans), upscaled and split 70/15/15.
+    Flips and crops would turn digits into other symbols: training is not augmented, wherever
+    augmentation runs (with augmentation=device the device stage only normalises)."""
     from sklearn.datasets import load_digits
+
+    from course_lib.data.pipeline import split_transforms
 
     digits = load_digits()
     pixels = (digits.images * (255.0 / 16.0)).astype(np.uint8)  # 0..16 grey levels -> 0..255
     images = np.repeat(pixels[..., None], 3, axis=-1)
     classes = [str(d) for d in digits.target_names]
     whole = ArrayImageDataset(images, digits.target, classes)
-    tr, va, te = _split_indices(digits.target, (0.7, 0.15, 0.15), seed)
-    # Flips would turn digits into other symbols: evaluation transform for training too.
-    tf = eval_transform(image_size)
-    return DataBundle(TransformedSubset(whole, tr, tf), TransformedSubset(whole, va, tf),
-                      TransformedSubset(whole, te, tf), classes, "sklearn.datasets.load_digits")
+    tr, va, te = split_indices(digits.target, (0.7, 0.15, 0.15), config.seed)
+    train_tf, eval_tf, stage = split_transforms(config, augment=False)
+    return DataBundle(TransformedSubset(whole, tr, train_tf), TransformedSubset(whole, va, eval_tf),
+                      TransformedSubset(whole, te, eval_tf), classes, "sklearn.datasets.load_digits", stage)
 
 
-def eurosat_bundle(root: Path, image_size: int, download: bool, seed: int) -> DataBundle:
-    """torchvision.datasets.EuroSAT (expects root/eurosat/2750/<class>/*.jpg), split 80/10/10."""
+def eurosat_folder(root: Path, download: bool) -> Path:
+    """torchvision.datasets.EuroSAT's image folder (root/eurosat/2750/<class>/*.jpg), downloaded
+    when allowed; the workbook then reads it as an image folder, so every data switch applies."""
     from torchvision.datasets import EuroSAT
 
     try:
-        whole = EuroSAT(str(root), download=download)
+        EuroSAT(str(root), download=download)  # checks the files (and downloads them when allowed)
     except RuntimeError as error:
         raise FileNotFoundError(f"EuroSAT not found under {root} ({error}); set download=true when online, "
                                 "or point dataset=imagefolder data_dir=... at an extracted copy") from None
-    tr, va, te = _split_indices(whole.targets, (0.8, 0.1, 0.1), seed)
-    return DataBundle(TransformedSubset(whole, tr, train_transform(image_size)),
-                      TransformedSubset(whole, va, eval_transform(image_size)),
-                      TransformedSubset(whole, te, eval_transform(image_size)), list(whole.classes), str(root))
+    return Path(root) / "eurosat" / "2750"  # where torchvision.datasets.EuroSAT keeps the images
 
 
-def cifar10_bundle(root: Path, image_size: int, download: bool, seed: int) -> DataBundle:
+def cifar10_bundle(root: Path, config: Config) -> DataBundle:
     """torchvision.datasets.CIFAR10: its train set split 90/10 into train/val, its test set as test."""
     from torchvision.datasets import CIFAR10
 
+    from course_lib.data.pipeline import split_transforms
+
+    train_tf, eval_tf, stage = split_transforms(config)
     try:
-        train_whole = CIFAR10(str(root), train=True, download=download)
-        test = CIFAR10(str(root), train=False, download=download, transform=eval_transform(image_size))
+        train_whole = CIFAR10(str(root), train=True, download=config.download)
+        test = CIFAR10(str(root), train=False, download=config.download, transform=eval_tf)
     except RuntimeError as error:
         raise FileNotFoundError(f"CIFAR-10 not found under {root} ({error}); set download=true when online") from None
-    tr, va = _split_indices(train_whole.targets, (0.9, 0.1), seed)
-    return DataBundle(TransformedSubset(train_whole, tr, train_transform(image_size)),
-                      TransformedSubset(train_whole, va, eval_transform(image_size)),
-                      test, list(train_whole.classes), str(root))
+    tr, va = split_indices(train_whole.targets, (0.9, 0.1), config.seed)
+    return DataBundle(TransformedSubset(train_whole, tr, train_tf), TransformedSubset(train_whole, va, eval_tf),
+                      test, list(train_whole.classes), str(root), stage)
 
 
 def build_datasets(config: Config) -> DataBundle:
-    """The train/val/test datasets that `config.dataset` and `config.data_dir` name."""
+    """The train/val/test datasets that `config.dataset` and `config.data_dir` name, read, decoded
+    and augmented as `config.storage`, `config.decoder` and `config.augmentation` say (see
+    `pipeline.py`); `bundle.pipeline` names the choices and `bundle.device_stage` finishes each
+    batch on the training device."""
+    from course_lib.data.pipeline import describe, image_folder_bundle
+
     name = config.dataset
+    if name in IN_MEMORY_DATASETS:
+        _refuse_file_switches(config)
     if name == "landcover-synth":
         root = resolve_path(config.data_dir) if config.data_dir else landcover_cache_dir(seed=0)
-        bundle = imagefolder_bundle(root, config.image_size, config.bad_images, config.seed)
-    elif name == "digits":
-        bundle = digits_bundle(config.image_size, config.seed)
-    elif name == "imagefolder":
+        return image_folder_bundle(root, config)
+    if name == "imagefolder":
         if not config.data_dir:
             raise ConfigError("dataset=imagefolder needs data_dir=<folder with train/ and val/ subfolders>")
-        bundle = imagefolder_bundle(resolve_path(config.data_dir), config.image_size, config.bad_images,
-                                    config.seed)
-    elif name == "eurosat":
-        bundle = eurosat_bundle(resolve_path(config.data_dir or str(CACHE_DIR / "torchvision")),
-                                config.image_size, config.download, config.seed)
+        return image_folder_bundle(resolve_path(config.data_dir), config)
+    if name == "eurosat":
+        root = resolve_path(config.data_dir or str(CACHE_DIR / "torchvision"))
+        return image_folder_bundle(eurosat_folder(root, config.download), config, source=str(root))
+    if name == "digits":
+        bundle = digits_bundle(config)
     elif name == "cifar10":
-        bundle = cifar10_bundle(resolve_path(config.data_dir or str(CACHE_DIR / "torchvision")),
-                                config.image_size, config.download, config.seed)
+        bundle = cifar10_bundle(resolve_path(config.data_dir or str(CACHE_DIR / "torchvision")), config)
     else:  # make_config already refuses other names
         raise ConfigError(f"unknown dataset {name!r}")
     bundle.train = _limit(bundle.train, config.max_train_images, config.seed)
+    bundle.pipeline = describe(config)
     return bundle
-
-
 
 
 def sample_grid(dataset, classes, per_class: int = 6, seed: int = 0):
@@ -287,7 +288,9 @@ def sample_grid(dataset, classes, per_class: int = 6, seed: int = 0):
             axis.axis("off")
             if column < len(picks):
                 image, _ = dataset[int(picks[column])]
-                axis.imshow(denormalize(image).permute(1, 2, 0).numpy())
+                # uint8 images (augmentation=device) are shown as they are; floats were normalised
+                shown = image if image.dtype == torch.uint8 else denormalize(image)
+                axis.imshow(shown.permute(1, 2, 0).numpy())
         axes[row, 0].set_title(name, fontsize=8, loc="left")
     figure.tight_layout()
     return figure

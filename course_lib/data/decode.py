@@ -20,10 +20,8 @@ from typing import Callable
 import numpy as np
 import torch
 
+from course_lib.config import DECODER_NAMES
 from course_lib.data.datasets import IMAGE_EXTENSIONS, BadImageError
-
-DECODER_NAMES = ("pil", "opencv", "torchvision", "nvjpeg")
-
 
 # torchvision 0.29 warns on every decode call that its image I/O moves to TorchCodec; it still
 # works and is what this module measures, so the per-call warning is silenced (this message only).
@@ -136,6 +134,51 @@ class FileDecoder:
 
     def __setstate__(self, state):
         self.__init__(state["name"])
+
+
+class DecodeOrReport(torch.utils.data.Dataset):
+    """Item i of an ImageFolderDataset's `indices` as (index, transform(decoded image), label, "")
+    or, for an unreadable file under bad_images=skip, (index, None, label, path); under fail the
+    BadImageError (with the path) propagates. Decoded images come back on the CPU. The one
+    decode-everything-once pass behind the cache and the shard check (`decode_once`)."""
+
+    def __init__(self, dataset, indices, keep_pixels: bool = True):
+        self.dataset, self.indices, self.keep_pixels = dataset, list(indices), keep_pixels
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __getitem__(self, position):
+        index = self.indices[position]
+        path, target = self.dataset.samples[index]
+        try:
+            image = self.dataset.loader(path)
+        except BadImageError:
+            if self.dataset.bad_images == "fail":
+                raise
+            return index, None, target, str(path)
+        if not self.keep_pixels:  # a readability check: nothing to send back to the main process
+            return index, torch.empty(0, dtype=torch.uint8), target, ""
+        image = self.dataset.transform(image) if self.dataset.transform else image
+        return index, image.cpu(), target, ""
+
+
+def decode_once(dataset, indices, num_workers: int = 0, keep_pixels: bool = True, batch_size: int = 256):
+    """Yield (index, image or None, label, bad path or "") for `indices` of `dataset` (an
+    ImageFolderDataset whose loader is a FileDecoder), in order, decoded by `num_workers` DataLoader
+    workers; -1 = the recommended number. nvjpeg decodes in this process (CUDA does not work in
+    forked workers)."""
+    from torch.utils.data import DataLoader
+
+    from course_lib.devices import resolve_num_workers
+
+    workers = resolve_num_workers(num_workers)
+    if getattr(dataset.loader, "name", "") == "nvjpeg":
+        workers = 0
+    loader = DataLoader(DecodeOrReport(dataset, indices, keep_pixels), batch_size=batch_size,
+                        num_workers=workers, collate_fn=list)
+    for batch in loader:
+        yield from batch
 
 
 def image_files(folder: str | os.PathLike, count: int | None = None) -> list[Path]:

@@ -14,7 +14,13 @@ import math
 
 import torch
 
-from course_lib.data.transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from course_lib.data.transforms import (
+    HEAVY,
+    IMAGENET_DEFAULT_MEAN,
+    IMAGENET_DEFAULT_STD,
+    LIGHT,
+    AugmentRecipe,
+)
 
 # Colour weights of torchvision's rgb_to_grayscale (ITU-R 601-2 luma).
 _GREY_WEIGHTS = (0.2989, 0.587, 0.114)
@@ -30,7 +36,7 @@ def batch_flip_lr(images: torch.Tensor, generator: torch.Generator | None = None
     return torch.where(flip.view(-1, 1, 1, 1), images.flip(-1), images)
 
 
-def random_crop_boxes(count: int, height: int, width: int, scale=(0.6, 1.0), ratio=(3 / 4, 4 / 3),
+def random_crop_boxes(count: int, height: int, width: int, scale=LIGHT.scale, ratio=LIGHT.ratio,
                       generator: torch.Generator | None = None, device=None) -> torch.Tensor:
     """`count` boxes (x1, y1, x2, y2) in pixels with area fraction in `scale` and aspect ratio in
     `ratio` (log-uniform), like v2.RandomResizedCrop; boxes too big are clamped to the image
@@ -81,8 +87,8 @@ def adjust_saturation(images: torch.Tensor, factors: torch.Tensor) -> torch.Tens
     return (factors * images + (1 - factors) * _grey(images)).clamp(0, 1)
 
 
-def batch_color_jitter(images: torch.Tensor, brightness: float = 0.4, contrast: float = 0.4,
-                       saturation: float = 0.4, generator: torch.Generator | None = None) -> torch.Tensor:
+def batch_color_jitter(images: torch.Tensor, brightness: float, contrast: float, saturation: float,
+                       generator: torch.Generator | None = None) -> torch.Tensor:
     """v2.ColorJitter's factor ranges ([max(0, 1-s), 1+s]) drawn per image; applied in a fixed
     order (brightness, contrast, saturation) where v2 shuffles the order."""
     count, device = len(images), images.device
@@ -93,19 +99,31 @@ def batch_color_jitter(images: torch.Tensor, brightness: float = 0.4, contrast: 
     return images
 
 
+def batch_normalize(images: torch.Tensor, mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD) -> torch.Tensor:
+    """uint8 (0-255) or [0, 1] float N x 3 x H x W -> float normalised with `mean` and `std`, on
+    the batch's device: what the evaluation side of a uint8 pipeline needs."""
+    images = images.float().div_(255) if images.dtype == torch.uint8 else images.float()
+    mean = torch.tensor(mean, device=images.device, dtype=images.dtype).view(1, 3, 1, 1)
+    std = torch.tensor(std, device=images.device, dtype=images.dtype).view(1, 3, 1, 1)
+    return (images - mean) / std
+
+
 class DeviceAugment:
     """Per-batch training augmentation on the batch's device: uint8 (or [0,1] float) N x 3 x H x W
-    in, normalised float N x 3 x size x size out.
+    in, normalised float N x 3 x size x size out. `recipe` (a transforms.AugmentRecipe) is the same
+    object the per-image CPU transform reads; the default, HEAVY, is what notebook 02 compares
+    with `sample_transform(size, "cpu")`; `build_datasets` passes LIGHT, the engine's recipe.
 
-        augment = DeviceAugment(image_size=64)
+        augment = DeviceAugment(image_size=64, recipe=transforms.LIGHT)
         images = augment(images.to(device, non_blocking=True))
+
+    seed=None draws from torch's global generator of the device, which the engine seeds per
+    (seed, epoch, rank), so a resumed run repeats the same augmentation.
     """
 
-    def __init__(self, image_size: int, scale=(0.6, 1.0), ratio=(3 / 4, 4 / 3), flip: bool = True,
-                 brightness: float = 0.4, contrast: float = 0.4, saturation: float = 0.4,
-                 mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, seed: int | None = None):
-        self.image_size, self.scale, self.ratio, self.flip = image_size, scale, ratio, flip
-        self.brightness, self.contrast, self.saturation = brightness, contrast, saturation
+    def __init__(self, image_size: int, recipe: AugmentRecipe = HEAVY, mean=IMAGENET_DEFAULT_MEAN,
+                 std=IMAGENET_DEFAULT_STD, seed: int | None = None):
+        self.image_size, self.recipe = image_size, recipe
         self.mean, self.std, self.seed = tuple(mean), tuple(std), seed
         self._generators: dict[str, torch.Generator] = {}
 
@@ -120,17 +138,18 @@ class DeviceAugment:
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         if images.dim() != 4 or images.shape[1] != 3:
             raise ValueError(f"DeviceAugment expects N x 3 x H x W images, got shape {tuple(images.shape)}")
-        generator = self._generator(images.device)
+        generator, recipe = self._generator(images.device), self.recipe
         images = images.float().div_(255) if images.dtype == torch.uint8 else images.float()
         height, width = images.shape[-2:]
-        boxes = random_crop_boxes(len(images), height, width, self.scale, self.ratio, generator, images.device)
+        boxes = random_crop_boxes(len(images), height, width, recipe.scale, recipe.ratio, generator, images.device)
         images = batch_resized_crop(images, boxes, self.image_size)
-        if self.flip:
+        if recipe.flip:
             images = batch_flip_lr(images, generator)
-        images = batch_color_jitter(images, self.brightness, self.contrast, self.saturation, generator)
-        mean = torch.tensor(self.mean, device=images.device).view(1, 3, 1, 1)
-        std = torch.tensor(self.std, device=images.device).view(1, 3, 1, 1)
-        return (images - mean) / std
+        images = batch_color_jitter(images, recipe.brightness, recipe.contrast, recipe.saturation, generator)
+        return batch_normalize(images, self.mean, self.std)
+
+    def __repr__(self) -> str:
+        return f"DeviceAugment({self.image_size}, {self.recipe})"
 
 
 class DeviceStage:
@@ -142,7 +161,7 @@ class DeviceStage:
         images = bundle.device_stage(images, device, train=True)
     """
 
-    def __init__(self, train_transform=None, eval_transform=None, description: str = "none"):
+    def __init__(self, train_transform=None, eval_transform=None, description: str = "copy only"):
         self.train_transform, self.eval_transform, self.description = train_transform, eval_transform, description
 
     def __call__(self, images: torch.Tensor, device: torch.device, *, train: bool) -> torch.Tensor:

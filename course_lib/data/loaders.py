@@ -16,20 +16,40 @@ from torch.utils.data import DataLoader, Subset
 
 from course_lib.config import Config, ConfigError
 
-AUGMENTATION_PLACES = ("cpu", "device", "none")
+
+def local_processes() -> int:
+    """Training processes on this machine: torchrun's LOCAL_WORLD_SIZE, else 1."""
+    import os
+
+    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+
+
+def resolved_num_workers(config: Config) -> int:
+    """The config's num_workers, with -1 turned into the recommended number for this machine
+    (`devices.recommended_num_workers`: half the physical cores, shared by this machine's
+    training processes). Every loader, and the cache and shard builders, ask here."""
+    from course_lib.devices import resolve_num_workers
+
+    return resolve_num_workers(config.num_workers, processes=local_processes())
 
 
 def make_loader(dataset, config: Config, *, train: bool, sampler=None, drop_last: bool | None = None,
                 batch_size: int | None = None) -> DataLoader:
-    """One DataLoader built from the config's knobs; `sampler` (e.g. DistributedSampler)
-    replaces shuffling. Knobs that only matter with workers are dropped at num_workers=0,
-    where torch refuses them."""
-    workers = config.num_workers
+    """One DataLoader built from the config's knobs (num_workers=-1: the recommended number);
+    `sampler` (e.g. DistributedSampler) replaces shuffling. Knobs that only matter with workers
+    are dropped at num_workers=0, where torch refuses them. A stream that splits itself across
+    ranks (shards.ShardDataset) takes no sampler: the one given is not used."""
+    workers = resolved_num_workers(config)
     generator = torch.Generator().manual_seed(config.seed)
     extra = {}
     if workers > 0:
         extra = dict(prefetch_factor=config.prefetch_factor, persistent_workers=config.persistent_workers)
     iterable = isinstance(dataset, torch.utils.data.IterableDataset)  # shards: order comes from the stream
+    if iterable and sampler is not None:
+        if not getattr(dataset, "splits_by_rank", False):
+            raise ConfigError(f"{type(dataset).__name__} is a stream: a DataLoader cannot take a sampler for it, "
+                              "and it does not split itself across ranks; use a map-style dataset")
+        sampler = None  # the stream already reads only this rank's shards
     return DataLoader(
         dataset,
         batch_size=batch_size or config.batch_size,
@@ -44,17 +64,17 @@ def make_loader(dataset, config: Config, *, train: bool, sampler=None, drop_last
 
 
 def image_folder_dataset(folder, image_size: int, *, decoder: str = "pil", augmentation: str = "cpu",
-                         bad_images: str = "fail"):
-    """An ImageFolder read with `decoder` (see decode.py). augmentation="cpu": per-sample random
-    resized crop, flip and colour jitter in the workers (normalised float out); "device": only a
-    resize here, uint8 out, augmented per batch later by device_augment.DeviceAugment; "none": resize and
-    normalise (evaluation)."""
+                         bad_images: str = "fail", recipe=None):
+    """An ImageFolder read with `decoder` (see decode.py). augmentation="cpu": per-sample
+    augmentation by `recipe` in the workers (normalised float out; default transforms.HEAVY: crop,
+    flip and colour jitter, what notebook 02 measures); "device": only a resize here, uint8 out,
+    augmented per batch later by device_augment.DeviceAugment; "none": resize and normalise."""
     from course_lib.data import transforms
     from course_lib.data.datasets import ImageFolderDataset
     from course_lib.data.decode import FileDecoder
 
-    return ImageFolderDataset(folder, transforms.sample_transform(image_size, augmentation), bad_images,
-                              loader=FileDecoder(decoder))
+    transform = transforms.sample_transform(image_size, augmentation, recipe or transforms.HEAVY)
+    return ImageFolderDataset(folder, transform, bad_images, loader=FileDecoder(decoder))
 
 
 def default_image_folder(config: Config):
@@ -169,7 +189,7 @@ def time_dataset(dataset, config: Config, *, epochs: int = 2, warmup_epochs: int
         loader = make_loader(dataset, config, train=True, drop_last=False)
         timings.append(time_loader(loader, epochs, warmup_epochs, device, batch_transform))
         del loader
-    return {"images": timings[0]["images"] // max(1, epochs), "num_workers": config.num_workers,
+    return {"images": timings[0]["images"] // max(1, epochs), "num_workers": resolved_num_workers(config),
             "batch_size": config.batch_size, "repeats": repeats,
             "images_per_second": statistics.median(t["images_per_second"] for t in timings)}
 

@@ -7,10 +7,13 @@ Format and library: https://github.com/webdataset/webdataset
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 import math
 import os
 import random
+import shutil
 import tarfile
 import time
 from pathlib import Path
@@ -19,9 +22,11 @@ import torch
 
 from course_lib.config import ConfigError
 from course_lib.data.datasets import BadImageError, ImageFolderDataset
+from course_lib.paths import CACHE_DIR, project_root
 
 log = logging.getLogger(__name__)
 SHARD_PATTERN = "shard-{index:05d}.tar"
+INDEX_FILE = "shards.json"  # the ShardSet: shard names, sizes, classes, what was packed
 
 
 @dataclasses.dataclass
@@ -32,40 +37,96 @@ class ShardSet:
     classes: list
     shard_bytes: int  # all shards together
     write_seconds: float
+    sizes: list = dataclasses.field(default_factory=list)  # images in each shard, in url order
+    skipped: list = dataclasses.field(default_factory=list)  # unreadable files left out (decoder check, skip)
+    key: str = ""  # what was packed: source, selection, shard count, checking decoder
+
+
+def default_shard_dir(source: str | os.PathLike, shard_count: int, selection: str = "") -> Path:
+    """data_cache/shards/<folder name>-<count>x-<hash of the source path and `selection`>."""
+    digest = hashlib.sha1(f"{Path(source).resolve()}|{selection}".encode()).hexdigest()[:8]
+    return project_root() / CACHE_DIR / "shards" / f"{Path(source).name}-{shard_count}x-{digest}"
+
+
+def read_shard_set(folder: str | os.PathLike) -> ShardSet:
+    """The ShardSet written into `folder` (its shards.json)."""
+    folder = Path(folder)
+    meta = json.loads((folder / INDEX_FILE).read_text())
+    meta["urls"] = [str(folder / name) for name in meta["urls"]]
+    return ShardSet(folder=folder, **meta)
 
 
 def write_shards(source: str | os.PathLike, out_dir: str | os.PathLike, shard_count: int = 8, *,
-                 max_images: int = 0, seed: int = 0) -> ShardSet:
-    """Pack the ImageFolder `source` into `shard_count` tar files under `out_dir`. The files are
-    shuffled once (seeded) before packing, so every shard mixes classes: readers shuffle only
-    within a buffer, and class-sorted shards would give class-sorted batches. The encoded bytes
-    are stored unchanged (no re-encoding), so reading back gives exactly the original pixels."""
+                 max_images: int = 0, seed: int = 0, indices: list[int] | None = None, decoder: str | None = None,
+                 bad_images: str = "fail", num_workers: int = 0, rebuild: bool = False) -> ShardSet:
+    """Pack the ImageFolder `source` into `shard_count` tar files under `out_dir`, sizes differing
+    by at most one image. The files are shuffled once (seeded) before packing, so every shard
+    mixes classes: readers shuffle only within a buffer, and class-sorted shards would give
+    class-sorted batches. The encoded bytes are stored unchanged (no re-encoding), so reading
+    back gives exactly the original pixels; each sample's key is its index in the folder.
+
+    `indices` picks the folder's files (ImageFolder order); otherwise `max_images` spread evenly,
+    0 = all. With `decoder`, every file is decoded once first (`num_workers` workers) and
+    unreadable ones fail naming the file (bad_images=fail) or are left out (skip), so a reader's
+    image count is exact. An out_dir already holding the same packing is reused unless `rebuild`."""
     import webdataset as wds
+
+    from course_lib.data.cache import exclusive_build, selection_key
+    from course_lib.data.decode import FileDecoder, decode_once
 
     if shard_count < 1:
         raise ConfigError(f"shard_count must be at least 1, got {shard_count}")
-    start = time.perf_counter()
-    folder = ImageFolderDataset(source)
-    samples = list(folder.samples)
-    if max_images and max_images < len(samples):
-        samples = [samples[int(i * len(samples) / max_images)] for i in range(max_images)]
-    order = list(range(len(samples)))
-    random.Random(seed).shuffle(order)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    per_shard = math.ceil(len(order) / shard_count)
-    urls = []
-    for shard in range(shard_count):
-        url = out_dir / SHARD_PATTERN.format(index=shard)
-        with wds.TarWriter(str(url), encoder=False) as writer:  # encoder=False: bytes as given
-            for position in order[shard * per_shard:(shard + 1) * per_shard]:
-                path, target = samples[position]
-                extension = Path(path).suffix.lower().lstrip(".") or "jpg"
-                writer.write({"__key__": f"{position:08d}", extension: Path(path).read_bytes(),
-                              "cls": str(target).encode()})
-        urls.append(str(url))
-    return ShardSet(out_dir, urls, len(samples), list(folder.classes),
-                    sum(os.path.getsize(u) for u in urls), time.perf_counter() - start)
+    with exclusive_build(out_dir):
+        folder = ImageFolderDataset(source, bad_images=bad_images,
+                                    loader=FileDecoder(decoder) if decoder else None)
+        if indices is None:
+            indices = list(range(len(folder.samples)))
+            if max_images and max_images < len(indices):
+                indices = [int(i * len(indices) / max_images) for i in range(max_images)]
+        key = selection_key(folder, indices, f"{shard_count}|{seed}|{decoder}")
+        if (out_dir / INDEX_FILE).exists() and not rebuild:
+            existing = read_shard_set(out_dir)
+            if existing.key == key:
+                return existing
+        start = time.perf_counter()
+        skipped = []
+        if decoder:
+            readable = []
+            for index, _, _, bad_path in decode_once(folder, indices, num_workers, keep_pixels=False):
+                if bad_path:
+                    log.warning("leaving unreadable image %s out of the shards (bad_images=skip)", bad_path)
+                    skipped.append(bad_path)
+                else:
+                    readable.append(index)
+            indices = readable
+        if not indices:
+            raise FileNotFoundError(f"no readable image in {source}; nothing to pack")
+        order = list(indices)
+        random.Random(seed).shuffle(order)
+        staging = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        bounds = [shard * len(order) // shard_count for shard in range(shard_count + 1)]
+        names, sizes = [], []
+        for shard in range(shard_count):
+            name = SHARD_PATTERN.format(index=shard)
+            members = order[bounds[shard]:bounds[shard + 1]]
+            with wds.TarWriter(str(staging / name), encoder=False) as writer:  # encoder=False: bytes as given
+                for index in members:
+                    path, target = folder.samples[index]
+                    extension = Path(path).suffix.lower().lstrip(".") or "jpg"
+                    writer.write({"__key__": f"{index:08d}", extension: Path(path).read_bytes(),
+                                  "cls": str(target).encode()})
+            names.append(name)
+            sizes.append(len(members))
+        meta = {"urls": names, "images": len(order), "classes": list(folder.classes),
+                "shard_bytes": sum(os.path.getsize(staging / name) for name in names),
+                "write_seconds": time.perf_counter() - start, "sizes": sizes, "skipped": skipped, "key": key}
+        (staging / INDEX_FILE).write_text(json.dumps(meta, indent=2))
+        shutil.rmtree(out_dir, ignore_errors=True)
+        staging.rename(out_dir)
+        return read_shard_set(out_dir)
 
 
 def read_samples(urls: list[str]):
@@ -78,31 +139,99 @@ def read_samples(urls: list[str]):
         yield sample["__key__"], extension, sample[extension], int(sample["cls"])
 
 
-class ShardDataset(torch.utils.data.IterableDataset):
-    """Stream samples from shards: each DataLoader worker (and each DDP rank) reads its own subset
-    of shards (webdataset's split_by_node / split_by_worker), decodes with `decoder` and applies
-    `transform`. bad_images="fail" raises BadImageError naming the shard and key; "skip" logs it.
+def distributed_rank() -> tuple[int, int]:
+    """(rank, world size) of this process: torch.distributed's when initialised, else torchrun's
+    RANK / WORLD_SIZE environment, else (0, 1)."""
+    import torch.distributed as dist
 
-    A worker that is given no shard yields nothing, so fewer shards than ranks x workers gives
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def reader_shards(count: int, rank: int, world_size: int, worker: int, workers: int) -> list[int]:
+    """Which of `count` shards one reader (DataLoader worker `worker` of `workers` on rank `rank`
+    of `world_size`) reads: every world_size-th shard for the rank, then every workers-th of those
+    for the worker (webdataset's split_by_node, then split_by_worker)."""
+    return list(range(count))[rank::max(1, world_size)][worker::max(1, workers)]
+
+
+class ShardDataset(torch.utils.data.IterableDataset):
+    """Stream samples from shards: each DDP rank, and each DataLoader worker within it, reads its
+    own subset of shards (`reader_shards`), decodes with `decoder` and applies `transform`.
+    bad_images="fail" raises BadImageError naming the shard and key; "skip" logs it.
+    shuffle_buffer > 0 shuffles the reader's shard order and its samples through a buffer of that
+    many encoded samples, drawing a new order each epoch from torch's generator (seeded per epoch
+    by the engine) mixed with `seed`.
+
+    Sized (given `shard_sizes`, `batch_size`, `num_workers`, `rank`, `world_size`, as
+    `pipeline.image_folder_bundle` does), each reader yields whole batches only and `len()` is the
+    number of images this rank yields per epoch, so `len(loader)` counts its batches exactly: a
+    DataLoader batches each worker's stream separately, and a worker's last partial batch would
+    otherwise be dropped (drop_last) or be short. Unsized (notebook 02), readers follow the
+    loader's actual worker count and the dataset has no length.
+
+    A reader that is given no shard yields nothing, so fewer shards than ranks x workers gives
     ranks different batch counts (see `check_shard_count`)."""
 
+    splits_by_rank = True  # make_loader: no DistributedSampler needed (nor possible)
+
     def __init__(self, urls: list[str], transform=None, decoder: str = "pil", bad_images: str = "fail",
-                 shuffle_buffer: int = 0, seed: int = 0, classes: list | None = None):
+                 shuffle_buffer: int = 0, seed: int = 0, classes: list | None = None, *,
+                 shard_sizes: list[int] | None = None, batch_size: int = 1, num_workers: int = 0,
+                 rank: int = 0, world_size: int = 1):
         self.urls, self.transform, self.decoder_name = list(urls), transform, decoder
         self.bad_images, self.shuffle_buffer, self.seed, self.classes = bad_images, shuffle_buffer, seed, classes
+        if shard_sizes is not None and len(shard_sizes) != len(self.urls):
+            raise ValueError(f"{len(shard_sizes)} shard sizes for {len(self.urls)} shards")
+        self.shard_sizes, self.batch_size, self.num_workers = shard_sizes, max(1, batch_size), num_workers
+        self.rank, self.world_size = rank, world_size
+
+    def _quota(self, worker: int) -> int:
+        """Images one sized reader yields: its shards' images, cut to whole batches."""
+        readers = max(1, self.num_workers)
+        images = sum(self.shard_sizes[i] for i in reader_shards(len(self.urls), self.rank, self.world_size,
+                                                                worker, readers))
+        return images // self.batch_size * self.batch_size
+
+    def __len__(self) -> int:
+        if self.shard_sizes is None:
+            raise TypeError("this ShardDataset has no length: give it shard_sizes (ShardSet.sizes), batch_size "
+                            "and num_workers")
+        return sum(self._quota(worker) for worker in range(max(1, self.num_workers)))
 
     def __iter__(self):
         import webdataset as wds
 
         from course_lib.data.decode import get_decoder
 
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        if self.shard_sizes is not None and workers != max(1, self.num_workers):
+            raise ConfigError(f"this ShardDataset was sized for {max(1, self.num_workers)} reader(s) per rank but "
+                              f"the DataLoader runs {workers}; build the datasets and the loader from the same "
+                              "config (num_workers)")
+        rank, world_size = (self.rank, self.world_size) if self.shard_sizes is not None else distributed_rank()
+        urls = [self.urls[i] for i in reader_shards(len(self.urls), rank, world_size, worker, workers)]
+        quota = self._quota(worker) if self.shard_sizes is not None else None
+        if not urls or quota == 0:
+            return
         decoder = get_decoder(self.decoder_name)
-        stream = wds.WebDataset(self.urls, shardshuffle=len(self.urls) if self.shuffle_buffer else False,
-                                nodesplitter=wds.split_by_node, workersplitter=wds.split_by_worker,
-                                empty_check=False, seed=self.seed)
+        stream = None
         if self.shuffle_buffer:
-            stream = stream.shuffle(self.shuffle_buffer)
+            # A fresh draw per epoch: from the worker's torch generator, which the DataLoader seeds
+            # from the main process's, which the engine seeds per (seed, epoch, rank).
+            rng = random.Random(f"{self.seed}-{int(torch.randint(2**62, ()))}")
+            rng.shuffle(urls)
+            stream = wds.WebDataset(urls, shardshuffle=False, nodesplitter=None, workersplitter=None,
+                                    empty_check=False).shuffle(self.shuffle_buffer, rng=rng)
+        else:
+            stream = wds.WebDataset(urls, shardshuffle=False, nodesplitter=None, workersplitter=None,
+                                    empty_check=False)
+        yielded = 0
         for sample in stream:
+            if quota is not None and yielded >= quota:
+                return
             extension = next(k for k in sample if not k.startswith("__") and k != "cls")
             source = f"{sample.get('__url__', '?')}:{sample['__key__']}.{extension}"
             try:
@@ -112,6 +241,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
                     raise
                 log.warning("skipping %s", error)
                 continue
+            yielded += 1
             yield (self.transform(image) if self.transform else image), int(sample["cls"])
 
 

@@ -1,9 +1,12 @@
-"""The one home of the per-image transforms: training augmentation (random resized crop and flip,
-the articles' default), evaluation resizing, ImageNet normalisation (what timm's pretrained CNNs
-expect), and the uint8 resize that leaves augmentation to `device_augment` on the training device.
-Built from torchvision.transforms.v2.
+"""The one home of the per-image transforms and of the augmentation recipe they share with
+`device_augment.DeviceAugment`: training augmentation (random resized crop, flip, optional colour
+jitter; Szegedy et al. 2015's crop, as torchvision's RandomResizedCrop), evaluation resizing,
+ImageNet normalisation (what timm's pretrained CNNs expect), and the uint8 resize that leaves
+augmentation to the training device. Built from torchvision.transforms.v2.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
@@ -11,22 +14,50 @@ import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD  # noqa: E402
 
 
-def train_transform(image_size: int):
-    """Light CPU augmentation (the articles' default): random resized crop and flip."""
-    import torch
+@dataclasses.dataclass(frozen=True)
+class AugmentRecipe:
+    """What training augmentation does, whichever side runs it: `train_transform` per image in
+    the DataLoader workers (augmentation=cpu) or `DeviceAugment` per batch on the training
+    device (augmentation=device). Both read these fields, so the two places cannot drift apart."""
+
+    scale: tuple = (0.6, 1.0)  # area of the random crop, as a fraction of the image
+    ratio: tuple = (3 / 4, 4 / 3)  # aspect ratio (width / height) of the crop, drawn log-uniform
+    flip: bool = True  # mirror left-right with probability 0.5
+    brightness: float = 0.0  # colour jitter: factor drawn from [max(0, 1 - s), 1 + s]; 0 = off
+    contrast: float = 0.0  # same range rule as brightness
+    saturation: float = 0.0  # same range rule as brightness
+
+    @property
+    def jitters(self) -> bool:
+        return bool(self.brightness or self.contrast or self.saturation)
+
+
+# What the engine trains with (the articles' light default): crop + flip, no colour jitter.
+LIGHT = AugmentRecipe()
+# Notebook 02's per-sample cost benchmark: crop + flip + colour jitter, the expensive case.
+HEAVY = AugmentRecipe(brightness=0.4, contrast=0.4, saturation=0.4)
+
+
+def train_transform(image_size: int, recipe: AugmentRecipe = LIGHT):
+    """Per-image training augmentation (PIL image or uint8 tensor in, normalised float out).
+    Colour jitter runs on [0, 1] floats, as DeviceAugment's does. Two known differences from
+    DeviceAugment's arithmetic: v2 retries a crop that does not fit (DeviceAugment clamps it) and
+    v2's ColorJitter shuffles the order of its adjustments (DeviceAugment's is fixed)."""
     from torchvision.transforms import v2
 
-    return v2.Compose([
-        v2.ToImage(),
-        v2.RandomResizedCrop(image_size, scale=(0.6, 1.0), antialias=True),
-        v2.RandomHorizontalFlip(),
-        v2.ToDtype(torch.float32, scale=True),
-        v2.Normalize(IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD),
-    ])
+    steps = [v2.ToImage(), v2.RandomResizedCrop(image_size, scale=recipe.scale, ratio=recipe.ratio, antialias=True)]
+    if recipe.flip:
+        steps.append(v2.RandomHorizontalFlip())
+    steps.append(v2.ToDtype(torch.float32, scale=True))
+    if recipe.jitters:
+        steps.append(v2.ColorJitter(brightness=recipe.brightness, contrast=recipe.contrast,
+                                    saturation=recipe.saturation))
+    # ToPureTensor: plain tensors collate and pickle across workers without tv_tensors metadata.
+    return v2.Compose([*steps, v2.Normalize(IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD), v2.ToPureTensor()])
 
 
 def eval_transform(image_size: int):
-    import torch
+    """Resize to image_size x image_size and normalise (evaluation, and augmentation=none)."""
     from torchvision.transforms import v2
 
     return v2.Compose([
@@ -34,40 +65,32 @@ def eval_transform(image_size: int):
         v2.Resize((image_size, image_size), antialias=True),
         v2.ToDtype(torch.float32, scale=True),
         v2.Normalize(IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD),
+        v2.ToPureTensor(),
     ])
 
 
 def denormalize(batch):
     """Undo Normalize for display: a float tensor in [0, 1]."""
-    import torch
-
     mean = torch.tensor(IMAGENET_DEFAULT_MEAN, device=batch.device).view(-1, 1, 1)
     std = torch.tensor(IMAGENET_DEFAULT_STD, device=batch.device).view(-1, 1, 1)
     return (batch * std + mean).clamp(0, 1)
 
 
-def sample_transform(image_size: int, augmentation: str = "cpu"):
-    """The per-sample transform for a decoded image (PIL or uint8 tensor):
-    "cpu": random resized crop + flip + colour jitter in the worker, normalised float out
-    (the same operations DeviceAugment does per batch); "device": resize only, uint8 out, for
-    DeviceAugment later; "none": resize and normalise (evaluation)."""
-    from torchvision.transforms import v2
-
-    from course_lib.config import ConfigError
+def sample_transform(image_size: int, augmentation: str = "cpu", recipe: AugmentRecipe = HEAVY):
+    """The per-sample transform for a decoded image (PIL or uint8 tensor), by where augmentation
+    runs: "cpu": `train_transform(image_size, recipe)` in the worker, normalised float out;
+    "device": resize only, uint8 out, for DeviceAugment later; "none": `eval_transform`.
+    The default recipe is HEAVY, what notebook 02 and the data benchmark measure;
+    `build_datasets` passes LIGHT."""
+    from course_lib.config import AUGMENTATION_PLACES, ConfigError
 
     if augmentation == "cpu":
-        steps = [v2.RandomResizedCrop(image_size, scale=(0.6, 1.0), antialias=True), v2.RandomHorizontalFlip(),
-                 v2.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4),
-                 v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)]
-    elif augmentation == "device":
+        return train_transform(image_size, recipe)
+    if augmentation == "device":
         return ResizeUint8(image_size)
-    elif augmentation == "none":
-        steps = [v2.Resize((image_size, image_size), antialias=True), v2.ToDtype(torch.float32, scale=True),
-                 v2.Normalize(IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)]
-    else:
-        raise ConfigError(f"augmentation={augmentation!r} is not one of cpu, device, none")
-    # ToPureTensor: plain tensors collate and pickle across workers without tv_tensors metadata.
-    return v2.Compose([v2.ToImage(), *steps, v2.ToPureTensor()])
+    if augmentation == "none":
+        return eval_transform(image_size)
+    raise ConfigError(f"augmentation={augmentation!r} is not one of {', '.join(AUGMENTATION_PLACES)}")
 
 
 class ResizeUint8:
@@ -85,3 +108,6 @@ class ResizeUint8:
         if tuple(image.shape[-2:]) != (self.image_size, self.image_size):
             image = functional.resize(image, [self.image_size, self.image_size], antialias=True)
         return image.as_subclass(torch.Tensor)
+
+    def __repr__(self) -> str:
+        return f"ResizeUint8({self.image_size})"

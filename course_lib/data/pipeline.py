@@ -1,0 +1,219 @@
+"""Config's data switches for image-folder datasets (landcover-synth, imagefolder, eurosat): where
+training images are read from (`storage`: loose files, the pre-decoded uint8 cache of `cache.py`,
+or the WebDataset tar shards of `shards.py`), which library decodes them (`decoder`, `decode.py`)
+and where training augmentation runs (`augmentation`: per image in the DataLoader workers, per
+batch on the training device with `device_augment.DeviceAugment`, or not at all).
+`datasets.build_datasets` calls `image_folder_bundle`; `DataBundle.pipeline` names every choice.
+
+Rules: `max_train_images` keeps the same seeded choice of files whatever the storage
+(`datasets.limit_indices`); a cache or shard set is keyed by its folder, image size, decoder and
+exact file list, built once under a lock and reused; validation and test are map-style (from
+the cache with storage=cache, else from files); nvjpeg decodes on the GPU, which DataLoader
+workers cannot use, so it serves storage=cache only (decoded once, when the cache is built).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from course_lib.config import Config, ConfigError
+from course_lib.data import cache, shards, transforms
+from course_lib.data.datasets import (
+    BadImageError,
+    DataBundle,
+    ImageFolderDataset,
+    TransformedSubset,
+    limit_indices,
+    split_indices,
+)
+from course_lib.data.decode import FileDecoder, get_decoder
+from course_lib.data.device_augment import DeviceAugment, DeviceStage, batch_normalize
+from course_lib.data.loaders import resolved_num_workers
+from course_lib.paths import project_root
+
+# Encoded samples each shard reader holds to shuffle (webdataset's default size); the shards
+# were also shuffled once when written, so this only has to mix neighbours.
+SHUFFLE_BUFFER = 1000
+SPLIT_FOLDER_NAMES = {"train": ("train",), "val": ("val", "valid", "validation"), "test": ("test",)}
+
+
+@dataclasses.dataclass
+class SplitPlan:
+    """One split: the files `indices` (ImageFolder order; None = all) of the image folder `folder`."""
+
+    folder: Path
+    indices: list | None = None
+
+    def chosen(self, listing: ImageFolderDataset) -> list[int]:
+        return list(range(len(listing))) if self.indices is None else list(self.indices)
+
+
+class FolderListings:
+    """Each image folder listed once per build (listing EuroSAT's 19k files takes a while), with
+    the config's decoder and bad-image policy and no transform."""
+
+    def __init__(self, config: Config):
+        self.config, self._listings = config, {}
+
+    def __call__(self, folder: Path) -> ImageFolderDataset:
+        if folder not in self._listings:
+            self._listings[folder] = ImageFolderDataset(folder, None, self.config.bad_images,
+                                                        loader=FileDecoder(self.config.decoder))
+        return self._listings[folder]
+
+
+def plan_splits(root: Path, seed: int, max_train_images: int, listing: FolderListings) -> dict:
+    """train / val / test as SplitPlans (test may be None): train/ val|valid|validation/ test/
+    subfolders when present (a train/ alone gives up 10% for val), otherwise a seeded stratified
+    80/10/10 split of `root`; then max_train_images of the training files."""
+    folders = {}
+    for split, options in SPLIT_FOLDER_NAMES.items():
+        found = next((root / option for option in options if (root / option).is_dir()), None)
+        if found is not None:
+            folders[split] = found
+    if "train" in folders:
+        plans = {"train": SplitPlan(folders["train"]), "test": SplitPlan(folders["test"]) if "test" in folders else None}
+        if "val" in folders:
+            plans["val"] = SplitPlan(folders["val"])
+        else:  # carve a validation split out of train
+            train, val = split_indices(listing(folders["train"]).targets, (0.9, 0.1), seed)
+            plans["train"], plans["val"] = SplitPlan(folders["train"], train), SplitPlan(folders["train"], val)
+    else:
+        train, val, test = split_indices(listing(root).targets, (0.8, 0.1, 0.1), seed)
+        plans = {"train": SplitPlan(root, train), "val": SplitPlan(root, val), "test": SplitPlan(root, test)}
+    chosen = plans["train"].chosen(listing(plans["train"].folder))
+    keep = limit_indices(len(chosen), max_train_images, seed)
+    if keep is not None:
+        plans["train"] = SplitPlan(plans["train"].folder, [chosen[k] for k in keep])
+    return plans
+
+
+def split_transforms(config: Config, recipe: transforms.AugmentRecipe = transforms.LIGHT, augment: bool = True):
+    """(worker transform for training, worker transform for evaluation, DeviceStage) for the
+    config's `augmentation`; augment=False (digits) trains without augmentation wherever it runs.
+        cpu:    train_transform(recipe) in the workers -> float; the device stage only copies
+        device: ResizeUint8 in the workers -> uint8; the device stage runs DeviceAugment(recipe)
+                on training batches and normalises evaluation batches
+        none:   eval_transform for both -> float; the device stage only copies"""
+    size, place = config.image_size, config.augmentation
+    if place == "device":
+        augment_batch = DeviceAugment(size, recipe) if augment else batch_normalize
+        named = f"{augment_batch!r}" if augment else "normalise"
+        stage = DeviceStage(augment_batch, batch_normalize,
+                            description=f"training batches: {named}; evaluation batches: normalise")
+        return transforms.ResizeUint8(size), transforms.ResizeUint8(size), stage
+    train_place = place if augment else "none"
+    return (transforms.sample_transform(size, train_place, recipe), transforms.sample_transform(size, "none"),
+            DeviceStage())
+
+
+def describe(config: Config, where: str = "") -> str:
+    """The pipeline line the engine logs first, e.g. "decoder opencv, storage cache
+    (data_cache/predecoded/train-64px-1a2b3c4d), augmentation device"."""
+    return (f"decoder {config.decoder}, storage {config.storage}{f' ({where})' if where else ''}, "
+            f"augmentation {config.augmentation}")
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(Path(path).relative_to(project_root()))
+    except ValueError:
+        return str(path)
+
+
+def _refuse_left_out(skipped: list, folder: Path, bad_images: str) -> None:
+    """A cache or shard set built under bad_images=skip lacks its unreadable files; under fail, say so."""
+    if skipped and bad_images == "fail":
+        raise BadImageError(f"{_shown(folder)} was built with bad_images=skip and leaves out {len(skipped)} "
+                            f"unreadable file(s), first {skipped[0]}; set bad_images=skip, or fix the files "
+                            f"and delete {_shown(folder)}")
+
+
+def _file_splits(plans: dict, transform_of: dict, listing: FolderListings) -> dict:
+    splits = {}
+    for name, plan in plans.items():
+        if plan is None:
+            splits[name] = None
+        elif plan.indices is None:
+            splits[name] = listing(plan.folder).with_transform(transform_of[name])
+        else:
+            splits[name] = TransformedSubset(listing(plan.folder), plan.indices, transform_of[name])
+    return splits
+
+
+def _cached_splits(plans: dict, transform_of: dict, config: Config, listing: FolderListings):
+    """One pre-decoded cache per image folder, holding the files every split of that folder uses."""
+    by_folder: dict[Path, list[str]] = {}
+    for name, plan in plans.items():
+        if plan is not None:
+            by_folder.setdefault(plan.folder, []).append(name)
+    splits, built = {name: None for name in plans}, {}
+    for folder, names in by_folder.items():
+        files = listing(folder)
+        wanted = sorted({index for name in names for index in plans[name].chosen(files)})
+        out_dir = cache.default_cache_dir(folder, config.image_size,
+                                          selection=cache.selection_key(files, wanted, config.decoder))
+        info = cache.build_cache(folder, config.image_size, out_dir, decoder=config.decoder,
+                                 bad_images=config.bad_images, num_workers=resolved_num_workers(config),
+                                 indices=wanted)
+        _refuse_left_out(info.skipped, info.folder, config.bad_images)
+        left_out = set(info.skipped)
+        rows = {}  # file index in the folder -> row of the cache (unreadable files have none)
+        for index in wanted:
+            if files.samples[index][0] not in left_out:
+                rows[index] = len(rows)
+        for name in names:
+            if len(names) == 1:  # the cache holds exactly this split's files
+                splits[name] = cache.PreDecodedDataset(info.folder, transform_of[name])
+            else:
+                rows_of_split = [rows[i] for i in plans[name].chosen(files) if i in rows]
+                splits[name] = TransformedSubset(cache.PreDecodedDataset(info.folder), rows_of_split,
+                                                 transform_of[name])
+            built[name] = info.folder
+    return splits, _shown(built["train"])
+
+
+def _shard_train(plan: SplitPlan, transform, config: Config, listing: FolderListings):
+    """The training split as tar shards sized for this machine's ranks x workers, streamed by a
+    ShardDataset that knows its length."""
+    files = listing(plan.folder)
+    indices = plan.chosen(files)
+    rank, world_size = shards.distributed_rank()
+    workers = resolved_num_workers(config)
+    total_bytes = sum(os.path.getsize(files.samples[i][0]) for i in indices)
+    count = shards.recommend_shard_count(world_size, workers, total_bytes)
+    out_dir = shards.default_shard_dir(plan.folder, count, cache.selection_key(files, indices, config.decoder))
+    shard_set = shards.write_shards(plan.folder, out_dir, count, seed=config.seed, indices=indices,
+                                    decoder=config.decoder, bad_images=config.bad_images, num_workers=workers)
+    _refuse_left_out(shard_set.skipped, shard_set.folder, config.bad_images)
+    dataset = shards.ShardDataset(shard_set.urls, transform, config.decoder, config.bad_images, SHUFFLE_BUFFER,
+                                  config.seed, list(shard_set.classes), shard_sizes=shard_set.sizes,
+                                  batch_size=config.batch_size, num_workers=workers, rank=rank,
+                                  world_size=world_size)
+    where = f"{_shown(shard_set.folder)}, {count} shard(s) for {world_size} rank(s) x {max(1, workers)} reader(s)"
+    return dataset, where
+
+
+def image_folder_bundle(root: Path, config: Config, source: str | None = None) -> DataBundle:
+    """The splits of the image folder `root` as the config's decoder, storage and augmentation say."""
+    get_decoder(config.decoder)  # nvjpeg without CUDA: one line here, not a traceback from a worker
+    if config.decoder == "nvjpeg" and config.storage != "cache":
+        raise ConfigError(f"decoder=nvjpeg decodes on the GPU, which DataLoader workers cannot use, so it serves "
+                          f"storage=cache (decoded once, when the cache is built); with storage={config.storage} "
+                          "use decoder=opencv, torchvision or pil")
+    listing = FolderListings(config)
+    plans = plan_splits(Path(root), config.seed, config.max_train_images, listing)
+    train_tf, eval_tf, stage = split_transforms(config)
+    transform_of = {"train": train_tf, "val": eval_tf, "test": eval_tf}
+    where = ""
+    if config.storage == "cache":
+        splits, where = _cached_splits(plans, transform_of, config, listing)
+    else:
+        splits = _file_splits(plans, transform_of, listing)
+        if config.storage == "shards":
+            splits["train"], where = _shard_train(plans["train"], train_tf, config, listing)
+            where += "; evaluation from files"
+    classes = list(listing(plans["train"].folder).classes)
+    return DataBundle(splits["train"], splits["val"], splits["test"], classes, source or str(root), stage,
+                      describe(config, where))

@@ -1,0 +1,235 @@
+"""Config's data switches (decoder, storage, augmentation) as build_datasets serves them."""
+import numpy as np
+import pytest
+import torch
+from conftest import SAMPLE_DIR
+from PIL import Image
+from test_augment import cpu_steps
+
+from course_lib.config import ConfigError, make_config
+from course_lib.data import cache, datasets, pipeline, shards, transforms
+from course_lib.data.datasets import BadImageError
+from course_lib.data.device_augment import DeviceAugment
+from course_lib.data.landcover import make_landcover
+from course_lib.data.loaders import make_loader
+from course_lib.data.transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def cache_root(tmp_path, monkeypatch):
+    """Caches and shards go under tmp_path/data_cache, never into the project's data_cache/."""
+    for module in (cache, shards, pipeline):
+        monkeypatch.setattr(module, "project_root", lambda: tmp_path)
+    return tmp_path / "data_cache"
+
+
+def config(**overrides):
+    """The committed sample (8 classes, 32 px; 256 training images of 400) on one worker."""
+    values = dict(num_workers=1, batch_size=32)
+    values.update(overrides)
+    return make_config("smoke", **values)
+
+
+def first_batch(dataset, setting, train=True):
+    return next(iter(make_loader(dataset, setting, train=train)))
+
+
+TRAIN_TYPES = {"files": datasets.TransformedSubset, "cache": cache.PreDecodedDataset, "shards": shards.ShardDataset}
+VAL_TYPES = {"files": datasets.ImageFolderDataset, "cache": cache.PreDecodedDataset,
+             "shards": datasets.ImageFolderDataset}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("augmentation", ["cpu", "device", "none"])
+@pytest.mark.parametrize("storage", ["files", "cache", "shards"])
+def test_each_switch_builds_its_datasets_and_batch_types(storage, augmentation):
+    setting = config(storage=storage, augmentation=augmentation, decoder="opencv")
+    bundle = datasets.build_datasets(setting)
+    assert type(bundle.train) is TRAIN_TYPES[storage] and type(bundle.val) is VAL_TYPES[storage]
+    assert bundle.pipeline.startswith(f"decoder opencv, storage {storage}")
+    assert bundle.pipeline.endswith(f"augmentation {augmentation}")
+    images, labels = first_batch(bundle.train, setting)
+    val_images, _ = first_batch(bundle.val, setting, train=False)
+    expected = torch.uint8 if augmentation == "device" else torch.float32
+    assert images.dtype == val_images.dtype == expected
+    assert images.shape == (32, 3, 32, 32) and labels.shape == (32,)
+    trained = bundle.device_stage(images, CPU, train=True)
+    evaluated = bundle.device_stage(val_images, CPU, train=False)
+    assert trained.dtype == evaluated.dtype == torch.float32 and trained.shape == (32, 3, 32, 32)
+    if augmentation == "device":
+        assert isinstance(bundle.device_stage.train_transform, DeviceAugment)
+        expected_eval = (val_images.float() / 255 - torch.tensor(IMAGENET_DEFAULT_MEAN).view(1, 3, 1, 1)) \
+            / torch.tensor(IMAGENET_DEFAULT_STD).view(1, 3, 1, 1)
+        torch.testing.assert_close(evaluated, expected_eval)
+    else:  # normalised in the workers: the device stage only copies
+        assert bundle.device_stage.train_transform is None and torch.equal(trained, images)
+
+
+@pytest.mark.timeout(60)
+def test_device_stage_augments_uint8_to_normalised_images_of_image_size():
+    bundle = datasets.build_datasets(config(augmentation="device", image_size=24))
+    images = torch.randint(0, 256, (6, 3, 40, 40), dtype=torch.uint8)  # bigger than image_size
+    out = bundle.device_stage(images, CPU, train=True)
+    assert out.shape == (6, 3, 24, 24) and out.dtype == torch.float32
+    # Normalised ImageNet-style: pixels in [0, 1] map into [(0 - mean) / std, (1 - mean) / std].
+    low = (0 - torch.tensor(IMAGENET_DEFAULT_MEAN)) / torch.tensor(IMAGENET_DEFAULT_STD)
+    high = (1 - torch.tensor(IMAGENET_DEFAULT_MEAN)) / torch.tensor(IMAGENET_DEFAULT_STD)
+    per_channel = out.transpose(0, 1).reshape(3, -1)
+    assert (per_channel.min(1).values >= low - 1e-5).all() and (per_channel.max(1).values <= high + 1e-5).all()
+
+
+def test_the_same_training_files_whatever_the_storage():
+    files = datasets.build_datasets(config(storage="files"))
+    chosen = {files.train.dataset.samples[i][0] for i in files.train.indices}
+    shard_bundle = datasets.build_datasets(config(storage="shards"))
+    listing = datasets.ImageFolderDataset(SAMPLE_DIR / "train")
+    packed = {listing.samples[int(key)][0] for key, _, _, _ in shards.read_samples(shard_bundle.train.urls)}
+    assert packed == chosen and len(chosen) == 256
+    cached = datasets.build_datasets(config(storage="cache")).train
+    assert sorted(cached.targets) == sorted(files.train.targets)
+
+
+@pytest.mark.timeout(60)
+def test_cache_and_shards_are_reused_on_a_second_build(cache_root):
+    for storage in ("cache", "shards"):
+        datasets.build_datasets(config(storage=storage))
+    built = {path: path.stat().st_mtime_ns for path in cache_root.rglob("*") if path.is_file()
+             and path.suffix != ".lock"}
+    assert len([p for p in built if p.name == cache.META_FILE]) == 3  # train, val and test caches
+    assert len([p for p in built if p.name == shards.INDEX_FILE]) == 1
+    for storage in ("cache", "shards"):
+        datasets.build_datasets(config(storage=storage))
+    again = {path: path.stat().st_mtime_ns for path in cache_root.rglob("*") if path.is_file()
+             and path.suffix != ".lock"}
+    assert again == built  # nothing rewritten, nothing added
+    datasets.build_datasets(config(storage="cache", max_train_images=128))  # another selection: a new cache
+    assert len(list(cache_root.rglob(cache.META_FILE))) == 4
+
+
+@pytest.fixture
+def folder_with_bad_file(tmp_path):
+    root = make_landcover(tmp_path / "set", image_size=32, per_class={"train": 4, "val": 1})
+    (root / "train" / "road" / "road_bad.jpg").write_bytes(b"\xff\xd8\xff not a jpeg")
+    return root  # 8 classes x 4 readable training images + 1 unreadable
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("storage", ["cache", "shards"])
+def test_bad_images_and_max_train_images_work_with_cache_and_shards(folder_with_bad_file, storage):
+    base = dict(dataset="imagefolder", data_dir=str(folder_with_bad_file), storage=storage, batch_size=4)
+    with pytest.raises(BadImageError, match="road_bad.jpg.*bad_images=skip"):
+        datasets.build_datasets(config(**base, max_train_images=0))
+    bundle = datasets.build_datasets(config(**base, max_train_images=0, bad_images="skip"))
+    assert len(bundle.train) == 32  # the unreadable file is left out
+    images = torch.cat([batch for batch, _ in make_loader(bundle.train, config(**base), train=True)])
+    assert len(images) == 32
+    # A cache or shard set built under skip lacks the file; under fail that is an error, not a silence.
+    with pytest.raises(BadImageError, match="leaves out 1 unreadable"):
+        datasets.build_datasets(config(**base, max_train_images=0))
+    limited = datasets.build_datasets(config(**base, max_train_images=12, bad_images="skip"))
+    files = datasets.build_datasets(config(**{**base, "storage": "files"}, max_train_images=12, bad_images="skip"))
+    assert len(files.train) == 12
+    assert len(limited.train) in (11, 12)  # 11 when the unreadable file is among the 12 chosen
+
+
+@pytest.mark.timeout(120)
+def test_shard_length_counts_the_loaders_batches_exactly(tmp_path):
+    root = make_landcover(tmp_path / "set", image_size=16, per_class={"train": 13, "val": 1})
+    setting = config(dataset="imagefolder", data_dir=str(root), storage="shards", batch_size=5, num_workers=2,
+                     image_size=16)
+    bundle = datasets.build_datasets(setting)
+    assert len(bundle.train.urls) == 2  # one shard per reader (104 small images)
+    loader = make_loader(bundle.train, setting, train=True)
+    # 104 images in 2 shards of 52: each worker yields 10 whole batches of 5 (2 images left over each).
+    assert len(bundle.train) == 100 and len(loader) == 20
+    assert sum(1 for _ in loader) == 20
+
+
+def test_shard_readers_split_ranks_then_workers():
+    assert shards.reader_shards(8, rank=1, world_size=2, worker=0, workers=2) == [1, 5]
+    assert shards.reader_shards(8, rank=1, world_size=2, worker=1, workers=2) == [3, 7]
+    every = sorted(i for rank in range(2) for worker in range(2) for i in shards.reader_shards(8, rank, 2, worker, 2))
+    assert every == list(range(8))
+
+
+def test_sized_shards_refuse_a_loader_with_another_worker_count(tmp_path):
+    setting = config(storage="shards", num_workers=1)
+    bundle = datasets.build_datasets(setting)
+    with pytest.raises(ConfigError, match="sized for 1 reader"):
+        next(iter(make_loader(bundle.train, setting.replace(num_workers=2), train=True)))
+
+
+def test_nvjpeg_without_cuda_is_one_line(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="needs a CUDA GPU") as error:
+        datasets.build_datasets(config(decoder="nvjpeg", storage="cache"))
+    assert "\n" not in str(error.value)
+
+
+def test_nvjpeg_serves_only_the_cache(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine
+    for storage in ("files", "shards"):
+        with pytest.raises(ConfigError, match=f"nvjpeg.*storage={storage}.*opencv"):
+            datasets.build_datasets(config(decoder="nvjpeg", storage=storage))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="nvJPEG needs a CUDA GPU")
+def test_nvjpeg_builds_a_cache():
+    bundle = datasets.build_datasets(config(decoder="nvjpeg", storage="cache", max_train_images=64))
+    assert len(bundle.train) == 64 and bundle.train[0][0].device.type == "cpu"
+
+
+@pytest.mark.parametrize("dataset,switch", [("digits", {"storage": "cache"}), ("digits", {"decoder": "opencv"}),
+                                            ("cifar10", {"storage": "shards"})])
+def test_in_memory_datasets_refuse_file_switches(dataset, switch):
+    name, value = next(iter(switch.items()))
+    with pytest.raises(ConfigError, match=f"{name}={value} does not apply to dataset={dataset}.*{name}="):
+        datasets.build_datasets(config(dataset=dataset, **switch))
+
+
+def test_digits_with_device_augmentation_is_only_normalised_on_the_device():
+    bundle = datasets.build_datasets(config(dataset="digits", augmentation="device", max_train_images=0))
+    image, _ = bundle.train[0]
+    assert image.dtype == torch.uint8 and image.shape == (3, 32, 32)
+    batch = image.unsqueeze(0).repeat(4, 1, 1, 1)
+    out = bundle.device_stage(batch, CPU, train=True)
+    torch.testing.assert_close(out, bundle.device_stage(batch, CPU, train=False))  # no random crop or flip
+
+
+def test_build_datasets_trains_with_the_light_recipe_on_either_side():
+    from torchvision.transforms import v2
+
+    on_cpu = datasets.build_datasets(config(augmentation="cpu"))
+    crop = cpu_steps(on_cpu.train.transform)[v2.RandomResizedCrop]
+    assert tuple(crop.scale) == (0.6, 1.0) and v2.ColorJitter not in cpu_steps(on_cpu.train.transform)
+    on_device = datasets.build_datasets(config(augmentation="device"))
+    assert on_device.device_stage.train_transform.recipe == transforms.LIGHT == transforms.AugmentRecipe()
+
+
+@pytest.mark.timeout(300)
+def test_real_eurosat_cache_holds_max_train_images(eurosat_dir, cache_root):
+    setting = make_config("smoke", dataset="imagefolder", data_dir=str(eurosat_dir), storage="cache",
+                          max_train_images=200, image_size=32, num_workers=1)
+    bundle = datasets.build_datasets(setting)
+    train_cache = next(p.parent for p in cache_root.rglob(cache.META_FILE) if p.parent.name.startswith("train-"))
+    info = cache.PreDecodedDataset(train_cache).info
+    assert info.images == len(bundle.train) == 200 and info.image_size == 32 and len(info.classes) == 10
+    assert len(bundle.val) == 4050 and str(train_cache.relative_to(cache_root.parent)) in bundle.pipeline
+    image, _ = bundle.train[0]
+    assert image.shape == (3, 32, 32) and image.dtype == torch.float32
+
+
+def test_imagefolder_files_without_splits_keep_their_split(tmp_path):
+    root = tmp_path / "images"
+    for name in ("a", "b"):
+        (root / name).mkdir(parents=True)
+        for i in range(10):
+            Image.fromarray(np.full((8, 8, 3), i * 20, np.uint8)).save(root / name / f"{i}.png")
+    by_storage = {storage: datasets.build_datasets(config(dataset="imagefolder", data_dir=str(root),
+                                                          storage=storage, max_train_images=0, batch_size=2))
+                  for storage in ("files", "cache")}
+    for split in ("train", "val", "test"):
+        files, cached = getattr(by_storage["files"], split), getattr(by_storage["cache"], split)
+        assert len(files) == len(cached) and sorted(files.targets) == sorted(cached.targets)

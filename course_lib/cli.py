@@ -193,6 +193,48 @@ def _train(args) -> int:
     return 0
 
 
+# --- speedrun: a recipe against the clock ----------------------------------------------------
+
+def _add_speedrun(subparsers) -> None:
+    parser = subparsers.add_parser("speedrun", help="train a recipe against the clock: validation accuracy vs seconds",
+                                   description="Train the speed-run recipe (or another) on EuroSAT when it is beside "
+                                               "the project (else the profile's data), printing validation top-1 "
+                                               "against wall-clock seconds, then the held-out split's top-1.")
+    _add_config_arguments(parser, "-p epochs=8 -p tta_views=1")
+    parser.add_argument("--recipe", default="speedrun", help="speedrun | best (default speedrun)")
+    parser.add_argument("--budget-seconds", type=float, default=None,
+                        help="stop after the epoch during which the clock passes this many seconds")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
+    parser.set_defaults(func=_speedrun)
+
+
+def _speedrun(args) -> int:
+    from course_lib import ledger, paths
+    from course_lib.config import resolve_profile
+    from course_lib.engine import speedrun
+
+    params = parse_assignments(args.param)
+    data = {} if "dataset" in params else paths.choose_data(resolve_profile(args.profile), params.pop("data_dir", None))
+    config = make_config(args.profile, **{**data, **params, "recipe": args.recipe})
+    print(f"recipe {args.recipe}: {config.model} at {config.image_size} px, {config.epochs} epochs, data "
+          f"{config.data_dir or config.dataset}; {ledger.describe_hardware()}", flush=True)
+
+    def show(point: dict) -> None:
+        print(f"{point['seconds']:8.1f} s  epoch {point['epoch']:3d}  val top-1 {point['val_top1']:.2%}  "
+              f"{point['images_per_second']:.0f} images/s  data wait {point['data_wait_fraction']:.0%}", flush=True)
+
+    result = speedrun.race(config, budget_seconds=args.budget_seconds, progress=not args.no_progress, on_epoch=show)
+    views = f" ({config.tta_views} views)" if config.tta_views > 1 else ""
+    print(f"final val top-1{views} {result.val_top1:.2%} after {result.seconds:.1f} s "
+          f"(setup {result.setup_seconds:.1f} s, precision {result.precision})")
+    for level in speedrun.MILESTONES:
+        reached = result.time_to(level)
+        print(f"  time to {level:.0%}: " + (f"{reached:.1f} s" if reached is not None else "not reached"))
+    if result.test_top1 is not None:
+        print(f"held-out test top-1{views}: {result.test_top1:.2%}")
+    return 0
+
+
 # --- ddp: launch under torchrun, or measure scaling; ddp-probe is the probe's worker ----------
 
 def _add_ddp(subparsers) -> None:
@@ -262,8 +304,9 @@ def _add_eval(subparsers) -> None:
     parser.add_argument("--name", help="name of the saved evaluation (default: <checkpoint>-<split>-<time>)")
     parser.add_argument("--out", help="folder for the .npz/.json (default: runs/evals)")
     parser.add_argument("--top-pairs", type=int, default=10, help="most-confused pairs to list")
-    parser.add_argument("--tta", type=int, default=1, metavar="VIEWS",
-                        help="test-time augmentation: average over 2 (mirror) or 8 (rotations and mirrors) views")
+    parser.add_argument("--tta", type=int, default=None, metavar="VIEWS",
+                        help="test-time augmentation: average over 2 (mirror) or 8 (rotations and mirrors) views "
+                             "(default: the checkpoint's tta_views)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=_eval)
 
@@ -321,7 +364,8 @@ def _ledger(args) -> int:
 
 
 # Subcommands, in the order `workbook --help` lists them.
-SUBCOMMANDS = (_add_run, _add_doctor, _add_data, _add_bench, _add_train, _add_ddp, _add_eval, _add_ledger)
+SUBCOMMANDS = (_add_run, _add_doctor, _add_data, _add_bench, _add_train, _add_speedrun, _add_ddp, _add_eval,
+               _add_ledger)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -123,3 +123,19 @@ def test_readme_table_is_the_generated_one():
     table = configuration_table()
     assert table.count("\n") == len(FIELD_NAMES) + 1
     assert table in (ROOT / "README.md").read_text()
+
+
+def test_a_recipe_applies_over_the_profile_and_under_overrides():
+    from course_lib.config import RECIPES
+
+    config = make_config("cpu", recipe="speedrun")
+    for name, value in RECIPES["speedrun"].items():
+        assert getattr(config, name) == value
+    assert config.device == "cpu"  # a profile value the recipe leaves alone
+    assert make_config("cpu", recipe="speedrun", tta_views=1).tta_views == 1  # one ingredient switched off
+    again = make_config("cpu").replace(recipe="speedrun", epochs=3)
+    assert again.model == RECIPES["speedrun"]["model"] and again.epochs == 3
+    with pytest.raises(ConfigError, match="recipe='fast' is not one of speedrun, best"):
+        make_config("cpu", recipe="fast")
+    with pytest.raises(ConfigError, match="tta_views must be 1"):
+        make_config("cpu", tta_views=9)

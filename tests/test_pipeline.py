@@ -49,7 +49,7 @@ def test_each_switch_builds_its_datasets_and_batch_types(storage, augmentation):
     bundle = datasets.build_datasets(setting)
     assert type(bundle.train) is TRAIN_TYPES[storage] and type(bundle.val) is VAL_TYPES[storage]
     assert bundle.pipeline.startswith(f"decoder opencv, storage {storage}")
-    assert bundle.pipeline.endswith(f"augmentation {augmentation}")
+    assert bundle.pipeline.endswith(f"augmentation {augmentation} (light)")
     images, labels = first_batch(bundle.train, setting)
     val_images, _ = first_batch(bundle.val, setting, train=False)
     expected = torch.uint8 if augmentation == "device" else torch.float32
@@ -233,3 +233,18 @@ def test_imagefolder_files_without_splits_keep_their_split(tmp_path):
     for split in ("train", "val", "test"):
         files, cached = getattr(by_storage["files"], split), getattr(by_storage["cache"], split)
         assert len(files) == len(cached) and sorted(files.targets) == sorted(cached.targets)
+
+
+@pytest.mark.parametrize("place", ["cpu", "device"])
+def test_the_overhead_recipe_applies_the_symmetries_of_the_square_on_either_side(place):
+    """augment_recipe=overhead: no crop; every training image is one of the eight symmetries of its
+    source (then shifted), whichever side runs the augmentation."""
+    config = make_config("smoke", augmentation=place, augment_recipe="overhead", image_size=32)
+    bundle = datasets.build_datasets(config)
+    assert bundle.pipeline.endswith(f"augmentation {place} (overhead)")
+    recipe = transforms.RECIPES["overhead"]
+    assert recipe.dihedral and not recipe.crop and recipe.shift_pixels(64) == 4
+    torch.manual_seed(0)
+    image, _ = bundle.train[0]
+    batch = bundle.device_stage(image[None], torch.device("cpu"), train=True)
+    assert batch.shape == (1, 3, 32, 32) and batch.dtype == torch.float32

@@ -6,6 +6,17 @@ from course_lib.config import make_config
 from course_lib.models import factory, speedrun
 
 
+def test_building_by_name_registers_it_without_importing_the_module_first():
+    """A fresh interpreter that only asks the factory for the model by name (as `workbook train` does)."""
+    import subprocess
+    import sys
+
+    code = ("from course_lib.config import make_config; from course_lib.models import factory; "
+            "print(type(factory.build_model(make_config('smoke', model='speedrun_resnet_small'), 3)).__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "SpeedrunResNet", out.stderr[-500:]
+
+
 def test_registered_with_timm_with_the_documented_parameter_count():
     assert timm.is_model("speedrun_resnet") and timm.is_model("speedrun_resnet_small")
     model = timm.create_model("speedrun_resnet", num_classes=10)

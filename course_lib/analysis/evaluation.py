@@ -282,13 +282,13 @@ def evaluate_model(model, config, split: str = "val", classes=None, name: str | 
 
 
 def evaluate(checkpoint_path: str | Path, split: str = "val", name: str | None = None,
-             out_dir: str | Path | None = None, weights: str = "model", tta_views: int = 1,
+             out_dir: str | Path | None = None, weights: str = "model", tta_views: int | None = None,
              **overrides) -> Evaluation:
     """Load a workbook checkpoint (`checkpoint.load_checkpoint`), rebuild its model (`factory.build_model`)
     and dataset from the stored config plus `overrides` (e.g. device="cpu", batch_size=256,
     data_dir=...), evaluate it on `split`, save and record the result. `weights="ema"` evaluates
     the checkpoint's weight-EMA copy (trained with ema_decay > 0); `tta_views` > 1 adds test-time
-    augmentation (`workbook eval --tta N`)."""
+    augmentation (`workbook eval --tta N`; default: the views the checkpoint's config names)."""
     from course_lib.config import FIELD_NAMES, ConfigError, make_config
     from course_lib.models import checkpoint, factory
 
@@ -312,7 +312,7 @@ def evaluate(checkpoint_path: str | Path, split: str = "val", name: str | None =
     name = name or f"{path.parent.name}-{path.stem}-{weights}-{split}-{time.strftime('%Y%m%d-%H%M%S')}"
     return evaluate_model(model, config, split, classes=classes, name=name,
                           metadata={"checkpoint": str(path), "weights": weights}, out_dir=out_dir,
-                          tta_views=tta_views)
+                          tta_views=tta_views or config.tta_views)
 
 
 def suggest_actions(evaluation: Evaluation, train_counts=None, low_recall: float | None = None,

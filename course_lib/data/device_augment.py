@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from course_lib.data import overhead_augment
 from course_lib.data.transforms import (
     HEAVY,
     IMAGENET_DEFAULT_MEAN,
@@ -141,10 +142,18 @@ class DeviceAugment:
         generator, recipe = self._generator(images.device), self.recipe
         images = images.float().div_(255) if images.dtype == torch.uint8 else images.float()
         height, width = images.shape[-2:]
-        boxes = random_crop_boxes(len(images), height, width, recipe.scale, recipe.ratio, generator, images.device)
-        images = batch_resized_crop(images, boxes, self.image_size)
+        if recipe.crop:
+            boxes = random_crop_boxes(len(images), height, width, recipe.scale, recipe.ratio, generator, images.device)
+            images = batch_resized_crop(images, boxes, self.image_size)
+        elif (height, width) != (self.image_size, self.image_size):
+            images = torch.nn.functional.interpolate(images, size=(self.image_size, self.image_size),
+                                                     mode="bilinear", antialias=True, align_corners=False)
         if recipe.flip:
             images = batch_flip_lr(images, generator)
+        if recipe.dihedral:
+            images = overhead_augment.batch_dihedral(images, generator)
+        if recipe.translate:
+            images = overhead_augment.batch_translate(images, recipe.shift_pixels(self.image_size), generator)
         images = batch_color_jitter(images, recipe.brightness, recipe.contrast, recipe.saturation, generator)
         return batch_normalize(images, self.mean, self.std)
 

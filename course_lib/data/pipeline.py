@@ -89,7 +89,7 @@ def plan_splits(root: Path, seed: int, max_train_images: int, listing: FolderLis
     return plans
 
 
-def split_transforms(config: Config, recipe: transforms.AugmentRecipe = transforms.LIGHT, augment: bool = True):
+def split_transforms(config: Config, recipe: transforms.AugmentRecipe | None = None, augment: bool = True):
     """(worker transform for training, worker transform for evaluation, DeviceStage) for the
     config's `augmentation`; augment=False (digits) trains without augmentation wherever it runs.
         cpu:    train_transform(recipe) in the workers -> float; the device stage only copies
@@ -97,6 +97,7 @@ def split_transforms(config: Config, recipe: transforms.AugmentRecipe = transfor
                 on training batches and normalises evaluation batches
         none:   eval_transform for both -> float; the device stage only copies"""
     size, place = config.image_size, config.augmentation
+    recipe = recipe or transforms.RECIPES[config.augment_recipe]
     if place == "device":
         augment_batch = DeviceAugment(size, recipe) if augment else batch_normalize
         named = f"{augment_batch!r}" if augment else "normalise"
@@ -112,7 +113,7 @@ def describe(config: Config, where: str = "") -> str:
     """The pipeline line the engine logs first, e.g. "decoder opencv, storage cache
     (data_cache/predecoded/train-64px-1a2b3c4d), augmentation device"."""
     return (f"decoder {config.decoder}, storage {config.storage}{f' ({where})' if where else ''}, "
-            f"augmentation {config.augmentation}")
+            f"augmentation {config.augmentation} ({config.augment_recipe})")
 
 
 def _shown(path: Path) -> str:

@@ -20,9 +20,12 @@ class AugmentRecipe:
     the DataLoader workers (augmentation=cpu) or `DeviceAugment` per batch on the training
     device (augmentation=device). Both read these fields, so the two places cannot drift apart."""
 
+    crop: bool = True  # random resized crop; False: the whole image, resized to the model's size
     scale: tuple = (0.6, 1.0)  # area of the random crop, as a fraction of the image
     ratio: tuple = (3 / 4, 4 / 3)  # aspect ratio (width / height) of the crop, drawn log-uniform
     flip: bool = True  # mirror left-right with probability 0.5
+    dihedral: bool = False  # one of the eight symmetries of the square per image (overhead imagery)
+    translate: float = 0.0  # shift by up to this fraction of the side in x and y, reflect-padded; 0 = off
     brightness: float = 0.0  # colour jitter: factor drawn from [max(0, 1 - s), 1 + s]; 0 = off
     contrast: float = 0.0  # same range rule as brightness
     saturation: float = 0.0  # same range rule as brightness
@@ -31,11 +34,41 @@ class AugmentRecipe:
     def jitters(self) -> bool:
         return bool(self.brightness or self.contrast or self.saturation)
 
+    def shift_pixels(self, image_size: int) -> int:
+        return round(self.translate * image_size)
+
 
 # What the engine trains with (the articles' light default): crop + flip, no colour jitter.
 LIGHT = AugmentRecipe()
 # Notebook 02's per-sample cost benchmark: crop + flip + colour jitter, the expensive case.
 HEAVY = AugmentRecipe(brightness=0.4, contrast=0.4, saturation=0.4)
+# Overhead imagery (satellite tiles have no "up"): the eight symmetries of the square and shifts of
+# up to 1/16 of the side (4 px at 64 px), no crop: the speed-run recipe's choice (notebook 12).
+OVERHEAD = AugmentRecipe(crop=False, flip=False, dihedral=True, translate=1 / 16)
+RECIPES = {"light": LIGHT, "heavy": HEAVY, "overhead": OVERHEAD}  # Config.augment_recipe names one
+
+
+class RandomDihedral:
+    """One of the eight symmetries of the square for one C x H x W image (per-sample twin of
+    `overhead_augment.batch_dihedral`), drawn from torch's generator (seeded per worker)."""
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        from course_lib.data.overhead_augment import DIHEDRAL_VIEWS, dihedral
+
+        return dihedral(image, int(torch.randint(DIHEDRAL_VIEWS, ())))
+
+
+class RandomTranslate:
+    """Shift one C x H x W image by up to `max_shift` pixels, reflect-padded (per-sample twin of
+    `overhead_augment.batch_translate`)."""
+
+    def __init__(self, max_shift: int):
+        self.max_shift = max_shift
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        from course_lib.data.overhead_augment import batch_translate
+
+        return batch_translate(image[None], self.max_shift)[0]
 
 
 def train_transform(image_size: int, recipe: AugmentRecipe = LIGHT):
@@ -45,10 +78,16 @@ def train_transform(image_size: int, recipe: AugmentRecipe = LIGHT):
     v2's ColorJitter shuffles the order of its adjustments (DeviceAugment's is fixed)."""
     from torchvision.transforms import v2
 
-    steps = [v2.ToImage(), v2.RandomResizedCrop(image_size, scale=recipe.scale, ratio=recipe.ratio, antialias=True)]
+    steps = [v2.ToImage(), v2.RandomResizedCrop(image_size, scale=recipe.scale, ratio=recipe.ratio, antialias=True)
+             if recipe.crop else v2.Resize((image_size, image_size), antialias=True)]
     if recipe.flip:
         steps.append(v2.RandomHorizontalFlip())
     steps.append(v2.ToDtype(torch.float32, scale=True))
+    steps.append(v2.ToPureTensor())
+    if recipe.dihedral:
+        steps.append(RandomDihedral())
+    if recipe.translate:
+        steps.append(RandomTranslate(recipe.shift_pixels(image_size)))
     if recipe.jitters:
         steps.append(v2.ColorJitter(brightness=recipe.brightness, contrast=recipe.contrast,
                                     saturation=recipe.saturation))

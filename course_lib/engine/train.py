@@ -390,6 +390,9 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
                 row.update(_columns("val", validate(state.model, state)))
                 if state.ema is not None:  # the averaged weights, on the same images
                     row.update(_columns("ema_val", validate(state.ema.module, state)))
+                if config.tta_views > 1 and epoch + 1 == config.epochs:  # the recipe's final prediction
+                    weights = state.ema.module if state.ema is not None else state.model
+                    row.update(_columns("val_tta", validate(weights, state, views=config.tta_views)))
             state.history.append(row)
             state.checkpoints.save(state, completed_epochs=epoch + 1)
             state.log(_epoch_line(row, state))

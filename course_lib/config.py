@@ -97,8 +97,9 @@ _TYPES = typing.get_type_hints(Config)
 # Profiles change only what must change with the machine; everything else is a field default.
 PROFILES: dict[str, dict] = {
     # CI-sized: every notebook well under a minute on 2 CPU cores, on the committed sample.
-    "smoke": dict(data_dir=SAMPLE_DATA_DIR, image_size=32, batch_size=32, epochs=1, max_steps=4, max_train_images=256,
-                  num_workers=0, device="cpu", precision="off"),
+    # timm's test_resnet (a few thousand parameters): the notebooks' code runs, nothing is learned.
+    "smoke": dict(data_dir=SAMPLE_DATA_DIR, model="test_resnet", image_size=32, batch_size=16, epochs=1, max_steps=4,
+                  max_train_images=256, num_workers=0, device="cpu", precision="off"),
     # A laptop or a CPU server: small images, a few epochs, workers for decoding (-1: the
     # recommended number, devices.recommended_num_workers). Data switches stay at their defaults:
     # with one worker, waiting for data was under 1% of a resnet18 step at 64 px on 2 cores
@@ -112,7 +113,7 @@ PROFILES: dict[str, dict] = {
     # EuroSAT at 224 px (AMD EPYC, 1 thread): 1,559 images/s instead of 637, and 151 KB per
     # image to pass on instead of 602 KB (uint8 vs float32). storage stays files: a 224 px cache
     # of the whole split costs 150 KB of disk per image, a trade to opt into (storage=cache).
-    "gpu": dict(image_size=224, batch_size=128, epochs=5, max_steps=0, max_train_images=0,
+    "gpu": dict(model="resnet50", image_size=224, batch_size=128, epochs=5, max_steps=0, max_train_images=0,
                 num_workers=-1, pin_memory=True, persistent_workers=True, prefetch_factor=4,
                 device="cuda", precision="auto", channels_last=True, augmentation="device"),
 }

@@ -213,7 +213,7 @@ class CaseStudy:
         return {
             "stage": stage, "change": _describe(changes) if stage != "ddp" else f"{processes} processes",
             "world_size": processes, "batch_per_process": config.batch_size, "precision": precision_used,
-            "num_workers": config.num_workers, "images_per_second": images_per_second,
+            "num_workers": devices.resolve_num_workers(config.num_workers), "images_per_second": images_per_second,
             # The capped epoch measured (max_steps) and the time a full pass over the split would take.
             "epoch_seconds": metrics.get("epoch_seconds"), "full_epoch_seconds": full_epoch,
             "data_wait_fraction": metrics.get("data_wait_fraction"),

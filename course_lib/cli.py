@@ -301,6 +301,11 @@ def _add_ledger(subparsers) -> None:
     parser.add_argument("--limit", type=int, default=50, help="rows to show, newest first (0 = all)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--path", help=f"ledger file (default: ${LEDGER_ENV} or runs/ledger.sqlite)")
+    parser.add_argument("--check", action="store_true",
+                        help="report the ledger's state (quick_check, schema, rows, unsaved rows); exit 1 if damaged")
+    parser.add_argument("--import-unsaved", action="store_true",
+                        help="move the rows kept in ledger-unsaved.jsonl (when the ledger could not be written) "
+                             "into the ledger")
     parser.set_defaults(func=_ledger)
 
 
@@ -308,6 +313,12 @@ def _ledger(args) -> int:
     from course_lib import ledger
 
     path = Path(args.path) if args.path else ledger.default_path()
+    if args.check:
+        return _ledger_check(path)
+    if args.import_unsaved:
+        count = ledger.Ledger(path).import_unsaved()
+        print(f"imported {count} row(s) from {ledger.unsaved_path(path)} into {path}")
+        return 0
     if not path.exists():
         print(f"no ledger at {path}; run `workbook run` or `workbook train` first")
         return 0
@@ -315,6 +326,31 @@ def _ledger(args) -> int:
                                        limit=args.limit or None)
     print(json.dumps(records, indent=2) if args.json else ledger.format_rows(records))
     return 0
+
+
+def _ledger_check(path: Path) -> int:
+    """One line on the ledger (ok with its row count, or the LedgerError), one on unsaved rows."""
+    from course_lib import ledger
+
+    unsaved = ledger.unsaved_path(path)
+    if not path.exists():
+        print(f"no ledger at {path} yet; the first recorded run creates it")
+        state = 0
+    else:
+        try:
+            print(f"ledger {path}: ok (quick_check passed, {ledger.Ledger(path).check()} rows)")
+            state = 0
+        except ledger.LedgerError as error:
+            print(f"{error}")
+            state = 1
+    if unsaved.exists():
+        try:
+            waiting = f"{len(ledger.read_unsaved(unsaved))} row(s)"
+        except ledger.LedgerError as error:
+            waiting, state = f"rows, but {error}", 1
+        print(f"{unsaved} holds {waiting} the ledger could not take; once the ledger is ok, "
+              "`workbook ledger --import-unsaved` moves them in")
+    return state
 
 
 # Subcommands, in the order `workbook --help` lists them.

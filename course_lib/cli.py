@@ -18,6 +18,7 @@ from pathlib import Path
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from course_lib.config import WorkbookError, make_config, parse_assignments
+from course_lib.paths import NotWritableError
 
 
 def _add_config_arguments(parser: argparse.ArgumentParser, example: str = "-p batch_size=128") -> None:
@@ -44,7 +45,12 @@ def _add_run(subparsers) -> None:
 def _run(args) -> int:
     from course_lib import runner
 
-    out, results = runner.run_workbook(args.profile, args.only, args.param, args.out, cell_timeout=args.cell_timeout)
+    try:
+        out, results = runner.run_workbook(args.profile, args.only, args.param, args.out,
+                                           cell_timeout=args.cell_timeout)
+    except runner.RunInterrupted as stop:
+        print(f"workbook run: {stop}", file=sys.stderr)
+        return 130  # the shell's code for a process stopped by Ctrl-C (128 + SIGINT)
     failed = [r.notebook for r in results if r.status != "ok"]
     print(f"index: {out / 'index.html'}")
     if failed:
@@ -380,7 +386,7 @@ def _main(argv: list[str] | None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (WorkbookError, FileNotFoundError, NotADirectoryError, FileExistsError) as error:
+    except (WorkbookError, FileNotFoundError, NotADirectoryError, FileExistsError, NotWritableError) as error:
         # Bad input is a one-line message, not a traceback.
         print(f"workbook {args.command}: error: {error}", file=sys.stderr)
         return 2

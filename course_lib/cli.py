@@ -98,8 +98,10 @@ def _add_data(subparsers) -> None:
     _add_config_arguments(info, "-p dataset=imagefolder -p data_dir=PATH")
     info.set_defaults(func=_data_info)
 
-    scan = subparsers.add_parser("scan", help="check an image folder for unreadable or odd files")
+    scan = subparsers.add_parser("scan", help="check an image folder for unreadable or odd files and links")
     scan.add_argument("folder")
+    scan.add_argument("--follow-links", action="store_true",
+                      help="also scan the images inside linked folders (links are reported either way)")
     scan.set_defaults(func=_scan)
 
 
@@ -127,7 +129,7 @@ def _data_info(args) -> int:
 def _scan(args) -> int:
     from course_lib.data import scan
 
-    checked, problems = scan.scan_folder(args.folder)
+    checked, problems = scan.scan_folder(args.folder, follow_links=args.follow_links)
     for problem in problems:
         print(problem)
     print(f"checked {checked} files: {len(problems)} problem(s)")

@@ -214,7 +214,9 @@ def _add_ddp(subparsers) -> None:
     parser.add_argument("--scaling", action="store_true",
                         help="measure step time for 1..N workers and the all-reduce share")
     parser.add_argument("--threads", type=int, default=1, help="OMP threads per process (default 1)")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds before the launch is stopped")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds before the launch and all its processes are stopped (default: sized from "
+                             "the run's epochs and images, see ddp.fitting_timeout)")
     parser.set_defaults(func=_ddp)
 
     probe = subparsers.add_parser("ddp-probe", help="one worker of `workbook ddp --scaling` (run under torchrun)")

@@ -1,9 +1,13 @@
 import json
 import multiprocessing
+import os
 import sqlite3
+import subprocess
+import sys
 from contextlib import closing
 
 import pytest
+from conftest import ROOT
 
 from course_lib import cli, ledger
 
@@ -194,3 +198,26 @@ def test_when_even_the_unsaved_file_cannot_be_written_the_row_is_printed(tmp_pat
                         RuntimeError("simulated"))
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and '"name": "last-resort"' in err[0] and '"top1": 0.7' in err[0]
+
+
+def test_workbook_train_with_a_damaged_ledger_loses_nothing_and_prints_no_traceback(tmp_path):
+    """Either the engine refuses at start (ledger.check_writable: one line, exit 2, nothing
+    trained) or it trains and keeps the row beside the ledger (one warning line, exit 0); never
+    a traceback after training, never a lost result."""
+    path = tmp_path / "ledger.sqlite"
+    path.write_bytes(b"\x00damaged" * 200)
+    env = {**os.environ, ledger.LEDGER_ENV: str(path), "PYTHONPATH": str(ROOT)}
+    process = subprocess.run([sys.executable, "-m", "course_lib", "train", "--profile", "smoke", "--no-progress",
+                              "-p", "model=test_resnet", "-p", "max_steps=1", "-p", "image_size=16",
+                              "-p", f"output_dir={tmp_path / 'checkpoints'}"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert "Traceback" not in process.stderr, process.stderr
+    ledger_lines = [line for line in process.stderr.splitlines() if str(path) in line or "ledger" in line]
+    assert len(ledger_lines) == 1, process.stderr
+    if process.returncode == 2:  # refused before training
+        assert "is damaged" in ledger_lines[0] and not (tmp_path / "checkpoints" / "last.pt").exists()
+    else:
+        assert process.returncode == 0, process.stderr
+        kept = ledger.read_unsaved(ledger.unsaved_path(path))
+        assert [(row["kind"], row["name"], row["status"]) for row in kept] == [("train", "test_resnet", "ok")]
+        assert "val_top1" in kept[0]["metrics"] or "train_loss" in kept[0]["metrics"]

@@ -81,8 +81,11 @@ def ledger_error(path: Path, error: BaseException | str) -> LedgerError:
     reason = error if isinstance(error, str) else _first_line(error)
     lowered = reason.lower()
     if "readonly" in lowered or "read-only" in lowered or "permission denied" in lowered:
-        fix = (f"make it and its folder writable, or point {LEDGER_ENV} at another file")
-        return LedgerError(f"ledger {path} cannot be written ({reason}); {fix}")
+        return LedgerError(f"ledger {path} cannot be written ({reason}); make it and its folder writable, "
+                           f"or point {LEDGER_ENV} at another file")
+    if "not a directory" in lowered or "file exists" in lowered:
+        return LedgerError(f"ledger {path} cannot be created ({reason}): a file is in the way of its folder; "
+                           f"move that file, or point {LEDGER_ENV} at another path")
     if "locked" in lowered or "busy" in lowered:
         return LedgerError(f"ledger {path} is locked by another process ({reason}); wait for it to finish, "
                            "or stop the process that holds it")

@@ -221,3 +221,10 @@ def test_workbook_train_with_a_damaged_ledger_loses_nothing_and_prints_no_traceb
         kept = ledger.read_unsaved(ledger.unsaved_path(path))
         assert [(row["kind"], row["name"], row["status"]) for row in kept] == [("train", "test_resnet", "ok")]
         assert "val_top1" in kept[0]["metrics"] or "train_loss" in kept[0]["metrics"]
+
+
+def test_a_file_in_the_way_of_the_ledger_folder_is_named(tmp_path):
+    blocker = tmp_path / "runs"
+    blocker.write_text("a file where the folder should be")
+    with pytest.raises(ledger.LedgerError, match="a file is in the way of its folder"):
+        ledger.Ledger(blocker / "ledger.sqlite")

@@ -1,4 +1,7 @@
+import errno
 import io
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -158,3 +161,20 @@ def test_tiny_images_and_images_far_from_the_usual_size_are_reported(tmp_path, c
     assert cli.main(["scan", str(tmp_path)]) == 1
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 4 and lines[-1] == "checked 12 files: 3 problem(s)"
+
+
+def test_a_folder_that_cannot_be_listed_is_one_problem_not_a_crash(tmp_path, monkeypatch):
+    save_image(tmp_path / "cat" / "0.png")
+    save_image(tmp_path / "locked" / "0.png")
+    real_scandir = os.scandir
+
+    def scandir(folder):  # as root, permissions would not stop the listing: refuse it here
+        if Path(folder).name == "locked":
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_scandir(folder)
+
+    monkeypatch.setattr(scan.os, "scandir", scandir)
+    checked, problems = scan.scan_folder(tmp_path)
+    assert checked == 1
+    assert [(p.path, p.kind) for p in problems] == [(str(tmp_path / "locked"), "unreadable")]
+    assert "Permission denied" in problems[0].detail

@@ -164,12 +164,19 @@ def _check_link(link: Path, root: Path) -> tuple[list[ScanProblem], Path | None]
     return [], resolved
 
 
-def _entries(root: Path) -> list[tuple[Path, bool]]:
-    """(path, is_link) for every file and link under `root`, without following folder links."""
+def _entries(root: Path, problems: list[ScanProblem]) -> list[tuple[Path, bool]]:
+    """(path, is_link) for every file and link under `root`, without following folder links; a
+    folder that cannot be listed is added to `problems`."""
     found, stack = [], [root]
     while stack:
         folder = stack.pop()
-        for entry in os.scandir(folder):
+        try:
+            entries = list(os.scandir(folder))
+        except OSError as error:
+            problems.append(ScanProblem(str(folder), "unreadable", f"folder cannot be listed ({error.strerror}); "
+                                                                   "fix its permissions"))
+            continue
+        for entry in entries:
             path = Path(entry.path)
             if entry.is_symlink():
                 found.append((path, True))
@@ -193,7 +200,7 @@ def scan_folder(root: str | os.PathLike, *, follow_links: bool = False) -> tuple
         raise FileNotFoundError(f"{root} is not a folder; give the folder that holds the images")
     checked, problems, sizes = 0, [], {}
     visited_folders: set[Path] = set()
-    pending = _entries(root)
+    pending = _entries(root, problems)
     for path, is_link in pending:  # followed folder links append to `pending` while it is walked
         if _skipped(path):
             continue
@@ -206,7 +213,7 @@ def scan_folder(root: str | os.PathLike, *, follow_links: bool = False) -> tuple
             if resolved.is_dir():
                 if follow_links and resolved not in visited_folders:
                     visited_folders.add(resolved)
-                    pending.extend(_entries(resolved))
+                    pending.extend(_entries(resolved, problems))
                 continue
             target, shown = resolved, path
         checked += 1

@@ -18,6 +18,7 @@ from pathlib import Path
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from course_lib.config import WorkbookError, make_config, parse_assignments
+from course_lib.paths import NotWritableError
 
 
 def _add_config_arguments(parser: argparse.ArgumentParser, example: str = "-p batch_size=128") -> None:
@@ -44,7 +45,12 @@ def _add_run(subparsers) -> None:
 def _run(args) -> int:
     from course_lib import runner
 
-    out, results = runner.run_workbook(args.profile, args.only, args.param, args.out, cell_timeout=args.cell_timeout)
+    try:
+        out, results = runner.run_workbook(args.profile, args.only, args.param, args.out,
+                                           cell_timeout=args.cell_timeout)
+    except runner.RunInterrupted as stop:
+        print(f"workbook run: {stop}", file=sys.stderr)
+        return 130  # the shell's code for a process stopped by Ctrl-C (128 + SIGINT)
     failed = [r.notebook for r in results if r.status != "ok"]
     print(f"index: {out / 'index.html'}")
     if failed:
@@ -92,8 +98,10 @@ def _add_data(subparsers) -> None:
     _add_config_arguments(info, "-p dataset=imagefolder -p data_dir=PATH")
     info.set_defaults(func=_data_info)
 
-    scan = subparsers.add_parser("scan", help="check an image folder for unreadable or odd files")
+    scan = subparsers.add_parser("scan", help="check an image folder for unreadable or odd files and links")
     scan.add_argument("folder")
+    scan.add_argument("--follow-links", action="store_true",
+                      help="also scan the images inside linked folders (links are reported either way)")
     scan.set_defaults(func=_scan)
 
 
@@ -121,7 +129,7 @@ def _data_info(args) -> int:
 def _scan(args) -> int:
     from course_lib.data import scan
 
-    checked, problems = scan.scan_folder(args.folder)
+    checked, problems = scan.scan_folder(args.folder, follow_links=args.follow_links)
     for problem in problems:
         print(problem)
     print(f"checked {checked} files: {len(problems)} problem(s)")
@@ -248,7 +256,9 @@ def _add_ddp(subparsers) -> None:
     parser.add_argument("--scaling", action="store_true",
                         help="measure step time for 1..N workers and the all-reduce share")
     parser.add_argument("--threads", type=int, default=1, help="OMP threads per process (default 1)")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds before the launch is stopped")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds before the launch and all its processes are stopped (default: sized from "
+                             "the run's epochs and images, see ddp.fitting_timeout)")
     parser.set_defaults(func=_ddp)
 
     probe = subparsers.add_parser("ddp-probe", help="one worker of `workbook ddp --scaling` (run under torchrun)")
@@ -347,6 +357,11 @@ def _add_ledger(subparsers) -> None:
     parser.add_argument("--limit", type=int, default=50, help="rows to show, newest first (0 = all)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--path", help=f"ledger file (default: ${LEDGER_ENV} or runs/ledger.sqlite)")
+    parser.add_argument("--check", action="store_true",
+                        help="report the ledger's state (quick_check, schema, rows, unsaved rows); exit 1 if damaged")
+    parser.add_argument("--import-unsaved", action="store_true",
+                        help="move the rows kept in ledger-unsaved.jsonl (when the ledger could not be written) "
+                             "into the ledger")
     parser.set_defaults(func=_ledger)
 
 
@@ -354,6 +369,12 @@ def _ledger(args) -> int:
     from course_lib import ledger
 
     path = Path(args.path) if args.path else ledger.default_path()
+    if args.check:
+        return _ledger_check(path)
+    if args.import_unsaved:
+        count = ledger.Ledger(path).import_unsaved()
+        print(f"imported {count} row(s) from {ledger.unsaved_path(path)} into {path}")
+        return 0
     if not path.exists():
         print(f"no ledger at {path}; run `workbook run` or `workbook train` first")
         return 0
@@ -361,6 +382,31 @@ def _ledger(args) -> int:
                                        limit=args.limit or None)
     print(json.dumps(records, indent=2) if args.json else ledger.format_rows(records))
     return 0
+
+
+def _ledger_check(path: Path) -> int:
+    """One line on the ledger (ok with its row count, or the LedgerError), one on unsaved rows."""
+    from course_lib import ledger
+
+    unsaved = ledger.unsaved_path(path)
+    if not path.exists():
+        print(f"no ledger at {path} yet; the first recorded run creates it")
+        state = 0
+    else:
+        try:
+            print(f"ledger {path}: ok (quick_check passed, {ledger.Ledger(path).check()} rows)")
+            state = 0
+        except ledger.LedgerError as error:
+            print(f"{error}")
+            state = 1
+    if unsaved.exists():
+        try:
+            waiting = f"{len(ledger.read_unsaved(unsaved))} row(s)"
+        except ledger.LedgerError as error:
+            waiting, state = f"rows, but {error}", 1
+        print(f"{unsaved} holds {waiting} the ledger could not take; once the ledger is ok, "
+              "`workbook ledger --import-unsaved` moves them in")
+    return state
 
 
 # Subcommands, in the order `workbook --help` lists them.
@@ -391,7 +437,7 @@ def _main(argv: list[str] | None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (WorkbookError, FileNotFoundError, NotADirectoryError, FileExistsError) as error:
+    except (WorkbookError, FileNotFoundError, NotADirectoryError, FileExistsError, NotWritableError) as error:
         # Bad input is a one-line message, not a traceback.
         print(f"workbook {args.command}: error: {error}", file=sys.stderr)
         return 2

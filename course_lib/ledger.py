@@ -4,6 +4,13 @@ can compare results across runs and machines.
 
 Concurrent writers (several papermill kernels at once) are safe: SQLite's WAL journal plus
 a busy timeout serialises the inserts, and each insert is one short transaction.
+
+A damaged ledger is found, not appended to: opening it runs SQLite's `PRAGMA quick_check`
+(https://sqlite.org/pragma.html#pragma_quick_check) and checks the schema, and every
+`sqlite3` error becomes a one-line `LedgerError` naming the file and the fix. A result is never
+lost to the ledger: when the database cannot be written, `record` appends the row as one JSON
+line to `runs/ledger-unsaved.jsonl` beside it and warns in one line; `workbook ledger --import-unsaved`
+moves those rows into a healthy ledger later.
 """
 from __future__ import annotations
 
@@ -11,13 +18,16 @@ import functools
 import json
 import os
 import platform
+import shlex
 import sqlite3
 import subprocess
+import sys
 import time
 from contextlib import closing
 from pathlib import Path
 
 from course_lib import devices
+from course_lib.config import WorkbookError
 from course_lib.paths import project_root
 
 # The runner exports these so that every kernel it starts writes into the same ledger
@@ -26,6 +36,7 @@ LEDGER_ENV = "WORKBOOK_LEDGER"
 RUN_ID_ENV = "WORKBOOK_RUN_ID"
 PROFILE_ENV = "WORKBOOK_PROFILE"
 DEFAULT_PATH = Path("runs") / "ledger.sqlite"
+UNSAVED_SUFFIX = "-unsaved.jsonl"  # rows the database could not take: runs/ledger-unsaved.jsonl
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -44,6 +55,48 @@ CREATE TABLE IF NOT EXISTS results (
 );
 CREATE INDEX IF NOT EXISTS results_kind_name ON results (kind, name);
 """
+COLUMNS = ("id", "created_at", "run_id", "kind", "name", "status", "duration_seconds", "profile", "git_commit",
+           "versions", "hardware", "parameters", "metrics")
+_JSON_COLUMNS = ("versions", "hardware", "parameters", "metrics")
+
+
+class LedgerError(WorkbookError):
+    """The ledger file cannot be opened, read or written; the message names the file and the fix."""
+
+
+def unsaved_path(path: str | os.PathLike) -> Path:
+    """Where rows go when the database at `path` cannot take them (runs/ledger-unsaved.jsonl)."""
+    path = Path(path)
+    return path.with_name(path.stem + UNSAVED_SUFFIX)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:200] if text else type(error).__name__
+
+
+def ledger_error(path: Path, error: BaseException | str) -> LedgerError:
+    """A one-line LedgerError for an sqlite3 (or OS) error on the ledger at `path`, with the fix
+    that matches it."""
+    reason = error if isinstance(error, str) else _first_line(error)
+    lowered = reason.lower()
+    if "readonly" in lowered or "read-only" in lowered or "permission denied" in lowered:
+        return LedgerError(f"ledger {path} cannot be written ({reason}); make it and its folder writable, "
+                           f"or point {LEDGER_ENV} at another file")
+    if "not a directory" in lowered or "file exists" in lowered:
+        return LedgerError(f"ledger {path} cannot be created ({reason}): a file is in the way of its folder; "
+                           f"move that file, or point {LEDGER_ENV} at another path")
+    if "locked" in lowered or "busy" in lowered:
+        return LedgerError(f"ledger {path} is locked by another process ({reason}); wait for it to finish, "
+                           "or stop the process that holds it")
+    if "disk is full" in lowered or "no space" in lowered:
+        return LedgerError(f"ledger {path}: the disk is full ({reason}); free some space and run again")
+    if "unable to open" in lowered:
+        return LedgerError(f"ledger {path} cannot be opened ({reason}); check the folder exists and is writable, "
+                           f"or point {LEDGER_ENV} at another file")
+    quoted = shlex.quote(str(path))
+    return LedgerError(f"ledger {path} is damaged ({reason}); move it aside (mv {quoted} {quoted}.damaged) so a new "
+                       f"one is started; `workbook ledger --check --path {quoted}` reports its state")
 
 
 def default_path() -> Path:
@@ -132,14 +185,22 @@ def _json(value) -> str:
 
 
 class Ledger:
-    """Append-only table of results. `record(...)` writes a row; `rows(...)` reads them back."""
+    """Append-only table of results. `record(...)` writes a row; `rows(...)` reads them back;
+    `check()` says whether the file is a sound ledger. Opening a damaged, unreadable or foreign
+    file raises LedgerError (one line: the file and the fix)."""
 
     def __init__(self, path: str | os.PathLike | None = None):
         self.path = Path(path) if path else default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with closing(self._connect()) as connection:
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.executescript(_SCHEMA)
+        try:
+            existing = self.path.is_file() and self.path.stat().st_size > 0
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with closing(self._connect()) as connection:
+                if existing:  # check before writing anything: a damaged or foreign file is left as it is
+                    self._check(connection)
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.executescript(_SCHEMA)
+        except (sqlite3.Error, OSError) as error:
+            raise ledger_error(self.path, error) from None
 
     def _connect(self) -> sqlite3.Connection:
         # 60 s busy timeout: a writer waits for another's transaction instead of failing.
@@ -147,23 +208,54 @@ class Ledger:
         connection.row_factory = sqlite3.Row
         return connection
 
+    def check(self) -> int:
+        """SQLite's quick_check (every page and index readable, cheap: no cross-checks) and the
+        results table with its columns; returns the number of rows, raises LedgerError."""
+        try:
+            with closing(self._connect()) as connection:
+                return self._check(connection)
+        except sqlite3.Error as error:
+            raise ledger_error(self.path, error) from None
+
+    def _check(self, connection: sqlite3.Connection) -> int:
+        verdict = [row[0] for row in connection.execute("PRAGMA quick_check")]
+        if verdict != ["ok"]:
+            first = next((line for line in "\n".join(verdict).splitlines() if not line.startswith("***")), verdict[0])
+            raise ledger_error(self.path, f"quick_check: {first.strip()[:200]}")
+        columns = {row[1] for row in connection.execute("PRAGMA table_info(results)")}
+        missing = [column for column in COLUMNS if column not in columns]
+        if missing:
+            raise LedgerError(f"{self.path} is not a workbook ledger (its results table lacks {', '.join(missing)}); "
+                              f"point {LEDGER_ENV} or --path at the ledger, or move this file aside")
+        return connection.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+
     def record(self, kind: str, name: str, *, status: str = "ok", duration_seconds: float | None = None,
                parameters: dict | None = None, metrics: dict | None = None, profile: str | None = None,
-               run_id: str | None = None) -> int:
-        """Write one row and return its id. Versions, hardware and git commit are filled in."""
-        row = (
-            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            run_id or os.environ.get(RUN_ID_ENV),
-            kind, name, status, duration_seconds,
-            profile or os.environ.get(PROFILE_ENV),
-            git_commit(),
-            _json(runtime_versions()), _json(hardware_summary()), _json(parameters), _json(metrics),
-        )
-        with closing(self._connect()) as connection, connection:
-            cursor = connection.execute(
-                "INSERT INTO results (created_at, run_id, kind, name, status, duration_seconds, profile,"
-                " git_commit, versions, hardware, parameters, metrics) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", row)
-            return cursor.lastrowid
+               run_id: str | None = None) -> int | None:
+        """Write one row and return its id. Versions, hardware and git commit are filled in.
+        When the database cannot take it (damaged, read-only, full, locked past the timeout) the
+        row goes to `unsaved_path(self.path)` instead, with a one-line warning, and None is returned."""
+        row = make_row(kind, name, status=status, duration_seconds=duration_seconds, parameters=parameters,
+                       metrics=metrics, profile=profile, run_id=run_id)
+        try:
+            return self.insert(row)
+        except LedgerError as error:
+            return keep_unsaved(self.path, row, error)
+
+    def insert(self, row: dict, *, check: bool = True) -> int:
+        """Insert a row made by `make_row` (or read back from the unsaved file); LedgerError when
+        the database is damaged (quick_check first, so nothing is appended to a broken file) or
+        cannot be written."""
+        try:
+            with closing(self._connect()) as connection, connection:
+                if check:
+                    self._check(connection)
+                cursor = connection.execute(
+                    f"INSERT INTO results ({', '.join(COLUMNS[1:])}) VALUES ({','.join('?' * (len(COLUMNS) - 1))})",
+                    [_json(row[c]) if c in _JSON_COLUMNS else row[c] for c in COLUMNS[1:]])
+                return cursor.lastrowid
+        except sqlite3.Error as error:
+            raise ledger_error(self.path, error) from None
 
     def rows(self, kind: str | None = None, name: str | None = None, run_id: str | None = None,
              limit: int | None = None) -> list[dict]:
@@ -176,11 +268,17 @@ class Ledger:
         query = "SELECT * FROM results" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC"
         if limit:
             query += f" LIMIT {int(limit)}"
-        with closing(self._connect()) as connection:
-            records = [dict(r) for r in connection.execute(query, args)]
+        try:
+            with closing(self._connect()) as connection:
+                records = [dict(r) for r in connection.execute(query, args)]
+        except sqlite3.Error as error:
+            raise ledger_error(self.path, error) from None
         for record in records:
-            for column in ("versions", "hardware", "parameters", "metrics"):
-                record[column] = json.loads(record[column])
+            for column in _JSON_COLUMNS:
+                try:
+                    record[column] = json.loads(record[column])
+                except (TypeError, ValueError):
+                    raise ledger_error(self.path, f"row {record['id']} has unreadable {column}") from None
         return records
 
     def dataframe(self, **filters):
@@ -189,17 +287,129 @@ class Ledger:
 
         flat = []
         for record in self.rows(**filters):
-            item = {k: v for k, v in record.items() if k not in ("versions", "hardware", "parameters", "metrics")}
+            item = {k: v for k, v in record.items() if k not in _JSON_COLUMNS}
             item["torch"] = record["versions"].get("torch")
             item["hardware"] = describe_hardware(record["hardware"]) if record["hardware"] else None
             item.update({f"metric.{k}": v for k, v in record["metrics"].items()})
             flat.append(item)
         return pd.DataFrame(flat)
 
+    def import_unsaved(self) -> int:
+        """Move the rows of `unsaved_path(self.path)` into this ledger (one transaction) and
+        remove the file; returns how many. The file is renamed first, so rows that other processes
+        append meanwhile start a new file instead of being lost."""
+        source = unsaved_path(self.path)
+        if not source.exists():
+            return 0
+        claimed = source.with_name(f"{source.name}.importing-{os.getpid()}")
+        os.replace(source, claimed)
+        try:
+            rows = read_unsaved(claimed)
+            try:
+                with closing(self._connect()) as connection, connection:
+                    self._check(connection)
+                    connection.executemany(
+                        f"INSERT INTO results ({', '.join(COLUMNS[1:])}) VALUES ({','.join('?' * (len(COLUMNS) - 1))})",
+                        [[_json(row[c]) if c in _JSON_COLUMNS else row.get(c) for c in COLUMNS[1:]] for row in rows])
+            except sqlite3.Error as error:
+                raise ledger_error(self.path, error) from None
+        except BaseException:
+            _append_back(claimed, source)
+            raise
+        claimed.unlink()
+        return len(rows)
 
-def record(kind: str, name: str, **kwargs) -> int:
-    """Write one row to the default ledger (the runner's, when inside a run)."""
-    return Ledger().record(kind, name, **kwargs)
+
+def _append_back(claimed: Path, source: Path) -> None:
+    """Return the claimed rows to the unsaved file (after any appended meanwhile): nothing is lost."""
+    with open(source, "ab") as handle:
+        handle.write(claimed.read_bytes())
+    claimed.unlink()
+
+
+def make_row(kind: str, name: str, *, status: str = "ok", duration_seconds: float | None = None,
+             parameters: dict | None = None, metrics: dict | None = None, profile: str | None = None,
+             run_id: str | None = None) -> dict:
+    """One ledger row as a dict of the table's columns (no id), versions, hardware and commit filled in."""
+    return {
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "run_id": run_id or os.environ.get(RUN_ID_ENV),
+        "kind": kind, "name": name, "status": status, "duration_seconds": duration_seconds,
+        "profile": profile or os.environ.get(PROFILE_ENV),
+        "git_commit": git_commit(),
+        "versions": runtime_versions(), "hardware": hardware_summary(),
+        "parameters": parameters or {}, "metrics": metrics or {},
+    }
+
+
+def keep_unsaved(path: Path, row: dict, error: BaseException) -> None:
+    """Append `row` to the unsaved-rows file beside the ledger and warn in one line on stderr.
+    If even that file cannot be written, the warning carries the row itself."""
+    target = unsaved_path(path)
+    line = json.dumps(row, sort_keys=True, default=str)
+    reason = _first_line(error)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "a", encoding="utf-8") as handle:  # one write of one line: appends do not interleave
+            handle.write(line + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as write_error:
+        print(f"workbook: warning: {reason}; {target} cannot be written either ({_first_line(write_error)}); "
+              f"the row: {line}", file=sys.stderr, flush=True)
+        return None
+    print(f"workbook: warning: the {row['kind']} row {row['name']!r} was not recorded in the ledger and was kept in "
+          f"{target} ({reason})", file=sys.stderr, flush=True)
+    return None
+
+
+def read_unsaved(path: Path) -> list[dict]:
+    """The rows of an unsaved-rows file; a line cut short by a crash is named, not skipped."""
+    rows = []
+    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except ValueError:
+            raise LedgerError(f"{path} line {number} is not a JSON row ({text[:60]!r}); fix or delete that line "
+                              "and import again") from None
+        missing = [c for c in COLUMNS[1:] if c not in row and c not in ("run_id", "duration_seconds", "profile",
+                                                                         "git_commit")]
+        if missing:
+            raise LedgerError(f"{path} line {number} lacks {', '.join(missing)}; fix or delete that line "
+                              "and import again")
+        rows.append(row)
+    return rows
+
+
+def check_writable(path: str | os.PathLike | None = None) -> Path:
+    """Before a long run: the ledger (default: the runner's or runs/ledger.sqlite) opens, passes
+    quick_check and takes a write (a probe row inside a transaction that is rolled back).
+    Returns its path; raises LedgerError with the fix, so a run fails in its first second
+    instead of at its end."""
+    book = Ledger(path)
+    try:
+        with closing(book._connect()) as connection:
+            connection.execute("BEGIN IMMEDIATE")  # takes the write lock, as an insert would
+            connection.execute("INSERT INTO results (created_at, kind, name, status, versions, hardware, parameters,"
+                               " metrics) VALUES ('', 'probe', 'probe', 'ok', '{}', '{}', '{}', '{}')")
+            connection.rollback()
+    except sqlite3.Error as error:
+        raise ledger_error(book.path, error) from None
+    return book.path
+
+
+def record(kind: str, name: str, **kwargs) -> int | None:
+    """Write one row to the default ledger (the runner's, when inside a run). Never raises for
+    the ledger's sake: a row the database cannot take is kept in the unsaved-rows file (see
+    `Ledger.record`)."""
+    path = default_path()
+    try:
+        book = Ledger(path)
+    except LedgerError as error:
+        return keep_unsaved(path, make_row(kind, name, **kwargs), error)
+    return book.record(kind, name, **kwargs)
 
 
 def format_rows(records: list[dict]) -> str:

@@ -4,7 +4,10 @@
 Parameters are checked against each notebook's `parameters` cell (papermill's
 `inspect_notebook`) before anything runs: names, types (a notebook-only parameter is typed by its
 literal default, `NotebookParameter`) and the values Config accepts. A failed notebook does not
-stop the others. While they run, each notebook prints a start line, a cell counter and its
+stop the others; `index.html` and `summary.json` are rewritten after every notebook, so a run
+stopped by Ctrl-C (`RunInterrupted`) or a crash still leaves a page of what ran. Before anything
+runs, every notebook must parse (a broken one is named with its line and column), the output
+folder must be writable and the ledger sound. While they run, each notebook prints a start line, a cell counter and its
 status with the duration (`NotebookProgress`), nothing else: kernels are reached over Unix
 sockets (`kernel_transport`), so ipykernel has no TCP warning to print.
 """
@@ -59,6 +62,28 @@ def list_notebooks(folder: Path | None = None, only: str | None = None) -> list[
             raise ConfigError(f"no notebook numbered {missing[0]}; available: {', '.join(sorted(numbers))}")
         found = [p for p in found if p.name[:2] in wanted]
     return found
+
+
+def check_notebook_file(path: Path) -> None:
+    """ConfigError naming `path` and where it breaks when it is not a readable notebook (broken
+    JSON from a merge or a hand edit, or JSON that is not nbformat)."""
+    import nbformat
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path} cannot be read ({error}); restore it (git checkout -- {path.name})") from None
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{path} is not valid JSON (line {error.lineno} column {error.colno}: {error.msg}); "
+                          f"fix it or restore it (git checkout -- {path.name})") from None
+    try:
+        nbformat.reads(text, as_version=4)
+    except Exception as error:  # nbformat raises several kinds for JSON that is not a notebook
+        first = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"{path} is JSON but not a notebook ({first}); restore it "
+                          f"(git checkout -- {path.name})") from None
 
 
 def notebook_parameters(path: Path) -> dict:
@@ -217,7 +242,7 @@ def check_parameters(notebooks: list[Path], assignments: list[str], profile: str
 @dataclass
 class NotebookResult:
     notebook: str
-    status: str  # ok | failed
+    status: str  # ok | failed | interrupted
     duration_seconds: float
     output: str
     html: str | None = None
@@ -380,7 +405,29 @@ def to_html(notebook_path: Path) -> Path | None:
     return target
 
 
-def write_index(out_dir: Path, run_id: str, profile: str, results: list[NotebookResult]) -> Path:
+STATUS_COLOURS = {"ok": "#1a7f37", "failed": "#cf222e", "interrupted": "#bc4c00", "not run": "#6e7781"}
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `workbook run`: the notebook that was running is marked interrupted, and
+    `out/index.html` and `summary.json` list what ran."""
+
+    def __init__(self, out: Path, results: list[NotebookResult]):
+        super().__init__(f"interrupted; the notebooks run so far are listed in {out / 'index.html'}")
+        self.out, self.results = out, results
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """A browser refreshing the page (or a crash) never sees half a file."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def write_index(out_dir: Path, run_id: str, profile: str, results: list[NotebookResult],
+                not_run: list[str] = (), state: str = "finished") -> Path:
+    """index.html: one row per notebook, with the ones not run yet (`not_run`) at the end; `state`
+    (running | finished | interrupted) says whether the list is complete."""
     rows = []
     for r in results:
         links = f'<a href="{html.escape(r.output)}">ipynb</a>'
@@ -388,10 +435,16 @@ def write_index(out_dir: Path, run_id: str, profile: str, results: list[Notebook
             links = f'<a href="{html.escape(r.html)}">{html.escape(r.notebook)}</a> ({links})'
         else:
             links = f"{html.escape(r.notebook)} ({links})"
-        colour = "#1a7f37" if r.status == "ok" else "#cf222e"
+        colour = STATUS_COLOURS.get(r.status, STATUS_COLOURS["failed"])
         params = html.escape(", ".join(f"{k}={v}" for k, v in r.parameters.items()))
         rows.append(f"<tr><td>{links}</td><td style='color:{colour}'>{r.status}</td>"
                     f"<td>{r.duration_seconds:.1f}</td><td>{params}</td><td>{html.escape(r.error or '')}</td></tr>")
+    for name in not_run:
+        rows.append(f"<tr><td>{html.escape(name)}</td><td style='color:{STATUS_COLOURS['not run']}'>not run</td>"
+                    "<td></td><td></td><td></td></tr>")
+    note = {"running": "<p><b>Running</b>: this page is rewritten after every notebook.</p>",
+            "interrupted": "<p><b>Interrupted</b> (Ctrl-C): the notebooks below the interrupted one did not run."
+                           "</p>"}.get(state, "")
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>Workbook run {html.escape(run_id)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
@@ -399,13 +452,23 @@ td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}</style></head><bo
 <h1>Workbook run {html.escape(run_id)}</h1>
 <p>Profile <b>{html.escape(profile)}</b> on {html.escape(ledger.describe_hardware())};
 torch {html.escape(str(ledger.runtime_versions()['torch']))}; commit {html.escape(str(ledger.git_commit()))}.</p>
+{note}
 <table><tr><th>notebook</th><th>status</th><th>seconds</th><th>parameters</th><th>error</th></tr>
 {''.join(rows)}
 </table></body></html>
 """
     index = out_dir / "index.html"
-    index.write_text(page, encoding="utf-8")
+    _write_atomically(index, page)
     return index
+
+
+def write_reports(out_dir: Path, run_id: str, profile: str, results: list[NotebookResult],
+                  not_run: list[str] = (), state: str = "finished") -> None:
+    """index.html and summary.json as the run stands."""
+    write_index(out_dir, run_id, profile, results, not_run, state)
+    _write_atomically(out_dir / "summary.json", json.dumps(
+        {"run_id": run_id, "profile": profile, "state": state, "results": [asdict(r) for r in results],
+         "not_run": list(not_run)}, indent=2))
 
 
 def new_run_id(profile: str) -> str:
@@ -416,19 +479,22 @@ def run_workbook(profile: str = "auto", only: str | None = None, assignments: li
                  out_dir: str | os.PathLike | None = None, notebooks_folder: Path | None = None,
                  cell_timeout: int = CELL_TIMEOUT_SECONDS, stream=None,
                  progress_interval: float = PIPED_PROGRESS_SECONDS) -> tuple[Path, list[NotebookResult]]:
-    """Check parameters, then execute the notebooks in order, printing each one's progress
-    (`NotebookProgress`) to `stream` (default stdout). Returns (run folder, results)."""
+    """Check the notebooks, parameters, output folder and ledger, then execute the notebooks in
+    order, printing each one's progress (`NotebookProgress`) to `stream` (default stdout) and
+    rewriting index.html and summary.json after each. Returns (run folder, results); Ctrl-C
+    raises RunInterrupted after the reports are written."""
     resolved = resolve_profile(profile)
     notebooks = list_notebooks(notebooks_folder, only)
     if not notebooks:
         raise FileNotFoundError(f"no numbered notebooks (NN_name.ipynb) in {notebooks_folder or notebooks_dir()}")
+    for path in notebooks:
+        check_notebook_file(path)  # before anything runs: a broken notebook is named, not a traceback
     per_notebook = check_parameters(notebooks, assignments or [], profile=resolved)  # before anything runs
 
     run_id = new_run_id(resolved)
-    out = Path(out_dir) if out_dir else paths.project_root() / "runs" / run_id
-    out.mkdir(parents=True, exist_ok=True)
+    out = paths.check_writable(Path(out_dir).resolve() if out_dir else paths.project_root() / "runs" / run_id)
     # Kernels inherit the environment: they write into the same ledger, tagged with this run.
-    ledger_path = ledger.default_path().resolve()
+    ledger_path = ledger.check_writable(ledger.default_path().resolve())
     os.environ[ledger.LEDGER_ENV] = str(ledger_path)
     os.environ[ledger.RUN_ID_ENV] = run_id
     os.environ[ledger.PROFILE_ENV] = resolved
@@ -437,24 +503,40 @@ def run_workbook(profile: str = "auto", only: str | None = None, assignments: li
     print(f"workbook run {run_id}: {len(notebooks)} notebook(s), profile {resolved}, into {out}", file=stream,
           flush=True)
 
-    results = []
-    for path in notebooks:
+    results: list[NotebookResult] = []
+    write_reports(out, run_id, resolved, results, [p.name for p in notebooks], state="running")
+    for number, path in enumerate(notebooks):
         parameters = {"profile": resolved, **per_notebook[path]}
         progress = NotebookProgress(path, code_cell_count(path), stream, interval=progress_interval)
         progress.start()
         try:
             result = execute_notebook(path, out / path.name, parameters, cell_timeout, on_cell=progress.on_cell)
-        except BaseException:  # Ctrl-C: end the counter line before the traceback
-            progress.finish("interrupted", progress.elapsed())
+        except BaseException as stop:  # Ctrl-C (or the process being told to exit): report, then stop
+            seconds = progress.elapsed()
+            progress.finish("interrupted", seconds)
+            reason = "interrupted (Ctrl-C)" if isinstance(stop, KeyboardInterrupt) else type(stop).__name__
+            result = NotebookResult(path.name, "interrupted", seconds, path.name, error=reason, parameters=parameters)
+            _keep(result, out, book, parameters, resolved, run_id, ledger_status="failed")
+            results.append(result)
+            write_reports(out, run_id, resolved, results, [p.name for p in notebooks[number + 1:]],
+                          state="interrupted")
+            if isinstance(stop, KeyboardInterrupt):
+                raise RunInterrupted(out, results) from None
             raise
         progress.finish(result.status, result.duration_seconds, result.error)
-        html_path = to_html(out / path.name) if (out / path.name).exists() else None
-        result.html = html_path.name if html_path else None
-        book.record("notebook", path.name, status=result.status, duration_seconds=result.duration_seconds,
-                    parameters=parameters, metrics={"error": result.error} if result.error else {},
-                    profile=resolved, run_id=run_id)
+        _keep(result, out, book, parameters, resolved, run_id, ledger_status=result.status)
         results.append(result)
-    write_index(out, run_id, resolved, results)
-    (out / "summary.json").write_text(json.dumps(
-        {"run_id": run_id, "profile": resolved, "results": [asdict(r) for r in results]}, indent=2))
+        remaining = [p.name for p in notebooks[number + 1:]]
+        write_reports(out, run_id, resolved, results, remaining, state="running" if remaining else "finished")
     return out, results
+
+
+def _keep(result: NotebookResult, out: Path, book, parameters: dict, profile: str, run_id: str,
+          ledger_status: str) -> None:
+    """The notebook's HTML rendering and its ledger row."""
+    executed = out / result.output
+    html_path = to_html(executed) if executed.exists() else None
+    result.html = html_path.name if html_path else None
+    book.record("notebook", result.notebook, status=ledger_status, duration_seconds=result.duration_seconds,
+                parameters=parameters, metrics={"error": result.error} if result.error else {},
+                profile=profile, run_id=run_id)

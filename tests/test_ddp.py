@@ -1,10 +1,16 @@
 """DDP launching and scaling: DistributedSampler shards, the scaling formulas and rules, the
 all-reduce events torch.profiler sees, and real torchrun launches on CPU with gloo (a failing
 rank, DDP == 1-worker training, two "nodes" on loopback, the scaling probe)."""
+import os
+import re
+import time
+
 import pandas as pd
+import psutil
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import ROOT
 
 from course_lib.config import ConfigError
 from course_lib.engine import ddp, ddp_probe
@@ -169,3 +175,78 @@ def test_scaling_probe_measures_every_worker_count_and_the_all_reduce():
     assert report.communication["event_names"] == ["gloo:all_reduce"]
     assert 0 <= report.communication["exposed_share"] < 1 and report.communication["profiled_share"] > 0
     assert isinstance(report.table, pd.DataFrame)
+
+
+# --- failure reports and stopping: faults injected through tests/fixtures/ddp_faults ------------------
+
+FAULTS = ROOT / "tests" / "fixtures" / "ddp_faults"
+
+
+def fault_environment(fault: str, **extra) -> dict:
+    return {"WORKBOOK_TEST_FAULT": fault, "PYTHONPATH": os.pathsep.join([str(FAULTS), str(ROOT)]), **extra}
+
+
+def test_the_rank_with_a_handled_error_is_named_first_not_the_peer_it_left_waiting(tmp_path):
+    """Rank 1 fails with a one-line error (exit 2) after closing its connections; rank 0, in an
+    all-reduce, fails at once with "Connection closed by peer" and torchrun calls rank 0 the root cause."""
+    result = ddp.launch(2, {"batch_size": 8}, "smoke", command="ddp-probe", echo=None, check=False, timeout=120,
+                        env=fault_environment("handled-error-on-rank-1"), log_dir=tmp_path / "logs")
+    assert not result.ok
+    root_cause = "\n".join(result.lines).split("Root Cause", 1)[1]
+    assert re.search(r"rank\s*:\s*(\d+)", root_cause).group(1) == "0", "the fault: torchrun blames rank 0"
+    first = result.failures[0]
+    assert first.rank == 1 and first.root_cause and first.cause == "own"
+    assert first.last_lines[-1] == "workbook ddp-probe: error: a value only rank 1 could not use (simulated)"
+    peer = next(failure for failure in result.failures if failure.rank == 0)
+    assert peer.cause == "peer" and not peer.root_cause and "Connection closed by peer" in peer.last_lines[-1]
+    report = result.failure_report()
+    assert "rank 1 (local rank 1) failed first" in report
+    assert "rank 0 (local rank 0) then failed with exit code 1 because another rank went away" in report
+
+
+def test_a_timeout_stops_every_process_even_a_worker_that_ignores_sigterm(tmp_path, monkeypatch):
+    monkeypatch.setattr(ddp, "STOP_GRACE_SECONDS", 2)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    started = time.monotonic()
+    result = ddp.launch(2, {"batch_size": 8}, "smoke", command="ddp-probe", echo=None, check=False, timeout=20,
+                        env=fault_environment("hang-ignoring-sigterm", WORKBOOK_TEST_PID_DIR=str(pids)))
+    assert result.timed_out and not result.ok and result.returncode == 124
+    assert "torchrun timed out after" in result.failure_report()
+    workers = {path.stem: int(path.read_text()) for path in pids.glob("rank*.pid")}
+    assert set(workers) == {"rank0", "rank1"}, "the workers did not start within the timeout"
+    time.sleep(0.5)
+    running = [name for name, pid in workers.items() if psutil.pid_exists(pid)
+               and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert running == [], f"left running: {running}"
+    assert time.monotonic() - started < 20 + 20  # SIGKILL after the grace, not after torchrun's own 30 s
+
+
+def test_the_default_timeout_fits_the_run():
+    from course_lib.config import make_config
+
+    smoke = make_config("smoke", device="cpu")
+    assert ddp.train_images_estimate(smoke) == 128  # max_steps 4 x batch 32 caps the 256 images
+    assert ddp.fitting_timeout(smoke) == pytest.approx(ddp.STARTUP_SECONDS + 128 * 32 ** 2 / 1e6 * 10.0 * 1.25, abs=1)
+    bigger = make_config("smoke", device="cpu", epochs=10, max_steps=0, max_train_images=20_000, image_size=64)
+    expected = ddp.STARTUP_SECONDS + 10 * 20_000 * 64 ** 2 / 1e6 * ddp.SECONDS_PER_MEGAPIXEL["cpu"] * 1.25
+    assert ddp.fitting_timeout(bigger) == pytest.approx(expected, abs=1)
+    assert ddp.fitting_timeout(bigger) > 3 * ddp.fitting_timeout(smoke)  # grows with the run, unlike a fixed 3,600 s
+    assert ddp.fitting_timeout(smoke, command="ddp-probe") == ddp.PROBE_SECONDS
+    folder = make_config("smoke", device="cpu", max_steps=0, max_train_images=0)  # the committed sample, counted
+    assert ddp.train_images_estimate(folder) == sum(1 for _ in (ROOT / "data_samples" / "landcover-synth" / "train")
+                                                    .rglob("*.*") if _.suffix.lower() in (".jpg", ".png"))
+
+
+def test_failure_classification_from_torchrun_summaries(tmp_path):
+    """A rank killed by SIGKILL (the out-of-memory killer) failed by itself; a rank SIGTERMed by
+    torchrun did not; a peer's lost connection is a consequence."""
+    summary = ["Root Cause (first observed failure):",
+               "  rank      : 0 (local_rank: 0)", "  exitcode  : 1 (pid: 11)",
+               "  rank      : 1 (local_rank: 1)", "  exitcode  : -9 (pid: 12)",
+               "  rank      : 2 (local_rank: 2)", "  exitcode  : -15 (pid: 13)"]
+    rank_lines = {0: ["RuntimeError: [pair.cc:561] Connection closed by peer [127.0.0.1]:5555."], 1: ["epoch 1"],
+                  2: ["epoch 1"]}
+    failures = ddp._failures([summary], rank_lines, tmp_path, 15, False)
+    assert [(f.rank, f.cause, f.root_cause) for f in failures] == [(1, "own", True), (0, "peer", False)]
+    assert "failed first with exit code -9 (SIGKILL)" in failures[0].describe()

@@ -1,5 +1,13 @@
 import json
 import multiprocessing
+import os
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
+
+import pytest
+from conftest import ROOT
 
 from course_lib import cli, ledger
 
@@ -58,3 +66,165 @@ def test_ledger_cli_table_and_json(capsys):
     assert "00_setup_check.ipynb" in out and "images_per_second=10" in out
     assert cli.main(["ledger", "--json", "--kind", "notebook"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["name"] == "00_setup_check.ipynb"
+
+
+# --- a damaged ledger: found before anything is appended, one line, nothing lost -------------
+
+def damage_a_middle_page(path):
+    """Change one leaf page's cell count: SQLite still opens the file and accepts inserts, but
+    quick_check sees the damage (the 'appends silently' case)."""
+    with closing(sqlite3.connect(path)) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # everything into the main file
+    data = bytearray(path.read_bytes())
+    page_size = int.from_bytes(data[16:18], "big")
+    middle = (len(data) // page_size) // 2 * page_size
+    data[middle + 3:middle + 5] = (5).to_bytes(2, "big")
+    path.write_bytes(bytes(data))
+
+
+def filled_ledger(path, rows=200):
+    book = ledger.Ledger(path)
+    row = ledger.make_row("bench", "filler", metrics={"padding": "x" * 300})
+    for _ in range(rows):
+        book.insert(row)
+    return book
+
+
+def test_a_file_that_is_not_a_database_is_one_line_naming_the_file_and_the_fix(tmp_path, capsys):
+    path = tmp_path / "ledger.sqlite"
+    path.write_bytes(b"this is not an sqlite file\n" * 200)
+    with pytest.raises(ledger.LedgerError, match="is damaged") as caught:
+        ledger.Ledger(path)
+    message = str(caught.value)
+    assert str(path) in message and "move it aside" in message and "workbook ledger --check" in message
+    assert "\n" not in message
+    assert cli.main(["ledger", "--path", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "is damaged" in err
+
+
+def test_damage_in_the_middle_is_found_and_nothing_is_appended(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "ledger.sqlite"
+    filled_ledger(path)
+    damage_a_middle_page(path)
+    # The fault: plain SQLite appends to this file without a word.
+    copy = tmp_path / "copy.sqlite"
+    copy.write_bytes(path.read_bytes())
+    with closing(sqlite3.connect(copy)) as connection, connection:
+        connection.execute("INSERT INTO results (created_at, kind, name, status, versions, hardware, parameters,"
+                           " metrics) VALUES ('', 'k', 'n', 'ok', '{}', '{}', '{}', '{}')")
+    before = path.read_bytes()
+    with pytest.raises(ledger.LedgerError, match="quick_check"):
+        ledger.Ledger(path)
+    monkeypatch.setenv(ledger.LEDGER_ENV, str(path))
+    assert ledger.record("train", "resnet18", metrics={"top1": 0.9}) is None
+    assert path.read_bytes() == before  # not one byte written into the damaged file
+    kept = ledger.read_unsaved(ledger.unsaved_path(path))
+    assert [(row["kind"], row["name"], row["metrics"]) for row in kept] == [("train", "resnet18", {"top1": 0.9})]
+    warning = capsys.readouterr().err.strip().splitlines()
+    assert len(warning) == 1 and "ledger-unsaved.jsonl" in warning[0] and "resnet18" in warning[0]
+
+
+def test_ledger_check_reports_the_state_and_unsaved_rows_are_imported_later(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "ledger.sqlite"
+    monkeypatch.setenv(ledger.LEDGER_ENV, str(path))
+    ledger.record("bench", "decode")
+    assert cli.main(["ledger", "--check"]) == 0
+    assert capsys.readouterr().out.strip() == f"ledger {path}: ok (quick_check passed, 1 rows)"
+
+    path.write_bytes(b"\x00garbage" * 100)
+    ledger.record("train", "kept-1", metrics={"top1": 0.5})
+    ledger.record("train", "kept-2")
+    capsys.readouterr()
+    assert cli.main(["ledger", "--check"]) == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert "is damaged" in out[0] and "move it aside" in out[0]
+    assert "holds 2 row(s)" in out[1] and "--import-unsaved" in out[1]
+
+    path.rename(tmp_path / "ledger.sqlite.damaged")  # the fix the message gives
+    assert cli.main(["ledger", "--import-unsaved"]) == 0
+    assert "imported 2 row(s)" in capsys.readouterr().out
+    assert not ledger.unsaved_path(path).exists()
+    rows = ledger.Ledger(path).rows()
+    assert [r["name"] for r in rows] == ["kept-2", "kept-1"] and rows[1]["metrics"] == {"top1": 0.5}
+    assert cli.main(["ledger", "--check"]) == 0
+
+
+def test_a_failed_import_returns_the_rows_to_the_unsaved_file(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    ledger.keep_unsaved(path, ledger.make_row("train", "precious"), RuntimeError("simulated"))
+    unsaved = ledger.unsaved_path(path)
+    with open(unsaved, "a") as handle:
+        handle.write('{"kind": "train", "na')  # a line cut short by a crash
+    content = unsaved.read_bytes()
+    with pytest.raises(ledger.LedgerError, match="line 2 is not a JSON row"):
+        ledger.Ledger(path).import_unsaved()
+    assert unsaved.read_bytes() == content
+    assert ledger.Ledger(path).rows() == []  # all or nothing
+    assert not list(tmp_path.glob("*.importing-*"))  # no claimed copy left behind
+
+
+def test_a_foreign_sqlite_file_is_refused_and_left_unchanged(tmp_path):
+    path = tmp_path / "other.sqlite"
+    with closing(sqlite3.connect(path)) as connection, connection:
+        connection.execute("CREATE TABLE results (id INTEGER, score REAL)")
+    before = path.read_bytes()
+    with pytest.raises(ledger.LedgerError, match="not a workbook ledger.*lacks created_at"):
+        ledger.Ledger(path)
+    assert path.read_bytes() == before
+
+
+def test_check_writable_fails_before_a_run_and_leaves_no_row(tmp_path, monkeypatch):
+    path = tmp_path / "ledger.sqlite"
+    assert ledger.check_writable(path) == path
+    assert ledger.Ledger(path).rows() == []  # the probe row was rolled back
+    # A read-only database (opened read-only: as root, file permissions would not stop the write).
+    connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda target, **kwargs: connect(
+        f"file:{target}?mode=ro", uri=True, **kwargs))
+    with pytest.raises(ledger.LedgerError, match="cannot be written.*writable") as caught:
+        ledger.check_writable(path)
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+    monkeypatch.undo()
+    path.write_bytes(b"garbage" * 100)
+    with pytest.raises(ledger.LedgerError, match="is damaged"):
+        ledger.check_writable(path)
+
+
+def test_when_even_the_unsaved_file_cannot_be_written_the_row_is_printed(tmp_path, capsys):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the ledger's folder should be")
+    ledger.keep_unsaved(blocker / "ledger.sqlite", ledger.make_row("train", "last-resort", metrics={"top1": 0.7}),
+                        RuntimeError("simulated"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and '"name": "last-resort"' in err[0] and '"top1": 0.7' in err[0]
+
+
+def test_workbook_train_with_a_damaged_ledger_loses_nothing_and_prints_no_traceback(tmp_path):
+    """Either the engine refuses at start (ledger.check_writable: one line, exit 2, nothing
+    trained) or it trains and keeps the row beside the ledger (one warning line, exit 0); never
+    a traceback after training, never a lost result."""
+    path = tmp_path / "ledger.sqlite"
+    path.write_bytes(b"\x00damaged" * 200)
+    env = {**os.environ, ledger.LEDGER_ENV: str(path), "PYTHONPATH": str(ROOT)}
+    process = subprocess.run([sys.executable, "-m", "course_lib", "train", "--profile", "smoke", "--no-progress",
+                              "-p", "model=test_resnet", "-p", "max_steps=1", "-p", "image_size=16",
+                              "-p", f"output_dir={tmp_path / 'checkpoints'}"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert "Traceback" not in process.stderr, process.stderr
+    ledger_lines = [line for line in process.stderr.splitlines() if str(path) in line or "ledger" in line]
+    assert len(ledger_lines) == 1, process.stderr
+    if process.returncode == 2:  # refused before training
+        assert "is damaged" in ledger_lines[0] and not (tmp_path / "checkpoints" / "last.pt").exists()
+    else:
+        assert process.returncode == 0, process.stderr
+        kept = ledger.read_unsaved(ledger.unsaved_path(path))
+        assert [(row["kind"], row["name"], row["status"]) for row in kept] == [("train", "test_resnet", "ok")]
+        assert "val_top1" in kept[0]["metrics"] or "train_loss" in kept[0]["metrics"]
+
+
+def test_a_file_in_the_way_of_the_ledger_folder_is_named(tmp_path):
+    blocker = tmp_path / "runs"
+    blocker.write_text("a file where the folder should be")
+    with pytest.raises(ledger.LedgerError, match="a file is in the way of its folder"):
+        ledger.Ledger(blocker / "ledger.sqlite")

@@ -297,3 +297,76 @@ def test_smoke_run_prints_start_counter_and_duration_only(tmp_path, capfd):
     assert [line.split(",")[0] for line in counters] == [f"[00] 00_setup_check: cell {n}/{cells}"
                                                          for n in range(1, cells + 1)]
     assert finished.startswith("[00] 00_setup_check: ok in ") and finished.endswith(" s")
+
+
+# --- nothing lost, nothing late: broken notebooks, unwritable folders, Ctrl-C ------------------------
+
+def test_a_notebook_with_broken_json_is_named_before_anything_runs(book, tmp_path, monkeypatch, capsys):
+    from course_lib import cli
+
+    text = (book / "01_broken.ipynb").read_text()
+    (book / "01_broken.ipynb").write_text(text.replace('"cells": [', '"cells": [,', 1))  # a bad merge
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError, match=r"01_broken.ipynb is not valid JSON \(line 2 column \d+: "):
+        runner.run_workbook("smoke", out_dir=out, notebooks_folder=book)
+    assert not out.exists()  # nothing ran, nothing was written
+    monkeypatch.setattr(runner, "notebooks_dir", lambda: book)
+    assert cli.main(["run", "--profile", "smoke", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "01_broken.ipynb is not valid JSON" in err
+    (book / "01_broken.ipynb").write_text('{"cells": 3}')
+    with pytest.raises(ConfigError, match="01_broken.ipynb is JSON but not a notebook"):
+        runner.run_workbook("smoke", out_dir=out, notebooks_folder=book)
+
+
+def test_an_output_folder_that_cannot_be_written_is_one_line_before_any_kernel(book, tmp_path, monkeypatch, capsys):
+    from course_lib import cli
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way")
+    monkeypatch.setattr(runner, "notebooks_dir", lambda: book)
+    monkeypatch.setattr(runner, "execute_notebook", lambda *args, **kwargs: pytest.fail("a notebook ran"))
+    assert cli.main(["run", "--profile", "smoke", "--only", "00", "--out", str(blocker / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"cannot write to {blocker / 'out'}" in err
+
+
+def test_ctrl_c_leaves_an_index_of_what_ran_and_marks_the_interrupted_notebook(tmp_path, isolated_ledger, capsys):
+    from course_lib import cli
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    out = tmp_path / "out"
+    _notebook(folder / "00_first.ipynb", 'profile = "auto"  # profile', "print('first ran')")
+    # While 01 runs, the index already lists 00; then Ctrl-C reaches the runner (not the kernel,
+    # which jupyter_client starts in its own session, as a terminal's Ctrl-C would).
+    _notebook(folder / "01_stopped.ipynb", 'profile = "auto"  # profile',
+              "import os, pathlib, signal, time\n"
+              f"index = pathlib.Path({str(out / 'index.html')!r}).read_text()\n"
+              "assert '00_first.html' in index and 'not run' in index\n"
+              "os.kill(os.getppid(), signal.SIGINT)\n"
+              "time.sleep(60)")
+    _notebook(folder / "02_never.ipynb", 'profile = "auto"  # profile', "print('never')")
+    with pytest.raises(runner.RunInterrupted) as caught:
+        runner.run_workbook("smoke", out_dir=out, notebooks_folder=folder, stream=io.StringIO())
+    assert [r.status for r in caught.value.results] == ["ok", "interrupted"]
+    index = (out / "index.html").read_text()
+    assert "00_first.html" in index and "interrupted" in index and "02_never.ipynb" in index and "not run" in index
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["state"] == "interrupted" and summary["not_run"] == ["02_never.ipynb"]
+    assert [r["status"] for r in summary["results"]] == ["ok", "interrupted"]
+    rows = ledger.Ledger(isolated_ledger).rows(kind="notebook")
+    assert sorted((r["name"], r["status"]) for r in rows) == [("00_first.ipynb", "ok"), ("01_stopped.ipynb", "failed")]
+    assert "interrupted" in str(caught.value)
+
+
+def test_cli_reports_an_interrupted_run_in_one_line(tmp_path, monkeypatch, capsys):
+    from course_lib import cli
+
+    def interrupted(*args, **kwargs):
+        raise runner.RunInterrupted(tmp_path, [])
+
+    monkeypatch.setattr(runner, "run_workbook", interrupted)
+    assert cli.main(["run", "--profile", "smoke"]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err == f"workbook run: interrupted; the notebooks run so far are listed in {tmp_path / 'index.html'}"

@@ -1,4 +1,7 @@
+import errno
 import io
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -53,3 +56,125 @@ def test_data_make_cli(tmp_path, capsys):
                      "--test", "0"]) == 0
     assert "wrote 16 images" in capsys.readouterr().out
     assert cli.main(["data", "make", "--out", str(out)]) == 2
+
+
+# --- links: scan reports what the loader would follow ------------------------------------------------
+
+def save_image(path, size=(32, 32), seed=0):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pixels = np.random.default_rng(seed).integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(path)
+    return path
+
+
+@pytest.fixture
+def linked_folder(tmp_path):
+    root = tmp_path / "dataset"
+    for index in range(3):
+        save_image(root / "cat" / f"{index}.png", seed=index)
+        save_image(root / "dog" / f"{index}.png", seed=10 + index)
+    elsewhere = tmp_path / "elsewhere"
+    for index in range(4):
+        save_image(elsewhere / f"{index}.png", seed=20 + index)
+    cat = root / "cat"
+    (cat / "broken.png").symlink_to(tmp_path / "deleted.png")
+    (cat / "self.png").symlink_to(cat / "self.png")
+    (cat / "ring").symlink_to(root)  # a folder that contains the link: os.walk(followlinks=True) never ends
+    (cat / "dogs").symlink_to(root / "dog")  # another class's images, labelled cat by the loader
+    (cat / "more").symlink_to(elsewhere)
+    (cat / "far.png").symlink_to(elsewhere / "0.png")
+    (cat / "near.png").symlink_to(cat / "0.png")  # a file link inside the dataset: fine
+    return root
+
+
+def test_scan_reports_every_kind_of_link(linked_folder):
+    checked, problems = scan.scan_folder(linked_folder)
+    kinds = {p.path.split("/")[-1]: p.kind for p in problems}
+    assert kinds == {"broken.png": "broken-link", "self.png": "looping-link", "ring": "looping-link",
+                     "dogs": "directory-link", "more": "directory-link", "far.png": "outside-link"}
+    details = {p.path.split("/")[-1]: p.detail for p in problems}
+    assert "holding 3 image file(s)" in details["dogs"] and "inside the dataset" in details["dogs"]
+    assert "holding 4 image file(s)" in details["more"] and "outside the dataset" in details["more"]
+    assert checked == 6 + 2  # the real files, then far.png and near.png scanned through their links
+
+
+def test_the_loader_follows_a_folder_link_that_scan_reports(linked_folder):
+    """The fault scan now reports: torchvision's ImageFolder labels another class's images as cat."""
+    from torchvision.datasets import ImageFolder
+
+    for name in ("broken.png", "self.png", "ring"):
+        (linked_folder / "cat" / name).unlink()  # what the loader cannot survive at all
+    dataset = ImageFolder(str(linked_folder))
+    cat = dataset.class_to_idx["cat"]
+    dog_images_labelled_cat = [p for p, label in dataset.samples if label == cat and "/cat/dogs/" in p]
+    assert len(dog_images_labelled_cat) == 3
+    _, problems = scan.scan_folder(linked_folder)
+    assert {p.kind for p in problems} == {"directory-link", "outside-link"}
+
+
+def test_follow_links_scans_linked_folders_once(linked_folder):
+    save_image(linked_folder.parent / "elsewhere" / "broken.png").write_bytes(b"")
+    checked, problems = scan.scan_folder(linked_folder, follow_links=True)
+    assert checked == 8 + 3 + 5  # plus the dog folder again and the five files elsewhere
+    assert any(p.kind == "zero-byte" and p.path.endswith("elsewhere/broken.png") for p in problems)
+    assert cli.main(["scan", str(linked_folder)]) == 1
+
+
+# --- suspect images: 16-bit, decompression bombs, tiny and odd sizes -----------------------------------
+
+def test_a_16_bit_image_is_reported_because_rgb_conversion_clips_it(tmp_path):
+    path = tmp_path / "depth.png"
+    gradient = np.linspace(0, 65535, 64 * 64).astype(np.uint16).reshape(64, 64)
+    Image.fromarray(gradient).save(path)
+    with Image.open(path) as image:
+        assert image.mode in ("I;16", "I")
+        clipped = np.asarray(image.convert("RGB"))
+    assert (clipped == 255).mean() > 0.99  # the fault: almost every pixel turns white
+    assert [(p.kind, "converting it to RGB clips" in p.detail) for p in scan.scan_file(path)] == [
+        ("high-bit-depth", True)]
+
+
+def test_a_decompression_bomb_is_judged_from_its_header_without_decoding(tmp_path, monkeypatch):
+    path = tmp_path / "bomb.png"
+    Image.new("L", (9500, 9500)).save(path, compress_level=9)  # about 90 megapixels
+    assert path.stat().st_size < 200_000
+
+    def no_decoding(self):
+        raise AssertionError("scan decoded the bomb")
+
+    monkeypatch.setattr(Image.Image, "load", no_decoding)
+    (problem,) = scan.scan_file(path)
+    assert problem.kind == "decompression-bomb" and "9500x9500 pixels (90 megapixels)" in problem.detail
+
+
+def test_tiny_images_and_images_far_from_the_usual_size_are_reported(tmp_path, capsys):
+    for index in range(8):
+        save_image(tmp_path / f"tile{index}.png", (64, 64), seed=index)
+    save_image(tmp_path / "dot.png", (1, 1))
+    save_image(tmp_path / "scene.png", (1024, 600))  # side 784 px, 12x the median
+    save_image(tmp_path / "bigger.png", (256, 256))  # 4x: within the usual range
+    save_image(tmp_path / "thumb.png", (8, 6))  # side 7 px: 9x smaller, and tiny
+    _, problems = scan.scan_folder(tmp_path)
+    assert [(p.path.split("/")[-1], p.kind) for p in problems] == [
+        ("dot.png", "tiny-image"), ("scene.png", "odd-size"), ("thumb.png", "tiny-image")]
+    assert "12x larger than this folder's usual image (median side 64 px)" in problems[1].detail
+    assert cli.main(["scan", str(tmp_path)]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4 and lines[-1] == "checked 12 files: 3 problem(s)"
+
+
+def test_a_folder_that_cannot_be_listed_is_one_problem_not_a_crash(tmp_path, monkeypatch):
+    save_image(tmp_path / "cat" / "0.png")
+    save_image(tmp_path / "locked" / "0.png")
+    real_scandir = os.scandir
+
+    def scandir(folder):  # as root, permissions would not stop the listing: refuse it here
+        if Path(folder).name == "locked":
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_scandir(folder)
+
+    monkeypatch.setattr(scan.os, "scandir", scandir)
+    checked, problems = scan.scan_folder(tmp_path)
+    assert checked == 1
+    assert [(p.path, p.kind) for p in problems] == [(str(tmp_path / "locked"), "unreadable")]
+    assert "Permission denied" in problems[0].detail

@@ -1,10 +1,20 @@
-"""`workbook scan`: check an image folder without crashing, one line per unreadable, truncated,
-zero-byte, wrong-extension or unusual-mode file.
+"""`workbook scan`: check an image folder without crashing, one line per problem file: unreadable,
+truncated, zero-byte, wrong extension, unusual or 16-bit mode, decompression bombs (judged from
+the header, never decoded), tiny images and images far from the dataset's usual size, and
+symbolic links (broken, looping, links to folders, links out of the dataset).
+
+Links matter because torchvision's ImageFolder walks with `os.walk(followlinks=True)`: a link to a
+folder inside a class folder adds every image behind it to that class, and a link to an ancestor
+never ends. Scan does not follow folder links unless asked (`follow_links=True`), and says how many
+images each one would add. Pillow's decompression-bomb limit: https://pillow.readthedocs.io/en/stable/reference/Image.html#PIL.Image.open
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import statistics
+import warnings
 from pathlib import Path
 
 from PIL import Image
@@ -12,57 +22,226 @@ from PIL import Image
 from course_lib.data.datasets import IMAGE_EXTENSIONS
 
 _USUAL_MODES = ("RGB", "L")
-# ImageNet statistics: what timm's pretrained CNNs expect (timm.data.IMAGENET_DEFAULT_MEAN/STD).
+# More than 8 bits per channel: PIL's convert("RGB") clips every value above 255 (to white).
+_HIGH_BIT_DEPTH_MODES = {"I;16": "16-bit", "I;16B": "16-bit", "I;16L": "16-bit", "I;16N": "16-bit",
+                         "I": "32-bit integer", "F": "32-bit float"}
 _FORMAT_EXTENSIONS = {"JPEG": (".jpg", ".jpeg"), "PNG": (".png",), "BMP": (".bmp",), "WEBP": (".webp",),
                       "TIFF": (".tif", ".tiff"), "GIF": (".gif",)}
+_SKIPPED_SUFFIXES = (".json", ".txt", ".md", ".csv")
+# A decompression bomb: many pixels from few bytes. Natural images compress to about 0.1-3 bytes
+# per pixel; more than 100 pixels per byte at tens of megapixels is a bomb or a mistaken export.
+BOMB_PIXELS = 40_000_000  # pixels; above any training image, below Pillow's 89-megapixel warning
+BOMB_PIXELS_PER_BYTE = 100
+TINY_SIDE = 8  # pixels: a shorter side cannot show a class
+ODD_SIZE_FACTOR = 8  # an image whose side (sqrt of its area) is this many times off the median
+ODD_SIZE_MINIMUM_IMAGES = 5  # images needed before a median means anything
 
 
 @dataclasses.dataclass
 class ScanProblem:
     path: str
-    kind: str  # zero-byte | unreadable | truncated | wrong-extension | unusual-mode | not-an-image
+    # zero-byte | unreadable | truncated | wrong-extension | unusual-mode | not-an-image | high-bit-depth |
+    # decompression-bomb | tiny-image | odd-size | broken-link | looping-link | directory-link | outside-link
+    kind: str
     detail: str
 
     def __str__(self):
         return f"{self.path}: {self.kind}: {self.detail}"
 
 
-def scan_file(path: Path) -> list[ScanProblem]:
-    """Problems with one file (empty list when it is a clean image)."""
-    if path.stat().st_size == 0:
-        return [ScanProblem(str(path), "zero-byte", "file is empty; delete it or restore it from the source")]
+def _inspect(path: Path, shown: Path | None = None) -> tuple[list[ScanProblem], tuple[int, int] | None]:
+    """Problems with one image file and its (width, height) when the header could be read.
+    `shown` is the name to report (a link's own path when `path` is its target)."""
+    name = str(shown or path)
+    file_size = path.stat().st_size
+    if file_size == 0:
+        return [ScanProblem(name, "zero-byte", "file is empty; delete it or restore it from the source")], None
     problems = []
     try:
-        with Image.open(path) as image:
-            image_format, mode = image.format, image.mode
-            image.load()  # full decode: catches truncation that open() alone does not
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # judged below, from the header
+            with Image.open(path) as image:
+                image_format, mode, (width, height) = image.format, image.mode, image.size
+                pixels = width * height
+                if pixels > BOMB_PIXELS and pixels / file_size > BOMB_PIXELS_PER_BYTE:
+                    return [ScanProblem(name, "decompression-bomb",
+                                        f"{width}x{height} pixels ({pixels / 1e6:.0f} megapixels) from a "
+                                        f"{file_size / 1e3:.0f} KB file; not decoded; remove it")], (width, height)
+                image.load()  # full decode: catches truncation that open() alone does not
+    except Image.DecompressionBombError as error:
+        return [ScanProblem(name, "decompression-bomb", f"{error}; not decoded; remove it")], None
     except OSError as error:
         kind = "truncated" if "truncated" in str(error).lower() else "unreadable"
         if isinstance(error, Image.UnidentifiedImageError):
             kind = "unreadable" if path.suffix.lower() in IMAGE_EXTENSIONS else "not-an-image"
-        return [ScanProblem(str(path), kind, f"{error}; re-export or remove it")]
-    except (ValueError, SyntaxError, Image.DecompressionBombError) as error:
-        return [ScanProblem(str(path), "unreadable", f"{error}; re-export or remove it")]
+        return [ScanProblem(name, kind, f"{error}; re-export or remove it")], None
+    except (ValueError, SyntaxError) as error:
+        return [ScanProblem(name, "unreadable", f"{error}; re-export or remove it")], None
     expected = _FORMAT_EXTENSIONS.get(image_format, ())
-    if expected and path.suffix.lower() not in expected:
-        problems.append(ScanProblem(str(path), "wrong-extension",
-                                    f"contents are {image_format} but the name ends {path.suffix or '(none)'}; "
+    suffix = Path(name).suffix
+    if expected and suffix.lower() not in expected:
+        problems.append(ScanProblem(name, "wrong-extension",
+                                    f"contents are {image_format} but the name ends {suffix or '(none)'}; "
                                     f"rename it to {expected[0]}"))
-    if mode not in _USUAL_MODES:
-        problems.append(ScanProblem(str(path), "unusual-mode",
+    if mode in _HIGH_BIT_DEPTH_MODES:
+        problems.append(ScanProblem(name, "high-bit-depth",
+                                    f"mode {mode} ({_HIGH_BIT_DEPTH_MODES[mode]}): converting it to RGB clips every "
+                                    "value above 255 to white; re-export it as 8-bit (scaled) or remove it"))
+    elif mode not in _USUAL_MODES:
+        problems.append(ScanProblem(name, "unusual-mode",
                                     f"mode {mode} (loaders convert to RGB; check colours/alpha are as intended)"))
-    return problems
+    if min(width, height) < TINY_SIDE:
+        problems.append(ScanProblem(name, "tiny-image", f"{width}x{height} pixels: too small to show its class; "
+                                                        "remove it or replace it with the full image"))
+    return problems, (width, height)
 
 
-def scan_folder(root: str | os.PathLike) -> tuple[int, list[ScanProblem]]:
-    """Scan every file under `root`; returns (files checked, problems)."""
+def scan_file(path: Path) -> list[ScanProblem]:
+    """Problems with one file (empty list when it is a clean image)."""
+    return _inspect(Path(path))[0]
+
+
+def _image_count(folder: Path) -> int:
+    """Image files under `folder`, following links as a loader would but visiting each real
+    folder once (a link cycle ends here instead of running forever)."""
+    count, seen, stack = 0, set(), [folder]
+    while stack:
+        current = stack.pop()
+        try:
+            real = current.resolve(strict=True)
+        except (OSError, RuntimeError):
+            continue
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            entries = list(os.scandir(current))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir():
+                    stack.append(Path(entry.path))
+                elif entry.is_file() and Path(entry.name).suffix.lower() in IMAGE_EXTENSIONS:
+                    count += 1
+            except OSError:
+                continue
+    return count
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _check_link(link: Path, root: Path) -> tuple[list[ScanProblem], Path | None]:
+    """Problems with a symbolic link, and what to scan through it: the resolved target when it
+    is a file, the resolved folder when it is a folder (scanned only with follow_links)."""
+    target = os.readlink(link)
+    try:
+        resolved = link.resolve(strict=True)
+    except FileNotFoundError:
+        return [ScanProblem(str(link), "broken-link", f"symbolic link to {target}, which does not exist; the loader "
+                                                      "fails on it; remove the link or restore its target")], None
+    except (OSError, RuntimeError):  # ELOOP; pathlib raises RuntimeError for a loop before Python 3.13
+        return [ScanProblem(str(link), "looping-link", f"symbolic link to {target} that leads back to itself; "
+                                                       "the loader fails on it; remove it")], None
+    real_root = root.resolve()
+    outside = not _inside(resolved, real_root)
+    if resolved.is_dir():
+        if _inside(link.parent.resolve(), resolved):
+            return [ScanProblem(str(link), "looping-link",
+                                f"links to {resolved}, a folder that contains the link itself: a loader that "
+                                "follows links walks it forever; remove it")], None
+        where = "outside the dataset" if outside else "inside the dataset (its images are counted twice)"
+        return [ScanProblem(str(link), "directory-link",
+                            f"links to the folder {resolved}, {where}, holding {_image_count(resolved)} image "
+                            f"file(s); torchvision's ImageFolder follows it and labels them all with this folder's "
+                            "class; copy the images in or remove the link")], resolved
+    if outside:
+        return [ScanProblem(str(link), "outside-link",
+                            f"links to {resolved}, outside the dataset folder; the loader reads it, but a copy of "
+                            "the dataset will miss it; copy the file in")], resolved
+    return [], resolved
+
+
+def _entries(root: Path, problems: list[ScanProblem]) -> list[tuple[Path, bool]]:
+    """(path, is_link) for every file and link under `root`, without following folder links; a
+    folder that cannot be listed is added to `problems`."""
+    found, stack = [], [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError as error:
+            problems.append(ScanProblem(str(folder), "unreadable", f"folder cannot be listed ({error.strerror}); "
+                                                                   "fix its permissions"))
+            continue
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.is_symlink():
+                found.append((path, True))
+            elif entry.is_dir(follow_symlinks=False):
+                stack.append(path)
+            elif entry.is_file(follow_symlinks=False):
+                found.append((path, False))
+    return sorted(found)
+
+
+def _skipped(path: Path) -> bool:
+    return path.name.startswith(".") or path.suffix.lower() in _SKIPPED_SUFFIXES
+
+
+def scan_folder(root: str | os.PathLike, *, follow_links: bool = False) -> tuple[int, list[ScanProblem]]:
+    """Scan every file under `root`; returns (files checked, problems). Links are reported
+    (see `_check_link`); file links are scanned through, folder links only with `follow_links`
+    (each real folder once). Image sizes are compared with the dataset's median at the end."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a folder; give the folder that holds the images")
-    checked, problems = 0, []
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        if path.name.startswith(".") or path.suffix.lower() in (".json", ".txt", ".md", ".csv"):
+    checked, problems, sizes = 0, [], {}
+    visited_folders: set[Path] = set()
+    pending = _entries(root, problems)
+    for path, is_link in pending:  # followed folder links append to `pending` while it is walked
+        if _skipped(path):
             continue
+        target, shown = path, None
+        if is_link:
+            link_problems, resolved = _check_link(path, root)
+            problems.extend(link_problems)
+            if resolved is None:
+                continue
+            if resolved.is_dir():
+                if follow_links and resolved not in visited_folders:
+                    visited_folders.add(resolved)
+                    pending.extend(_entries(resolved, problems))
+                continue
+            target, shown = resolved, path
         checked += 1
-        problems.extend(scan_file(path))
+        file_problems, size = _inspect(target, shown)
+        problems.extend(file_problems)
+        if size is not None:
+            sizes[str(shown or path)] = (size, {p.kind for p in file_problems})
+    problems.extend(_odd_sizes(sizes))
+    problems.sort(key=lambda problem: problem.path)  # stable: one file's lines stay together, in order
     return checked, problems
+
+
+def _odd_sizes(sizes: dict[str, tuple[tuple[int, int], set[str]]]) -> list[ScanProblem]:
+    """Images whose side (the square root of the area) is more than ODD_SIZE_FACTOR times the
+    median side, or less than the median over it: a thumbnail, an icon or a whole scene among tiles."""
+    if len(sizes) < ODD_SIZE_MINIMUM_IMAGES:
+        return []
+    sides = {name: math.sqrt(width * height) for name, ((width, height), _) in sizes.items()}
+    median = statistics.median(sides.values())
+    problems = []
+    for name, side in sorted(sides.items()):
+        (width, height), kinds = sizes[name]
+        if kinds & {"tiny-image", "decompression-bomb"} or median == 0:
+            continue
+        factor = side / median
+        if factor > ODD_SIZE_FACTOR or factor < 1 / ODD_SIZE_FACTOR:
+            relation = f"{factor:.0f}x larger" if factor > 1 else f"{1 / factor:.0f}x smaller"
+            problems.append(ScanProblem(name, "odd-size",
+                                        f"{width}x{height} pixels, {relation} than this folder's usual image "
+                                        f"(median side {median:.0f} px); check it belongs to the dataset"))
+    return problems

@@ -7,6 +7,12 @@ fork/spawn is a well-known source of hangs (CUDA cannot be re-initialised in a f
 spawn must re-import `__main__`, which a kernel does not have, and a crashed worker can leave the
 kernel blocked in a collective). torchrun: https://pytorch.org/docs/stable/elastic/run.html;
 DDP: https://pytorch.org/docs/stable/notes/ddp.html (Li et al. 2020, arXiv:2006.15704).
+
+When a launch fails, the report names the rank whose *own* error came first (a one-line workbook
+error, a traceback that is not a lost connection, a crash by signal), not the peers that failed
+because it went away, whatever torchrun's "Root Cause" says. A launch that runs past its timeout
+(by default sized from the run: `fitting_timeout`) is stopped with every process it started,
+workers in their own sessions and their DataLoader workers included.
 """
 from __future__ import annotations
 
@@ -47,6 +53,23 @@ _INNER_RANK = re.compile(r"^\[rank\d+\]: ?")
 _PROFILER_CHATTER = re.compile(r"^(USDT|STAGE|ERROR|WARNING|INFO):\d{4}-\d\d-\d\d [\d:.]+ \d+:\d+ \w+\.cpp:\d+\]")
 # torchrun's failure summary: "rank      : 1 (local_rank: 1)" then "exitcode  : 1 (pid: 123)".
 _FAILURE = re.compile(r"rank\s*:\s*(\d+) \(local_rank: (\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+# A rank's own failure starts with the CLI's one-line error or a traceback.
+_HANDLED_ERROR = re.compile(r"^workbook [\w-]+: error: ")
+_ERROR_START = re.compile(r"^(?:Traceback \(most recent call last\)|workbook [\w-]+: error: )")
+# What a rank prints when a *peer* went away (it exited, crashed or closed the process group).
+_PEER_GONE = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|remote process exited|"
+                        r"NCCL communicator was aborted|ncclRemoteError|DistNetworkError|Socket Timeout|"
+                        r"failed to recv, got 0 bytes", re.IGNORECASE)
+# Signals that mean "stopped by torchrun or by us" rather than "crashed".
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_GRACE_SECONDS = 10  # from SIGTERM to SIGKILL when a launch is stopped
+# Default timeouts (fitting_timeout): deliberately slow bounds, so only a hung run reaches them.
+STARTUP_SECONDS = 600  # imports, rendezvous, building or caching the dataset on a busy machine
+SECONDS_PER_MEGAPIXEL = {"cpu": 10.0, "cuda": 0.5}  # training one megapixel of images: a large model, slow machine
+VALIDATION_SHARE = 0.25  # validation adds up to a quarter to each epoch
+PROBE_SECONDS = 900  # `ddp-probe`: a few timed steps per setting
+KNOWN_TRAIN_IMAGES = {"cifar10": 50_000, "eurosat": 27_000, "digits": 1_797}
+UNKNOWN_TRAIN_IMAGES = 50_000  # when the dataset cannot be counted
 
 
 class LaunchError(WorkbookError):
@@ -59,13 +82,25 @@ class RankFailure:
     local_rank: int | None
     exitcode: int | None  # negative: killed by that signal (often torchrun stopping the others)
     last_lines: list[str]
-    root_cause: bool = False  # torchrun's "Root Cause (first observed failure)"
+    root_cause: bool = False  # this rank's own error came first
+    cause: str = "own"  # own | peer (it failed because another rank went away) | stopped (by a signal)
 
     def describe(self) -> str:
         who = f"rank {self.rank} (local rank {self.local_rank})" if self.rank is not None else "torchrun itself"
         code = f"exit code {self.exitcode}" if self.exitcode is not None else "no exit code"
+        if self.exitcode is not None and self.exitcode < 0:
+            try:
+                code += f" ({signal.Signals(-self.exitcode).name})"
+            except ValueError:
+                pass
+        if self.cause == "own" and self.exitcode is not None and -self.exitcode in _STOP_SIGNALS:
+            code += ", stopped while it was exiting"
         tail = "\n".join(f"    {line}" for line in self.last_lines) or "    (no output)"
-        first = " first" if self.root_cause else ""  # torchrun's root cause
+        if self.cause == "peer":
+            return f"{who} then failed with {code} because another rank went away; its last lines:\n{tail}"
+        if self.cause == "stopped":
+            return f"{who} was stopped with {code}; its last lines:\n{tail}"
+        first = " first" if self.root_cause else ""
         return f"{who} failed{first} with {code}; its last lines:\n{tail}"
 
 
@@ -199,21 +234,60 @@ def _command_args(command: str, params, profile: str | None, args: list[str]) ->
     return out + list(args)
 
 
+def _count_images(folder: Path) -> int:
+    return sum(1 for _, _, files in os.walk(folder) for name in files
+               if os.path.splitext(name)[1].lower() in (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"))
+
+
+def train_images_estimate(config, world_size: int = 1) -> int:
+    """About how many images one epoch of `config` trains on (all ranks together): max_train_images,
+    else the dataset's size (counted for a folder), capped by max_steps."""
+    images = config.max_train_images
+    if not images:
+        images = KNOWN_TRAIN_IMAGES.get(config.dataset, 0)
+    if not images and config.data_dir:
+        folder = paths.resolve_path(config.data_dir)
+        images = _count_images(folder / "train" if (folder / "train").is_dir() else folder)
+    images = images or UNKNOWN_TRAIN_IMAGES
+    if config.max_steps:
+        images = min(images, config.max_steps * config.batch_size * config.accumulation_steps * world_size)
+    return images
+
+
+def fitting_timeout(config, command: str = "train", world_size: int = 1) -> float:
+    """Seconds a launch may run before it counts as hung: STARTUP_SECONDS plus, for training,
+    epochs x (images x image_size^2) at a deliberately slow SECONDS_PER_MEGAPIXEL, plus
+    validation; PROBE_SECONDS for the DDP probes. Pass `timeout=` to launch to choose another."""
+    if command != "train":
+        return float(PROBE_SECONDS)
+    import torch
+
+    kind = "cpu" if config.device == "cpu" or not torch.cuda.is_available() else "cuda"
+    megapixels = train_images_estimate(config, world_size) * config.image_size ** 2 / 1e6
+    per_epoch = megapixels * SECONDS_PER_MEGAPIXEL[kind] * (1 + VALIDATION_SHARE)
+    return float(round(STARTUP_SECONDS + config.epochs * per_epoch))
+
+
 def launch(nproc: int, params: dict | Config | None = None, profile: str | None = "auto", *,
            command: str = "train", args: list[str] | tuple = (), nnodes: int = 1,
-           threads_per_process: int | None = 1, env: dict | None = None, timeout: float = 900,
+           threads_per_process: int | None = 1, env: dict | None = None, timeout: float | None = None,
            echo=print, check: bool = True, last_lines: int = 15, log_dir: str | os.PathLike | None = None,
            host: str = "127.0.0.1") -> LaunchResult:
     """Run `workbook <command>` (train, or ddp-probe) under torchrun with `nproc` processes per node (and `nnodes` torchrun processes on
     this machine standing in for nodes, joined by c10d rendezvous on `host`), streaming every line
     to `echo` as it arrives. `params` are Config fields (a dict, or a Config whose differences from
     `profile` are passed on). Returns the ledger rows the run recorded; when a rank fails, raises
-    LaunchError naming it with its last lines (check=False returns the result instead)."""
+    LaunchError naming the rank whose own error came first, with its last lines (check=False
+    returns the result instead). `timeout` in seconds; None: `fitting_timeout` for this run. On
+    timeout or Ctrl-C every process the launch started is stopped."""
     if nproc < 1 or nnodes < 1:
         raise ConfigError(f"nproc and nnodes must be at least 1, got nproc={nproc}, nnodes={nnodes}")
     if host not in ("127.0.0.1", "localhost"):
         raise ConfigError(f"launch() starts every node on this machine, so host must be 127.0.0.1, got {host!r}; "
                           "for real clusters see docs/slurm_example.sh")
+    if timeout is None:
+        config, _ = _resolve(params, profile)  # a bad value stops here, once, instead of in every worker
+        timeout = fitting_timeout(config, command, nproc * nnodes)
     root = paths.project_root()
     run_id = new_run_id()
     log_dir = Path(log_dir) if log_dir else root / "runs" / "ddp_logs" / run_id.replace("/", "_")
@@ -227,55 +301,64 @@ def launch(nproc: int, params: dict | Config | None = None, profile: str | None 
     environment = worker_environment(run_id, threads_per_process, env)
     if echo:
         nodes = f"   (x{nnodes} nodes on {host})" if nnodes > 1 else ""
-        echo(f"$ {shlex.join(['python', *commands[0][1:]])}{nodes}")
+        echo(f"$ {shlex.join(['python', *commands[0][1:]])}{nodes}   (timeout {timeout:.0f} s)")
 
     lines: list[str] = []
     rank_lines: dict[int, list[str]] = {}
+    first_error_at: dict[int, float] = {}  # when each rank's first error line arrived
     node_lines: list[list[str]] = [[] for _ in range(nnodes)]
     arrived: queue.Queue = queue.Queue()
     started = time.perf_counter()
     processes = []
-    for node, command in enumerate(commands):
-        # A new session per torchrun, so a timeout can stop it together with its workers.
-        process = subprocess.Popen(command, cwd=root, env=environment, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True,
-                                   errors="replace")
-        processes.append(process)
-        threading.Thread(target=_pump, args=(process.stdout, node, arrived), daemon=True).start()
+    try:
+        for node, command in enumerate(commands):
+            # A new session per torchrun, so stopping it never signals this process's own group.
+            process = subprocess.Popen(command, cwd=root, env=environment, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True,
+                                       errors="replace")
+            processes.append(process)
+            threading.Thread(target=_pump, args=(process.stdout, node, arrived), daemon=True).start()
 
-    open_streams, timed_out = len(processes), False
-    while open_streams:
-        try:
-            node, line = arrived.get(timeout=0.5)
-        except queue.Empty:
-            if time.perf_counter() - started > timeout:
-                timed_out = True
-                _stop(processes)
-                break
-            continue
-        if line is None:
-            open_streams -= 1
-            continue
-        lines.append(line)
-        node_lines[node].append(line)
-        match = _RANK_LINE.match(line)
-        if match:
-            content = _INNER_RANK.sub("", match.group(2))
-            rank_lines.setdefault(int(match.group(1)), []).append(content)
-            if _PROFILER_CHATTER.match(content):
+        open_streams, timed_out = len(processes), False
+        while open_streams:
+            try:
+                node, line = arrived.get(timeout=0.5)
+            except queue.Empty:
+                if time.perf_counter() - started > timeout:
+                    timed_out = True
+                    _stop(processes)
+                    break
                 continue
-        if echo:
-            shown = f"[rank{match.group(1)}] {content}" if match else line
-            echo(f"[node{node}] {shown}" if nnodes > 1 and not match else shown)
-    for process in processes:
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            _stop([process])
+            if line is None:
+                open_streams -= 1
+                continue
+            lines.append(line)
+            node_lines[node].append(line)
+            match = _RANK_LINE.match(line)
+            if match:
+                content = _INNER_RANK.sub("", match.group(2))
+                rank = int(match.group(1))
+                rank_lines.setdefault(rank, []).append(content)
+                if _ERROR_START.match(content):
+                    first_error_at.setdefault(rank, time.perf_counter())
+                if _PROFILER_CHATTER.match(content):
+                    continue
+            if echo:
+                shown = f"[rank{match.group(1)}] {content}" if match else line
+                echo(f"[node{node}] {shown}" if nnodes > 1 and not match else shown)
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                _stop([process])
+    except BaseException:  # Ctrl-C in the notebook or shell: leave nothing running
+        _stop(processes)
+        raise
     codes = [process.returncode for process in processes]
     returncode = next((code for code in codes if code), 0) if not timed_out else 124
     rows = ledger.Ledger(environment[ledger.LEDGER_ENV]).rows(run_id=run_id)
-    failures = [] if returncode == 0 else _failures(node_lines, rank_lines, log_dir, last_lines, timed_out)
+    failures = [] if returncode == 0 else _failures(node_lines, rank_lines, log_dir, last_lines, timed_out,
+                                                    first_error_at)
     result = LaunchResult(run_id=run_id, commands=commands, returncode=returncode, world_size=nproc * nnodes,
                           nnodes=nnodes, duration_seconds=time.perf_counter() - started, lines=lines,
                           rank_lines=rank_lines, rows=rows, failures=failures, log_dir=log_dir, timed_out=timed_out)
@@ -290,46 +373,122 @@ def _pump(stream, node: int, arrived: queue.Queue) -> None:
     arrived.put((node, None))
 
 
-def _stop(processes) -> None:
-    """SIGTERM each torchrun's process group (it forwards to its workers), then SIGKILL."""
-    for process in processes:
-        if process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + 15
+def _running(process) -> bool:
+    import psutil
+
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _signal_all(groups: set[int], victims, signum) -> None:
+    for group in groups:
+        try:
+            os.killpg(group, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for victim in victims:  # a process that left its group is still reached
+        try:
+            victim.send_signal(signum)
+        except Exception:  # psutil.NoSuchProcess, AccessDenied
+            pass
+
+
+def _stop(processes, grace: float | None = None) -> None:
+    """Stop each torchrun and every process under it. torchrun starts each worker in a session of
+    its own, so signalling torchrun's group misses them, and a hung worker may ignore SIGTERM: so
+    find every descendant first, SIGTERM their process groups (a worker's DataLoader workers are in
+    its group), wait up to `grace` seconds, then SIGKILL whatever is left."""
+    import psutil
+
+    grace = STOP_GRACE_SECONDS if grace is None else grace
+    victims = []
     for process in processes:
         try:
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            parent = psutil.Process(process.pid)
+            victims += [parent, *parent.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    own_group = os.getpgid(0)
+    groups = set()
+    for victim in victims:
+        try:
+            groups.add(os.getpgid(victim.pid))
+        except (ProcessLookupError, PermissionError):
+            pass
+    groups.discard(own_group)  # never signal the process that launched them
+    _signal_all(groups, victims, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while any(_running(victim) for victim in victims) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [victim for victim in victims if _running(victim)]
+    if left:
+        _signal_all(groups, left, signal.SIGKILL)
+    for process in processes:
+        try:
+            process.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            process.wait()
+            pass
 
 
-def _failures(node_lines, rank_lines, log_dir: Path, last_lines: int, timed_out: bool) -> list[RankFailure]:
-    """Which ranks failed: torchrun's "Root Cause" entries first (the rank that failed first),
-    then ranks that exited with an error code; a rank killed by a signal is listed only when
-    no rank failed by itself (torchrun SIGTERMs the survivors)."""
+def _rank_text(rank: int, local_rank: int | None, rank_lines: dict, log_dir: Path) -> list[str]:
+    """Everything a rank printed: the streamed lines, else torchrun's per-rank log files."""
+    lines = [line for line in rank_lines.get(rank, []) if not _PROFILER_CHATTER.match(line)]
+    if lines or local_rank is None:
+        return lines
+    # Several nodes share log_dir; take the newest files of this local rank.
+    found = []
+    for stream in ("stdout.log", "stderr.log"):
+        files = sorted(log_dir.glob(f"*/attempt_*/{local_rank}/{stream}"), key=lambda p: p.stat().st_mtime)
+        if files:
+            found += files[-1].read_text(errors="replace").splitlines()
+    return found
+
+
+def _cause(failure: RankFailure, text: list[str]) -> str:
+    """own | peer | stopped: did this rank fail by itself, because a peer went away, or was it stopped?"""
+    if any(_HANDLED_ERROR.match(line) for line in text):
+        return "own"  # the CLI's one-line error: bad input or a handled failure of this rank
+    code = failure.exitcode or 0
+    if code < 0:
+        return "stopped" if -code in _STOP_SIGNALS else "own"  # SIGKILL (out of memory), SIGSEGV ... are its own
+    if code > 0 and any(_PEER_GONE.search(line) for line in text[-60:]):
+        return "peer"
+    return "own"
+
+
+def _failures(node_lines, rank_lines, log_dir: Path, last_lines: int, timed_out: bool,
+              first_error_at: dict | None = None) -> list[RankFailure]:
+    """Which ranks failed, the one whose own error came first at the top. torchrun's summary gives
+    the ranks and exit codes; its "Root Cause" is the earliest error *file*, which blames a peer
+    whenever the failing rank had no error file (a handled error, exit 2) or wrote it in the same
+    second. So each failure is classified (`_cause`): its own error, a consequence of a peer going
+    away, or stopped by torchrun; own errors are ordered by when their first error line arrived."""
+    first_error_at = first_error_at or {}
     found: dict[int, RankFailure] = {}
     for text in ("\n".join(node) for node in node_lines):
-        root_cause = text.split("Root Cause", 1)[1] if "Root Cause" in text else ""
-        for block in (root_cause, text):
-            for rank, local_rank, code in _FAILURE.findall(block):
-                rank = int(rank)
-                if rank not in found:
-                    found[rank] = RankFailure(rank, int(local_rank), int(code),
-                                              _last_lines(rank, int(local_rank), rank_lines, log_dir, last_lines),
-                                              root_cause=block is root_cause)
-    failures = list(found.values())
-    own = [f for f in failures if (f.exitcode or 0) > 0]
-    if own:
-        return own
-    if failures:
-        return failures
+        for rank, local_rank, code in _FAILURE.findall(text):
+            rank = int(rank)
+            if rank not in found:
+                found[rank] = RankFailure(rank, int(local_rank), int(code), [])
+    # A rank that printed the CLI's error line but is missing from the summary (stopped by torchrun
+    # before it exited) still failed by itself.
+    for rank, text in rank_lines.items():
+        if rank not in found and any(_HANDLED_ERROR.match(line) for line in text):
+            found[rank] = RankFailure(rank, None, None, [])
+    if found:
+        for failure in found.values():
+            text = _rank_text(failure.rank, failure.local_rank, rank_lines, log_dir)
+            failure.cause = _cause(failure, text)
+            # A peer's traceback only says the connection went away: its last line is enough.
+            failure.last_lines = text[-(1 if failure.cause == "peer" else last_lines):]
+        order = {"own": 0, "peer": 1, "stopped": 2}
+        ranked = sorted(found.values(), key=lambda f: (order[f.cause], first_error_at.get(f.rank, float("inf")),
+                                                       f.rank))
+        listed = [f for f in ranked if f.cause != "stopped"] or ranked
+        listed[0].root_cause = True
+        return listed
     # No summary (a timeout, or torchrun failing before its workers): ranks with a traceback,
     # else torchrun's own last lines.
     with_errors = [rank for rank, text in rank_lines.items() if any("Error" in line for line in text)]
@@ -339,15 +498,6 @@ def _failures(node_lines, rank_lines, log_dir: Path, last_lines: int, timed_out:
         return [RankFailure(rank, None, None, text[-last_lines:]) for rank, text in sorted(rank_lines.items())] or \
             [RankFailure(None, None, None, [line for node in node_lines for line in node][-last_lines:])]
     return [RankFailure(None, None, None, [line for node in node_lines for line in node][-last_lines:])]
-
-
-def _last_lines(rank: int, local_rank: int, rank_lines: dict, log_dir: Path, count: int) -> list[str]:
-    lines = [line for line in rank_lines.get(rank, []) if not _PROFILER_CHATTER.match(line)]
-    if lines:
-        return lines[-count:]
-    # Fall back on torchrun's per-rank log files (several nodes share log_dir; take the newest).
-    files = sorted(log_dir.glob(f"*/attempt_*/{local_rank}/stderr.log"), key=lambda p: p.stat().st_mtime)
-    return files[-1].read_text(errors="replace").splitlines()[-count:] if files else []
 
 
 def sampler_shards(count: int, world_size: int, *, epoch: int = 0, seed: int = 0, shuffle: bool = True,
@@ -461,7 +611,7 @@ def scaling_table(rows: list[dict], epoch_images: int) -> "object":
 def measure_scaling(nproc: int, params: dict | None = None, profile: str | None = "auto", *, steps: int = 5,
                     warmup: int = 2, profile_steps: int = 3, global_batch: int | None = None,
                     epoch_images: int | None = None, threads_per_process: int | None = 1, echo=print,
-                    timeout: float = 900) -> ScalingReport:
+                    timeout: float | None = None) -> ScalingReport:
     """One torchrun launch of `nproc` workers that times training steps for 1..nproc workers
     (subgroups of the launched ranks; idle ranks wait in a barrier) at the same global batch
     (strong) and at the same per-worker batch (weak), then profiles the all-reduce at nproc.
@@ -488,7 +638,7 @@ def measure_scaling(nproc: int, params: dict | None = None, profile: str | None 
 
 def engine_scaling(worker_counts: list[int], params: dict | None = None, profile: str | None = "auto", *,
                    global_batch: int | None = None, threads_per_process: int | None = 1, echo=print,
-                   timeout: float = 1800) -> "object":
+                   timeout: float | None = None) -> "object":
     """Real epochs of the training engine (`workbook train` under torchrun), one launch per
     (workers, per-worker batch): the epoch time and images/s the ledger recorded. Slower than
     `measure_scaling` (a launch per point) but includes the input pipeline."""

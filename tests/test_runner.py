@@ -332,7 +332,6 @@ def test_an_output_folder_that_cannot_be_written_is_one_line_before_any_kernel(b
 
 
 def test_ctrl_c_leaves_an_index_of_what_ran_and_marks_the_interrupted_notebook(tmp_path, isolated_ledger, capsys):
-    from course_lib import cli
 
     folder = tmp_path / "notebooks"
     folder.mkdir()

@@ -628,7 +628,8 @@ def measure_scaling(nproc: int, params: dict | None = None, profile: str | None 
     if epoch_images is None:
         from course_lib.data.datasets import build_datasets
 
-        epoch_images = len(build_datasets(config).train)
+        # Counting only: loose files, so storage=cache/shards in the config builds nothing here.
+        epoch_images = len(build_datasets(config.replace(storage="files", decoder="pil")).train)
     table = scaling_table(metrics["rows"], epoch_images)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return ScalingReport(table=table, communication=metrics.get("communication") or {}, device=metrics["device"],

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from course_lib import ledger
+from course_lib import ledger, paths
 from course_lib.config import Config, ConfigError
 from course_lib.data import datasets
 from course_lib.engine import auto_precision, freeze
@@ -214,6 +214,9 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
     if distributed is None:
         distributed, device = setup_distributed(config)
     log = print if (verbose and distributed.is_main) else _quiet
+    if distributed.is_main:  # fail in the first second, not after an epoch (or at the very end)
+        paths.check_writable(config.output_dir)
+        ledger.check_writable()
     seed_everything(config.seed)  # the same initial weights on every rank
     bundle = bundle or datasets.build_datasets(config)
     log(f"data: {bundle.source}, {bundle.pipeline}")

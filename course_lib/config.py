@@ -130,7 +130,7 @@ RECIPES: dict[str, dict] = {
     # and cosine decay, channels_last, precision from a measured step, 8-view test-time augmentation.
     "speedrun": dict(model="speedrun_resnet_small", image_size=64, max_train_images=0, max_steps=0,
                      storage="cache", augmentation="device", augment_recipe="overhead", num_workers=0,
-                     batch_size=128, epochs=12, optimizer="sgd", lr=0.2, momentum=0.9, weight_decay=5e-4,
+                     batch_size=128, epochs=24, optimizer="sgd", lr=0.2, momentum=0.9, weight_decay=5e-4,
                      warmup_epochs=1.0, min_lr=0.0, label_smoothing=0.1, precision="auto", channels_last=True,
                      tta_views=8),
     # The most accurate recipe from scratch: the wider net, longer, with a weight EMA.

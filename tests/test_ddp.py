@@ -226,8 +226,8 @@ def test_the_default_timeout_fits_the_run():
     from course_lib.config import make_config
 
     smoke = make_config("smoke", device="cpu")
-    assert ddp.train_images_estimate(smoke) == 128  # max_steps 4 x batch 32 caps the 256 images
-    assert ddp.fitting_timeout(smoke) == pytest.approx(ddp.STARTUP_SECONDS + 128 * 32 ** 2 / 1e6 * 10.0 * 1.25, abs=1)
+    assert ddp.train_images_estimate(smoke) == 64  # max_steps 4 x batch 16 caps the 256 images
+    assert ddp.fitting_timeout(smoke) == pytest.approx(ddp.STARTUP_SECONDS + 64 * 32 ** 2 / 1e6 * 10.0 * 1.25, abs=1)
     bigger = make_config("smoke", device="cpu", epochs=10, max_steps=0, max_train_images=20_000, image_size=64)
     expected = ddp.STARTUP_SECONDS + 10 * 20_000 * 64 ** 2 / 1e6 * ddp.SECONDS_PER_MEGAPIXEL["cpu"] * 1.25
     assert ddp.fitting_timeout(bigger) == pytest.approx(expected, abs=1)

@@ -72,6 +72,7 @@ def race(config: Config, *, budget_seconds: float | None = None, label: str = ""
     """Train `config` for its epochs, or until the clock passes `budget_seconds` (the epoch in
     progress finishes), validating after every epoch; then predict the validation (and test) split
     with the config's test-time augmentation. `on_epoch(point)` sees each curve point as it comes."""
+    train.check_outputs(config)
     clock = Clock()
     state = train.prepare(config, bundle, verbose=verbose)
     setup_seconds = clock.seconds()

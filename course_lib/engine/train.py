@@ -214,9 +214,6 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
     if distributed is None:
         distributed, device = setup_distributed(config)
     log = print if (verbose and distributed.is_main) else _quiet
-    if distributed.is_main:  # fail in the first second, not after an epoch (or at the very end)
-        paths.check_writable(config.output_dir)
-        ledger.check_writable()
     seed_everything(config.seed)  # the same initial weights on every rank
     bundle = bundle or datasets.build_datasets(config)
     log(f"data: {bundle.source}, {bundle.pipeline}")
@@ -377,12 +374,21 @@ def _epoch_line(row: dict, state: RunState) -> str:
             f"data wait {row['data_wait_fraction']:.0%}{skipped}")
 
 
+def check_outputs(config: Config, is_main: bool = True) -> None:
+    """Fail in the first second, not after an epoch (or at the very end): the checkpoint folder
+    takes a file and the ledger opens and takes a write (rank 0 writes both)."""
+    if is_main:
+        paths.check_writable(config.output_dir)
+        ledger.check_writable()
+
+
 def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = True) -> FitResult:
     """Train `config.model` on `config.dataset` (or on `bundle`, a `data.DataBundle`) and return
     the trained model, the per-epoch history and the checkpoint path. Every run is recorded in
     the ledger (kind "train"); a non-finite loss raises NonFiniteLossError."""
     started = time.perf_counter()
     distributed, device = setup_distributed(config)
+    check_outputs(config, distributed.is_main)
     recorder = RunRecorder(config, distributed.is_main, distributed.world_size, device, started)
     state = None
     try:

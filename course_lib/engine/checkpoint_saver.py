@@ -2,14 +2,19 @@
 scheduler, GradScaler, counters, config, classes, history) through `models.checkpoint`, which
 writes atomically and reads with `torch.load(weights_only=True)`; `resume=True` restores all of
 it, so with the per-epoch seeding in `train` a resumed run ends with the uninterrupted weights.
+Weights holding NaN or inf are never written: the save raises NonFiniteLossError instead, and the
+checkpoint a save replaces stays beside it as `prev.pt` (a hard link, so no extra disk until then).
 See https://pytorch.org/tutorials/recipes/recipes/saving_and_loading_a_general_checkpoint.html.
 """
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 from course_lib import paths
 from course_lib.config import ConfigError
+from course_lib.engine.loss_guard import LossGuard, NonFiniteLossError
 from course_lib.models import checkpoint
 
 
@@ -45,12 +50,24 @@ class CheckpointSaver:
         return True
 
     def save(self, state, completed_epochs: int) -> Path | None:
-        """Write the run as it stands after `completed_epochs` epochs (rank 0 only)."""
+        """Write the run as it stands after `completed_epochs` epochs (rank 0 only), keeping the
+        checkpoint it replaces as `prev.pt`. Non-finite weights raise NonFiniteLossError on every
+        rank (they hold the same weights) and write nothing: last.pt stays the last good one."""
+        weights = {"model": state.raw_model.state_dict(),
+                   "ema": state.ema.module.state_dict() if state.ema is not None else None}
+        bad = checkpoint.first_non_finite(weights)
+        if bad is not None:
+            name, count, size = bad
+            kept = f"{self.path} still holds the last good weights" if self.path.exists() else "nothing was written"
+            causes = LossGuard(state.config.accumulation_steps, state.config.lr, state.precision).likely_causes()
+            raise NonFiniteLossError(f"the weights became non-finite by the end of epoch {completed_epochs} "
+                                     f"(tensor {name}: {count} of {size} values NaN or inf), so no checkpoint was "
+                                     f"written and {kept}; likely causes: {'; '.join(causes)}")
         if not self.is_main:
             return None
+        self._keep_previous()
         self.written = checkpoint.save_checkpoint({
-            "model": state.raw_model.state_dict(),
-            "ema": state.ema.module.state_dict() if state.ema is not None else None,
+            **weights,
             "optimizer": state.optimizer.state_dict(),
             "scheduler": state.scheduler.state_dict(),
             "scaler": state.scaler.state_dict(),
@@ -62,3 +79,23 @@ class CheckpointSaver:
             "history": state.history,
         }, self.path)
         return self.written
+
+    def _keep_previous(self) -> None:
+        """Make `prev.pt` the current last.pt before a new one is renamed over it. last.pt never
+        goes missing: prev.pt is a new name for the same file (a hard link, or a copy where the
+        filesystem has none), put in place by an atomic rename."""
+        if not self.path.exists():
+            return
+        previous = self.path.with_name(checkpoint.PREVIOUS_NAME)
+        temporary = checkpoint.temporary_path(previous)  # cleared with the others if a kill leaves it
+        try:
+            try:
+                os.link(self.path, temporary)
+            except OSError:
+                shutil.copyfile(self.path, temporary)
+            os.replace(temporary, previous)
+        except OSError as error:
+            raise checkpoint.CheckpointError(f"cannot keep the previous checkpoint as {previous} ({error}); "
+                                             "set output_dir to a folder you can write") from None
+        finally:
+            temporary.unlink(missing_ok=True)

@@ -41,10 +41,7 @@ from course_lib.engine.distributed import Distributed, setup_distributed
 from course_lib.engine.ema import make_ema
 from course_lib.engine.epoch_meter import EpochMeter, correct_counts
 from course_lib.engine.label_smoothing import make_criterion
-from course_lib.engine.loss_guard import (
-    LossGuard,
-    NonFiniteLossError,  # noqa: F401  (callers catch train.NonFiniteLossError)
-)
+from course_lib.engine.loss_guard import LossGuard, NonFiniteLossError  # callers catch train.NonFiniteLossError
 from course_lib.engine.mixup import make_mixup
 from course_lib.engine.precision import autocast, grad_scaler
 from course_lib.engine.random_erasing import make_random_erasing
@@ -377,10 +374,21 @@ def _epoch_line(row: dict, state: RunState) -> str:
             f"data wait {row['data_wait_fraction']:.0%}{skipped}")
 
 
+def _check_validation_loss(row: dict, state: RunState, epoch: int) -> None:
+    """The loss guard sees each loss before its update; the last update of an epoch can still make
+    the weights NaN, which the validation loss shows. Stop there, before any checkpoint is written."""
+    for column in ("val_loss", "ema_val_loss", "val_tta_loss"):
+        if column in row and not np.isfinite(row[column]):
+            causes = LossGuard(state.config.accumulation_steps, state.config.lr, state.precision).likely_causes()
+            raise NonFiniteLossError(f"the validation loss ({column}) became {row[column]} after epoch {epoch + 1}; "
+                                     f"no checkpoint was written for it; likely causes: {'; '.join(causes)}")
+
+
 def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = True) -> FitResult:
     """Train `config.model` on `config.dataset` (or on `bundle`, a `data.DataBundle`) and return
     the trained model, the per-epoch history and the checkpoint path. Every run is recorded in
-    the ledger (kind "train"); a non-finite loss raises NonFiniteLossError."""
+    the ledger (kind "train"); a non-finite training or validation loss, or non-finite weights at
+    a checkpoint, raise NonFiniteLossError and leave the last good checkpoint in place."""
     started = time.perf_counter()
     distributed, device = setup_distributed(config)
     recorder = RunRecorder(config, distributed.is_main, distributed.world_size, device, started)
@@ -396,8 +404,9 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
                 if config.tta_views > 1 and epoch + 1 == config.epochs:  # the recipe's final prediction
                     weights = state.ema.module if state.ema is not None else state.model
                     row.update(_columns("val_tta", validate(weights, state, views=config.tta_views)))
+            _check_validation_loss(row, state, epoch)
             state.history.append(row)
-            state.checkpoints.save(state, completed_epochs=epoch + 1)
+            state.checkpoints.save(state, completed_epochs=epoch + 1)  # refuses non-finite weights
             state.log(_epoch_line(row, state))
         if state.skipped_steps:
             state.log(f"GradScaler skipped {state.skipped_steps} optimizer step(s) whose fp16 gradients overflowed")

@@ -224,6 +224,45 @@ def test_resume_refuses_a_checkpoint_of_another_model(tmp_path):
                   progress=False, verbose=False)
 
 
+@pytest.mark.parametrize("changes,expected", [
+    (dict(lr=0.01, optimizer="adamw"), "optimizer: sgd -> adamw; lr: 0.05 -> 0.01"),  # adamw gave KeyError: 'step'
+    (dict(backbone_lr_scale=0.5), "backbone_lr_scale: 1.0 -> 0.5"),
+    (dict(seed=1, label_smoothing=0.1), "label_smoothing: 0.0 -> 0.1; seed: 0 -> 1"),
+])
+def test_resume_refuses_changed_training_values_in_one_line(tmp_path, changes, expected):
+    train.fit(tiny_config(tmp_path, max_steps=1), bundle=tensor_bundle(), progress=False, verbose=False)
+    saved = (tmp_path / "checkpoints" / "last.pt").read_bytes()
+    with pytest.raises(ConfigError) as caught:
+        train.fit(tiny_config(tmp_path, max_steps=1, epochs=2, resume=True, **changes), bundle=tensor_bundle(),
+                  progress=False, verbose=False)
+    message = str(caught.value)
+    assert f"({expected})" in message and "another output_dir" in message and "\n" not in message
+    assert "epochs" not in message.split("(")[1]  # epochs may change
+    assert (tmp_path / "checkpoints" / "last.pt").read_bytes() == saved
+
+
+def test_resume_with_more_epochs_decays_to_min_lr_at_the_new_end(tmp_path, capsys):
+    train.fit(tiny_config(tmp_path, max_steps=3), bundle=tensor_bundle(), progress=False, verbose=False)
+    extended = train.fit(tiny_config(tmp_path, max_steps=3, epochs=2, resume=True, num_workers=1),
+                         bundle=tensor_bundle(), progress=False)
+    assert "resume: epochs 1 -> 2: the cosine decay now ends at epoch 2" in capsys.readouterr().out
+    lrs = [row["lr"] for row in extended.step_log]
+    assert len(lrs) == 3 and lrs == sorted(lrs, reverse=True)  # still decaying, no jump back up
+    assert extended.final["lr"] == pytest.approx(0.0, abs=1e-12)  # min_lr at the new last step
+
+
+def test_cli_refuses_a_resume_with_another_learning_rate_in_one_line(tmp_path, capsys):
+    from course_lib import cli
+
+    common = ["train", "--profile", "smoke", "--no-progress", "-p", "max_steps=1", "-p",
+              f"output_dir={tmp_path / 'out'}"]
+    assert cli.main(common) == 0
+    capsys.readouterr()
+    assert cli.main(common + ["-p", "resume=true", "-p", "lr=0.05"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "(lr: 0.1 -> 0.05)" in lines[0], lines
+
+
 # --- the non-finite guard ----------------------------------------------------------------------
 
 class PoisonAfter(TensorImages):

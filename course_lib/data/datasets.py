@@ -112,8 +112,10 @@ class ImageFolderDataset:
     and `list_image_folder`'s rules for links (what `workbook scan` reports is what loads).
 
     bad_images="fail" raises BadImageError naming the file (in a worker, the DataLoader
-    re-raises it in the main process, so nothing hangs); "skip" logs the file once and
-    returns the next readable sample instead.
+    re-raises it in the main process, so nothing hangs; `loaders.timed_batches` strips the worker's
+    traceback from its message); "skip" logs the file once and returns the next readable sample
+    instead. Skipped files are flagged in a shared-memory tensor, so `skipped` counts the files
+    DataLoader workers left out too (each worker holds its own copy of the dataset).
     """
 
     def __init__(self, root: str | os.PathLike, transform=None, bad_images: str = "fail", loader=None, *,
@@ -129,12 +131,18 @@ class ImageFolderDataset:
         self.loader = loader or load_rgb
         self.transform = transform
         self.bad_images = bad_images
-        self.skipped: set[str] = set()
+        self._skipped_flags = torch.zeros(len(self.samples), dtype=torch.bool).share_memory_()  # one per sample
+
+    @property
+    def skipped(self) -> set[str]:
+        """Paths left out under bad_images=skip so far, by this process and its DataLoader workers."""
+        return {self.samples[index][0] for index in self._skipped_flags.nonzero().flatten().tolist()}
 
     def with_transform(self, transform) -> ImageFolderDataset:
         """The same file list (not listed again) with another transform, e.g. for a second split."""
         other = copy.copy(self)
-        other.transform, other.skipped = transform, set()
+        other.transform = transform
+        other._skipped_flags = torch.zeros(len(self.samples), dtype=torch.bool).share_memory_()
         return other
 
     def __len__(self):
@@ -142,18 +150,27 @@ class ImageFolderDataset:
 
     def __getitem__(self, index):
         for attempt in range(len(self.samples)):
-            path, target = self.samples[(index + attempt) % len(self.samples)]
+            position = (index + attempt) % len(self.samples)
+            path, target = self.samples[position]
             try:
                 image = self.loader(path)
             except BadImageError as error:
                 if self.bad_images == "fail":
                     raise
-                if path not in self.skipped:
-                    self.skipped.add(path)
+                if not self._skipped_flags[position]:
+                    self._skipped_flags[position] = True
                     log.warning("skipping %s", error)
                 continue
             return (self.transform(image) if self.transform else image), target
         raise BadImageError(f"no readable image in {Path(self.samples[0][0]).parents[1]}")
+
+
+def skipped_images(dataset) -> int:
+    """Files the ImageFolderDataset under `dataset` (through subsets' `.dataset`) has left out
+    under bad_images=skip so far; 0 for other datasets."""
+    while dataset is not None and not isinstance(dataset, ImageFolderDataset):
+        dataset = getattr(dataset, "dataset", None)
+    return len(dataset.skipped) if dataset is not None else 0
 
 
 class ArrayImageDataset:

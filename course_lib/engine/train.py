@@ -337,12 +337,13 @@ def validate(model: torch.nn.Module, state: RunState, views: int = 1) -> dict:
     rank scores its part; the sums are all-reduced under DDP). `views` > 1 is test-time
     augmentation: the softmax is averaged over that many symmetries of the square
     (`data.overhead_augment.dihedral_views`) and the loss is that average's cross-entropy."""
+    from course_lib.data.loaders import batches
     from course_lib.data.overhead_augment import dihedral_views
 
     model.eval()
     device = state.device
     totals = torch.zeros(4, device=device, dtype=torch.float64)  # loss sum, top-1, top-5, images
-    for images, targets in state.val_loader:
+    for images, targets in batches(state.val_loader):  # a worker's bad image: its own one-line error
         images, targets = stage_batch(state.bundle, images, targets, device, train=False,
                                       channels_last=state.config.channels_last)
         with autocast(state.precision, device):
@@ -362,6 +363,17 @@ def validate(model: torch.nn.Module, state: RunState, views: int = 1) -> dict:
     return {"loss": loss_sum / count, "top1": top1 / count, "top5": top5 / count, "images": int(count)}
 
 
+def skipped_images(state: RunState) -> int:
+    """Image files left out so far under bad_images=skip (training and validation splits, every
+    DataLoader worker and, under DDP, every rank)."""
+    count = datasets.skipped_images(state.bundle.train) + datasets.skipped_images(state.bundle.val)
+    if state.distributed.enabled:  # each rank reads its own part of the files
+        total = torch.tensor([count], device=state.device, dtype=torch.int64)
+        dist.all_reduce(total)
+        count = int(total.item())
+    return count
+
+
 def _columns(prefix: str, scores: dict) -> dict:
     return {f"{prefix}_{name}": scores[name] for name in ("loss", "top1", "top5")}
 
@@ -369,6 +381,8 @@ def _columns(prefix: str, scores: dict) -> dict:
 def _epoch_line(row: dict, state: RunState) -> str:
     validation = f"  val loss {row['val_loss']:.3f} top-1 {row['val_top1']:.1%}" if "val_top1" in row else ""
     skipped = f"  skipped steps {state.skipped_steps}" if state.scaler.is_enabled() else ""
+    if row.get("skipped_images"):
+        skipped += f"  skipped {row['skipped_images']} unreadable image(s) (bad_images=skip; named in the warnings)"
     return (f"epoch {row['epoch']}/{state.config.epochs}: train loss {row['train_loss']:.3f} top-1 "
             f"{row['train_top1']:.1%}{validation}  {row['images_per_second']:.0f} images/s  "
             f"data wait {row['data_wait_fraction']:.0%}{skipped}")
@@ -404,6 +418,7 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
                 if config.tta_views > 1 and epoch + 1 == config.epochs:  # the recipe's final prediction
                     weights = state.ema.module if state.ema is not None else state.model
                     row.update(_columns("val_tta", validate(weights, state, views=config.tta_views)))
+            row["skipped_images"] = skipped_images(state)
             _check_validation_loss(row, state, epoch)
             state.history.append(row)
             state.checkpoints.save(state, completed_epochs=epoch + 1)  # refuses non-finite weights

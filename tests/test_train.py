@@ -225,9 +225,9 @@ def test_resume_refuses_a_checkpoint_of_another_model(tmp_path):
 
 
 @pytest.mark.parametrize("changes,expected", [
-    (dict(lr=0.01, optimizer="adamw"), "optimizer: sgd -> adamw; lr: 0.05 -> 0.01"),  # adamw gave KeyError: 'step'
-    (dict(backbone_lr_scale=0.5), "backbone_lr_scale: 1.0 -> 0.5"),
-    (dict(seed=1, label_smoothing=0.1), "label_smoothing: 0.0 -> 0.1; seed: 0 -> 1"),
+    ({"lr": 0.01, "optimizer": "adamw"}, "optimizer: sgd -> adamw; lr: 0.05 -> 0.01"),  # adamw gave KeyError: 'step'
+    ({"backbone_lr_scale": 0.5}, "backbone_lr_scale: 1.0 -> 0.5"),
+    ({"seed": 1, "label_smoothing": 0.1}, "label_smoothing: 0.0 -> 0.1; seed: 0 -> 1"),
 ])
 def test_resume_refuses_changed_training_values_in_one_line(tmp_path, changes, expected):
     train.fit(tiny_config(tmp_path, max_steps=1), bundle=tensor_bundle(), progress=False, verbose=False)

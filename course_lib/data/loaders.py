@@ -300,7 +300,7 @@ def without_worker_traceback(error: WorkbookError) -> WorkbookError:
     if not _WORKER_TRACEBACK.match(text):
         return error
     # The traceback's last line is "module.Type: the original message".
-    found = list(re.finditer(rf"^(?:[\w.]+\.)?{re.escape(type(error).__name__)}: ", text, re.M))
+    found = list(re.finditer(rf"^(?:[\w.]+\.)?{re.escape(type(error).__name__)}: ", text, re.MULTILINE))
     return type(error)(text[found[-1].end():].strip()) if found else error
 
 

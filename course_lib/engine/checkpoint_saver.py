@@ -21,7 +21,6 @@ from course_lib.config import ConfigError
 from course_lib.engine.loss_guard import LossGuard, NonFiniteLossError
 from course_lib.models import checkpoint
 
-
 # Fields a resumed run may change: bookkeeping, where things are, and switches that change speed,
 # not what is learned. Every other field (a new one included) must match the checkpoint's.
 MAY_CHANGE_ON_RESUME = frozenset({

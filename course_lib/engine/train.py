@@ -41,7 +41,10 @@ from course_lib.engine.distributed import Distributed, setup_distributed
 from course_lib.engine.ema import make_ema
 from course_lib.engine.epoch_meter import EpochMeter, correct_counts
 from course_lib.engine.label_smoothing import make_criterion
-from course_lib.engine.loss_guard import LossGuard, NonFiniteLossError  # callers catch train.NonFiniteLossError
+from course_lib.engine.loss_guard import (  # callers catch train.NonFiniteLossError
+    LossGuard,
+    NonFiniteLossError,
+)
 from course_lib.engine.mixup import make_mixup
 from course_lib.engine.precision import autocast, grad_scaler
 from course_lib.engine.random_erasing import make_random_erasing

@@ -2,11 +2,13 @@
 
 Profiles (`smoke`, `cpu`, `gpu`, `auto`) are named sets of values for the same fields,
 so a notebook runs everywhere without edits. Building a config refuses unknown names
-and wrong types with a one-line message that lists the valid names.
+and wrong types with a one-line message that lists the valid names, and values outside their
+field's range (NaN and inf included) with a one-line message that gives the range.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, fields
 
@@ -185,8 +187,57 @@ _CHOICES = {
 }
 
 
+# Sizes in pixels a run can take: under 8 px the convolutions have nothing left to look at; over
+# 4096 px one 3-channel image is 200 MB of float32 before the first layer, and the activations of a
+# batch of them tens of GB (image_size=99999 asked for about 30 GB at the first allocation).
+IMAGE_SIZE_RANGE = (8, 4096)
+_DEFAULTS = {f.name: f.default for f in fields(Config)}
+
+
+def _check_ranges(values: dict) -> None:
+    """Raise ConfigError for the first value outside its field's range (`values` holds every field)."""
+    def refuse(name: str, rule: str, fix: str = "") -> None:
+        raise ConfigError(f"{name} must be {rule}, got {values[name]!r}{'; ' + fix if fix else ''}")
+
+    for name in FIELD_NAMES:  # NaN passes every comparison below, and inf every lower bound
+        if _TYPES[name] is float and not math.isfinite(values[name]):
+            refuse(name, "a finite number")
+    low, high = IMAGE_SIZE_RANGE
+    if not low <= values["image_size"] <= high:
+        refuse("image_size", f"{low} to {high} pixels",
+               "smaller leaves the convolutions nothing to see, larger needs tens of GB per batch")
+    for name in ("batch_size", "accumulation_steps", "prefetch_factor", "epochs"):
+        if values[name] < 1:
+            refuse(name, "at least 1")
+    for name in ("max_steps", "max_train_images", "freeze_backbone_epochs", "seed", "weight_decay", "warmup_epochs",
+                 "min_lr", "grad_clip_norm", "mixup_alpha", "cutmix_alpha"):
+        if values[name] < 0:
+            refuse(name, "0 or more")
+    if values["seed"] >= 2**63:
+        refuse("seed", "below 2**63 (torch.manual_seed's limit)")
+    if values["lr"] <= 0:
+        refuse("lr", "above 0", "e.g. 0.1 for SGD or 1e-3 for AdamW")
+    if values["min_lr"] > values["lr"]:
+        refuse("min_lr", f"at most lr ({values['lr']!r}), where the cosine decay ends")
+    for name, meaning in (("momentum", "0 (plain SGD) up to, not including, 1"),
+                          ("label_smoothing", "0 (off) up to, not including, 1 (all mass on the wrong classes)"),
+                          ("ema_decay", "0 (off) or between 0 and 1 (e.g. 0.999)")):
+        if not 0 <= values[name] < 1:
+            refuse(name, meaning)
+    if not 0 <= values["random_erasing"] <= 1:
+        refuse("random_erasing", "a probability from 0 to 1")
+    if not 1 <= values["tta_views"] <= 8:
+        refuse("tta_views", "1 (off) to 8 (every symmetry of the square)")
+    if values["num_workers"] < -1:
+        refuse("num_workers", "0 or more, or -1 for the recommended number (half the physical cores per training "
+               "process)")
+    if values["backbone_lr_scale"] <= 0:
+        refuse("backbone_lr_scale", "above 0", "to keep the backbone fixed use freeze_backbone_epochs")
+
+
 def check_values(values: dict) -> dict:
-    """Return `values` with types checked; raise ConfigError naming the first problem."""
+    """Return `values` with types and ranges checked; raise ConfigError naming the first problem,
+    so the CLI, notebooks and `workbook run` refuse a bad value in one line before any work."""
     unknown = sorted(set(values) - set(FIELD_NAMES))
     if unknown:
         raise ConfigError(f"unknown parameter {unknown[0]!r}; valid names: {', '.join(FIELD_NAMES)}")
@@ -197,22 +248,9 @@ def check_values(values: dict) -> dict:
     device = checked.get("device")
     if device is not None and not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
         raise ConfigError(f"device={device!r} is not one of auto, cpu, cuda, cuda:N")
-    for name in ("image_size", "batch_size", "accumulation_steps", "prefetch_factor"):
-        if name in checked and checked[name] < 1:
-            raise ConfigError(f"{name} must be at least 1, got {checked[name]}")
-    for name in ("epochs", "max_steps", "max_train_images", "freeze_backbone_epochs"):
-        if name in checked and checked[name] < 0:
-            raise ConfigError(f"{name} must be 0 or more, got {checked[name]}")
-    if not 1 <= checked.get("tta_views", 1) <= 8:
-        raise ConfigError(f"tta_views must be 1 (off) to 8 (every symmetry of the square), got {checked['tta_views']}")
+    _check_ranges({**_DEFAULTS, **checked})
     if checked.get("recipe"):
         _known_recipe(checked["recipe"])
-    if checked.get("num_workers", 0) < -1:
-        raise ConfigError(f"num_workers must be 0 or more, or -1 for the recommended number "
-                          f"(half the physical cores per training process), got {checked['num_workers']}")
-    if checked.get("backbone_lr_scale", 1.0) <= 0:
-        raise ConfigError(f"backbone_lr_scale must be above 0, got {checked['backbone_lr_scale']}; "
-                          "to keep the backbone fixed use freeze_backbone_epochs")
     return checked
 
 

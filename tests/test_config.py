@@ -139,3 +139,42 @@ def test_a_recipe_applies_over_the_profile_and_under_overrides():
         make_config("cpu", recipe="fast")
     with pytest.raises(ConfigError, match="tta_views must be 1"):
         make_config("cpu", tta_views=9)
+
+
+# The values the fault-injection pass (issue 13) tried: each gave a traceback or was accepted silently.
+OUT_OF_RANGE = [("lr", -1.0), ("label_smoothing", 2.0), ("seed", -1), ("image_size", 99999), ("lr", float("inf")),
+                ("lr", float("nan")), ("weight_decay", -1.0), ("ema_decay", 2.0), ("random_erasing", 5.0),
+                ("epochs", 0), ("lr", 0.0), ("momentum", 1.0), ("min_lr", 0.5), ("grad_clip_norm", float("inf")),
+                ("mixup_alpha", -0.1), ("warmup_epochs", float("nan")), ("image_size", 7), ("prefetch_factor", 0)]
+
+
+@pytest.mark.parametrize("name,value", OUT_OF_RANGE)
+def test_values_outside_their_range_are_refused_in_one_line(name, value):
+    with pytest.raises(ConfigError) as error:
+        make_config("smoke", **{name: value})
+    message = str(error.value)
+    assert message.startswith(f"{name} must be ") and f"got {value!r}" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("name,value", OUT_OF_RANGE)
+def test_the_cli_refuses_values_outside_their_range_in_one_line(name, value, capsys):
+    from course_lib import cli
+
+    assert cli.main(["train", "--profile", "smoke", "-p", f"{name}={value}"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"workbook train: error: {name} must be "), captured.err
+
+
+def test_the_edges_of_each_range_are_accepted():
+    config = make_config("smoke", lr=1e-9, min_lr=1e-9, momentum=0.0, weight_decay=0.0, label_smoothing=0.0,
+                         ema_decay=0.0, random_erasing=1.0, seed=0, image_size=8, epochs=1, max_steps=0,
+                         max_train_images=0, mixup_alpha=0.0, grad_clip_norm=0.0)
+    assert config.random_erasing == 1.0 and config.image_size == 8
+    assert make_config("smoke", image_size=4096, ema_decay=0.9999).image_size == 4096
+
+
+@pytest.mark.parametrize("profile", ["smoke", "cpu", "gpu"])
+@pytest.mark.parametrize("recipe", ["", "speedrun", "best"])
+def test_every_profile_and_recipe_is_in_range(profile, recipe):
+    assert isinstance(make_config(profile, recipe=recipe or None), Config)  # raises ConfigError when out of range

@@ -1,3 +1,4 @@
+import os
 import pickle
 
 import numpy as np
@@ -156,3 +157,60 @@ def test_sample_grid_draws_every_class():
     bundle = datasets.build_datasets(make_config("smoke"))
     figure = datasets.sample_grid(bundle.val, bundle.classes, per_class=2)
     assert len(figure.axes) == 2 * len(bundle.classes)
+
+
+# --- what loads is what `workbook scan` reports (links, 16-bit images) ----------------------------------
+
+def _save(path, seed=0):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.random.default_rng(seed).integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(path)
+
+
+@pytest.fixture
+def linked_classes(tmp_path):
+    root = tmp_path / "dataset"
+    for index in range(3):
+        _save(root / "cat" / f"{index}.png", index)
+        _save(root / "dog" / f"{index}.png", 10 + index)
+    (root / "cat" / "dogs").symlink_to(root / "dog")  # another class's images, labelled cat if followed
+    return root
+
+
+def test_a_folder_link_in_a_class_folder_is_not_followed(linked_classes, caplog):
+    dataset = datasets.ImageFolderDataset(linked_classes)
+    cat = dataset.classes.index("cat")
+    assert len(dataset) == 6 and [target for _, target in dataset.samples].count(cat) == 3
+    assert not any("/cat/dogs/" in path for path, _ in dataset.samples)  # torchvision's ImageFolder has 3 of them
+    assert "not following the folder link" in caplog.text and "dogs" in caplog.text
+
+
+def test_follow_links_follows_them_once_even_a_link_to_an_ancestor(linked_classes):
+    (linked_classes / "cat" / "ring").symlink_to(linked_classes)  # os.walk(followlinks=True) never ends here
+    dataset = datasets.ImageFolderDataset(linked_classes, follow_links=True)
+    cat = dataset.classes.index("cat")
+    labelled_cat = [path for path, target in dataset.samples if target == cat]
+    dog_folder = os.path.realpath(linked_classes / "dog")
+    assert len(labelled_cat) == 3 + 3  # through cat/dogs or cat/ring/dog, whichever comes first: once
+    assert sum(os.path.dirname(os.path.realpath(path)) == dog_folder for path in labelled_cat) == 3
+
+
+def test_a_broken_link_fails_in_one_line_or_is_left_out_with_skip(linked_classes, tmp_path):
+    broken = linked_classes / "dog" / "gone.png"
+    broken.symlink_to(tmp_path / "deleted.png")
+    with pytest.raises(datasets.BadImageError) as error:
+        datasets.ImageFolderDataset(linked_classes)
+    message = str(error.value)
+    assert message.startswith(f"{broken}: symbolic link to ") and "\n" not in message
+    assert len(datasets.ImageFolderDataset(linked_classes, bad_images="skip")) == 6
+
+
+def test_a_16_bit_png_loads_scaled_to_8_bits_not_clipped_white(tmp_path):
+    path = tmp_path / "depth.png"
+    values = np.array([[0, 257, 32896, 65535]], dtype=np.uint16)
+    Image.fromarray(values).save(path)
+    assert np.asarray(datasets.load_rgb(path))[0, :, :].tolist() == [[0] * 3, [1] * 3, [128] * 3, [255] * 3]
+    gradient = np.linspace(0, 65535, 64 * 64).astype(np.uint16).reshape(64, 64)
+    Image.fromarray(gradient).save(path)
+    loaded = np.asarray(datasets.load_rgb(path)).astype(int)
+    assert (loaded == 255).mean() < 0.01  # PIL's convert("RGB") makes over 99% of them white
+    assert np.abs(loaded[..., 0] - np.round(gradient / 257)).max() == 0

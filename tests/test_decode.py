@@ -93,3 +93,15 @@ def test_image_files_spreads_over_classes(tmp_path):
             (tmp_path / name / f"{index}.jpg").write_bytes(b"x")
     files = decode.image_files(tmp_path, 4)
     assert len(files) == 4 and {f.parent.name for f in files} == {"a", "b"}
+
+
+@pytest.mark.parametrize("name", CPU_DECODERS)
+def test_a_16_bit_png_is_scaled_to_8_bits_by_every_decoder(tmp_path, name):
+    """PIL's convert("RGB") clips 16-bit grey to white; torchvision returns uint16: all give uint8 here."""
+    path = tmp_path / "depth.png"
+    gradient = np.linspace(0, 65535, 32 * 32).astype(np.uint16).reshape(32, 32)
+    Image.fromarray(gradient).save(path)
+    pixels = decode.FileDecoder(name)(path)
+    assert pixels.dtype == torch.uint8 and pixels.shape == (3, 32, 32)
+    # OpenCV keeps the high byte (v // 256), PIL and torchvision round v / 257: at most 1 apart
+    assert np.abs(pixels[0].numpy().astype(int) - np.round(gradient / 257)).max() <= 1

@@ -35,9 +35,59 @@ def test_skip_mode_skips_the_file_and_logs_it(folder_with_corrupt_file, workers,
     with caplog.at_level("WARNING"):
         labels = torch.cat([labels for _, labels in loader])
     assert len(labels) == len(dataset)  # the bad file's slot is filled by the next readable image
-    if workers == 0:  # a worker's log record and skip list stay in the worker process
+    if workers == 0:  # a worker's log record stays in the worker process (it prints to stderr there)
         assert any(BAD_NAME in message for message in caplog.messages)
-        assert any(BAD_NAME in path for path in dataset.skipped)
+    assert [BAD_NAME in path for path in dataset.skipped] == [True]  # flagged in shared memory, workers too
+
+
+# --- a bad image in a DataLoader worker is the worker's one line, not torch's wrapped traceback ----------
+
+@pytest.mark.timeout(60)
+def test_a_bad_image_in_a_worker_is_one_line_naming_the_file(folder_with_corrupt_file):
+    dataset = loaders.image_folder_dataset(folder_with_corrupt_file, 32, bad_images="fail")
+    loader = loaders.make_loader(dataset, make_config("smoke", num_workers=1, batch_size=4), train=False)
+    for batches in (loaders.timed_batches(loader), loaders.batches(loader)):  # training and validation loops
+        with pytest.raises(BadImageError) as error:
+            list(batches)
+        message = str(error.value)
+        assert message.startswith(str(folder_with_corrupt_file / "forest" / BAD_NAME)) and "\n" not in message
+        assert "DataLoader worker process" not in message and "Traceback" not in message  # torch: 20+ lines
+
+
+@pytest.fixture
+def run_folder_with_corrupt_file(tmp_path):
+    # 8 classes x 4 + the bad file = 33 = 11 batches of 3: none is dropped, so the bad file is read
+    root = make_landcover(tmp_path / "set", image_size=32, per_class={"train": 4, "val": 2})
+    (root / "train" / "forest" / BAD_NAME).write_bytes(b"\xff\xd8\xff not really a jpeg")
+    return root
+
+
+def _train_arguments(folder, tmp_path, bad_images):
+    return ["train", "--profile", "smoke", "--no-progress", "-p", "dataset=imagefolder", "-p", f"data_dir={folder}",
+            "-p", "num_workers=1", "-p", "batch_size=3", "-p", "max_steps=0", "-p", "max_train_images=0",
+            "-p", f"bad_images={bad_images}", "-p", f"output_dir={tmp_path / 'out'}"]
+
+
+@pytest.mark.timeout(120)
+def test_workbook_train_names_a_workers_bad_image_in_one_line_and_in_the_ledger(run_folder_with_corrupt_file,
+                                                                                tmp_path, capsys):
+    from course_lib import cli, ledger
+
+    assert cli.main(_train_arguments(run_folder_with_corrupt_file, tmp_path, "fail")) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("workbook train: error: ") and BAD_NAME in lines[0], lines
+    row = ledger.Ledger().rows(kind="train")[0]
+    assert row["status"] == "failed" and BAD_NAME in row["metrics"]["error"]
+
+
+@pytest.mark.timeout(120)
+def test_skipped_images_are_counted_across_workers_printed_and_recorded(run_folder_with_corrupt_file, tmp_path,
+                                                                        capsys):
+    from course_lib import cli, ledger
+
+    assert cli.main(_train_arguments(run_folder_with_corrupt_file, tmp_path, "skip")) == 0
+    assert "skipped 1 unreadable image(s) (bad_images=skip" in capsys.readouterr().out
+    assert ledger.Ledger().rows(kind="train")[0]["metrics"]["skipped_images"] == 1
 
 
 def rows(table):

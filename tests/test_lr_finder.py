@@ -23,7 +23,9 @@ class Separable(torch.utils.data.Dataset):
 
 
 def test_range_test_finds_a_stable_lr_and_detects_divergence():
-    config = make_config("smoke", model="test_resnet", batch_size=16, precision="off", optimizer="sgd", image_size=8)
+    # min_lr above start_lr: a schedule's floor must not stop the range test (config refuses min_lr > lr)
+    config = make_config("smoke", model="test_resnet", batch_size=16, precision="off", optimizer="sgd", image_size=8,
+                         min_lr=1e-3)
     bundle = DataBundle(Separable(), None, None, list("abcd"), "tensors")
     result = lr_finder.lr_range_test(config, bundle, start_lr=1e-4, end_lr=1e4, steps=40)
     assert result.diverged_at is not None and len(result.losses) < 40  # stopped early

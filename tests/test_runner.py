@@ -190,6 +190,21 @@ def test_config_values_are_checked_up_front(typed_book):
         runner.check_parameters(notebooks, ["batch_size=0"], profile="smoke")
 
 
+@pytest.mark.parametrize("assignment", ["lr=inf", "lr=nan", "lr=-1", "epochs=0", "seed=-1", "image_size=99999"])
+def test_values_outside_their_range_start_no_kernel(tmp_path, monkeypatch, assignment):
+    folder = tmp_path / "ranges"
+    folder.mkdir()
+    _notebook(folder / "00_ranges.ipynb", 'profile = "auto"  # profile\nlr = None  # peak learning rate\n'
+              "epochs = None  # passes\nseed = None  # seed\nimage_size = None  # pixels", "print(lr)")
+    monkeypatch.setattr(runner, "execute_notebook", _no_kernel)
+    out = tmp_path / "out"
+    name = assignment.split("=")[0]
+    with pytest.raises(ConfigError, match=f"^{name} must be "):
+        runner.run_workbook("smoke", assignments=[assignment], out_dir=out, notebooks_folder=folder,
+                            stream=io.StringIO())
+    assert not out.exists()
+
+
 def test_cli_refuses_a_bad_value_in_one_line(typed_book, tmp_path, monkeypatch, capsys):
     from course_lib import cli
 

@@ -51,5 +51,5 @@ def test_optimizers_and_weight_decay_groups():
     decayed, plain = sgd.param_groups
     assert decayed["weight_decay"] == 1e-4 and len(decayed["params"]) == 1  # the conv weight only
     assert plain["weight_decay"] == 0.0 and len(plain["params"]) == 3  # conv bias, BN weight and bias
-    adamw = schedule.make_optimizer(model, config_for(optimizer="adamw", lr=3e-4))
+    adamw = schedule.make_optimizer(model, config_for(optimizer="adamw", lr=3e-4, min_lr=3e-6))
     assert isinstance(adamw, torch.optim.AdamW) and adamw.param_groups[0]["lr"] == 3e-4

@@ -224,6 +224,45 @@ def test_resume_refuses_a_checkpoint_of_another_model(tmp_path):
                   progress=False, verbose=False)
 
 
+@pytest.mark.parametrize("changes,expected", [
+    ({"lr": 0.01, "optimizer": "adamw"}, "optimizer: sgd -> adamw; lr: 0.05 -> 0.01"),  # adamw gave KeyError: 'step'
+    ({"backbone_lr_scale": 0.5}, "backbone_lr_scale: 1.0 -> 0.5"),
+    ({"seed": 1, "label_smoothing": 0.1}, "label_smoothing: 0.0 -> 0.1; seed: 0 -> 1"),
+])
+def test_resume_refuses_changed_training_values_in_one_line(tmp_path, changes, expected):
+    train.fit(tiny_config(tmp_path, max_steps=1), bundle=tensor_bundle(), progress=False, verbose=False)
+    saved = (tmp_path / "checkpoints" / "last.pt").read_bytes()
+    with pytest.raises(ConfigError) as caught:
+        train.fit(tiny_config(tmp_path, max_steps=1, epochs=2, resume=True, **changes), bundle=tensor_bundle(),
+                  progress=False, verbose=False)
+    message = str(caught.value)
+    assert f"({expected})" in message and "another output_dir" in message and "\n" not in message
+    assert "epochs" not in message.split("(")[1]  # epochs may change
+    assert (tmp_path / "checkpoints" / "last.pt").read_bytes() == saved
+
+
+def test_resume_with_more_epochs_decays_to_min_lr_at_the_new_end(tmp_path, capsys):
+    train.fit(tiny_config(tmp_path, max_steps=3), bundle=tensor_bundle(), progress=False, verbose=False)
+    extended = train.fit(tiny_config(tmp_path, max_steps=3, epochs=2, resume=True, num_workers=1),
+                         bundle=tensor_bundle(), progress=False)
+    assert "resume: epochs 1 -> 2: the cosine decay now ends at epoch 2" in capsys.readouterr().out
+    lrs = [row["lr"] for row in extended.step_log]
+    assert len(lrs) == 3 and lrs == sorted(lrs, reverse=True)  # still decaying, no jump back up
+    assert extended.final["lr"] == pytest.approx(0.0, abs=1e-12)  # min_lr at the new last step
+
+
+def test_cli_refuses_a_resume_with_another_learning_rate_in_one_line(tmp_path, capsys):
+    from course_lib import cli
+
+    common = ["train", "--profile", "smoke", "--no-progress", "-p", "max_steps=1", "-p",
+              f"output_dir={tmp_path / 'out'}"]
+    assert cli.main(common) == 0
+    capsys.readouterr()
+    assert cli.main(common + ["-p", "resume=true", "-p", "lr=0.05"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "(lr: 0.1 -> 0.05)" in lines[0], lines
+
+
 # --- the non-finite guard ----------------------------------------------------------------------
 
 class PoisonAfter(TensorImages):
@@ -246,6 +285,63 @@ def test_non_finite_guard_names_the_step_and_causes(tmp_path):
     message = str(caught.value)
     assert "step 3" in message and "learning rate" in message and "normalized" in message
     assert ledger.Ledger().rows(kind="train")[0]["status"] == "failed"
+
+
+# --- non-finite weights never reach a checkpoint --------------------------------------------------
+# lr=1e30: the one step's loss is finite (the guard sees losses before their update), the update is not.
+
+def test_a_diverged_run_keeps_the_good_checkpoint_and_fails_naming_the_epoch(tmp_path):
+    train.fit(tiny_config(tmp_path, max_steps=1), bundle=tensor_bundle(), progress=False, verbose=False)
+    last = tmp_path / "checkpoints" / "last.pt"
+    good = last.read_bytes()
+    with pytest.raises(train.NonFiniteLossError) as caught:
+        train.fit(tiny_config(tmp_path, max_steps=1, lr=1e30), bundle=tensor_bundle(), progress=False, verbose=False)
+    message = str(caught.value)
+    assert "validation loss" in message and "after epoch 1" in message and "\n" not in message
+    assert last.read_bytes() == good  # the good checkpoint is still the one resume would use
+    newest = ledger.Ledger().rows(kind="train")[0]
+    assert newest["status"] == "failed" and "after epoch 1" in newest["metrics"]["error"]
+
+
+def test_non_finite_weights_are_not_saved_even_without_validation(tmp_path, monkeypatch):
+    real_step = train.optimizer_step
+
+    def step_that_poisons_a_weight(optimizer, *args, **kwargs):  # what lr=inf did to 62 of 122 tensors
+        skipped = real_step(optimizer, *args, **kwargs)
+        with torch.no_grad():
+            optimizer.param_groups[0]["params"][0].fill_(float("nan"))
+        return skipped
+
+    bundle = DataBundle(TensorImages(64, size=16), None, None, CLASSES, "no validation split")
+    train.fit(tiny_config(tmp_path, max_steps=1), bundle=bundle, progress=False, verbose=False)
+    good = (tmp_path / "checkpoints" / "last.pt").read_bytes()
+    monkeypatch.setattr(train, "optimizer_step", step_that_poisons_a_weight)
+    with pytest.raises(train.NonFiniteLossError) as caught:
+        train.fit(tiny_config(tmp_path, max_steps=1), bundle=bundle, progress=False, verbose=False)
+    message = str(caught.value)
+    assert "end of epoch 1" in message and "tensor model." in message and "still holds the last good" in message
+    assert (tmp_path / "checkpoints" / "last.pt").read_bytes() == good
+    assert ledger.Ledger().rows(kind="train")[0]["status"] == "failed"
+
+
+def test_each_save_keeps_the_checkpoint_it_replaces_as_prev(tmp_path):
+    result = train.fit(tiny_config(tmp_path, epochs=3, max_steps=1), bundle=tensor_bundle(), progress=False,
+                       verbose=False)
+    folder = result.checkpoint_path.parent
+    assert load_checkpoint(folder / "last.pt")["epoch"] == 3
+    assert load_checkpoint(folder / checkpoint.PREVIOUS_NAME)["epoch"] == 2
+    assert sorted(p.name for p in folder.iterdir()) == ["last.pt", "prev.pt"]  # no temp file left behind
+
+
+def test_cli_reports_diverged_weights_in_one_line_with_exit_1(tmp_path, capsys):
+    from course_lib import cli
+
+    code = cli.main(["train", "--profile", "smoke", "--no-progress", "-p", "lr=1e30", "-p", "max_steps=1",
+                     "-p", f"output_dir={tmp_path / 'out'}"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 1 and len(lines) == 1 and lines[0].startswith("workbook train: error: "), lines
+    assert "epoch 1" in lines[0]
+    assert not (tmp_path / "out" / "last.pt").exists()
 
 
 # --- configuration errors ------------------------------------------------------------------------

@@ -35,7 +35,7 @@ def test_preflight_reports_a_bad_model_name(config):
 
 
 def test_preflight_flags_a_loss_that_does_not_fall(config):
-    report = troubleshoot.preflight(config.replace(lr=0.0, min_lr=0.0), steps=3)  # nothing learns at lr 0
+    report = troubleshoot.preflight(config.replace(lr=1e-9, min_lr=0.0), steps=3)  # nothing learns at lr 1e-9
     assert not report.loss_decreased and not report.ok
     assert "did not fall" in report.problems[0]
 

@@ -56,7 +56,7 @@ def selection_key(folder, indices, extra: str = "") -> str:
     """A short hash of which files of the ImageFolderDataset `folder` were chosen (paths relative
     to its root, in order) plus `extra`: a cache or shard set is reused only for the same files,
     so adding, removing or renaming images gives a new one."""
-    root = Path(folder.folder.root)
+    root = Path(folder.root)
     digest = hashlib.sha1(extra.encode())
     for index in indices:
         digest.update(b"\n" + os.path.relpath(folder.samples[index][0], root).encode())

@@ -34,45 +34,115 @@ class BadImageError(WorkbookError, RuntimeError):
     """An image that cannot be decoded; the message names the file and the fix."""
 
 
+# Modes holding more than 8 bits per channel, which PIL's convert("RGB") clips to 255 (white)
+# instead of scaling: a 16-bit PNG opens as I;16 or as I (32-bit integers holding 0-65535).
+SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """`image` as 8-bit RGB; 16-bit grey is scaled (0-65535 to 0-255, rounded) rather than clipped."""
+    if image.mode not in SIXTEEN_BIT_MODES:
+        return image.convert("RGB")
+    pixels = np.asarray(image).astype(np.int64)
+    if pixels.min(initial=0) < 0 or pixels.max(initial=0) > 65535:
+        raise ValueError(f"mode {image.mode} with values outside 0-65535 (a 32-bit image); convert it to 8 bits")
+    grey = ((pixels * 255 + 32767) // 65535).astype(np.uint8)  # 65535 -> 255, 257 -> 1: round(v / 257)
+    return Image.fromarray(grey, "L").convert("RGB")
+
+
 def load_rgb(path: str | os.PathLike) -> Image.Image:
-    """Open an image as RGB, turning any decode failure into a BadImageError with the path."""
+    """Open an image as RGB (16-bit scaled to 8, see `to_rgb`), turning any decode failure into a
+    BadImageError with the path."""
     try:
         with Image.open(path) as image:
-            return image.convert("RGB")
+            return to_rgb(image)
     except (OSError, ValueError, Image.DecompressionBombError) as error:
         raise BadImageError(f"{path}: cannot decode image ({error}); remove or replace it, "
                             "or set bad_images=skip") from None
 
 
+def list_image_folder(root: Path, *, follow_links: bool = False,
+                      bad_images: str = "fail") -> tuple[list[str], list[tuple[str, int]]]:
+    """(classes, samples) of an ImageFolder tree in torchvision's order (sorted class folders, then
+    sorted folders and files in each), agreeing with `workbook scan`: links to folders inside a
+    class folder are not followed unless `follow_links` (then each real folder once, so a link to
+    an ancestor ends); a broken or looping file link raises BadImageError (bad_images=fail) or is
+    left out with a warning (skip). torchvision's own walk follows every folder link, forever."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes
+
+    classes, class_to_index = find_classes(str(root))
+    samples = []
+    for name in classes:
+        folders, visited = [], set()
+        for folder, subfolders, files in os.walk(root / name, followlinks=follow_links):
+            real = os.path.realpath(folder)
+            if real in visited:  # a link back to a folder already walked
+                subfolders[:] = []
+                continue
+            visited.add(real)
+            subfolders.sort()  # which link reaches a real folder first must not depend on listing order
+            if not follow_links:
+                for linked in (d for d in subfolders if os.path.islink(os.path.join(folder, d))):
+                    log.warning("not following the folder link %s (class %s); copy the images in, or pass "
+                                "follow_links=True (`workbook scan` counts what it would add)",
+                                os.path.join(folder, linked), name)
+            folders.append((folder, files))
+        for folder, files in sorted(folders):
+            for file_name in sorted(files):
+                path = os.path.join(folder, file_name)
+                if not file_name.lower().endswith(IMG_EXTENSIONS):
+                    continue
+                if os.path.islink(path) and not os.path.isfile(path):  # isfile follows the link
+                    message = (f"{path}: symbolic link to {os.readlink(path)}, which does not exist or loops back; "
+                               "remove the link or restore its target (`workbook scan` lists every link)")
+                    if bad_images == "fail":
+                        raise BadImageError(message)
+                    log.warning("skipping %s", message)
+                    continue
+                samples.append((path, class_to_index[name]))
+    empty = sorted(set(classes) - {classes[target] for _, target in samples})
+    if empty:  # torchvision's ImageFolder refuses these too (allow_empty=False)
+        raise FileNotFoundError(f"no image files ({', '.join(IMG_EXTENSIONS)}) in the class folder(s) "
+                                f"{', '.join(empty)} of {root}; add images or remove the folder")
+    return classes, samples
+
+
 class ImageFolderDataset:
-    """torchvision's ImageFolder with the workbook's bad-image policy.
+    """torchvision's ImageFolder layout (one folder per class) with the workbook's bad-image policy
+    and `list_image_folder`'s rules for links (what `workbook scan` reports is what loads).
 
     bad_images="fail" raises BadImageError naming the file (in a worker, the DataLoader
-    re-raises it in the main process, so nothing hangs); "skip" logs the file once and
-    returns the next readable sample instead.
+    re-raises it in the main process, so nothing hangs; `loaders.timed_batches` strips the worker's
+    traceback from its message); "skip" logs the file once and returns the next readable sample
+    instead. Skipped files are flagged in a shared-memory tensor, so `skipped` counts the files
+    DataLoader workers left out too (each worker holds its own copy of the dataset).
     """
 
-    def __init__(self, root: str | os.PathLike, transform=None, bad_images: str = "fail", loader=None):
-        from torchvision.datasets import ImageFolder
-
+    def __init__(self, root: str | os.PathLike, transform=None, bad_images: str = "fail", loader=None, *,
+                 follow_links: bool = False):
         root = Path(root)
         if not root.is_dir():
             raise FileNotFoundError(f"image folder {root} does not exist; check data_dir "
                                     "(or run `workbook data make` to generate one)")
-        self.folder = ImageFolder(str(root), loader=load_rgb, allow_empty=False)
+        self.root = root
+        self.classes, self.samples = list_image_folder(root, follow_links=follow_links, bad_images=bad_images)
+        self.targets = [target for _, target in self.samples]
         # loader: path -> image, raising BadImageError (e.g. decode.FileDecoder("opencv")); picklable.
         self.loader = loader or load_rgb
         self.transform = transform
         self.bad_images = bad_images
-        self.classes = self.folder.classes
-        self.samples = self.folder.samples
-        self.targets = self.folder.targets
-        self.skipped: set[str] = set()
+        self._skipped_flags = torch.zeros(len(self.samples), dtype=torch.bool).share_memory_()  # one per sample
+
+    @property
+    def skipped(self) -> set[str]:
+        """Paths left out under bad_images=skip so far, by this process and its DataLoader workers."""
+        return {self.samples[index][0] for index in self._skipped_flags.nonzero().flatten().tolist()}
 
     def with_transform(self, transform) -> ImageFolderDataset:
         """The same file list (not listed again) with another transform, e.g. for a second split."""
         other = copy.copy(self)
-        other.transform, other.skipped = transform, set()
+        other.transform = transform
+        other._skipped_flags = torch.zeros(len(self.samples), dtype=torch.bool).share_memory_()
         return other
 
     def __len__(self):
@@ -80,18 +150,27 @@ class ImageFolderDataset:
 
     def __getitem__(self, index):
         for attempt in range(len(self.samples)):
-            path, target = self.samples[(index + attempt) % len(self.samples)]
+            position = (index + attempt) % len(self.samples)
+            path, target = self.samples[position]
             try:
                 image = self.loader(path)
             except BadImageError as error:
                 if self.bad_images == "fail":
                     raise
-                if path not in self.skipped:
-                    self.skipped.add(path)
+                if not self._skipped_flags[position]:
+                    self._skipped_flags[position] = True
                     log.warning("skipping %s", error)
                 continue
             return (self.transform(image) if self.transform else image), target
         raise BadImageError(f"no readable image in {Path(self.samples[0][0]).parents[1]}")
+
+
+def skipped_images(dataset) -> int:
+    """Files the ImageFolderDataset under `dataset` (through subsets' `.dataset`) has left out
+    under bad_images=skip so far; 0 for other datasets."""
+    while dataset is not None and not isinstance(dataset, ImageFolderDataset):
+        dataset = getattr(dataset, "dataset", None)
+    return len(dataset.skipped) if dataset is not None else 0
 
 
 class ArrayImageDataset:

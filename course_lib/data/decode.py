@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from course_lib.config import DECODER_NAMES
-from course_lib.data.datasets import IMAGE_EXTENSIONS, BadImageError
+from course_lib.data.datasets import IMAGE_EXTENSIONS, BadImageError, to_rgb
 
 # torchvision 0.29 warns on every decode call that its image I/O moves to TorchCodec; it still
 # works and is what this module measures, so the per-call warning is silenced (this message only).
@@ -34,7 +34,7 @@ def _decode_pil(data: bytes) -> torch.Tensor:
 
     with Image.open(io.BytesIO(data)) as image:
         # np.array (not asarray) gives a writable array torch can own without a warning.
-        pixels = np.array(image.convert("RGB"))
+        pixels = np.array(to_rgb(image))  # 16-bit grey scaled to 8 bits, not clipped
     return torch.from_numpy(pixels).permute(2, 0, 1)
 
 
@@ -67,7 +67,10 @@ def _decode_torchvision(data: bytes) -> torch.Tensor:
     from torchvision.io import ImageReadMode, decode_image
 
     # decode_image dispatches to libjpeg-turbo for JPEG and handles PNG too.
-    return decode_image(_as_byte_tensor(data), mode=ImageReadMode.RGB)
+    pixels = decode_image(_as_byte_tensor(data), mode=ImageReadMode.RGB)
+    if pixels.dtype == torch.uint16:  # a 16-bit PNG stays 16-bit: scale to 8 like the other decoders
+        pixels = ((pixels.to(torch.int32) * 255 + 32767) // 65535).to(torch.uint8)
+    return pixels
 
 
 def _decode_nvjpeg(data: bytes) -> torch.Tensor:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 import statistics
 import time
 from typing import Callable, Iterable, Iterator
@@ -14,7 +15,7 @@ from typing import Callable, Iterable, Iterator
 import torch
 from torch.utils.data import DataLoader, Subset
 
-from course_lib.config import Config, ConfigError
+from course_lib.config import Config, ConfigError, WorkbookError
 
 
 def local_processes() -> int:
@@ -287,6 +288,34 @@ class DataWaitTimer:
                 "step_seconds": self.total_seconds, "data_wait_fraction": self.data_wait_fraction}
 
 
+# torch's ExceptionWrapper.reraise builds the main process's copy of a worker's exception from
+# "Caught X in DataLoader worker process N.\nOriginal Traceback (most recent call last): ...".
+_WORKER_TRACEBACK = re.compile(r"^Caught \w+ in DataLoader worker process \d+\.\nOriginal Traceback")
+
+
+def without_worker_traceback(error: WorkbookError) -> WorkbookError:
+    """A workbook error re-raised from a DataLoader worker as the one line the worker raised (the
+    same type, its own message: the file name and the fix); any other error unchanged."""
+    text = str(error)
+    if not _WORKER_TRACEBACK.match(text):
+        return error
+    # The traceback's last line is "module.Type: the original message".
+    found = list(re.finditer(rf"^(?:[\w.]+\.)?{re.escape(type(error).__name__)}: ", text, re.MULTILINE))
+    return type(error)(text[found[-1].end():].strip()) if found else error
+
+
+def batches(loader: Iterable) -> Iterator:
+    """The loader's batches, with a worker's workbook error as its own one line (`timed_batches`
+    without the timing: for validation and evaluation loops)."""
+    try:
+        yield from loader
+    except WorkbookError as error:
+        original = without_worker_traceback(error)
+        if original is error:
+            raise
+        raise original from None
+
+
 def timed_batches(loader: Iterable, timer: DataWaitTimer | None = None, device=None,
                   max_batches: int | None = None) -> Iterator:
     """Yield the loader's batches while `timer` records the data wait of each step.
@@ -307,6 +336,11 @@ def timed_batches(loader: Iterable, timer: DataWaitTimer | None = None, device=N
             batch = next(iterator)
         except StopIteration:
             return
+        except WorkbookError as error:
+            original = without_worker_traceback(error)
+            if original is error:
+                raise
+            raise original from None
         timer.wait_seconds += time.perf_counter() - start
         yield batch
         _synchronize(device)

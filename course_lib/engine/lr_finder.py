@@ -57,7 +57,7 @@ def lr_range_test(config: Config, bundle=None, *, start_lr: float = 1e-5, end_lr
         device, memory_format=torch.channels_last if config.channels_last else torch.preserve_format).train()
     precision = auto_precision.resolve(config.precision, model, config.image_size, len(bundle.classes), device,
                                        batch_size=config.batch_size, channels_last=config.channels_last)
-    optimizer = make_optimizer(model, config.replace(lr=start_lr))
+    optimizer = make_optimizer(model, config.replace(lr=start_lr, min_lr=0.0))  # no schedule here: min_lr <= lr
     scaler = grad_scaler(precision, device)
     criterion = make_criterion(config)
     loader = make_loader(bundle.train, config, train=True)

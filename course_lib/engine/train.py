@@ -41,9 +41,9 @@ from course_lib.engine.distributed import Distributed, setup_distributed
 from course_lib.engine.ema import make_ema
 from course_lib.engine.epoch_meter import EpochMeter, correct_counts
 from course_lib.engine.label_smoothing import make_criterion
-from course_lib.engine.loss_guard import (
+from course_lib.engine.loss_guard import (  # callers catch train.NonFiniteLossError
     LossGuard,
-    NonFiniteLossError,  # noqa: F401  (callers catch train.NonFiniteLossError)
+    NonFiniteLossError,
 )
 from course_lib.engine.mixup import make_mixup
 from course_lib.engine.precision import autocast, grad_scaler
@@ -337,12 +337,13 @@ def validate(model: torch.nn.Module, state: RunState, views: int = 1) -> dict:
     rank scores its part; the sums are all-reduced under DDP). `views` > 1 is test-time
     augmentation: the softmax is averaged over that many symmetries of the square
     (`data.overhead_augment.dihedral_views`) and the loss is that average's cross-entropy."""
+    from course_lib.data.loaders import batches
     from course_lib.data.overhead_augment import dihedral_views
 
     model.eval()
     device = state.device
     totals = torch.zeros(4, device=device, dtype=torch.float64)  # loss sum, top-1, top-5, images
-    for images, targets in state.val_loader:
+    for images, targets in batches(state.val_loader):  # a worker's bad image: its own one-line error
         images, targets = stage_batch(state.bundle, images, targets, device, train=False,
                                       channels_last=state.config.channels_last)
         with autocast(state.precision, device):
@@ -362,6 +363,17 @@ def validate(model: torch.nn.Module, state: RunState, views: int = 1) -> dict:
     return {"loss": loss_sum / count, "top1": top1 / count, "top5": top5 / count, "images": int(count)}
 
 
+def skipped_images(state: RunState) -> int:
+    """Image files left out so far under bad_images=skip (training and validation splits, every
+    DataLoader worker and, under DDP, every rank)."""
+    count = datasets.skipped_images(state.bundle.train) + datasets.skipped_images(state.bundle.val)
+    if state.distributed.enabled:  # each rank reads its own part of the files
+        total = torch.tensor([count], device=state.device, dtype=torch.int64)
+        dist.all_reduce(total)
+        count = int(total.item())
+    return count
+
+
 def _columns(prefix: str, scores: dict) -> dict:
     return {f"{prefix}_{name}": scores[name] for name in ("loss", "top1", "top5")}
 
@@ -369,6 +381,8 @@ def _columns(prefix: str, scores: dict) -> dict:
 def _epoch_line(row: dict, state: RunState) -> str:
     validation = f"  val loss {row['val_loss']:.3f} top-1 {row['val_top1']:.1%}" if "val_top1" in row else ""
     skipped = f"  skipped steps {state.skipped_steps}" if state.scaler.is_enabled() else ""
+    if row.get("skipped_images"):
+        skipped += f"  skipped {row['skipped_images']} unreadable image(s) (bad_images=skip; named in the warnings)"
     return (f"epoch {row['epoch']}/{state.config.epochs}: train loss {row['train_loss']:.3f} top-1 "
             f"{row['train_top1']:.1%}{validation}  {row['images_per_second']:.0f} images/s  "
             f"data wait {row['data_wait_fraction']:.0%}{skipped}")
@@ -382,10 +396,21 @@ def check_outputs(config: Config, is_main: bool = True) -> None:
         ledger.check_writable()
 
 
+def _check_validation_loss(row: dict, state: RunState, epoch: int) -> None:
+    """The loss guard sees each loss before its update; the last update of an epoch can still make
+    the weights NaN, which the validation loss shows. Stop there, before any checkpoint is written."""
+    for column in ("val_loss", "ema_val_loss", "val_tta_loss"):
+        if column in row and not np.isfinite(row[column]):
+            causes = LossGuard(state.config.accumulation_steps, state.config.lr, state.precision).likely_causes()
+            raise NonFiniteLossError(f"the validation loss ({column}) became {row[column]} after epoch {epoch + 1}; "
+                                     f"no checkpoint was written for it; likely causes: {'; '.join(causes)}")
+
+
 def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = True) -> FitResult:
     """Train `config.model` on `config.dataset` (or on `bundle`, a `data.DataBundle`) and return
     the trained model, the per-epoch history and the checkpoint path. Every run is recorded in
-    the ledger (kind "train"); a non-finite loss raises NonFiniteLossError."""
+    the ledger (kind "train"); a non-finite training or validation loss, or non-finite weights at
+    a checkpoint, raise NonFiniteLossError and leave the last good checkpoint in place."""
     started = time.perf_counter()
     distributed, device = setup_distributed(config)
     check_outputs(config, distributed.is_main)
@@ -402,8 +427,10 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
                 if config.tta_views > 1 and epoch + 1 == config.epochs:  # the recipe's final prediction
                     weights = state.ema.module if state.ema is not None else state.model
                     row.update(_columns("val_tta", validate(weights, state, views=config.tta_views)))
+            row["skipped_images"] = skipped_images(state)
+            _check_validation_loss(row, state, epoch)
             state.history.append(row)
-            state.checkpoints.save(state, completed_epochs=epoch + 1)
+            state.checkpoints.save(state, completed_epochs=epoch + 1)  # refuses non-finite weights
             state.log(_epoch_line(row, state))
         if state.skipped_steps:
             state.log(f"GradScaler skipped {state.skipped_steps} optimizer step(s) whose fp16 gradients overflowed")

@@ -29,6 +29,7 @@ from course_lib.config import ConfigError
 
 FORMAT = "workbook-checkpoint-v1"
 LAST_NAME = "last.pt"  # the checkpoint `resume` continues from
+PREVIOUS_NAME = "prev.pt"  # the checkpoint last.pt replaced: one epoch earlier, kept in case last.pt is bad
 # Temp files of another machine sharing the folder count as stale only after this long (seconds):
 # their process cannot be asked whether it is alive, and no save takes an hour.
 FOREIGN_TEMPORARY_SECONDS = 3600
@@ -52,7 +53,8 @@ def _host_tag() -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname()) or "host"
 
 
-def _temporary_path(path: Path) -> Path:
+def temporary_path(path: Path) -> Path:
+    """Where a save of `path` writes before its atomic rename; `remove_stale_temporaries` knows the name."""
     return path.with_name(f".{path.name}.{_host_tag()}-{os.getpid()}.tmp")
 
 
@@ -114,7 +116,7 @@ def save_checkpoint(state: dict, path: str | os.PathLike) -> Path:
         raise CheckpointError(f"cannot create the checkpoint folder {path.parent} ({_first_line(error)}); "
                               "set output_dir to a folder you can write") from None
     remove_stale_temporaries(path.parent)
-    temporary = _temporary_path(path)
+    temporary = temporary_path(path)
     _saving.add(temporary)
     try:
         with open(temporary, "wb") as handle:

@@ -420,3 +420,16 @@ def test_two_process_gloo_run_under_torchrun_sees_disjoint_data(tmp_path):
     assert len(rows) == 1 and rows[0]["metrics"]["world_size"] == 2  # rank 0 records the run
     assert rows[0]["metrics"]["global_batch_size"] == 16
     assert (tmp_path / "checkpoints" / "last.pt").exists()
+
+
+def test_an_output_folder_that_cannot_be_written_fails_before_training(tmp_path):
+    """Issue 13 point 9: not after the first epoch. A file stands where the checkpoint folder should be."""
+    from course_lib import paths
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way")
+    bundle = tensor_bundle()
+    with pytest.raises(paths.NotWritableError, match="a-file"):
+        train.fit(tiny_config(tmp_path, output_dir=str(blocker / "checkpoints")), bundle=bundle, progress=False,
+                  verbose=False)
+    assert ledger.Ledger().rows(kind="train") == []  # refused before the run began: nothing trained, nothing recorded

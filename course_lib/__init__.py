@@ -9,7 +9,7 @@
   (notebooks 01-02);
 - `analysis/`: metrics, calibration, confusion matrices, evaluation, the explorer, statistics
   (notebooks 07, 09);
-- `chapters/`: what only one notebook needs (00, 07, 08, 10, 11).
+- `chapters/`: what only one notebook needs (00, 07, 08, 10, 11, 12).
 
 Leaves at the top: `config` (the one Config dataclass and its profiles), `paths`, `devices`,
 `ledger`, `runner`, `cli`.

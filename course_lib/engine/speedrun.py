@@ -9,6 +9,7 @@ command line.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from typing import Callable
@@ -53,17 +54,13 @@ class Clock:
     def seconds(self) -> float:
         return time.perf_counter() - self.started - self.excluded
 
+    @contextlib.contextmanager
     def paused(self):
-        clock = self
-
-        class _Pause:
-            def __enter__(self):
-                self.start = time.perf_counter()
-
-            def __exit__(self, *exc):
-                clock.excluded += time.perf_counter() - self.start
-
-        return _Pause()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.excluded += time.perf_counter() - start
 
 
 def race(config: Config, *, budget_seconds: float | None = None, label: str = "", bundle=None,

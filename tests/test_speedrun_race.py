@@ -1,6 +1,8 @@
 """The time-to-accuracy race: its clock, its curve and its milestones."""
 import time
 
+import pytest
+
 from conftest import TensorImages, tiny_config
 
 from course_lib.data.datasets import DataBundle
@@ -36,3 +38,19 @@ def test_a_budget_stops_after_the_epoch_that_passes_it(tmp_path):
                            verbose=False, record=False)
     assert len(result.curve) == 1  # the first epoch passes a zero budget
     assert result.row()["epochs"] == 1 and result.row()["s to 97%"] is None
+
+
+def test_the_race_table_puts_mfu_beside_each_racers_speed(tmp_path, monkeypatch):
+    from course_lib.chapters import time_to_accuracy
+    from course_lib.measure import flops, peak
+
+    bundle = DataBundle(TensorImages(64, 3, 16), TensorImages(32, 3, 16, seed=1), None, ["a", "b", "c"], "tensors")
+    result = speedrun.race(tiny_config(tmp_path, epochs=1), bundle=bundle, progress=False, verbose=False, record=False)
+    assert result.num_classes == 3
+    monkeypatch.setattr(peak, "peak_flops", lambda device, dtype: 1e12)  # a known peak: 1 TFLOP/s
+    table = time_to_accuracy.race_table([result])
+    import timm
+
+    per_image = flops.training_flops_per_image(timm.create_model(result.config.model, num_classes=3),
+                                               result.config.image_size)
+    assert table.loc[result.label, "MFU"] == pytest.approx(per_image * result.images_per_second / 1e12)

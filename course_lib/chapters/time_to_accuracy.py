@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
 from course_lib.analysis import statistics
 from course_lib.config import Config
-from course_lib.engine import speedrun
+from course_lib.engine import precision, speedrun
+from course_lib.measure import flops
 
 # Each ingredient of the speed-run recipe and the Config change that takes it out.
 ABLATIONS: dict[str, dict] = {
@@ -79,11 +82,20 @@ def ablation_table(ablations: list[Ablation]):
     return table
 
 
-def race_table(results: list) -> "object":
-    """Time to 90/95/97% validation top-1, final top-1, images/s and MFU per racer."""
+def race_table(results: list, device: str = "cpu") -> "object":
+    """Time to 90/95/97% validation top-1, final top-1, images/s and MFU per racer: training FLOPs
+    per image (`measure.flops`) times images/s, against this device's peak at the racer's precision."""
     import pandas as pd
+    import timm
 
-    return pd.DataFrame([r.row() for r in results]).set_index("label")
+    rows = []
+    for result in results:
+        model = timm.create_model(result.config.model, num_classes=result.num_classes or 1000)
+        per_image = flops.training_flops_per_image(model, result.config.image_size)
+        dtype = precision.DTYPES.get(result.precision, torch.float32)
+        utilization = flops.model_flops_utilization(per_image, result.images_per_second, device, dtype)
+        rows.append({**result.row(), "MFU": utilization["mfu"], "MFU peak from": utilization["peak_source"]})
+    return pd.DataFrame(rows).set_index("label")
 
 
 def plot_race(results: list, title: str = "", axis=None):

@@ -32,6 +32,7 @@ class RaceResult:
     test_top1: float | None  # the held-out split's top-1 when the data has one
     precision: str
     images_per_second: float  # training images per second of the last epoch
+    num_classes: int = 0  # of the data raced on, to count the model's FLOPs for MFU
 
     def time_to(self, accuracy: float) -> float | None:
         """Seconds on the clock when validation top-1 first reached `accuracy` (None: never)."""
@@ -97,7 +98,7 @@ def race(config: Config, *, budget_seconds: float | None = None, label: str = ""
             test_top1 = train.validate(_weights(state), test_state, views=config.tta_views)["top1"]
     result = RaceResult(label or config.recipe or config.model, config, curve, setup_seconds, clock.seconds(),
                         final["top1"], test_top1, state.precision,
-                        curve[-1]["images_per_second"] if curve else 0.0)
+                        curve[-1]["images_per_second"] if curve else 0.0, state.bundle.num_classes)
     if record and state.distributed.is_main:
         ledger.record("speedrun", result.label, duration_seconds=result.seconds,
                       parameters={**config.to_dict(), "budget_seconds": budget_seconds, "precision_used": state.precision},

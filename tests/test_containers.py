@@ -1,9 +1,9 @@
 """The container recipes install the project with its own command and agree with pyproject.toml and
 environment.yml on Python and torch; nothing is built here (no registry access in CI)."""
 import re
-import tomllib
 
 import pytest
+import tomllib
 import yaml
 from conftest import ROOT
 from packaging.specifiers import SpecifierSet

@@ -102,3 +102,14 @@ def test_slurm_takes_the_head_node_from_the_job():
     assert 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in script
     tokens = slurm()
     assert tokens[tokens.index("--rdzv-endpoint") + 1] == "${HEAD_NODE}:${RDZV_PORT}"
+
+
+def test_the_notebooks_mapping_names_what_each_recipe_holds():
+    for flag, values in ddp.CLUSTER_EQUIVALENTS.items():
+        for recipe, value in zip(ddp.CLUSTER_RECIPES, values):
+            if not value.startswith("("):  # "(the node's own IP)": set by torchrun itself there
+                needle = value.split(" (")[0].split(":")[0]
+                assert needle in (ROOT / recipe).read_text() or needle.startswith("the TrainJob"), (flag, recipe, needle)
+    table = ddp.cluster_mapping(CODE_COMMAND)
+    assert table.loc["--nnodes", "loopback (this machine)"] == "2"
+    assert table.loc["entry point", "SLURM"] == "-m course_lib train"

@@ -9,7 +9,6 @@ markdown table. MFU: Chowdhery et al. 2022 (PaLM), App. B; timing: `measure.timi
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import json
@@ -18,6 +17,7 @@ import signal
 import threading
 import time
 import traceback
+import types
 from pathlib import Path
 from typing import Callable
 
@@ -152,7 +152,8 @@ def decode_part(budget_seconds: float = BUDGETS["decode"], sizes: str = "64,256,
     from course_lib.config import make_config
     from course_lib.measure import bench
 
-    args = argparse.Namespace(folder=None, decoders=None, sizes=sizes, images=images, repeats=repeats)
+    args = types.SimpleNamespace(folder=None,  # what `workbook bench decode` parses
+                                  decoders=None, sizes=sizes, images=images, repeats=repeats)
     result = bench.run_decode(args, make_config("cpu"))
     decoders = sorted({row["decoder"] for row in result.rows})
     notes = [] if "nvjpeg" in decoders else [devices.unsupported_on("cpu", "nvjpeg")]

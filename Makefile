@@ -1,6 +1,9 @@
 # `make workbook` and `make test` create .venv when missing, install the project, then run.
 PYTHON ?= python3
-VENV := .venv
+VENV ?= .venv
+# --system-site-packages in the NGC container (Dockerfile, containers/workbook.def): the venv sees and
+# keeps NVIDIA's own torch build instead of installing one from PyPI.
+VENV_FLAGS ?=
 BIN := $(VENV)/bin
 PROFILE ?= auto
 STAMP := $(VENV)/.installed
@@ -8,7 +11,7 @@ STAMP := $(VENV)/.installed
 .PHONY: workbook test lab venv clean-venv
 
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python -m ipykernel install --prefix $(VENV) --name python3 > /dev/null

@@ -81,6 +81,41 @@ def _doctor(args) -> int:
     return 1 if facts["problems"] else 0
 
 
+# --- gpu-check: every CUDA path in one timed command -----------------------------------------
+
+def _add_gpu_check(subparsers) -> None:
+    from course_lib.measure import gpu_check
+
+    parser = subparsers.add_parser("gpu-check", help="measure every CUDA path in at most 8 minutes; "
+                                                     "results to docs/results/<gpu>-<date>/",
+                                   description="doctor, decoding with nvJPEG, fp32/fp16/bf16/channels_last/compile "
+                                               "on ResNet-50 at 224 px with MFU, memory estimate vs measured and the "
+                                               "out-of-memory batch, the speed-run on EuroSAT, DDP scaling (2+ GPUs). "
+                                               "Without CUDA it prints one line and exits 0.")
+    parser.add_argument("--parts", default=",".join(gpu_check.BUDGETS),
+                        help=f"comma-separated subset of {','.join(gpu_check.BUDGETS)} (default: all)")
+    parser.add_argument("--out-root", help=f"folder for the <gpu>-<date>/ results (default: {gpu_check.RESULTS_DIR})")
+    parser.set_defaults(func=_gpu_check)
+
+
+def _gpu_check(args) -> int:
+    from course_lib.config import ConfigError
+    from course_lib.measure import gpu_check
+
+    wanted = [name.strip() for name in args.parts.split(",") if name.strip()]
+    unknown = [name for name in wanted if name not in gpu_check.BUDGETS]
+    if unknown:
+        raise ConfigError(f"--parts {unknown[0]!r} is not one of {', '.join(gpu_check.BUDGETS)}")
+    reason = gpu_check.nothing_to_check()
+    if reason:
+        print(reason)
+        return 0
+    parts = [part for part in gpu_check.default_parts() if part.name in wanted]
+    folder = gpu_check.run_check(parts, out_root=Path(args.out_root) if args.out_root else None)
+    print(f"gpu-check: results in {folder}/ (README.md, gpu_check.json)")
+    return 0
+
+
 # --- data and scan ----------------------------------------------------------------------------
 
 def _add_data(subparsers) -> None:
@@ -410,7 +445,7 @@ def _ledger_check(path: Path) -> int:
 
 
 # Subcommands, in the order `workbook --help` lists them.
-SUBCOMMANDS = (_add_run, _add_doctor, _add_data, _add_bench, _add_train, _add_speedrun, _add_ddp, _add_eval,
+SUBCOMMANDS = (_add_run, _add_doctor, _add_gpu_check, _add_data, _add_bench, _add_train, _add_speedrun, _add_ddp, _add_eval,
                _add_ledger)
 
 

@@ -75,7 +75,7 @@ class Config:
     pin_memory: bool = False  # page-locked host memory for faster host-to-device copies
     prefetch_factor: int = 2  # batches each worker loads ahead
     persistent_workers: bool = False  # keep workers alive between epochs
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    device: str = "auto"  # auto (cuda, else mps, else cpu) | cpu | cuda | cuda:N | mps
     # --- bookkeeping ---
     seed: int = 0  # seeds python, numpy and torch
     output_dir: str = "runs/checkpoints"  # where checkpoints go
@@ -149,8 +149,18 @@ def _known_recipe(name: str) -> str:
     return name
 
 
+def mps_available() -> bool:
+    """Whether torch can use an Apple-silicon GPU through Metal (False on builds without MPS).
+    Here because the auto profile needs it and this module is a leaf; `devices` re-exports it."""
+    import torch
+
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
 def resolve_profile(profile: str | None) -> str | None:
-    """`auto` becomes `gpu` when CUDA is available, else `cpu`."""
+    """`auto` becomes `gpu` when CUDA is available, else `cpu` (on Apple silicon `make_config`
+    then trains the cpu profile's sizes on device=mps)."""
     if profile is None:
         return None
     if profile not in PROFILE_NAMES:
@@ -246,8 +256,8 @@ def check_values(values: dict) -> dict:
         if name in checked and checked[name] not in choices:
             raise ConfigError(f"{name}={checked[name]!r} is not one of {', '.join(choices)}")
     device = checked.get("device")
-    if device is not None and not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
-        raise ConfigError(f"device={device!r} is not one of auto, cpu, cuda, cuda:N")
+    if device is not None and not (device in ("auto", "cpu", "cuda", "mps") or device.startswith("cuda:")):
+        raise ConfigError(f"device={device!r} is not one of auto, cpu, cuda, cuda:N, mps")
     _check_ranges({**_DEFAULTS, **checked})
     if checked.get("recipe"):
         _known_recipe(checked["recipe"])
@@ -259,6 +269,8 @@ def make_config(profile: str | None = "auto", **overrides) -> Config:
     so a notebook's parameters cell can say `batch_size = None` for "the profile's value"."""
     resolved = resolve_profile(profile)
     values = dict(PROFILES[resolved]) if resolved else {}
+    if profile == "auto" and resolved == "cpu" and mps_available():
+        values["device"] = "mps"  # Apple silicon: the cpu profile's sizes, trained on its GPU
     overrides = {k: v for k, v in overrides.items() if v is not None}
     recipe = overrides.get("recipe", values.get("recipe"))
     if recipe:

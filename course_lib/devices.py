@@ -1,9 +1,13 @@
 """Which device a run uses, how to wait for it, and how many CPU cores it may use: one answer
 for every module (the engine, the probes, the loaders, the doctor).
 
-Device names follow torch: "cpu", "cuda", "cuda:N"; "auto" is CUDA when available. The
-worker rule is the articles' starting point: half the physical cores, shared by the training
-processes (the other half computes, or feeds the GPU).
+Device names follow torch: "cpu", "cuda", "cuda:N", "mps" (Apple silicon, through Metal);
+"auto" is CUDA when available, else MPS, else the CPU. MPS lacks what only CUDA has (NCCL,
+nvJPEG, pinned-memory copies, most of torch.compile's GPU backend): `unsupported_on` names what a
+device cannot run, so callers skip it with a reason instead of failing
+(https://pytorch.org/docs/stable/notes/mps.html). The worker rule is the articles' starting
+point: half the physical cores, shared by the training processes (the other half computes, or
+feeds the GPU).
 """
 from __future__ import annotations
 
@@ -11,16 +15,27 @@ import os
 
 import torch
 
-from course_lib.config import ConfigError
+from course_lib.config import ConfigError, mps_available  # noqa: F401 (re-exported)
+
+
+def accelerator() -> str:
+    """The device type `auto` picks: "cuda", then "mps", then "cpu"."""
+    if torch.cuda.is_available():
+        return "cuda"
+    return "mps" if mps_available() else "cpu"
 
 
 def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
-    """`auto` is CUDA when available, else CPU; under torchrun each process takes cuda:LOCAL_RANK."""
+    """`auto` is CUDA, else MPS (Apple silicon), else the CPU; under torchrun each process takes
+    cuda:LOCAL_RANK."""
     resolved = name
     if resolved == "auto":
-        resolved = "cuda" if torch.cuda.is_available() else "cpu"
+        resolved = accelerator()
     if resolved.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device={name} but this torch sees no CUDA GPU; use device=cpu (or profile=cpu)")
+    if resolved == "mps" and not mps_available():
+        raise ConfigError(f"device={name} but this torch sees no Apple-silicon GPU (torch.backends.mps."
+                          "is_available() is False); use device=cpu or device=auto")
     if resolved == "cuda":
         resolved = f"cuda:{local_rank}"
     return torch.device(resolved)
@@ -40,17 +55,53 @@ def as_device(device=None) -> torch.device:
 
 
 def transfer_device(name: str) -> torch.device | None:
-    """The CUDA device batches are copied to in timings, or None on a CPU-only run."""
-    if name == "cpu" or not torch.cuda.is_available():
-        return None
-    return resolve_device(name)
+    """The GPU (CUDA or MPS) batches are copied to in timings, or None when `name` names no GPU
+    this machine has (a CPU-only run)."""
+    wanted = accelerator() if name == "auto" else name.split(":")[0]
+    if wanted == "cuda" and torch.cuda.is_available() or wanted == "mps" and mps_available():
+        return resolve_device(name)
+    return None
+
+
+def pin_memory_helps(device=None) -> bool:
+    """Page-locked host buffers speed copies to a CUDA GPU only; MPS shares memory with the CPU
+    (unified memory), and torch's DataLoader warns and ignores pin_memory there."""
+    device = as_device(device) if device is not None else torch.device(accelerator())
+    return device.type == "cuda" and torch.cuda.is_available()
+
+
+# What torch cannot do on a device type, with the reason a notebook prints when it skips it.
+UNSUPPORTED = {
+    "mps": {
+        "ddp": "torch has no NCCL for Apple GPUs and gloo needs CPU tensors: DDP workers train on the CPU",
+        "nvjpeg": "nvJPEG is an NVIDIA library: JPEG decoding stays on the CPU",
+        "compile": "torch.compile's MPS backend is a prototype: compile is measured on CUDA and CPU only",
+        "pin_memory": "pinned memory only speeds copies to a CUDA GPU; MPS uses the CPU's memory",
+        "peak_memory": "torch.mps keeps no peak counter: the peak is the growth of Metal's allocation "
+                       "(torch.mps.driver_allocated_memory) across the step after emptying the cache, "
+                       "rounded up to the allocator's blocks",
+    },
+    "cpu": {
+        "nvjpeg": "nvJPEG needs a CUDA GPU",
+        "pin_memory": "pinned memory only speeds copies to a CUDA GPU",
+    },
+}
+
+
+def unsupported_on(device, feature: str) -> str | None:
+    """Why `feature` (ddp, nvjpeg, compile, pin_memory, peak_memory) is skipped on `device`, or None
+    when the device runs it."""
+    return UNSUPPORTED.get(as_device(device).type, {}).get(feature)
 
 
 def synchronize(device=None) -> None:
-    """Wait for queued GPU work before reading a clock (a no-op on the CPU, where work is synchronous)."""
+    """Wait for queued GPU work before reading a clock (a no-op on the CPU, where work is synchronous).
+    MPS, like CUDA, queues kernels asynchronously: torch.mps.synchronize() waits for them."""
     device = as_device(device) if device is not None else None
     if device is not None and device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif device is not None and device.type == "mps":
+        torch.mps.synchronize()
 
 
 def usable_cores() -> int:

@@ -4,7 +4,10 @@
 # One torchrun per node (srun starts one task per node); each torchrun starts one worker per GPU,
 # and the nodes find each other through torchrun's c10d rendezvous on the first node of the job.
 # This is what `course_lib.engine.ddp.launch(..., nnodes=2)` rehearses on one machine over 127.0.0.1.
+# Each torchrun runs inside the project's Apptainer image (containers/workbook.def) with the
+# checkout bound over /workbook; without the image it falls back to the checkout's .venv.
 #
+#   apptainer build workbook.sif containers/workbook.def   # once, from the project root
 #   sbatch docs/slurm_example.sh                          # the gpu profile, 5 epochs
 #   sbatch docs/slurm_example.sh -p model=resnet50 -p batch_size=96
 #
@@ -24,6 +27,14 @@ cd "${SLURM_SUBMIT_DIR:-.}"
 GPUS_PER_NODE="${GPUS_PER_NODE:-4}"    # keep equal to --gpus-per-node above
 RDZV_PORT="${RDZV_PORT:-29500}"        # any port free on the first node
 
+WORKBOOK_SIF="${WORKBOOK_SIF:-workbook.sif}"  # the image `apptainer build` wrote
+if [ -f "$WORKBOOK_SIF" ]; then
+    # --nv: the host's NVIDIA driver inside the image; the bound checkout receives runs/ and the ledger.
+    PYTHON=(apptainer exec --nv --bind "$PWD":/workbook --pwd /workbook "$WORKBOOK_SIF" /opt/venv/bin/python)
+else
+    PYTHON=(.venv/bin/python)
+fi
+
 # The first node hosts the rendezvous store; every torchrun connects to it.
 HEAD_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
 
@@ -39,7 +50,7 @@ export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"  # INFO prints the rings/trees and trans
 # export NCCL_BUFFSIZE=8388608           # bytes per channel buffer; larger can help slow links
 
 # --kill-on-bad-exit: when one node's torchrun fails, stop the others instead of letting them wait.
-srun --kill-on-bad-exit=1 .venv/bin/python -m torch.distributed.run \
+srun --kill-on-bad-exit=1 "${PYTHON[@]}" -m torch.distributed.run \
     --nnodes "$SLURM_NNODES" \
     --nproc-per-node "$GPUS_PER_NODE" \
     --rdzv-backend c10d \

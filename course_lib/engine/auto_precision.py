@@ -52,6 +52,17 @@ def step_seconds(model: torch.nn.Module, images: torch.Tensor, targets: torch.Te
     return time_repeats(step, repeats=repeats, warmup=0, device=device).median
 
 
+def _candidate_seconds(model, images, targets, precision: str, give_up_after: float) -> float | None:
+    """A reduced precision's step time, or None where the device lacks a kernel for it (MPS
+    raises for bf16 before macOS 14, and for ops without a half-precision kernel)."""
+    try:
+        return step_seconds(model, images, targets, precision, give_up_after=give_up_after)
+    except (RuntimeError, TypeError):
+        if images.device.type != "mps":
+            raise  # on CUDA and CPU the candidates are known to run: a failure is a real error
+        return None
+
+
 def choose_precision(model: torch.nn.Module, image_size: int, num_classes: int, device: torch.device, *,
                      batch_size: int = PROBE_BATCH, channels_last: bool = False) -> tuple[str, dict]:
     """("off" | "bf16" | "fp16", {precision: seconds per step or None}) for training `model` on
@@ -68,8 +79,7 @@ def choose_precision(model: torch.nn.Module, image_size: int, num_classes: int, 
     targets = torch.randint(num_classes, (batch,), generator=generator).to(device)
     seconds = {"off": step_seconds(model, images, targets, "off")}
     for precision in CANDIDATES[1:]:
-        seconds[precision] = step_seconds(model, images, targets, precision,
-                                          give_up_after=SLOW_FACTOR * seconds["off"]) \
+        seconds[precision] = _candidate_seconds(model, images, targets, precision, SLOW_FACTOR * seconds["off"]) \
             if _supported(precision, device) else None
     # fp32 again, last: the first measurement also paid for one-time set-up (thread pools, kernel
     # caches), and a shared machine's slow moment should not decide the contest by itself.

@@ -172,6 +172,35 @@ def torchrun_command(command_name: str, command_args: list[str], nproc_per_node:
     return command + ["-m", "course_lib", command_name, *command_args]
 
 
+# Where each torchrun value of the loopback launch comes from on a cluster, per recipe in docs/
+# (slurm_example.sh, skypilot.yaml, kubeflow_trainjob.yaml); tests/test_launch_recipes.py checks that
+# each recipe file holds its entry. The entry point after the flags is the same everywhere.
+CLUSTER_RECIPES = ("docs/slurm_example.sh", "docs/skypilot.yaml", "docs/kubeflow_trainjob.yaml")
+CLUSTER_EQUIVALENTS = {
+    "--nnodes": ("$SLURM_NNODES", "$SKYPILOT_NUM_NODES", "PET_NNODES (from numNodes)"),
+    "--nproc-per-node": ("$GPUS_PER_NODE", "$SKYPILOT_NUM_GPUS_PER_NODE", "PET_NPROC_PER_NODE (from nvidia.com/gpu)"),
+    "--rdzv-endpoint": ("${HEAD_NODE}:${RDZV_PORT}", "${HEAD_IP}:${RDZV_PORT}", "PET_MASTER_ADDR:PET_MASTER_PORT"),
+    "--rdzv-id": ("$SLURM_JOB_ID", "$SKYPILOT_TASK_ID", "the TrainJob's name"),
+    "--local-addr": ("(the node's own hostname)", "(the node's own IP)", "(the pod's IP)"),
+}
+
+
+def cluster_mapping(command: list[str]):
+    """A table: each torchrun flag of a loopback `command` (from `launch`), its value here, and
+    where SLURM, SkyPilot and Kubeflow Trainer take it from in the recipes of docs/."""
+    import pandas as pd
+
+    rows = []
+    for flag, (slurm, skypilot, kubeflow) in CLUSTER_EQUIVALENTS.items():
+        here = command[command.index(flag) + 1] if flag in command else "-"
+        rows.append({"torchrun flag": flag, "loopback (this machine)": here, "SLURM": slurm, "SkyPilot": skypilot,
+                     "Kubeflow TrainJob": kubeflow})
+    entry = command[command.index("course_lib") - 1:command.index("course_lib") + 2]
+    rows.append({"torchrun flag": "entry point", "loopback (this machine)": " ".join(entry),
+                 **{name: " ".join(entry) for name in ("SLURM", "SkyPilot", "Kubeflow TrainJob")}})
+    return pd.DataFrame(rows).set_index("torchrun flag")
+
+
 def worker_environment(run_id: str, threads_per_process: int | None = 1, extra: dict | None = None) -> dict:
     """The workers' environment: the parent's ledger and a fresh run id, the project on the path,
     loopback networking, and OMP/MKL threads per process."""

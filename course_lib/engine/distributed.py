@@ -1,5 +1,6 @@
 """Distributed data parallel setup: read torchrun's environment (WORLD_SIZE, RANK, LOCAL_RANK) and
 start the process group, NCCL on GPUs and gloo on CPU. A plain `python` run is world size 1.
+Apple's MPS has no collective backend, so DDP workers asked for mps train on the CPU.
 See https://pytorch.org/docs/stable/notes/ddp.html.
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from course_lib.config import Config
-from course_lib.devices import resolve_device
+from course_lib.devices import resolve_device, unsupported_on
 
 
 @dataclasses.dataclass
@@ -38,6 +39,10 @@ def setup_distributed(config: Config) -> tuple[Distributed, torch.device]:
         return Distributed(), resolve_device(config.device)
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     device = resolve_device(config.device, local_rank)
+    if device.type == "mps":
+        if rank == 0:
+            print(f"device=mps under DDP: {unsupported_on(device, 'ddp')}", flush=True)
+        device = torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     started_here = False

@@ -4,6 +4,8 @@ fp16 has a narrow exponent range, so small gradients underflow to zero; GradScal
 the loss before backward and divides the gradients before the step, skipping steps whose
 gradients overflowed (Micikevicius et al. 2018, "Mixed Precision Training", arXiv:1710.03740).
 bf16 keeps fp32's exponent range and needs no scaler. See https://pytorch.org/docs/stable/amp.html.
+Autocast and GradScaler take the device type, so the same calls serve CUDA, CPU and Apple's MPS
+(fp16 and bf16 autocast on MPS; bf16 there needs macOS 14 or later, which torch reports by raising).
 """
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from course_lib.measure.inventory import (
     cpu_info,
     disk_info,
     gpu_info,
+    mps_info,
     versions,
 )
 from course_lib.measure.peak import matmul_table, recommended_precision
@@ -51,6 +52,7 @@ def collect_facts(data_dir=None, measure: bool = True) -> dict:
         "torch_cuda_available": torch.cuda.is_available(),
         "torch_arch_list": torch.cuda.get_arch_list() if torch.cuda.is_available() else [],
         "gpus": gpu_info(),
+        "mps": mps_info(),
         "nvml_gpus": _nvml()["gpus"],
         "topology": None,
         "topology_note": "",
@@ -121,9 +123,14 @@ def recommendations(facts: dict) -> list[dict]:
                                  "(torch.backends.cuda.matmul.allow_tf32 = True)",
                                  f"tf32 matmul measured {rows['tf32']['speed_vs_fp32']:.1f}x fp32"))
 
+    mps = (facts.get("mps") or {}).get("available")
     items.append(_advice("pin_memory", "ok", "pin_memory=True" if gpu_count else "leave pin_memory=False",
                          "page-locked buffers speed host-to-GPU copies" if gpu_count else
+                         devices.UNSUPPORTED["mps"]["pin_memory"] if mps else
                          "pinned memory only speeds copies to a GPU; this machine has none torch can use"))
+    if mps and not gpu_count:
+        items.append(_advice("device", "ok", "device=auto trains on the Apple-silicon GPU (mps)",
+                             "torch.backends.mps.is_available(); DDP, nvJPEG and torch.compile are skipped there"))
 
     ddp = facts.get("ddp_links")
     if gpu_count >= 2 and ddp:
@@ -214,13 +221,20 @@ def format_report(facts: dict) -> str:
               f"  torch built for CUDA {v.get('cuda_runtime')}, cuDNN {v.get('cudnn')}, NCCL {v.get('nccl')}; "
               f"driver {v.get('driver') or 'none'}; NVML {'yes' if v.get('nvml') else 'no'}",
               "", "GPUs"]
-    if not facts["gpus"]:
+    mps = facts.get("mps") or {}
+    if not facts["gpus"] and mps.get("available"):
+        lines.append(f"  no CUDA GPU; Apple-silicon GPU through MPS (torch may allocate "
+                     f"{_gib(mps.get('recommended_max_memory_bytes'))})")
+    elif not facts["gpus"]:
         lines.append("  none visible to torch (torch.cuda.is_available() is False)")
     for gpu in facts["gpus"]:
         dtypes = ", ".join(name for name in ("fp16", "bf16", "tf32") if gpu[name])
+        sheet = gpu.get("datasheet_tflops") or {}
+        peaks = (f"; datasheet ({gpu['datasheet']}, dense) " + ", ".join(f"{k} {v:g}" for k, v in sheet.items())
+                 + " TFLOP/s") if sheet else "; no datasheet entry (MFU uses the measured matmul)"
         lines.append(f"  cuda:{gpu['index']} {gpu['name']}: {_gib(gpu['memory_bytes'])}, compute "
                      f"{gpu['compute_capability']}, arch {'covered' if gpu['arch_covered'] else 'NOT covered'} "
-                     f"by torch, fast dtypes: {dtypes or 'none'}")
+                     f"by torch, fast dtypes: {dtypes or 'none'}{peaks}")
     topology = facts.get("topology")
     if topology:
         gpus = topology["gpus"]

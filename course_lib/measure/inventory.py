@@ -1,5 +1,6 @@
 """The machine's inventory: CPU, RAM, the dataset disk (with a bounded sequential and random read
-probe), python/torch/torchvision/timm versions, CUDA, cuDNN, NCCL and each GPU (NVML when present).
+probe), python/torch/torchvision/timm versions, CUDA, cuDNN, NCCL, each GPU (NVML when present)
+with its datasheet peaks, and an Apple-silicon GPU (MPS).
 Nothing here may crash without a GPU, NVML or `nvidia-smi`: every probe is bounded in time and
 returns `None` (with a note) where a fact cannot be had.
 """
@@ -265,8 +266,29 @@ def gpu_info() -> list[dict]:
             "fp16": major >= 7,
             "bf16": major >= 8,
             "tf32": major >= 8,
+            **datasheet_facts(props.name),
         })
     return gpus
+
+
+def datasheet_facts(gpu_name: str) -> dict:
+    """The GPU's dense datasheet peaks (TFLOP/s per dtype, `peak.DATASHEET_TFLOPS`), the MFU
+    denominators; empty values for GPUs the table does not list."""
+    from course_lib.measure import peak
+
+    key = peak.datasheet_entry(gpu_name)
+    return {"datasheet": key, "datasheet_tflops": dict(peak.DATASHEET_TFLOPS[key]) if key else {}}
+
+
+def mps_info() -> dict:
+    """Apple-silicon GPU through Metal: whether this torch was built with MPS and can use it, and
+    the memory torch may allocate there (torch.mps.recommended_max_memory, where torch has it)."""
+    backend = getattr(torch.backends, "mps", None)
+    facts = {"built": bool(backend is not None and backend.is_built()), "available": devices.mps_available(),
+             "recommended_max_memory_bytes": None}
+    if facts["available"] and hasattr(torch.mps, "recommended_max_memory"):
+        facts["recommended_max_memory_bytes"] = int(torch.mps.recommended_max_memory())
+    return facts
 
 
 

@@ -275,7 +275,7 @@ def cpu_peak_tracker():
 def peak_bytes_during(step: Callable[[], object], device) -> int:
     """Peak tensor bytes allocated while `step()` runs, above what was live when it started.
     CUDA: the caching allocator's peak counter (synchronized, so queued kernels are counted);
-    CPU: `cpu_peak_tracker` (profiler accounting)."""
+    MPS: the growth of Metal's allocation across the step; CPU: `cpu_peak_tracker` (profiler accounting)."""
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -284,6 +284,15 @@ def peak_bytes_during(step: Callable[[], object], device) -> int:
         step()
         torch.cuda.synchronize(device)
         return int(torch.cuda.max_memory_allocated(device) - before)
+    if device.type == "mps":
+        # No peak counter on MPS (devices.UNSUPPORTED["mps"]["peak_memory"]): with the cache emptied
+        # first, the allocator's growth across the step keeps the freed blocks, hence the high-water mark.
+        torch.mps.synchronize()
+        torch.mps.empty_cache()
+        before = torch.mps.driver_allocated_memory()
+        step()
+        torch.mps.synchronize()
+        return int(max(0, torch.mps.driver_allocated_memory() - before))
     with cpu_peak_tracker() as tracked:
         step()
     return int(tracked["peak_bytes"])
@@ -310,7 +319,8 @@ def peak_memory_bytes(device) -> int:
 
 
 def peak_memory_kind(device) -> str:
-    return "cuda_max_allocated" if torch.device(device).type == "cuda" else "process_peak_rss"
+    return {"cuda": "cuda_max_allocated", "mps": "mps_driver_allocated_growth"}.get(torch.device(device).type,
+                                                                                    "process_peak_rss")
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -327,6 +337,8 @@ def release_memory(device=None) -> None:
     gc.collect()
     if torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda"):
         torch.cuda.empty_cache()
+    elif device is not None and torch.device(device).type == "mps":
+        torch.mps.empty_cache()
 
 
 class TrainingStepProbe:

@@ -10,15 +10,16 @@ import time
 
 import torch
 
+from course_lib import devices
 from course_lib.devices import as_device
 from course_lib.measure.timing import stopwatch
 
 # Default seconds per probe. fp32 on CPU is the MFU denominator there, so it gets the most; CPU
 # fp16/bf16 are mostly emulated (10-400x slower) and only need comparing with fp32.
-MATMUL_BUDGET_SECONDS = {("cpu", "fp32"): 1.5, "cpu": 0.5, "cuda": 0.5}
+MATMUL_BUDGET_SECONDS = {("cpu", "fp32"): 1.5, "cpu": 0.5, "cuda": 0.5, "mps": 0.5}
 # Largest square side per device type: large enough to reach the throughput plateau (on a
 # 2-core Xeon, fp32 climbs from ~40-90 GFLOP/s at 512 to ~110-165 at 1024-2048), bounded by time.
-MATMUL_MAX_SIZE = {"cuda": 8192, "cpu": 2048}
+MATMUL_MAX_SIZE = {"cuda": 8192, "mps": 4096, "cpu": 2048}
 MATMUL_START_SIZE = 256  # smaller sides time thread wake-ups, not arithmetic (and may stop the ladder early)
 MATMUL_REPEAT_SECONDS = 0.02  # a repeat runs back-to-back matmuls for about this long (amortizes the sync)
 MATMUL_MAX_REPEATS = 50  # at most: many short repeats give the best one more chances to miss a disturbance
@@ -43,6 +44,7 @@ DATASHEET_TFLOPS = {
     "H100": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},
     "A100": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
     "L40S": {"fp32": 91.6, "tf32": 183.0, "fp16": 362.0, "bf16": 362.0},
+    "L40": {"fp32": 90.5, "tf32": 90.5, "fp16": 181.0, "bf16": 181.0},  # before "L4": "L40" contains it
     "L4": {"fp32": 30.3, "tf32": 60.0, "fp16": 121.0, "bf16": 121.0},
     "A10G": {"fp32": 31.2, "tf32": 62.5, "fp16": 125.0, "bf16": 125.0},
     "A10": {"fp32": 31.2, "tf32": 62.5, "fp16": 125.0, "bf16": 125.0},
@@ -63,6 +65,8 @@ def dtype_supported(device, dtype_name: str) -> bool:
     if device.type == "cuda" and torch.cuda.is_available():
         major = torch.cuda.get_device_capability(device)[0]
         return {"fp32": True, "fp16": major >= 6, "tf32": major >= 8, "bf16": major >= 8}[dtype_name]
+    if device.type == "mps" and devices.mps_available():
+        return dtype_name != "tf32"  # bf16 needs macOS 14+: the probe records the error where it is older
     return False
 
 
@@ -155,13 +159,26 @@ def measure_matmul_tflops(device, dtype) -> float | None:
     return matmul_probe(device, dtype)["tflops"]
 
 
+def datasheet_entry(gpu_name: str) -> str | None:
+    """The DATASHEET_TFLOPS key for a GPU name as torch or nvidia-smi print it
+    ("NVIDIA H100 80GB HBM3" -> "H100"), the first (most specific) key the name contains; None
+    for GPUs the table does not list."""
+    return next((key for key in DATASHEET_TFLOPS if key in gpu_name), None)
+
+
+def datasheet_tflops(gpu_name: str, dtype) -> float | None:
+    """Dense datasheet TFLOP/s of a GPU, by name, in `dtype`; None when the GPU or dtype is not listed."""
+    key = datasheet_entry(gpu_name)
+    return DATASHEET_TFLOPS[key].get(_dtype_name(dtype)) if key else None
+
+
 def _datasheet_tflops(device: torch.device, dtype_name: str) -> tuple[str, float] | None:
     """(table key, dense TFLOP/s) for a known GPU and dtype, else None."""
     if device.type == "cuda" and torch.cuda.is_available():
         gpu_name = torch.cuda.get_device_name(device)
-        for key, table in DATASHEET_TFLOPS.items():
-            if key in gpu_name and dtype_name in table:
-                return key, table[dtype_name]
+        value = datasheet_tflops(gpu_name, dtype_name)
+        if value:
+            return datasheet_entry(gpu_name), value
     return None
 
 
@@ -206,13 +223,13 @@ def recommended_precision(device) -> str:
     return _recommended_precision(str(as_device(device)))
 
 
-def matmul_table(devices: list | None = None, dtypes=DTYPE_NAMES) -> list[dict]:
+def matmul_table(device_names: list | None = None, dtypes=DTYPE_NAMES) -> list[dict]:
     """Every (device, dtype) probe with its speed relative to fp32 on the same device."""
-    if devices is None:
-        devices = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())] \
-            if torch.cuda.is_available() else ["cpu"]
+    if device_names is None:
+        device_names = ["cpu"] + ([f"cuda:{i}" for i in range(torch.cuda.device_count())]
+                                  if torch.cuda.is_available() else []) + (["mps"] if devices.mps_available() else [])
     rows = []
-    for device in devices:
+    for device in device_names:
         fp32 = measure_matmul_tflops(device, "fp32")
         for name in dtypes:
             row = dict(matmul_probe(device, name))

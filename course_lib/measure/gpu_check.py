@@ -1,0 +1,491 @@
+"""`workbook gpu-check`: every CUDA path of the workbook measured by one command in at most 8 minutes,
+for a GPU lent for a short time. Parts, each with its own time budget: the doctor's facts, the decode
+benchmark with nvJPEG, fp32 vs fp16 + GradScaler vs bf16 vs channels_last vs torch.compile on
+ResNet-50 at 224 px (images/s, peak memory, MFU against the datasheet peak), the memory estimate
+against the measured peak and the real out-of-memory batch finder, the speed-run recipe's time to
+97% on EuroSAT (when present) and DDP scaling (2+ GPUs). A part that fails or overruns is recorded
+with its error and the others still run. Results go to docs/results/<gpu>-<date>/ as JSON and a
+markdown table. MFU: Chowdhery et al. 2022 (PaLM), App. B; timing: `measure.timing`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import re
+import signal
+import threading
+import time
+import traceback
+import types
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from course_lib import devices, ledger, paths
+from course_lib.engine.precision import grad_scaler
+from course_lib.engine.step import optimizer_step, training_step
+from course_lib.measure import flops, memory
+from course_lib.measure.timing import stopwatch, time_repeats
+
+TOTAL_BUDGET_SECONDS = 480  # the whole check: 8 minutes, so it fits a GPU lent for 15
+REPORT_RESERVE_SECONDS = 15  # kept back for writing the report after the last part
+RESULTS_DIR = "docs/results"
+# Seconds per part; they add up to 455 s, under TOTAL_BUDGET_SECONDS with the imports and the report.
+BUDGETS = {"doctor": 40, "decode": 35, "precision": 140, "memory": 70, "speedrun": 110, "ddp": 60}
+# The article's benchmark: ResNet-50 at 224 px (torchvision/timm ImageNet head of 1000 classes).
+MODEL, IMAGE_SIZE, BATCH_SIZE, NUM_CLASSES = "resnet50", 224, 128, 1000
+MEMORY_BATCHES = (32, 64, 128)  # estimate vs measured peak at these batch sizes
+MAX_BATCH = 4096  # the out-of-memory finder doubles up to this batch, then bisects to a multiple of 8
+
+
+class BudgetSpent(Exception):
+    """A part ran past its time budget (raised inside the part, by the clock or by the part itself)."""
+
+
+@dataclasses.dataclass
+class Part:
+    name: str
+    run: Callable[[float], dict]  # budget seconds -> JSON-ready result (summary, rows, notes)
+    budget_seconds: float
+    skip_reason: Callable[[], str | None] = lambda: None  # why the part cannot run here, or None
+
+
+@dataclasses.dataclass
+class PartResult:
+    name: str
+    status: str  # ok | failed | skipped
+    seconds: float
+    budget_seconds: float
+    result: dict = dataclasses.field(default_factory=dict)
+    error: str = ""  # one line: the exception's type and first line
+    traceback: str = ""
+
+
+def nothing_to_check() -> str | None:
+    """The one line printed without CUDA (the check is for GPUs), or None when torch sees one."""
+    if torch.cuda.is_available():
+        return None
+    other = " (this machine's Apple-silicon GPU is used by device=auto; see the README)" \
+        if devices.mps_available() else ""
+    return f"gpu-check: torch sees no CUDA GPU on this machine, so there is nothing to check{other}"
+
+
+# --- running parts under budgets --------------------------------------------------------------
+
+def _alarm_available() -> bool:
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+def run_part(part: Part, budget_seconds: float) -> PartResult:
+    """Run one part; its exception, or overrunning `budget_seconds` (a SIGALRM in the main thread
+    interrupts Python code at the budget), becomes a failed result instead of stopping the check."""
+    reason = part.skip_reason()
+    if reason:
+        return PartResult(part.name, "skipped", 0.0, budget_seconds, error=reason)
+
+    def overrun(signum, frame):
+        raise BudgetSpent(f"ran past its budget of {budget_seconds:.0f} s")
+
+    alarm = _alarm_available()
+    if alarm:
+        previous = signal.signal(signal.SIGALRM, overrun)
+        signal.setitimer(signal.ITIMER_REAL, budget_seconds)
+    start = time.perf_counter()
+    try:
+        return PartResult(part.name, "ok", time.perf_counter() - start, budget_seconds, part.run(budget_seconds))
+    except Exception as error:  # noqa: BLE001 -- any failure of one part is recorded; the rest still run
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        return PartResult(part.name, "failed", time.perf_counter() - start, budget_seconds,
+                          error=f"{type(error).__name__}: {first_line}"[:500], traceback=traceback.format_exc()[-4000:])
+    finally:
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        memory.release_memory("cuda" if torch.cuda.is_available() else None)
+
+
+def run_parts(parts: list[Part], total_budget_seconds: float = TOTAL_BUDGET_SECONDS, *,
+              echo=print) -> list[PartResult]:
+    """Run `parts` in order, each within its own budget and what is left of the total."""
+    started = time.perf_counter()
+    results = []
+    for part in parts:
+        left = total_budget_seconds - REPORT_RESERVE_SECONDS - (time.perf_counter() - started)
+        budget = min(part.budget_seconds, left)
+        if left < 1:
+            results.append(PartResult(part.name, "skipped", 0.0, 0.0, error="no time left in the total budget"))
+        else:
+            echo(f"gpu-check: {part.name} (budget {budget:.0f} s) ...", flush=True)
+            results.append(run_part(part, budget))
+        last = results[-1]
+        echo(f"gpu-check: {part.name} {last.status} in {last.seconds:.1f} s" + (f": {last.error}" if last.error else ""),
+             flush=True)
+    return results
+
+
+class Deadline:
+    """A part's own clock, so it can stop early and keep what it measured."""
+
+    def __init__(self, budget_seconds: float, margin: float = 0.9):
+        self.ends = time.perf_counter() + budget_seconds * margin
+
+    def left(self) -> float:
+        return self.ends - time.perf_counter()
+
+
+# --- the parts ----------------------------------------------------------------------------------
+
+def doctor_part(budget_seconds: float = BUDGETS["doctor"]) -> dict:
+    """`workbook doctor --json`'s facts: inventory, matmul per dtype, topology, advice."""
+    from course_lib.measure import doctor
+
+    facts = doctor.collect_facts(measure=True)
+    return {"summary": {"gpus": [g["name"] for g in facts["gpus"]], "problems": facts["problems"],
+                        "recommended_precision": facts["recommended_precision"]}, "facts": facts}
+
+
+def decode_part(budget_seconds: float = BUDGETS["decode"], sizes: str = "64,256,1024", repeats: int = 3,
+                images: int | None = None) -> dict:
+    """`workbook bench decode` with every decoder this machine has (nvJPEG on CUDA)."""
+    from course_lib.config import make_config
+    from course_lib.measure import bench
+
+    args = types.SimpleNamespace(folder=None,  # what `workbook bench decode` parses
+                                  decoders=None, sizes=sizes, images=images, repeats=repeats)
+    result = bench.run_decode(args, make_config("cpu"))
+    decoders = sorted({row["decoder"] for row in result.rows})
+    notes = [] if "nvjpeg" in decoders else [devices.unsupported_on("cpu", "nvjpeg")]
+    return {"summary": {"decoders": decoders, **result.summary}, "rows": result.rows, "notes": notes}
+
+
+def amp_precision(device) -> str:
+    """The reduced precision to compare layouts and compile in: bf16 where the GPU runs it, else fp16."""
+    from course_lib.measure import peak
+
+    return "bf16" if peak.dtype_supported(device, "bf16") else "fp16"
+
+
+def precision_variants(device, compile_model: bool = True) -> list[dict]:
+    """fp32, fp16 + GradScaler, bf16, then channels_last and torch.compile on the faster-to-set-up
+    reduced precision (bf16 when supported), each one switch more than the row before."""
+    amp = amp_precision(device)
+    variants = [dict(label="fp32", precision="off", channels_last=False, compile=False),
+                dict(label="fp16 + GradScaler", precision="fp16", channels_last=False, compile=False),
+                dict(label="bf16", precision="bf16", channels_last=False, compile=False),
+                dict(label=f"{amp} + channels_last", precision=amp, channels_last=True, compile=False)]
+    if compile_model:
+        variants.append(dict(label=f"{amp} + channels_last + compile", precision=amp, channels_last=True, compile=True))
+    return variants
+
+
+def mfu_dtype(precision: str, device) -> str:
+    """The dtype whose datasheet peak is the MFU denominator: fp32 training runs its convolutions
+    in TF32 on Ampere and newer (cuDNN's default, torch.backends.cudnn.allow_tf32)."""
+    if precision != "off":
+        return precision
+    device = torch.device(device)
+    if device.type == "cuda" and torch.backends.cudnn.allow_tf32 and torch.cuda.get_device_capability(device)[0] >= 8:
+        return "tf32"
+    return "fp32"
+
+
+def measure_variant(model_name: str, image_size: int, batch_size: int, device, *, precision: str = "off",
+                    channels_last: bool = False, compile: bool = False, steps: int = 10, warmup: int = 3,
+                    num_classes: int = NUM_CLASSES, flops_per_image: float | None = None) -> dict:
+    """images/s (median of `steps` timed steps after `warmup`), the first step's seconds (compile
+    included), the step's peak memory and MFU, for one switch setting, on random images already
+    on the device: the model's own speed, with no input pipeline."""
+    import timm
+
+    device = devices.as_device(device)
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    raw_model = timm.create_model(model_name, num_classes=num_classes).to(device, memory_format=memory_format).train()
+    if flops_per_image is None:
+        flops_per_image = flops.training_flops_per_image(raw_model, image_size, num_classes)
+    model = torch.compile(raw_model) if compile else raw_model
+    optimizer = memory.make_optimizer(raw_model, "sgd", lr=0.01)
+    scaler = grad_scaler(precision, device)
+    criterion = torch.nn.CrossEntropyLoss()
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randn(batch_size, 3, image_size, image_size, generator=generator).to(device, memory_format=memory_format)
+    targets = torch.randint(num_classes, (batch_size,), generator=generator).to(device)
+
+    def step():
+        training_step(model, images, targets, criterion, scaler, precision)
+        optimizer_step(optimizer, scaler)
+
+    first_step_seconds, _ = stopwatch(step, device)  # allocations, cuDNN autotuning, compilation
+    timing = time_repeats(step, repeats=steps, warmup=warmup, device=device)
+    live = torch.cuda.memory_allocated(device) if device.type == "cuda" else \
+        memory.parameter_bytes(raw_model) + memory.measured_optimizer_state_bytes(optimizer)
+    peak_bytes = live + memory.peak_bytes_during(step, device)
+    images_per_second = timing.per_second(batch_size)
+    dtype = mfu_dtype(precision, device)
+    utilization = flops.model_flops_utilization(flops_per_image, images_per_second, device, dtype)
+    return {"precision": precision, "channels_last": channels_last, "compile": compile,
+            "images_per_second": images_per_second, "step_seconds": timing.median, "step_seconds_best": timing.best,
+            "first_step_seconds": first_step_seconds, "peak_memory_bytes": peak_bytes,
+            "peak_memory_kind": memory.peak_memory_kind(device), "flops_per_image": flops_per_image,
+            "achieved_tflops": utilization["achieved_flops"] / 1e12, "mfu": utilization["mfu"], "mfu_dtype": dtype,
+            "peak_tflops": (utilization["peak_flops"] or 0) / 1e12, "peak_source": utilization["peak_source"]}
+
+
+def precision_part(budget_seconds: float = BUDGETS["precision"], *, model_name: str = MODEL,
+                   image_size: int = IMAGE_SIZE, batch_size: int = BATCH_SIZE, device="cuda", steps: int = 10,
+                   warmup: int = 3, compile_model: bool = True, num_classes: int = NUM_CLASSES) -> dict:
+    """Every row of `precision_variants`, stopping (and saying so) when the budget runs out; a
+    variant that fails (a GPU without bf16, compile without a compiler) is a row with its error."""
+    deadline = Deadline(budget_seconds)
+    device = devices.as_device(device)
+    rows, notes = [], []
+    flops_per_image = None
+    for variant in precision_variants(device, compile_model):
+        label = variant.pop("label")
+        if deadline.left() <= 0:
+            rows.append({"variant": label, "error": "skipped: the part's budget was spent"})
+            continue
+        try:
+            row = measure_variant(model_name, image_size, batch_size, device, steps=steps, warmup=warmup,
+                                  num_classes=num_classes, flops_per_image=flops_per_image, **variant)
+            flops_per_image = row["flops_per_image"]
+            rows.append({"variant": label, **row})
+        except (RuntimeError, TypeError, ValueError) as error:  # e.g. bf16 on a pre-Ampere GPU, no compiler
+            rows.append({"variant": label, "error": f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"})
+        memory.release_memory(device)
+    base = next((r for r in rows if r["variant"] == "fp32" and "images_per_second" in r), None)
+    for row in rows:
+        if base and "images_per_second" in row:
+            row["speedup_vs_fp32"] = row["images_per_second"] / base["images_per_second"]
+            row["memory_vs_fp32"] = row["peak_memory_bytes"] / base["peak_memory_bytes"]
+    measured = [r for r in rows if "images_per_second" in r]
+    best = max(measured, key=lambda r: r["images_per_second"]) if measured else None
+    return {"summary": {"model": model_name, "image_size": image_size, "batch_size": batch_size,
+                        "best_variant": best and best["variant"], "best_images_per_second": best and best["images_per_second"],
+                        "best_mfu": best and best["mfu"]}, "rows": rows, "notes": notes}
+
+
+def memory_part(budget_seconds: float = BUDGETS["memory"], *, model_name: str = MODEL, image_size: int = IMAGE_SIZE,
+                batch_sizes=MEMORY_BATCHES, precision: str | None = None, device="cuda", max_batch: int = MAX_BATCH,
+                memory_cap_bytes: int | None = None, num_classes: int = NUM_CLASSES) -> dict:
+    """The estimate (`memory.estimate_training_memory`) against the measured peak at each batch
+    size, then `memory.find_largest_batch` driven to a real out-of-memory error (or to
+    `memory_cap_bytes`, the way to bound it on a CPU). The search stops at the budget, keeping
+    the largest batch that fitted so far."""
+    deadline = Deadline(budget_seconds)
+    device = devices.as_device(device)
+    precision = precision or amp_precision(device)
+    rows = memory.compare_estimate_and_peak(model_name, image_size, list(batch_sizes), precision, "sgd", device,
+                                            num_classes)
+    probe = memory.TrainingStepProbe(model_name, image_size, precision, device=device, num_classes=num_classes)
+    estimate = probe.estimate(batch_sizes[0])
+    trials = []
+
+    def step(batch: int) -> int:
+        if deadline.left() <= 0:
+            raise BudgetSpent("the out-of-memory search ran out of its budget")
+        trials.append(batch)
+        return probe.peak_bytes(batch)
+
+    search_note = ""
+    try:
+        search = memory.find_largest_batch(step, start=batch_sizes[-1], max_batch=max_batch,
+                                           memory_cap_bytes=memory_cap_bytes, device=device, multiple_of=8)
+        largest, search_trials = search.largest_batch, search.trials
+    except BudgetSpent as stop:
+        largest, search_trials, search_note = None, [{"batch_size": b} for b in trials], str(stop)
+    total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
+    predicted = memory.largest_batch_within(estimate, total) if total else None
+    summary = {"model": model_name, "image_size": image_size, "precision": probe.precision,
+               "largest_batch": largest, "largest_batch_estimated": predicted, "device_memory_bytes": total,
+               "max_batch_tried": max(trials) if trials else None, "search_note": search_note,
+               "estimate_over_measured": [r["estimate_over_measured"] for r in rows]}
+    return {"summary": summary, "rows": rows, "trials": search_trials}
+
+
+def speedrun_skip_reason() -> str | None:
+    return None if paths.eurosat_shared_dir() else "EuroSAT is not beside the project (../shared/datasets/eurosat_rgb)"
+
+
+def speedrun_part(budget_seconds: float = BUDGETS["speedrun"], *, profile: str = "gpu", **overrides) -> dict:
+    """The speed-run recipe raced on EuroSAT (`engine.speedrun.race`), its clock stopped at 70% of
+    the budget so the final test-time-augmented prediction fits: time to 90/95/97% validation top-1."""
+    from course_lib.config import make_config
+    from course_lib.engine import speedrun
+
+    config = make_config(profile, **{**paths.choose_data(profile), "recipe": "speedrun", **overrides})
+    result = speedrun.race(config, budget_seconds=0.7 * budget_seconds, progress=False, verbose=False)
+    return {"summary": {**{k: v for k, v in result.row().items()}, "recipe": "speedrun", "data": config.data_dir},
+            "rows": result.curve}
+
+
+def ddp_skip_reason() -> str | None:
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return None if count >= 2 else f"DDP scaling needs 2 or more GPUs; torch sees {count}"
+
+
+def ddp_part(budget_seconds: float = BUDGETS["ddp"], *, nproc: int | None = None, profile: str = "gpu",
+             params: dict | None = None, epoch_images: int = 50_000) -> dict:
+    """`ddp.measure_scaling` over every visible GPU: strong and weak scaling efficiency and the
+    all-reduce share, on random images (epoch time for `epoch_images` images)."""
+    from course_lib.engine import ddp
+
+    nproc = nproc or torch.cuda.device_count()
+    report = ddp.measure_scaling(nproc, params or {"model": MODEL, "image_size": IMAGE_SIZE}, profile, steps=5,
+                                 warmup=2, epoch_images=epoch_images, timeout=0.9 * budget_seconds, echo=lambda *a: None)
+    return {"summary": {"workers": nproc, "strong_efficiency": report.efficiency("strong"),
+                        "weak_efficiency": report.efficiency("weak"), "communication": report.communication,
+                        "precision": report.precision},
+            "rows": report.table.to_dict(orient="records")}
+
+
+def default_parts() -> list[Part]:
+    return [Part("doctor", doctor_part, BUDGETS["doctor"]),
+            Part("decode", decode_part, BUDGETS["decode"]),
+            Part("precision", precision_part, BUDGETS["precision"]),
+            Part("memory", memory_part, BUDGETS["memory"]),
+            Part("speedrun", speedrun_part, BUDGETS["speedrun"], speedrun_skip_reason),
+            Part("ddp", ddp_part, BUDGETS["ddp"], ddp_skip_reason)]
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+def slug(text: str) -> str:
+    """A folder-safe name: "NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3"."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown-gpu"
+
+
+def results_folder(gpu_name: str, when: datetime.date, root: Path | None = None) -> Path:
+    """docs/results/<gpu>-<date>/, with -2, -3 ... when that day's folder already exists."""
+    root = root or paths.project_root() / RESULTS_DIR
+    base = root / f"{slug(gpu_name)}-{when.isoformat()}"
+    folder, number = base, 2
+    while folder.exists():
+        folder, number = Path(f"{base}-{number}"), number + 1
+    return folder
+
+
+def _number(value, fmt: str = ".4g") -> str:
+    if value is None:
+        return "-"
+    return format(value, fmt) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
+def _gib(value) -> str:
+    return "-" if value is None else f"{value / 2 ** 30:.2f}"
+
+
+def _percent(value) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def headline(result: PartResult) -> str:
+    """One cell per part for the overview table."""
+    if result.status != "ok":
+        return result.error
+    summary = result.result.get("summary", {})
+    if result.name == "precision" and summary.get("best_variant"):
+        return (f"best {summary['best_variant']}: {summary['best_images_per_second']:.0f} images/s, "
+                f"MFU {_percent(summary['best_mfu'])}")
+    if result.name == "memory":
+        return f"largest batch {_number(summary.get('largest_batch'))} (estimate {_number(summary.get('largest_batch_estimated'))})"
+    if result.name == "speedrun":
+        return f"97% after {_number(summary.get('s to 97%'), '.0f')} s; final val top-1 {_percent(summary.get('val top-1'))}"
+    if result.name == "ddp":
+        return f"{summary['workers']} GPUs: strong {_percent(summary['strong_efficiency'])}, weak {_percent(summary['weak_efficiency'])}"
+    if result.name == "decode":
+        return "decoders: " + ", ".join(summary.get("decoders", []))
+    if result.name == "doctor":
+        return f"{len(summary.get('problems', []))} problem(s); precision {summary.get('recommended_precision')}"
+    return ""
+
+
+def markdown_report(report: dict) -> str:
+    """The report as markdown: an overview table of the parts, then one table per measured part."""
+    lines = [f"# gpu-check on {report['gpu']}", "",
+             f"Hardware: **{report['hardware']}**; torch {report['versions'].get('torch')}, CUDA "
+             f"{report['versions'].get('cuda_runtime')}, driver {report['versions'].get('driver')}; "
+             f"measured {report['started']}; {report['seconds']:.0f} s of a {report['total_budget_seconds']} s budget.",
+             "", "| part | status | seconds | budget s | result |", "|---|---|---|---|---|"]
+    for part in report["parts"]:
+        result = PartResult(**part)
+        cell = headline(result).replace("|", "/")
+        lines.append(f"| {part['name']} | {part['status']} | {part['seconds']:.1f} | {part['budget_seconds']:.0f} | {cell} |")
+    parts = {p["name"]: p for p in report["parts"] if p["status"] == "ok"}
+    if "precision" in parts:
+        p = parts["precision"]["result"]
+        s = p["summary"]
+        lines += ["", f"## {s['model']} at {s['image_size']} px, batch {s['batch_size']}: one training step on "
+                      "random images already on the GPU", "",
+                  "| variant | images/s | vs fp32 | step ms | first step s | peak GiB | vs fp32 | MFU | of peak |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for row in p["rows"]:
+            if "error" in row:
+                lines.append(f"| {row['variant']} | {row['error']} | | | | | | | |")
+                continue
+            lines.append(f"| {row['variant']} | {row['images_per_second']:.1f} | {_number(row.get('speedup_vs_fp32'), '.2f')}x | "
+                         f"{row['step_seconds'] * 1e3:.1f} | {row['first_step_seconds']:.1f} | {_gib(row['peak_memory_bytes'])} | "
+                         f"{_number(row.get('memory_vs_fp32'), '.2f')}x | {_percent(row['mfu'])} | "
+                         f"{row['mfu_dtype']} {row['peak_tflops']:.4g} TFLOP/s ({row['peak_source']}) |")
+    if "memory" in parts:
+        m = parts["memory"]["result"]
+        s = m["summary"]
+        lines += ["", f"## Training memory: {s['model']} at {s['image_size']} px, precision {s['precision']}", "",
+                  "| batch | estimated GiB | measured peak GiB | estimate / measured |", "|---|---|---|---|"]
+        for row in m["rows"]:
+            lines.append(f"| {row['batch_size']} | {_gib(row['estimated_bytes'])} | {_gib(row['measured_peak_bytes'])} | "
+                         f"{_number(row['estimate_over_measured'], '.3f')} |")
+        lines += ["", f"Largest batch that trains (real out-of-memory search, multiples of 8, up to {MAX_BATCH}): "
+                      f"**{_number(s['largest_batch'])}**; the estimate predicts {_number(s['largest_batch_estimated'])} "
+                      f"for {_gib(s['device_memory_bytes'])} GiB. {s['search_note']}".rstrip()]
+    if "decode" in parts:
+        lines += ["", "## JPEG decoding (one core per decoder; nvJPEG on the GPU)", "",
+                  "| inputs | decoder | px | images/s | MB/s | vs PIL |", "|---|---|---|---|---|---|"]
+        for row in parts["decode"]["result"]["rows"]:
+            lines.append(f"| {row['inputs']} | {row['decoder']} | {row['image_size']} | {row['images_per_second']:.0f} | "
+                         f"{row['megabytes_per_second']:.1f} | {_number(row.get('speedup_vs_pil'), '.2f')} |")
+    if "speedrun" in parts:
+        s = parts["speedrun"]["result"]["summary"]
+        lines += ["", "## Speed-run recipe on EuroSAT", "",
+                  "| val top-1 | s to 90% | s to 95% | s to 97% | seconds | epochs | images/s | precision |",
+                  "|---|---|---|---|---|---|---|---|",
+                  f"| {_percent(s['val top-1'])} | {_number(s['s to 90%'], '.0f')} | {_number(s['s to 95%'], '.0f')} | "
+                  f"{_number(s['s to 97%'], '.0f')} | {s['seconds']:.0f} | {s['epochs']} | {s['images/s']:.0f} | {s['precision']} |"]
+    if "ddp" in parts:
+        lines += ["", "## DDP scaling", "", "| mode | workers | global batch | images/s | speed-up | efficiency |",
+                  "|---|---|---|---|---|---|"]
+        for row in parts["ddp"]["result"]["rows"]:
+            lines.append(f"| {row['mode']} | {row['workers']} | {row['global_batch']} | {row['images_per_second']:.0f} | "
+                         f"{row['speedup']:.2f} | {_percent(row['efficiency'])} |")
+    failed = [p for p in report["parts"] if p["status"] == "failed"]
+    if failed:
+        lines += ["", "## Failed parts", ""] + [f"- **{p['name']}**: {p['error']}" for p in failed]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(results: list[PartResult], folder: Path, *, gpu: str, started: str, seconds: float,
+                 total_budget_seconds: float = TOTAL_BUDGET_SECONDS) -> dict:
+    """gpu_check.json (everything, tracebacks included) and README.md (the tables) in `folder`."""
+    from course_lib.measure.inventory import versions
+
+    report = {"gpu": gpu, "hardware": ledger.describe_hardware(), "versions": versions(), "started": started,
+              "seconds": seconds, "total_budget_seconds": total_budget_seconds,
+              "parts": [dataclasses.asdict(r) for r in results]}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    (folder / "README.md").write_text(markdown_report(json.loads(json.dumps(report, default=str))))
+    return report
+
+
+def run_check(parts: list[Part] | None = None, *, out_root: Path | None = None,
+              total_budget_seconds: float = TOTAL_BUDGET_SECONDS, echo=print) -> Path:
+    """Run every part on this machine's first GPU and write the report; returns its folder."""
+    started = datetime.datetime.now()
+    gpu = torch.cuda.get_device_name(0)
+    start = time.perf_counter()
+    results = run_parts(parts if parts is not None else default_parts(), total_budget_seconds, echo=echo)
+    folder = results_folder(gpu, started.date(), out_root)
+    write_report(results, folder, gpu=gpu, started=started.strftime("%Y-%m-%d %H:%M"),
+                 seconds=time.perf_counter() - start, total_budget_seconds=total_budget_seconds)
+    return folder

@@ -392,6 +392,21 @@ def _compare(args) -> int:
     return 0
 
 
+# --- report -----------------------------------------------------------------------------------
+
+def _add_report(subparsers) -> None:
+    parser = subparsers.add_parser("report", help="regenerate runs/<id>/index.html with each notebook's results")
+    parser.add_argument("run", metavar="RUN_ID", help="a run id (a folder under runs/) or a run folder")
+    parser.set_defaults(func=_report)
+
+
+def _report(args) -> int:
+    from course_lib import report
+
+    print(f"index: {report.regenerate(args.run)}")
+    return 0
+
+
 # --- ledger -----------------------------------------------------------------------------------
 
 def _add_ledger(subparsers) -> None:
@@ -458,7 +473,7 @@ def _ledger_check(path: Path) -> int:
 
 # Subcommands, in the order `workbook --help` lists them.
 SUBCOMMANDS = (_add_run, _add_doctor, _add_data, _add_bench, _add_train, _add_speedrun, _add_ddp, _add_eval,
-               _add_compare, _add_ledger)
+               _add_compare, _add_report, _add_ledger)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -35,8 +35,8 @@ GALLERY = ".workbook-explorer .workbook-gallery"
 
 
 def _chromium() -> str | None:
-    found = os.environ.get("WORKBOOK_CHROMIUM") or shutil.which("chromium")
-    return found or next((path for path in CHROMIUM_CANDIDATES if os.path.exists(path)), None)
+    candidates = (os.environ.get("WORKBOOK_CHROMIUM"), shutil.which("chromium"), *CHROMIUM_CANDIDATES)
+    return next((path for path in candidates if path and os.path.exists(path)), None)
 
 
 def _free_port() -> int:

@@ -380,6 +380,68 @@ def _eval(args) -> int:
     return 0
 
 
+# --- compare ----------------------------------------------------------------------------------
+
+def _add_compare(subparsers) -> None:
+    parser = subparsers.add_parser("compare", help="compare two evaluations image by image: deltas with bootstrap CIs")
+    parser.add_argument("before", metavar="EVAL_A", help="the baseline: an evaluation name, eval ledger row id, "
+                                                         "saved .npz, or a checkpoint .pt (evaluated now)")
+    parser.add_argument("after", metavar="EVAL_B", help="the changed run, in the same forms")
+    parser.add_argument("--split", default="val", choices=("train", "val", "test"),
+                        help="split to evaluate a checkpoint on (default val)")
+    parser.add_argument("--draws", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    parser.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resampling")
+    parser.add_argument("--flips", type=int, default=10, help="flipped images listed per direction (text output)")
+    parser.add_argument("--json", action="store_true", help="print the whole comparison as JSON")
+    parser.set_defaults(func=_compare)
+
+
+def _compare(args) -> int:
+    from course_lib.analysis import comparison
+
+    before = comparison.resolve_evaluation(args.before, args.split)
+    after = comparison.resolve_evaluation(args.after, args.split)
+    try:
+        result = comparison.compare(before, after, draws=args.draws, level=args.level, seed=args.seed)
+    except ValueError as error:
+        raise WorkbookError(str(error)) from None
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+        return 0
+    percent = f"{args.level:.0%}"
+    print(f"{after.name} vs {before.name}: {len(before.labels)} images, {before.num_classes} classes, "
+          f"{percent} paired bootstrap intervals over {args.draws} resamples")
+    for name in ("top1", "macro_f1"):
+        o = result.overall[name]
+        print(f"{name:9s} {o['before']:.4f} -> {o['after']:.4f}  delta {o['delta']:+.4f} "
+              f"[{o['low']:+.4f}, {o['high']:+.4f}]")
+    shown = result.per_class[[f"{s}_{part}" for s in comparison.SCORES for part in ("delta", "low", "high")]
+                             + ["support"]]
+    print(shown.to_string(float_format=lambda v: f"{v:+.3f}"))
+    for direction, table in result.flips.items():
+        print(f"{direction.replace('_', ' ')}: {len(table)} images")
+        if len(table):
+            print(table.head(args.flips)[["image", "true", "predicted_before", "predicted", "confidence"]].to_string(
+                index=False, float_format=lambda v: f"{v:.2f}"))
+    return 0
+
+
+# --- report -----------------------------------------------------------------------------------
+
+def _add_report(subparsers) -> None:
+    parser = subparsers.add_parser("report", help="regenerate runs/<id>/index.html with each notebook's results")
+    parser.add_argument("run", metavar="RUN_ID", help="a run id (a folder under runs/) or a run folder")
+    parser.set_defaults(func=_report)
+
+
+def _report(args) -> int:
+    from course_lib import report
+
+    print(f"index: {report.regenerate(args.run)}")
+    return 0
+
+
 # --- ledger -----------------------------------------------------------------------------------
 
 def _add_ledger(subparsers) -> None:
@@ -445,8 +507,8 @@ def _ledger_check(path: Path) -> int:
 
 
 # Subcommands, in the order `workbook --help` lists them.
-SUBCOMMANDS = (_add_run, _add_doctor, _add_gpu_check, _add_data, _add_bench, _add_train, _add_speedrun, _add_ddp, _add_eval,
-               _add_ledger)
+SUBCOMMANDS = (_add_run, _add_doctor, _add_gpu_check, _add_data, _add_bench, _add_train, _add_speedrun, _add_ddp,
+               _add_eval, _add_compare, _add_report, _add_ledger)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import html
 import itertools
 import json
 import os
@@ -29,7 +28,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from course_lib import ledger, paths
+from course_lib import ledger, paths, report
 from course_lib.config import (
     FIELD_NAMES,
     ConfigError,
@@ -405,9 +404,6 @@ def to_html(notebook_path: Path) -> Path | None:
     return target
 
 
-STATUS_COLOURS = {"ok": "#1a7f37", "failed": "#cf222e", "interrupted": "#bc4c00", "not run": "#6e7781"}
-
-
 class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C during `workbook run`: the notebook that was running is marked interrupted, and
     `out/index.html` and `summary.json` list what ran."""
@@ -417,56 +413,18 @@ class RunInterrupted(KeyboardInterrupt):
         self.out, self.results = out, results
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """A browser refreshing the page (or a crash) never sees half a file."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
-
-
 def write_index(out_dir: Path, run_id: str, profile: str, results: list[NotebookResult],
                 not_run: list[str] = (), state: str = "finished") -> Path:
-    """index.html: one row per notebook, with the ones not run yet (`not_run`) at the end; `state`
-    (running | finished | interrupted) says whether the list is complete."""
-    rows = []
-    for r in results:
-        links = f'<a href="{html.escape(r.output)}">ipynb</a>'
-        if r.html:
-            links = f'<a href="{html.escape(r.html)}">{html.escape(r.notebook)}</a> ({links})'
-        else:
-            links = f"{html.escape(r.notebook)} ({links})"
-        colour = STATUS_COLOURS.get(r.status, STATUS_COLOURS["failed"])
-        params = html.escape(", ".join(f"{k}={v}" for k, v in r.parameters.items()))
-        rows.append(f"<tr><td>{links}</td><td style='color:{colour}'>{r.status}</td>"
-                    f"<td>{r.duration_seconds:.1f}</td><td>{params}</td><td>{html.escape(r.error or '')}</td></tr>")
-    for name in not_run:
-        rows.append(f"<tr><td>{html.escape(name)}</td><td style='color:{STATUS_COLOURS['not run']}'>not run</td>"
-                    "<td></td><td></td><td></td></tr>")
-    note = {"running": "<p><b>Running</b>: this page is rewritten after every notebook.</p>",
-            "interrupted": "<p><b>Interrupted</b> (Ctrl-C): the notebooks below the interrupted one did not run."
-                           "</p>"}.get(state, "")
-    page = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>Workbook run {html.escape(run_id)}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}</style></head><body>
-<h1>Workbook run {html.escape(run_id)}</h1>
-<p>Profile <b>{html.escape(profile)}</b> on {html.escape(ledger.describe_hardware())};
-torch {html.escape(str(ledger.runtime_versions()['torch']))}; commit {html.escape(str(ledger.git_commit()))}.</p>
-{note}
-<table><tr><th>notebook</th><th>status</th><th>seconds</th><th>parameters</th><th>error</th></tr>
-{''.join(rows)}
-</table></body></html>
-"""
-    index = out_dir / "index.html"
-    _write_atomically(index, page)
-    return index
+    """index.html as the run stands: status, duration, headline numbers, claims and key figure of
+    each notebook (`report.write_index`)."""
+    return report.write_index(out_dir, run_id, profile, [asdict(r) for r in results], not_run, state)
 
 
 def write_reports(out_dir: Path, run_id: str, profile: str, results: list[NotebookResult],
                   not_run: list[str] = (), state: str = "finished") -> None:
     """index.html and summary.json as the run stands."""
     write_index(out_dir, run_id, profile, results, not_run, state)
-    _write_atomically(out_dir / "summary.json", json.dumps(
+    report.write_atomically(out_dir / "summary.json", json.dumps(
         {"run_id": run_id, "profile": profile, "state": state, "results": [asdict(r) for r in results],
          "not_run": list(not_run)}, indent=2))
 

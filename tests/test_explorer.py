@@ -73,18 +73,81 @@ def test_widget_controls_drive_the_same_handlers():
     assert first_pair[1] == (0, 1)  # after: forest -> grassland is its only confusion
     controls["pairs"].value = first_pair[1]
     assert view.gallery_table["index"].tolist() == [2]
-    controls["confidence"].value = (0.96, 1.0)
+    controls["min_confidence"].value = 0.96
     assert view.confidence_range == (0.96, 1.0) and view.gallery_table.empty
+    assert "no images here" in controls["gallery"].value
     controls["compare"].value = "baseline"
     assert view.compare_name == "baseline"
     difference = view.matrix_figure()
     assert "after vs baseline" in difference.axes[0].get_title()
+    assert "after</b> vs <b>baseline" in controls["comparison"].value
+    assert controls["wrong_to_right"].description == "wrong -> right (3)"
+    controls["min_confidence"].value = 0.0
+    controls["wrong_to_right"].click()
+    assert view.gallery_mode == "wrong_to_right" and view.gallery_table["index"].tolist() == [3, 6, 1]
     controls["normalize"].value = "pred"
     assert view.normalize == "pred"
     controls["true"].value, controls["predicted"].value = 1, 1
     controls["show"].click()
-    assert view.selected_cell == (1, 1)
+    assert view.selected_cell == (1, 1) and view.gallery_mode == "cell"
     plt.close("all")
+
+
+def test_matrix_cells_are_buttons_that_show_their_images_when_clicked():
+    pytest.importorskip("ipywidgets")
+    view = ConfusionExplorer(_evaluation(), normalize="none", ordering="name")
+    view.widget()
+    cells = view.matrix_cells()
+    assert len(cells) == 9
+    forest_as_grassland = cells[(cells["true"] == "forest") & (cells["predicted"] == "grassland")].iloc[0]
+    assert (forest_as_grassland["images"], forest_as_grassland["label"]) == (3, "3")
+    assert cells[(cells["true"] == "water") & (cells["predicted"] == "forest")].iloc[0]["label"] == ""  # zero: blank
+    button = view._buttons[(0, 1)]
+    assert button.tooltip == "true forest, predicted grassland: 3 images"
+    assert "workbook-cm-cell" in button._dom_classes
+    button.click()  # what a mouse click or Enter on the focused button does
+    assert view.selected_cell == (0, 1)
+    gallery = view._controls["gallery"].value
+    assert gallery.count('class="workbook-thumb"') == 3
+    assert "true forest → predicted grassland: 3 of 3 images with confidence ≥ 0.00" in gallery
+    assert gallery.index('data-image="img_2.jpg"') < gallery.index('data-image="img_3.jpg"')  # most confident first
+    assert button.layout.border.startswith("3px")  # the selected cell is marked
+    view._controls["min_confidence"].value = 0.6
+    assert view._controls["gallery"].value.count('class="workbook-thumb"') == 2
+    view._controls["normalize"].value = "true"  # the grid is rebuilt, the selection kept
+    assert view._buttons[(0, 1)].description == ".60" and view.selected_cell == (0, 1)
+    plt.close("all")
+
+
+def test_split_filter_switches_to_that_splits_evaluation():
+    val = _evaluation("model-val")
+    test = _evaluation("model-test", predicted=np.array([0, 1, 0, 0, 0, 1, 0, 1, 1, 2, 2, 2]))
+    val.metadata["split"], test.metadata["split"] = "val", "test"
+    view = ConfusionExplorer([val, test])
+    assert view.splits() == ["test", "val"]
+    view.select(0, 1)
+    view.set_split("test")
+    assert view.evaluation_name == "model-test" and view.names_in_split() == ["model-test"]
+    assert view.refresh()["index"].tolist() == [1]  # the same cell, the test split's images
+    view.set_split(None)
+    assert view.names_in_split() == ["model-val", "model-test"]
+    with pytest.raises(ValueError, match="no evaluation of split 'train'"):
+        view.set_split("train")
+    with pytest.raises(ValueError, match="min_confidence"):
+        view.min_confidence = 1.5
+    plt.close("all")
+
+
+def test_matrix_cells_colour_and_group_large_matrices():
+    rng = np.random.default_rng(0)
+    counts = rng.integers(0, 5, size=(100, 100)) + np.eye(100, dtype=int) * 2000
+    classes = [f"class{i:03d}" for i in range(100)]
+    cells = explorer.matrix_cells(counts, classes, "true", "confusion", max_classes=30)
+    assert len(cells) == 30 * 30  # the most-confused block, not 10,000 buttons
+    diagonal = cells[cells["true_index"] == cells["predicted_index"]]
+    assert len(diagonal) == 30 and (diagonal["text"] == "white").all()  # dark cells get white numbers
+    difference = explorer.matrix_cells(counts, classes, "none", "name", max_classes=10, baseline_counts=counts)
+    assert (difference["value"] == 0).all() and (difference["label"] == "").all()
 
 
 def test_difference_matrix_of_two_evaluations_shows_the_fix():

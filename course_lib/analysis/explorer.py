@@ -1,8 +1,15 @@
 """Exploring confusions: galleries of the images behind a confusion-matrix cell (with confidences),
 the most-confused pairs with examples, and an ipywidgets explorer that ties them together.
 
-Every view is a plain function returning a table or a Figure, so a notebook run by papermill (no
-browser) shows the same analysis; `ConfusionExplorer.widget()` only adds controls around them.
+The explorer's matrix is a grid of ipywidgets Buttons, one per cell, coloured like the heat map:
+a click (or Tab to a cell and Enter) shows that cell's images, most confident first; filters pick
+the split, the minimum confidence and the normalisation. Buttons, dropdowns and HTML are core
+ipywidgets, which JupyterLab 4 renders with no extension to build. Beyond `max_classes` classes
+the grid shows the most-confused block and scrolls. With a second evaluation of the same images
+it shows the difference, per-class deltas (`comparison.py`) and the images that flipped.
+
+Every view is also a plain function returning a table, HTML or a Figure, so a notebook run by
+papermill (no browser) shows the same analysis and tests drive it without a browser.
 Widgets: https://ipywidgets.readthedocs.io/
 """
 from __future__ import annotations
@@ -118,13 +125,124 @@ def pairs_gallery(evaluation: Evaluation, top: int = 4, per_pair: int = 5, min_c
     return figure, pairs
 
 
+def _colour(value: float, low: float, high: float, colormap: str) -> tuple[str, str]:
+    """(background, text) colours of a matrix cell: the colormap at `value` scaled into [low, high],
+    with white text on dark cells so the number stays readable."""
+    import matplotlib
+
+    fraction = 0.5 if high <= low else min(1.0, max(0.0, (value - low) / (high - low)))
+    red, green, blue, _ = matplotlib.colormaps[colormap](fraction)
+    luminance = 0.2126 * red + 0.7152 * green + 0.0722 * blue
+    return matplotlib.colors.to_hex((red, green, blue)), "white" if luminance < 0.5 else "black"
+
+
+def _cell_label(value: float, normalize: str, difference: bool) -> str:
+    """The number printed on a cell: blank for zero (the eye finds the confusions at once)."""
+    if normalize == "none":
+        number = int(round(value))
+        return "" if number == 0 else (f"{number:+d}" if difference else str(number))
+    text = format(value, "+.2f" if difference else ".2f")
+    return "" if float(text) == 0 else text.replace("0.", ".", 1)
+
+
+def matrix_cells(counts, classes, normalize: str = "true", ordering: str = "confusion",
+                 max_classes: int | None = 30, baseline_counts=None) -> "pd.DataFrame":
+    """The clickable matrix as one row per cell: grid position (row, column), true_index,
+    predicted_index, value (normalised; after - before when `baseline_counts` is given), images
+    (the count behind the cell), label (the number printed on it), background and text colours.
+    Beyond `max_classes` classes only the most-confused block is drawn (confusion.confusion_view)."""
+    import pandas as pd
+
+    counts = np.asarray(counts)
+    difference = baseline_counts is not None
+    if difference:
+        view = confusion.difference_view(baseline_counts, counts, classes, normalize, ordering, max_classes)
+        limit = float(np.abs(view.to_numpy()).max()) or 1.0
+        low, high, colormap = -limit, limit, "RdBu_r"
+    else:
+        view = confusion.confusion_view(counts, classes, normalize, ordering, max_classes)
+        low, high, colormap = 0.0, (float(view.to_numpy().max()) or 1.0) if normalize == "none" else 1.0, "Blues"
+    position = {name: i for i, name in enumerate(classes)}
+    rows = []
+    for row, true_name in enumerate(view.index):
+        for column, predicted_name in enumerate(view.columns):
+            value = float(view.iat[row, column])
+            background, text = _colour(value, low, high, colormap)
+            true_index, predicted_index = position[true_name], position[predicted_name]
+            rows.append({"row": row, "column": column, "true_index": true_index, "predicted_index": predicted_index,
+                         "true": true_name, "predicted": predicted_name, "value": value,
+                         "images": int(counts[true_index, predicted_index]),
+                         "label": _cell_label(value, normalize, difference), "background": background, "text": text})
+    return pd.DataFrame(rows, columns=["row", "column", "true_index", "predicted_index", "true", "predicted", "value",
+                                       "images", "label", "background", "text"])
+
+
+def _thumbnail_uri(image, side: int) -> str:
+    import base64
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    image.resize((side, side), Image.NEAREST).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def gallery_html(evaluation: Evaluation, table, title: str, thumbnail_pixels: int = 96) -> str:
+    """The images of `table` (a `cell_images` or flipped-images result) as an HTML gallery: one
+    <figure class="workbook-thumb"> per image with its confidence (and p(true) for a mistake), so
+    the browser shows real <img> elements a reader (or a test) can count."""
+    import html
+
+    figures = []
+    for item in table.itertuples():
+        caption = f"{html.escape(_clip(item.predicted))} {item.confidence:.2f}"
+        if item.true != item.predicted:
+            caption += f"<br>p(true) {item.true_class_probability:.2f}"
+        if hasattr(item, "predicted_before"):
+            caption += f"<br>was {html.escape(_clip(item.predicted_before))} {item.confidence_before:.2f}"
+        alt = f"true {item.true}, predicted {item.predicted}, confidence {item.confidence:.2f}"
+        figures.append(
+            f'<figure class="workbook-thumb" data-image="{html.escape(str(item.image))}" '
+            f'style="display:inline-block;margin:4px;text-align:center;font-size:11px">'
+            f'<img src="{_thumbnail_uri(evaluation.load_image(int(item.index)), thumbnail_pixels)}" '
+            f'alt="{html.escape(alt)}" title="{html.escape(_short_name(str(item.image)))}" '
+            f'width="{thumbnail_pixels}" height="{thumbnail_pixels}"><figcaption>{caption}</figcaption></figure>')
+    body = "".join(figures) or '<p class="workbook-gallery-empty">no images here at these settings</p>'
+    return f'<div class="workbook-gallery-caption"><b>{html.escape(title)}</b></div><div>{body}</div>'
+
+
+def comparison_html(result) -> str:
+    """The per-class deltas of a `comparison.Comparison` as a small HTML table (delta [low, high])."""
+    import html
+
+    percent = f"{result.level:.0%}"
+    top1 = result.overall["top1"]
+    lines = [f"<p><b>{html.escape(result.after.name)}</b> vs <b>{html.escape(result.before.name)}</b>: top-1 "
+             f"{top1['before']:.3f} -> {top1['after']:.3f} ({top1['delta']:+.3f}, {percent} CI "
+             f"[{top1['low']:+.3f}, {top1['high']:+.3f}])</p>",
+             "<table class='workbook-deltas'><tr><th>class</th><th>precision</th><th>recall</th><th>F1</th></tr>"]
+    for name, row in result.per_class.iterrows():
+        cells = "".join(f"<td>{row[f'{s}_delta']:+.2f} [{row[f'{s}_low']:+.2f}, {row[f'{s}_high']:+.2f}]</td>"
+                        for s in ("precision", "recall", "f1"))
+        lines.append(f"<tr><td>{html.escape(str(name))}</td>{cells}</tr>")
+    return "".join(lines) + "</table>"
+
+
+GALLERY_MODES = ("cell", "right_to_wrong", "wrong_to_right")
+CELL_PIXELS = 46  # side of one clickable matrix cell; the grid scrolls beyond GRID_MAX_PIXELS
+GRID_MAX_PIXELS = 560
+
+
 class ConfusionExplorer:
     """Interactive confusion analysis over one or more saved evaluations.
 
-    State (plain attributes, so a test or a script can drive it): `evaluation_name`,
-    `compare_name` (None, or a second evaluation drawn as a difference matrix), `normalize`,
-    `ordering`, `confidence_range`, `selected_cell`. Verbs: `matrix_figure()`, `select(t, p)`
-    (builds `gallery_table` and `gallery_figure`), `widget()`.
+    State (plain attributes, so a test or a script can drive it): `split` (None: all),
+    `evaluation_name`, `compare_name` (None, or a second evaluation of the same images: a
+    difference matrix, per-class deltas and flipped images), `normalize`, `ordering`,
+    `confidence_range` (`min_confidence` is its lower end), `selected_cell`, `gallery_mode`.
+    Verbs: `matrix_cells()`, `matrix_figure()`, `select(t, p)`, `show_flips(direction)`,
+    `comparison()`, `widget()` (a grid of clickable, keyboard-focusable buttons, one per cell).
     """
 
     def __init__(self, evaluations, normalize: str = "true", ordering: str = "confusion",
@@ -136,6 +254,7 @@ class ConfusionExplorer:
         if not evaluations:
             raise ValueError("no evaluations to explore; run evaluation.evaluate(...) or `workbook eval` first")
         self.evaluations = dict(evaluations)
+        self.split: str | None = None
         self.evaluation_name = next(iter(self.evaluations))
         self.compare_name: str | None = None
         self.normalize = normalize
@@ -144,8 +263,10 @@ class ConfusionExplorer:
         self.gallery_size = gallery_size
         self.confidence_range = (0.0, 1.0)
         self.selected_cell: tuple[int, int] | None = None
+        self.gallery_mode = "cell"
         self.gallery_table = None
         self.gallery_figure = None
+        self._comparison = None
         self._controls = None
 
     @classmethod
@@ -158,22 +279,88 @@ class ConfusionExplorer:
     def evaluation(self) -> Evaluation:
         return self.evaluations[self.evaluation_name]
 
+    @property
+    def min_confidence(self) -> float:
+        return self.confidence_range[0]
+
+    @min_confidence.setter
+    def min_confidence(self, value: float) -> None:
+        if not 0.0 <= float(value) <= 1.0:
+            raise ValueError(f"min_confidence must lie in 0..1, got {value}")
+        self.confidence_range = (float(value), self.confidence_range[1])
+
+    # --- filters --------------------------------------------------------------------------------
+
+    @staticmethod
+    def split_of(evaluation: Evaluation) -> str:
+        return str(evaluation.metadata.get("split", "val"))
+
+    def splits(self) -> list[str]:
+        return sorted({self.split_of(e) for e in self.evaluations.values()})
+
+    def names_in_split(self) -> list[str]:
+        """The evaluations the split filter lets through, in the order given."""
+        return [name for name, e in self.evaluations.items() if self.split in (None, self.split_of(e))]
+
+    def set_split(self, split: str | None) -> None:
+        """Keep only evaluations of `split` (None: all); the shown evaluation moves to the first of
+        them when it is not, and a comparison is dropped when its partner is not."""
+        if split is not None and split not in self.splits():
+            raise ValueError(f"no evaluation of split {split!r}; splits here: {', '.join(self.splits())}")
+        self.split = split
+        names = self.names_in_split()
+        if self.evaluation_name not in names:
+            self.evaluation_name = names[0]
+        if self.compare_name not in names or self.compare_name == self.evaluation_name:
+            self.compare_name = None
+        self._comparison = None
+
+    def compare_options(self) -> list[str]:
+        """Evaluations the current one can be compared with: same split, same images."""
+        current = self.evaluation
+        return [name for name in self.names_in_split() if name != self.evaluation_name
+                and self.evaluations[name].classes == current.classes
+                and self.evaluations[name].image_refs == current.image_refs]
+
     # --- views without widgets ------------------------------------------------------------------
+
+    def _baseline(self) -> Evaluation | None:
+        if self.compare_name and self.compare_name != self.evaluation_name:
+            baseline = self.evaluations[self.compare_name]
+            if baseline.classes != self.evaluation.classes:
+                raise ValueError(f"{baseline.name} and {self.evaluation.name} have different classes; "
+                                 "only evaluations of the same classes compare")
+            return baseline
+        return None
+
+    def matrix_cells(self) -> "pd.DataFrame":
+        """The cells the widget draws as buttons (see `matrix_cells`)."""
+        baseline = self._baseline()
+        return matrix_cells(self.evaluation.counts(), self.evaluation.classes, self.normalize, self.ordering,
+                            self.max_classes, None if baseline is None else baseline.counts())
 
     def matrix_figure(self):
         """The current evaluation's confusion matrix, or after - before when comparing."""
-        current = self.evaluation
-        if self.compare_name and self.compare_name != self.evaluation_name:
-            baseline = self.evaluations[self.compare_name]
-            if baseline.classes != current.classes:
-                raise ValueError(f"{baseline.name} and {current.name} have different classes; "
-                                 "only evaluations of the same classes compare")
+        current, baseline = self.evaluation, self._baseline()
+        if baseline is not None:
             return confusion.plot_difference(baseline.counts(), current.counts(), current.classes,
                                            normalize=self.normalize, ordering=self.ordering,
                                            max_classes=self.max_classes,
                                            title=f"{current.name} vs {baseline.name}")
         return confusion.plot_confusion(current.counts(), current.classes, self.normalize, self.ordering,
                                       self.max_classes, title=current.name)
+
+    def comparison(self):
+        """`comparison.compare(baseline, current)` when comparing, else None (cached per pair)."""
+        from course_lib.analysis import comparison
+
+        baseline = self._baseline()
+        if baseline is None:
+            return None
+        key = (baseline.name, self.evaluation_name)
+        if self._comparison is None or self._comparison[0] != key:
+            self._comparison = (key, comparison.compare(baseline, self.evaluation, draws=500))
+        return self._comparison[1]
 
     def pairs_table(self, top: int = 10):
         return confusion.most_confused_pairs(self.evaluation.counts(), self.evaluation.classes, top)
@@ -183,13 +370,55 @@ class ConfusionExplorer:
         import matplotlib.pyplot as plt
 
         self.selected_cell = (int(true_index), int(predicted_index))
+        self.gallery_mode = "cell"
         low, high = self.confidence_range
         self.gallery_table = cell_images(self.evaluation, true_index, predicted_index, low, high,
                                          limit=self.gallery_size)
         if self.gallery_figure is not None:
             plt.close(self.gallery_figure)
         self.gallery_figure = plot_gallery(self.evaluation, self.gallery_table)
+        plt.close(self.gallery_figure)  # kept for inspection; not drawn again by the inline backend
         return self.gallery_table
+
+    def show_flips(self, direction: str = "right_to_wrong"):
+        """The gallery becomes the images that flipped between the compared evaluations, within
+        the confidence range of the current one."""
+        result = self.comparison()
+        if result is None:
+            raise ValueError("pick an evaluation to compare to first (compare_name)")
+        table = result.flips[direction]
+        low, high = self.confidence_range
+        self.gallery_mode = direction
+        self.gallery_table = table[(table["confidence"] >= low) & (table["confidence"] <= high)].head(self.gallery_size)
+        return self.gallery_table
+
+    def gallery_title(self) -> str:
+        low = self.min_confidence
+        if self.gallery_mode != "cell":
+            result = self.comparison()
+            total = len(result.flips[self.gallery_mode]) if result is not None else 0
+            words = self.gallery_mode.replace("_", " ")
+            return (f"{words}: {len(self.gallery_table)} of {total} images with confidence ≥ {low:.2f} "
+                    f"({self.evaluation_name} vs {self.compare_name})")
+        if self.selected_cell is None:
+            return "click a cell of the matrix to see its images"
+        true_index, predicted_index = self.selected_cell
+        classes = self.evaluation.classes
+        total = int(self.evaluation.counts()[true_index, predicted_index])
+        return (f"true {classes[true_index]} → predicted {classes[predicted_index]}: {len(self.gallery_table)} of "
+                f"{total} images with confidence ≥ {low:.2f}, most confident first ({self.evaluation_name})")
+
+    def refresh(self):
+        """Rebuild the gallery for the current settings (after a filter changed)."""
+        if self.selected_cell is not None and max(self.selected_cell) >= self.evaluation.num_classes:
+            self.selected_cell = None
+        if self.gallery_mode != "cell" and self.comparison() is not None:
+            return self.show_flips(self.gallery_mode)
+        self.gallery_mode = "cell"
+        if self.selected_cell is not None:
+            return self.select(*self.selected_cell)
+        self.gallery_table = None
+        return None
 
     # --- widget handlers (callable directly, no browser needed) -----------------------------------
 
@@ -198,92 +427,175 @@ class ConfusionExplorer:
         true_index, predicted_index = change["new"]
         table = self.select(true_index, predicted_index)
         self._show_gallery()
+        self._mark_selected()
         return table
 
     def on_settings_changed(self, change=None):
-        """Handler for evaluation/comparison/normalisation/ordering/confidence controls."""
+        """Handler for the split/evaluation/comparison/normalisation/ordering/confidence controls."""
         if self._controls is not None:
             c = self._controls
-            self.evaluation_name = c["evaluation"].value
-            self.compare_name = c["compare"].value or None
+            if c["split"].value != (self.split or ""):
+                self.set_split(c["split"].value or None)
+            else:
+                self.evaluation_name = c["evaluation"].value
+                self.compare_name = c["compare"].value or None
             self.normalize = c["normalize"].value
             self.ordering = c["ordering"].value
-            self.confidence_range = tuple(c["confidence"].value)
-            c["pairs"].options = self._pair_options()
-            classes = [(name, i) for i, name in enumerate(self.evaluation.classes)]
-            c["true"].options, c["predicted"].options = classes, classes
-        if self.selected_cell is not None and max(self.selected_cell) >= self.evaluation.num_classes:
-            self.selected_cell = None
+            self.min_confidence = c["min_confidence"].value
+            self._sync_controls()
+        self.refresh()
         self._show_matrix()
-        if self.selected_cell is not None:
-            self.select(*self.selected_cell)
-            self._show_gallery()
+        self._show_gallery()
+
+    def _sync_controls(self):
+        """Put the state back into the controls without firing their handlers again."""
+        c = self._controls
+        for key in ("evaluation", "compare"):
+            c[key].unobserve(self.on_settings_changed, names="value")
+        c["evaluation"].options = self.names_in_split()
+        c["evaluation"].value = self.evaluation_name
+        c["compare"].options = [("(none)", "")] + [(n, n) for n in self.compare_options()]
+        c["compare"].value = self.compare_name or ""
+        for key in ("evaluation", "compare"):
+            c[key].observe(self.on_settings_changed, names="value")
+        c["pairs"].options = self._pair_options()
+        classes = [(name, i) for i, name in enumerate(self.evaluation.classes)]
+        c["true"].options, c["predicted"].options = classes, classes
 
     def _pair_options(self):
         options = [(f"{p.true} -> {p.predicted}  ({p.images} images, {p.share_of_true:.0%})",
                     (p.true_index, p.predicted_index)) for p in self.pairs_table(20).itertuples()]
         return options or [("(no confusions)", None)]
 
-    def _show(self, output, figure):
-        import matplotlib.pyplot as plt
-        from IPython.display import clear_output, display
-
-        if output is None:
-            return
-        with output:
-            clear_output(wait=True)
-            display(figure)
-        plt.close(figure)
-
-    def _show_matrix(self):
-        if self._controls is not None:
-            self._show(self._controls["matrix_output"], self.matrix_figure())
-
-    def _show_gallery(self):
-        if self._controls is not None and self.gallery_figure is not None:
-            with self._controls["gallery_output"]:
-                from IPython.display import clear_output, display
-
-                clear_output(wait=True)
-                display(self.gallery_table.drop(columns=["image"]).round(3))
-                display(self.gallery_figure)
-
-    def widget(self):
-        """Controls: evaluation, comparison, normalisation, ordering, confidence range, a cell
-        (from the most-confused list or any true/predicted pair); outputs: matrix and gallery."""
+    def _cell_button(self, cell):
         import ipywidgets as widgets
 
-        names = list(self.evaluations)
+        button = widgets.Button(description=cell.label, tooltip=f"true {cell.true}, predicted {cell.predicted}: "
+                                                                 f"{cell.images} images",
+                                layout=widgets.Layout(width=f"{CELL_PIXELS}px", height="30px", padding="0",
+                                                      margin="0", border="1px solid white"))
+        button.style.button_color = cell.background
+        button.style.text_color = cell.text
+        button.style.font_size = "11px"
+        button.add_class("workbook-cm-cell")
+        button.cell = (int(cell.true_index), int(cell.predicted_index))
+        button.on_click(lambda clicked: self.on_cell_selected({"new": clicked.cell}))
+        return button
+
+    def _show_matrix(self):
+        """Rebuild the grid of cell buttons (rows true, columns predicted) and the comparison."""
+        if self._controls is None:
+            return
+        import ipywidgets as widgets
+
+        c = self._controls
+        cells = self.matrix_cells()
+        shown = int(cells["row"].max()) + 1 if len(cells) else 0
+        names = list(cells.loc[cells["row"] == 0, "predicted"])
+        header = [widgets.HTML("<small>true \\ predicted</small>")]
+        header += [widgets.HTML(f'<div title="{name}" style="writing-mode:vertical-rl;transform:rotate(180deg);'
+                                f'height:90px;font-size:11px;overflow:hidden">{_clip(name)}</div>') for name in names]
+        children = list(header)
+        self._buttons = {}
+        for row in range(shown):
+            row_cells = cells[cells["row"] == row]
+            children.append(widgets.HTML(f'<div title="{row_cells.iloc[0]["true"]}" style="font-size:11px;'
+                                         f'text-align:right">{_clip(row_cells.iloc[0]["true"], 18)}</div>'))
+            for cell in row_cells.itertuples():
+                button = self._cell_button(cell)
+                self._buttons[button.cell] = button
+                children.append(button)
+        c["grid"].children = children
+        c["grid"].layout.grid_template_columns = f"130px repeat({shown}, {CELL_PIXELS}px)"
+        scope = f"{shown} most-confused of {self.evaluation.num_classes} classes" \
+            if shown < self.evaluation.num_classes else f"{shown} classes"
+        what = f"after - before ({self.compare_name} -> {self.evaluation_name})" if self._baseline() else \
+            self.evaluation_name
+        c["matrix_title"].value = f"<b>{what}</b>: {self.normalize}-normalised, {scope}, ordered by {self.ordering}"
+        result = self.comparison()
+        c["comparison"].value = comparison_html(result) if result is not None else ""
+        c["flips"].layout.display = "" if result is not None else "none"
+        if result is not None:
+            c["right_to_wrong"].description = f"right -> wrong ({result.overall['right_to_wrong']})"
+            c["wrong_to_right"].description = f"wrong -> right ({result.overall['wrong_to_right']})"
+        self._mark_selected()
+
+    def _mark_selected(self):
+        for cell, button in getattr(self, "_buttons", {}).items():
+            selected = self.gallery_mode == "cell" and cell == self.selected_cell
+            button.layout.border = "3px solid #d62728" if selected else "1px solid white"
+            button.style.font_weight = "bold" if selected else "normal"
+
+    def _show_gallery(self):
+        if self._controls is None:
+            return
+        table = self.gallery_table
+        if table is None:
+            self._controls["gallery"].value = f'<div class="workbook-gallery-caption">{self.gallery_title()}</div>'
+        else:
+            self._controls["gallery"].value = gallery_html(self.evaluation, table, self.gallery_title())
+
+    def _on_flips(self, direction: str):
+        self.show_flips(direction)
+        self._mark_selected()
+        self._show_gallery()
+
+    def widget(self):
+        """Filters (split, evaluation, comparison, normalisation, ordering, minimum confidence), the
+        matrix as a grid of buttons (click, or Tab to a cell and press Enter), a most-confused list,
+        and the gallery of the chosen cell; with a comparison, the per-class deltas and flipped images."""
+        import ipywidgets as widgets
+
         classes = [(name, i) for i, name in enumerate(self.evaluation.classes)]
+        wide = {"style": {"description_width": "initial"}}
         c = {
-            "evaluation": widgets.Dropdown(options=names, value=self.evaluation_name, description="evaluation"),
-            "compare": widgets.Dropdown(options=[("(none)", "")] + [(n, n) for n in names],
-                                        value=self.compare_name or "", description="compare to"),
+            "split": widgets.Dropdown(options=[("all", "")] + [(s, s) for s in self.splits()], value=self.split or "",
+                                      description="split", **wide),
+            "evaluation": widgets.Dropdown(options=self.names_in_split(), value=self.evaluation_name,
+                                           description="evaluation", **wide),
+            "compare": widgets.Dropdown(options=[("(none)", "")] + [(n, n) for n in self.compare_options()],
+                                        value=self.compare_name or "", description="compare to", **wide),
             "normalize": widgets.ToggleButtons(options=list(confusion.NORMALIZATIONS), value=self.normalize,
-                                               description="normalise"),
+                                               description="normalise", **wide),
             "ordering": widgets.ToggleButtons(options=list(confusion.ORDERINGS), value=self.ordering,
-                                              description="order by"),
-            "confidence": widgets.FloatRangeSlider(value=self.confidence_range, min=0.0, max=1.0, step=0.05,
-                                                   description="confidence"),
+                                              description="order by", **wide),
+            "min_confidence": widgets.FloatSlider(value=self.min_confidence, min=0.0, max=1.0, step=0.05,
+                                                  continuous_update=False, description="min confidence", **wide),
+            "matrix_title": widgets.HTML(),
+            "grid": widgets.GridBox(layout=widgets.Layout(grid_gap="0px", align_items="center")),
             "pairs": widgets.Select(options=self._pair_options(), value=None, rows=6,
-                                    description="confused", layout=widgets.Layout(width="520px")),
-            "true": widgets.Dropdown(options=classes, description="true"),
-            "predicted": widgets.Dropdown(options=classes, description="predicted"),
+                                    description="confused", layout=widgets.Layout(width="460px")),
+            "true": widgets.Dropdown(options=classes, description="true", layout=widgets.Layout(width="220px")),
+            "predicted": widgets.Dropdown(options=classes, description="predicted",
+                                          layout=widgets.Layout(width="220px")),
             "show": widgets.Button(description="show cell"),
-            "matrix_output": widgets.Output(),
-            "gallery_output": widgets.Output(),
+            "comparison": widgets.HTML(),
+            "right_to_wrong": widgets.Button(description="right -> wrong"),
+            "wrong_to_right": widgets.Button(description="wrong -> right"),
+            "gallery": widgets.HTML(),
         }
+        c["flips"] = widgets.HBox([c["right_to_wrong"], c["wrong_to_right"]])
+        c["gallery"].add_class("workbook-gallery")
+        c["grid"].add_class("workbook-matrix")
         self._controls = c
-        for key in ("evaluation", "compare", "normalize", "ordering", "confidence"):
+        for key in ("split", "evaluation", "compare", "normalize", "ordering", "min_confidence"):
             c[key].observe(self.on_settings_changed, names="value")
         c["pairs"].observe(lambda change: change["new"] is not None and self.on_cell_selected(change), names="value")
         c["show"].on_click(lambda _: self.on_cell_selected({"new": (c["true"].value, c["predicted"].value)}))
+        c["right_to_wrong"].on_click(lambda _: self._on_flips("right_to_wrong"))
+        c["wrong_to_right"].on_click(lambda _: self._on_flips("wrong_to_right"))
         self._show_matrix()
-        return widgets.VBox([
-            widgets.HBox([c["evaluation"], c["compare"]]),
+        self._show_gallery()
+        scroller = widgets.Box([c["grid"]], layout=widgets.Layout(overflow="auto", max_height=f"{GRID_MAX_PIXELS}px",
+                                                                  max_width=f"{GRID_MAX_PIXELS + 140}px"))
+        root = widgets.VBox([
+            widgets.HBox([c["split"], c["evaluation"], c["compare"]]),
             widgets.HBox([c["normalize"], c["ordering"]]),
-            c["confidence"],
-            widgets.HBox([c["matrix_output"],
-                          widgets.VBox([c["pairs"], widgets.HBox([c["true"], c["predicted"], c["show"]])])]),
-            c["gallery_output"],
+            c["min_confidence"],
+            widgets.HBox([widgets.VBox([c["matrix_title"], scroller]),
+                          widgets.VBox([c["pairs"], widgets.HBox([c["true"], c["predicted"], c["show"]]),
+                                        c["comparison"], c["flips"]])]),
+            c["gallery"],
         ])
+        root.add_class("workbook-explorer")
+        return root

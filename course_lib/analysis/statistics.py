@@ -1,7 +1,8 @@
 """Is a difference beyond noise? Seed noise of repeated runs, the validation set's own sampling noise
 (bootstrap over images, and the binomial standard error of an accuracy), and a comparison of each
 variant with a baseline's noise band (Bouthillier et al. 2021, "Accounting for Variance in Machine
-Learning Benchmarks", arXiv:2103.03098).
+Learning Benchmarks", arXiv:2103.03098); bootstrap resampling weights and percentile intervals (Efron &
+Tibshirani 1993, "An Introduction to the Bootstrap", ch. 13) for comparing two evaluations.
 """
 from __future__ import annotations
 
@@ -81,3 +82,24 @@ def compare_to_baseline(table, baseline_values: dict, metrics=("val top-1", "ECE
         table[f"{metric} noise band"] = band
         table[f"{metric} beyond noise"] = np.where(delta.abs() > band, "yes", "no")
     return table
+
+
+def bootstrap_weights(images: int, draws: int = 1000, seed: int = 0) -> np.ndarray:
+    """draws x images resampling counts: row b says how often each image appears in bootstrap
+    resample b (Efron 1979). A statistic that is a sum over images becomes one matrix product
+    per resample (`weights @ per_image_values`), so thousands of draws stay fast."""
+    if draws < 2:
+        raise ValueError(f"draws must be at least 2, got {draws}")
+    if images < 1:
+        raise ValueError(f"a bootstrap needs at least 1 image, got {images}")
+    rng = np.random.default_rng(seed)
+    # Drawing `images` times with replacement = one multinomial draw of the per-image counts.
+    return rng.multinomial(images, np.full(images, 1.0 / images), size=draws).astype(np.float64)
+
+
+def percentile_interval(samples, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) percentile bootstrap interval along axis 0 of `samples` (draws x ...)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    tail = (1.0 - level) / 2 * 100
+    return np.percentile(samples, tail, axis=0), np.percentile(samples, 100 - tail, axis=0)

@@ -1,0 +1,285 @@
+"""The run report `runs/<id>/index.html`: one row per notebook with its status and duration, its
+headline numbers read from the ledger rows the run wrote (best top-1, best images/s, the
+fastest-over-slowest speed-up of its training runs), its claims table ("what we measured vs. what
+the article claims") and its key figure (the last image the executed notebook shows, read with
+nbformat) as a thumbnail. `workbook run` rewrites it after every notebook; `workbook report RUN_ID`
+regenerates it from `summary.json`, the ledger and the executed notebooks.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+from course_lib import ledger, paths
+
+STATUS_COLOURS = {"ok": "#1a7f37", "failed": "#cf222e", "interrupted": "#bc4c00", "not run": "#6e7781"}
+# Metric names notebooks and the engine record, by what they measure (the first found wins per row).
+TOP1_KEYS = ("val_top1", "top1", "val top-1", "test top-1")
+SPEED_KEYS = ("images_per_second", "images/s")
+CLAIMS_HEADING = "what we measured vs"
+FIGURES_DIR = "figures"
+THUMBNAIL_PIXELS = 220
+RUNNING = "(running)"  # rows written after the last finished notebook
+
+
+def rows_by_notebook(rows: list[dict]) -> dict[str, list[dict]]:
+    """The run's ledger rows grouped by the notebook that wrote them. Notebooks run one after
+    another and the runner records a notebook's own row (kind "notebook") when it ends, so every
+    other row belongs to the first notebook row after it (ids increase with time); rows after the
+    last notebook row belong to the notebook still running."""
+    groups: dict[str, list[dict]] = {}
+    pending: list[dict] = []
+    for row in sorted(rows, key=lambda r: r["id"]):
+        if row["kind"] == "notebook":
+            groups.setdefault(row["name"], []).extend(pending)
+            pending = []
+        else:
+            pending.append(row)
+    if pending:
+        groups[RUNNING] = pending
+    return groups
+
+
+def _first(metrics: dict, keys) -> float | None:
+    for key in keys:
+        value = metrics.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+            return float(value)
+    return None
+
+
+def headline(rows: list[dict]) -> dict:
+    """Best top-1 and best images/s among `rows` (with the row that holds each), and the
+    speed-up of the fastest over the slowest training run when there are several."""
+    found = {"rows": len(rows), "top1": None, "images_per_second": None, "speedup": None}
+    best_top1 = best_speed = None
+    train_speeds = []
+    for row in rows:
+        if row.get("status") not in (None, "ok"):
+            continue
+        top1, speed = _first(row["metrics"], TOP1_KEYS), _first(row["metrics"], SPEED_KEYS)
+        if top1 is not None and (best_top1 is None or top1 > best_top1[0]):
+            best_top1 = (top1, f"{row['kind']} {row['name']}")
+        if speed is not None and (best_speed is None or speed > best_speed[0]):
+            best_speed = (speed, f"{row['kind']} {row['name']}")
+        if speed is not None and row["kind"] == "train":
+            train_speeds.append(speed)
+    found["top1"], found["images_per_second"] = best_top1, best_speed
+    if len(train_speeds) >= 2 and min(train_speeds) > 0:
+        found["speedup"] = (max(train_speeds) / min(train_speeds), len(train_speeds))
+    return found
+
+
+def headline_html(found: dict) -> str:
+    parts = []
+    if found["top1"]:
+        parts.append(f"top-1 <b>{found['top1'][0]:.3f}</b> <small>({html.escape(found['top1'][1])})</small>")
+    if found["images_per_second"]:
+        parts.append(f"<b>{found['images_per_second'][0]:,.0f}</b> images/s "
+                     f"<small>({html.escape(found['images_per_second'][1])})</small>")
+    if found["speedup"]:
+        ratio, runs = found["speedup"]
+        parts.append(f"fastest/slowest of {runs} training runs: <b>{ratio:.2f}x</b>")
+    if not parts:
+        return f"<small>{found['rows']} ledger row(s), no accuracy or speed among them</small>"
+    return "<br>".join(parts)
+
+
+class _TableParser(HTMLParser):
+    """Header and body rows of the first HTML table (a pandas DataFrame's rendering: <thead> rows,
+    of which the first names the columns, then <tbody> rows)."""
+
+    def __init__(self):
+        super().__init__()
+        self.header: list[str] = []
+        self.body: list[list[str]] = []
+        self._row: list[str] | None = None
+        self._cell: list[str] | None = None
+        self._tables = 0
+        self._in_head = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self._tables += 1
+        elif self._tables != 1:
+            return
+        elif tag == "thead":
+            self._in_head = True
+        elif tag == "tr":
+            self._row = []
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if self._tables != 1:
+            return
+        if tag in ("td", "th") and self._cell is not None:
+            self._row.append(" ".join("".join(self._cell).split()))
+            self._cell = None
+        elif tag == "thead":
+            self._in_head = False
+        elif tag == "tr" and self._row is not None:
+            if (self._in_head or not self.header) and not self.body:
+                self.header = self.header or self._row
+            else:
+                self.body.append(self._row)
+            self._row = None
+        elif tag == "table":
+            self._tables += 1  # only the first table is read
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def claims(notebook) -> dict | None:
+    """The claims table an executed notebook shows after its "What we measured vs. ..." heading:
+    {"html": the table, "claims": rows, "met": rows judged met or None, "judged": rows judged}.
+    A column whose header says met/verdict/beyond noise/agrees is read as the judgement (yes,
+    true, met, ok count as met); notebooks without one give met=None."""
+    cells = notebook.cells
+    start = next((i for i, cell in enumerate(cells) if cell.cell_type == "markdown"
+                  and CLAIMS_HEADING in cell.source.lower()), None)
+    if start is None:
+        return None
+    for cell in cells[start + 1:]:
+        if cell.cell_type == "markdown" and cell.source.lstrip().startswith("## "):
+            return None
+        for output in cell.get("outputs", []):
+            table = output.get("data", {}).get("text/html")
+            if table and "<table" in table:
+                parser = _TableParser()
+                parser.feed(table)
+                header, body = parser.header, parser.body
+                judged_column = next((i for i, name in enumerate(header)
+                                      if re.search(r"\bmet\b|verdict|beyond noise|agrees", name.lower())), None)
+                met = judged = None
+                if judged_column is not None:
+                    values = [row[judged_column].lower() for row in body if len(row) > judged_column]
+                    judged = len(values)
+                    met = sum(value.startswith(("yes", "true", "met", "ok")) for value in values)
+                return {"html": table, "claims": len(body), "met": met, "judged": judged}
+    return None
+
+
+def key_figure(notebook) -> bytes | None:
+    """The last PNG the executed notebook shows: its chapter's closing measurement, as a rule."""
+    for cell in reversed(notebook.cells):
+        for output in reversed(cell.get("outputs", [])):
+            image = output.get("data", {}).get("image/png")
+            if image:
+                return base64.b64decode(image if isinstance(image, str) else "".join(image))
+    return None
+
+
+def _read_notebook(path: Path):
+    import nbformat
+
+    try:
+        return nbformat.read(str(path), as_version=4)
+    except Exception:  # a notebook that did not get written is reported by its status
+        return None
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """A browser refreshing the page (or a crash) never sees half a file."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def notebook_row(out_dir: Path, result: dict, rows: list[dict]) -> str:
+    """One table row: notebook links, status, seconds, headline numbers, claims, key figure."""
+    name = result["notebook"]
+    links = f'<a href="{html.escape(result["output"])}">ipynb</a>'
+    links = (f'<a href="{html.escape(result["html"])}">{html.escape(name)}</a> ({links})' if result.get("html")
+             else f"{html.escape(name)} ({links})")
+    colour = STATUS_COLOURS.get(result["status"], STATUS_COLOURS["failed"])
+    notebook = _read_notebook(out_dir / result["output"]) if (out_dir / result["output"]).exists() else None
+    claim_cell = figure_cell = ""
+    if notebook is not None:
+        found = claims(notebook)
+        if found:
+            verdict = (f"{found['met']} of {found['judged']} met" if found["met"] is not None
+                       else f"{found['claims']} claim(s) measured")
+            claim_cell = f"<details><summary>{verdict}</summary>{found['html']}</details>"
+        image = key_figure(notebook)
+        if image:
+            figures = out_dir / FIGURES_DIR
+            figures.mkdir(exist_ok=True)
+            target = figures / f"{Path(name).stem}.png"
+            target.write_bytes(image)
+            relative = f"{FIGURES_DIR}/{target.name}"
+            figure_cell = (f'<a href="{relative}"><img src="{relative}" width="{THUMBNAIL_PIXELS}" '
+                           f'alt="key figure of {html.escape(name)}"></a>')
+    params = html.escape(", ".join(f"{k}={v}" for k, v in result.get("parameters", {}).items()))
+    return (f"<tr><td>{links}<br><small>{params}</small></td><td style='color:{colour}'>{result['status']}</td>"
+            f"<td>{result['duration_seconds']:.1f}</td><td>{headline_html(headline(rows))}</td>"
+            f"<td>{claim_cell}</td><td>{figure_cell}</td><td>{html.escape(result.get('error') or '')}</td></tr>")
+
+
+def write_index(out_dir: Path, run_id: str, profile: str, results: list[dict], not_run=(),
+                state: str = "finished", ledger_rows: list[dict] | None = None) -> Path:
+    """index.html: one row per notebook (dicts with NotebookResult's fields), with the ones not
+    run yet (`not_run`) at the end; `state` (running | finished | interrupted) says whether the
+    list is complete. `ledger_rows` default: the rows of `run_id` in the ledger."""
+    out_dir = Path(out_dir)
+    if ledger_rows is None:
+        try:
+            ledger_rows = ledger.Ledger().rows(run_id=run_id)
+        except ledger.LedgerError:
+            ledger_rows = []  # the page still lists the notebooks; the numbers need the ledger
+    groups = rows_by_notebook(ledger_rows)
+    table = [notebook_row(out_dir, result, groups.get(result["notebook"], [])) for result in results]
+    for name in not_run:
+        table.append(f"<tr><td>{html.escape(name)}</td><td style='color:{STATUS_COLOURS['not run']}'>not run</td>"
+                     + "<td></td>" * 5 + "</tr>")
+    hardware = next((row["hardware"] for row in ledger_rows if row.get("hardware")), None)
+    versions = next((row["versions"] for row in ledger_rows if row.get("versions")), None) or ledger.runtime_versions()
+    commit = next((row["git_commit"] for row in ledger_rows if row.get("git_commit")), None) or ledger.git_commit()
+    note = {"running": "<p><b>Running</b>: this page is rewritten after every notebook.</p>",
+            "interrupted": "<p><b>Interrupted</b> (Ctrl-C): the notebooks below the interrupted one did not run."
+                           "</p>"}.get(state, "")
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>Workbook run {html.escape(run_id)}</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}}
+details table{{font-size:12px}}</style></head><body>
+<h1>Workbook run {html.escape(run_id)}</h1>
+<p>Profile <b>{html.escape(profile)}</b> on {html.escape(ledger.describe_hardware(hardware))};
+torch {html.escape(str(versions.get('torch')))}; commit {html.escape(str(commit))}.
+Headline numbers come from the ledger rows each notebook wrote (<code>workbook ledger --run {html.escape(run_id)}</code>);
+every images/s figure was measured on the hardware named here.</p>
+{note}
+<table><tr><th>notebook</th><th>status</th><th>seconds</th><th>headline numbers</th><th>claims</th>
+<th>key figure</th><th>error</th></tr>
+{''.join(table)}
+</table></body></html>
+"""
+    index = out_dir / "index.html"
+    write_atomically(index, page)
+    return index
+
+
+def run_folder(run: str) -> Path:
+    """A run's folder from its id (runs/<id>) or its path."""
+    folder = Path(run)
+    if not (folder / "summary.json").exists():
+        folder = paths.project_root() / "runs" / run
+    if not (folder / "summary.json").exists():
+        raise FileNotFoundError(f"no run {run!r}: neither {run} nor {folder} holds a summary.json; "
+                                "`ls runs/` lists the runs, `workbook run` makes one")
+    return folder
+
+
+def regenerate(run: str) -> Path:
+    """`workbook report RUN_ID`: rewrite the run's index.html from summary.json and the ledger."""
+    folder = run_folder(run)
+    summary = json.loads((folder / "summary.json").read_text())
+    return write_index(folder, summary["run_id"], summary["profile"], summary["results"], summary.get("not_run", []),
+                       summary.get("state", "finished"))

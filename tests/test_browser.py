@@ -1,0 +1,223 @@
+"""The confusion explorer in a real browser: JupyterLab started from this environment on
+127.0.0.1 with a random token, notebook 09 (smoke profile) opened in headless Chromium driven by
+Playwright (https://playwright.dev/python/) with Debian's system browser, all cells run, a matrix
+cell clicked and the filters changed. ipywidgets can break in ways Python never sees (a missing
+front-end extension, a widget that renders nothing); only a browser shows them.
+
+Skipped, with a one-line reason, where Playwright or Chromium is missing (`.ci/run` installs
+Debian's chromium with apt when it can). On failure a screenshot goes to runs/; on success the
+explorer's screenshot is written to docs/images/explorer.png, which the README shows.
+"""
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from conftest import ROOT
+
+NOTEBOOK = "09_confusion_matrix_analysis.ipynb"
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+# Headless Chromium on a server without a display, a GPU or internet access (root needs --no-sandbox).
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+SERVER_START_SECONDS = 90
+RUN_ALL_SECONDS = 420  # notebook 09 trains two tiny models; on 2 busy cores that takes a minute or two
+STEP_MS = 60_000  # one click's round trip: browser -> kernel -> widget update -> browser
+SCREENSHOT = ROOT / "docs" / "images" / "explorer.png"
+GALLERY = ".workbook-explorer .workbook-gallery"
+
+
+def _chromium() -> str | None:
+    candidates = (os.environ.get("WORKBOOK_CHROMIUM"), shutil.which("chromium"), *CHROMIUM_CANDIDATES)
+    return next((path for path in candidates if path and os.path.exists(path)), None)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _write_settings(folder):
+    """JupyterLab user settings for the test: every cell kept in the page (no virtual scrolling),
+    no news fetched from the internet."""
+    settings = {"@jupyterlab/notebook-extension/tracker.jupyterlab-settings": '{"windowingMode": "none"}',
+                "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
+                    '{"fetchNews": "false", "checkForUpdates": false}'}
+    for name, text in settings.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+@pytest.fixture
+def chromium():
+    """The system Chromium's path, or a skip naming what is missing (checked before JupyterLab starts)."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install -e '.[dev]')")
+    found = _chromium()
+    if found is None:
+        pytest.skip("no chromium browser (apt-get install chromium); the browser test needs one")
+    return found
+
+
+@pytest.fixture
+def lab(chromium, tmp_path):
+    """(url, token) of a JupyterLab serving a smoke-profile copy of notebook 09; stopped (its
+    whole process group: server and kernels) afterwards."""
+    import nbformat
+
+    root = tmp_path / "lab"
+    root.mkdir()
+    notebook = nbformat.read(ROOT / "notebooks" / NOTEBOOK, as_version=4)
+    # As papermill does: a cell after the `parameters` cell sets the smoke profile.
+    position = next(i for i, cell in enumerate(notebook.cells) if "parameters" in cell.metadata.get("tags", []))
+    notebook.cells.insert(position + 1, nbformat.v4.new_code_cell('profile = "smoke"'))
+    nbformat.write(notebook, root / NOTEBOOK)
+    _write_settings(tmp_path / "settings")
+    port, token = _free_port(), secrets.token_hex(16)
+    environment = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+                   "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+               f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+               f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+               f"--LabApp.user_settings_dir={tmp_path / 'settings'}", f"--LabApp.workspaces_dir={tmp_path / 'ws'}",
+               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    if os.geteuid() == 0:
+        command.append("--allow-root")  # CI runs as root; JupyterLab refuses to otherwise
+    log = open(tmp_path / "jupyterlab.log", "wb")
+    server = subprocess.Popen(command, cwd=root, env=environment, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)  # its own process group: kernels are stopped with it
+    try:
+        deadline = time.monotonic() + SERVER_START_SECONDS
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"JupyterLab exited with {server.returncode}: "
+                            f"{(tmp_path / 'jupyterlab.log').read_text(errors='replace')[-800:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not answer within {SERVER_START_SECONDS} s")
+                time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}/lab/tree/{NOTEBOOK}?token={token}", tmp_path
+    finally:
+        for sent in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(server.pid, sent)
+            except ProcessLookupError:
+                break
+            try:
+                server.wait(timeout=15)
+                time.sleep(0.5)  # kernels leave after the server has told them to
+            except subprocess.TimeoutExpired:
+                continue
+        log.close()
+
+
+def _thumbnails(page) -> list[str]:
+    return page.eval_on_selector_all(f"{GALLERY} figure.workbook-thumb", "nodes => nodes.map(n => n.dataset.image)")
+
+
+def _caption(page) -> str:
+    return page.inner_text(f"{GALLERY} .workbook-gallery-caption")
+
+
+def _wait_for_caption(page, pattern: str):
+    page.wait_for_function("([selector, pattern]) => { const node = document.querySelector(selector); "
+                           "return node && new RegExp(pattern).test(node.innerText); }",
+                           arg=[f"{GALLERY} .workbook-gallery-caption", pattern], timeout=STEP_MS)
+
+
+def _cells_by_images(page) -> list[tuple[int, str, int]]:
+    """(position, tooltip, images) of every matrix button, most images first."""
+    titles = page.eval_on_selector_all(".workbook-explorer .workbook-cm-cell", "nodes => nodes.map(n => n.title)")
+    cells = [(i, title, int(re.search(r": (\d+) images$", title).group(1))) for i, title in enumerate(titles)]
+    return sorted(cells, key=lambda cell: -cell[2])
+
+
+@pytest.mark.timeout(RUN_ALL_SECONDS + 240)
+def test_explorer_in_jupyterlab_shows_a_clicked_cells_images_and_filters_them(chromium, lab):
+    from playwright.sync_api import sync_playwright
+
+    url, work = lab
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS,
+                                             timeout=60_000)
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        try:
+            page.goto(url, timeout=90_000)
+            page.wait_for_function("() => { const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+                                   " const kernel = panel && panel.sessionContext && panel.sessionContext.session"
+                                   " && panel.sessionContext.session.kernel;"
+                                   " return kernel && kernel.status === 'idle'; }", timeout=120_000)
+            page.evaluate("() => { window.workbookRunAll = undefined; "
+                          "window.jupyterapp.commands.execute('notebook:run-all-cells').then("
+                          "ok => { window.workbookRunAll = String(ok); }, "
+                          "error => { window.workbookRunAll = 'error: ' + error; }); }")
+            page.wait_for_function("() => window.workbookRunAll !== undefined", timeout=RUN_ALL_SECONDS * 1000)
+            outcome = page.evaluate("() => window.workbookRunAll")
+            if outcome != "true":
+                errors = page.eval_on_selector_all(".jp-OutputArea-output[data-mime-type*='stderr']",
+                                                   "nodes => nodes.map(n => n.innerText.slice(-400))")
+                pytest.fail(f"running all cells of {NOTEBOOK} in JupyterLab gave {outcome}: {errors[-1:] or ''}")
+
+            # A mouse click on the confusion with most images (else the fullest cell) shows its images,
+            # most confident first.
+            page.wait_for_selector(".workbook-explorer .workbook-cm-cell", timeout=STEP_MS)
+            cells = _cells_by_images(page)
+            named = [(cell, re.match(r"true (.+), predicted (.+): \d+ images$", cell[1]).groups()) for cell in cells]
+            (position, title, images), (true_name, predicted_name) = next(
+                (item for item in named if item[1][0] != item[1][1] and item[0][2] > 0), named[0])
+            page.locator(".workbook-explorer .workbook-cm-cell").nth(position).click()
+            _wait_for_caption(page, f"true {re.escape(true_name)} → predicted {re.escape(predicted_name)}")
+            shown = _thumbnails(page)
+            assert len(shown) == min(images, 12) > 0, f"{title}: {len(shown)} images shown"
+            assert page.locator(f"{GALLERY} img").first.evaluate("img => img.complete && img.naturalWidth > 0")
+            alts = page.eval_on_selector_all(f"{GALLERY} img", "nodes => nodes.map(n => n.alt)")
+            confidences = [float(re.search(r"confidence (\d\.\d+)$", alt).group(1)) for alt in alts]
+            assert confidences and confidences == sorted(confidences, reverse=True)
+            page.locator(".workbook-explorer").screenshot(path=str(work / "explorer.png"))
+
+            # The split filter: the same cell of the test split's evaluation shows other images.
+            split = page.locator(".workbook-explorer .widget-dropdown", has_text="split").locator("select")
+            split.select_option("test")
+            _wait_for_caption(page, r"\(09-baseline-test-smoke\)")
+            assert _thumbnails(page) != shown
+            split.select_option("val")
+            _wait_for_caption(page, r"\(09-baseline-smoke\)")
+            assert _thumbnails(page) == shown
+
+            # The minimum-confidence filter, from the keyboard: End moves the slider to 1.0.
+            page.locator(".workbook-explorer .widget-slider .noUi-handle").first.focus()
+            page.keyboard.press("End")
+            _wait_for_caption(page, "confidence ≥ 1.00")
+            assert _thumbnails(page) == []
+
+            # Keyboard only: Tab to another cell, Enter shows it.
+            position, title, _ = next(cell for cell in cells[1:] if cell[1] != title)
+            true_name, predicted_name = re.match(r"true (.+), predicted (.+): \d+ images$", title).groups()
+            page.locator(".workbook-explorer .workbook-cm-cell").nth(position).focus()
+            page.keyboard.press("Enter")
+            _wait_for_caption(page, f"true {re.escape(true_name)} → predicted {re.escape(predicted_name)}")
+        except BaseException:
+            failure = ROOT / "runs" / f"browser-test-failure-{time.strftime('%Y%m%d-%H%M%S')}.png"
+            failure.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(failure), full_page=True)
+            print(f"screenshot of the failure: {failure}", file=sys.stderr)
+            raise
+        finally:
+            browser.close()
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(work / "explorer.png", SCREENSHOT)

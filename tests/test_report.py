@@ -1,0 +1,99 @@
+import base64
+import json
+
+import nbformat
+import pytest
+
+from course_lib import cli, ledger, report
+
+# A 1x1 PNG: what a notebook's figure output holds, base64-encoded.
+PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+CLAIMS_TABLE = ("<table><thead><tr><th></th><th>article</th><th>measured here</th><th>met</th></tr>"
+                "<tr><th>claim</th><th></th><th></th><th></th></tr></thead><tbody>"
+                "<tr><th>AMP is faster</th><td>1.5-3x</td><td>1.1x</td><td>no</td></tr>"
+                "<tr><th>AMP keeps accuracy</th><td>same</td><td>same</td><td>yes</td></tr></tbody></table>")
+
+
+def _executed_notebook(path, with_claims=True, figures=2):
+    cells = [nbformat.v4.new_markdown_cell("# 03 title")]
+    for number in range(figures):
+        cell = nbformat.v4.new_code_cell("plt.show()")
+        cell.outputs = [nbformat.v4.new_output("display_data", data={
+            "image/png": base64.b64encode(PNG + bytes([number])).decode(), "text/plain": "<Figure>"})]
+        cells.append(cell)
+    if with_claims:
+        cells.append(nbformat.v4.new_markdown_cell("## What we measured vs. what the article claims"))
+        claims = nbformat.v4.new_code_cell("claims")
+        claims.outputs = [nbformat.v4.new_output("execute_result", data={"text/html": CLAIMS_TABLE,
+                                                                          "text/plain": "..."}, execution_count=1)]
+        cells.append(claims)
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+
+
+def _fake_run(tmp_path, run_id="20260101-000000-smoke-abcd"):
+    """A run folder as `workbook run` leaves it, and the ledger rows its kernels wrote."""
+    folder = tmp_path / "runs" / run_id
+    folder.mkdir(parents=True)
+    _executed_notebook(folder / "03_amp.ipynb")
+    _executed_notebook(folder / "04_accumulation.ipynb", with_claims=False, figures=0)
+    results = [{"notebook": name, "status": status, "duration_seconds": 12.5, "output": name, "html": None,
+                "error": error, "parameters": {"profile": "smoke"}}
+               for name, status, error in (("03_amp.ipynb", "ok", None),
+                                           ("04_accumulation.ipynb", "failed", "cell 3: ValueError: bad"))]
+    (folder / "summary.json").write_text(json.dumps({"run_id": run_id, "profile": "smoke", "state": "finished",
+                                                     "results": results, "not_run": ["05_ddp.ipynb"]}))
+    book = ledger.Ledger()
+    book.record("train", "resnet18", metrics={"val_top1": 0.61, "images_per_second": 100.0}, run_id=run_id)
+    book.record("train", "resnet18", metrics={"val_top1": 0.64, "images_per_second": 250.0}, run_id=run_id)
+    book.record("eval", "03-eval", metrics={"top1": 0.66}, run_id=run_id)
+    book.record("train", "broken", status="failed", metrics={"val_top1": 0.99}, run_id=run_id)
+    book.record("notebook", "03_amp.ipynb", run_id=run_id)
+    book.record("bench", "loader", metrics={"images_per_second": 900.0}, run_id=run_id)
+    book.record("notebook", "04_accumulation.ipynb", status="failed", run_id=run_id)
+    book.record("train", "other-run", metrics={"val_top1": 0.9}, run_id="another-run")
+    return folder, run_id
+
+
+def test_rows_are_attributed_to_the_notebook_that_wrote_them(tmp_path):
+    folder, run_id = _fake_run(tmp_path)
+    groups = report.rows_by_notebook(ledger.Ledger().rows(run_id=run_id))
+    assert [row["name"] for row in groups["03_amp.ipynb"]] == ["resnet18", "resnet18", "03-eval", "broken"]
+    assert [row["name"] for row in groups["04_accumulation.ipynb"]] == ["loader"]
+    found = report.headline(groups["03_amp.ipynb"])
+    assert found["top1"] == (0.66, "eval 03-eval")  # the failed run's 0.99 is not a result
+    assert found["images_per_second"] == (250.0, "train resnet18")
+    assert found["speedup"] == (pytest.approx(2.5), 2)
+    running = report.rows_by_notebook([{"id": 1, "kind": "notebook", "name": "a"}, {"id": 2, "kind": "train",
+                                                                                    "name": "x"}])
+    assert [row["name"] for row in running[report.RUNNING]] == ["x"]
+
+
+def test_claims_and_key_figure_come_from_the_executed_notebook(tmp_path):
+    _executed_notebook(tmp_path / "n.ipynb")
+    notebook = nbformat.read(tmp_path / "n.ipynb", as_version=4)
+    found = report.claims(notebook)
+    assert (found["claims"], found["met"], found["judged"]) == (2, 1, 2)
+    assert report.key_figure(notebook) == PNG + bytes([1])  # the last figure shown
+    _executed_notebook(tmp_path / "bare.ipynb", with_claims=False, figures=0)
+    bare = nbformat.read(tmp_path / "bare.ipynb", as_version=4)
+    assert report.claims(bare) is None and report.key_figure(bare) is None
+
+
+def test_workbook_report_regenerates_the_index_with_results(tmp_path, monkeypatch, capsys):
+    folder, run_id = _fake_run(tmp_path)
+    assert cli.main(["report", str(folder)]) == 0
+    assert capsys.readouterr().out.strip() == f"index: {folder / 'index.html'}"
+    page = (folder / "index.html").read_text()
+    amp, accumulation = page.split("<tr><td>")[1], page.split("<tr><td>")[2]
+    assert "top-1 <b>0.660</b>" in amp and "<b>250</b> images/s" in amp and "<b>2.50x</b>" in amp
+    assert "1 of 2 met" in amp and "AMP keeps accuracy" in amp
+    assert 'src="figures/03_amp.png"' in amp
+    assert (folder / "figures" / "03_amp.png").read_bytes() == PNG + bytes([1])
+    assert "<b>900</b> images/s" in accumulation and "cell 3: ValueError: bad" in accumulation
+    assert "0.9" not in accumulation  # another run's row stays out
+    assert "05_ddp.ipynb" in page and "not run" in page
+    monkeypatch.chdir(tmp_path)  # runs/<id> is found by id, under the project folder
+    monkeypatch.setattr(report.paths, "project_root", lambda: tmp_path)
+    assert cli.main(["report", run_id]) == 0
+    assert cli.main(["report", "no-such-run"]) == 2
+    assert "no run 'no-such-run'" in capsys.readouterr().err

@@ -32,12 +32,15 @@ def test_a_race_records_a_curve_milestones_and_a_ledger_row(tmp_path):
     assert row["name"] == "tiny" and len(row["metrics"]["curve"]) == 3
 
 
-def test_a_budget_stops_after_the_epoch_that_passes_it(tmp_path):
+def test_a_budget_stops_at_the_step_that_passes_it(tmp_path):
     bundle = DataBundle(TensorImages(64, 3, 16), TensorImages(32, 3, 16, seed=1), None, ["a", "b", "c"], "tensors")
-    result = speedrun.race(tiny_config(tmp_path, epochs=5), bundle=bundle, budget_seconds=0.0, progress=False,
-                           verbose=False, record=False)
-    assert len(result.curve) == 1  # the first epoch passes a zero budget
+    config = tiny_config(tmp_path, epochs=5, batch_size=8)
+    result = speedrun.race(config, bundle=bundle, budget_seconds=0.0, progress=False, verbose=False, record=False)
+    assert len(result.curve) == 1  # a zero budget is spent after the first optimizer step...
+    assert result.curve[0]["epoch"] == pytest.approx(1 / (64 // 8))  # ...one eighth of the first epoch
     assert result.row()["epochs"] == 1 and result.row()["s to 97%"] is None
+    long = speedrun.race(config, bundle=bundle, budget_seconds=None, progress=False, verbose=False, record=False)
+    assert [p["epoch"] for p in long.curve] == [1, 2, 3, 4, 5]
 
 
 def test_the_race_table_puts_mfu_beside_each_racers_speed(tmp_path, monkeypatch):

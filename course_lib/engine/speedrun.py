@@ -75,11 +75,18 @@ def race(config: Config, *, budget_seconds: float | None = None, label: str = ""
     state = train.prepare(config, bundle, verbose=verbose)
     setup_seconds = clock.seconds()
     curve = []
+    # The budget is checked after every optimizer step (not only between epochs), so a racer whose
+    # epoch is longer than the budget is stopped at the budget like the others. Under DDP every
+    # rank must run the same steps, so there it is checked between epochs only.
+    spent = None if budget_seconds is None or state.distributed.enabled else (
+        lambda: clock.seconds() >= budget_seconds)
     for epoch in range(state.start_epoch, config.epochs):
-        row = train.train_one_epoch(state, epoch, progress=progress)
+        row = train.train_one_epoch(state, epoch, progress=progress, stop=spent)
         with clock.paused():  # a measurement for the curve, not part of training
             scores = train.validate(_weights(state), state)
-        point = {"seconds": clock.seconds(), "epoch": epoch + 1, "val_top1": scores["top1"],
+        # A budget may end an epoch early: the curve counts epochs in fractions of the split seen.
+        point = {"seconds": clock.seconds(), "epoch": epoch + row["optimizer_steps"] / state.steps_per_epoch,
+                 "val_top1": scores["top1"],
                  "train_loss": row["train_loss"], "images_per_second": row["images_per_second"],
                  "data_wait_fraction": row["data_wait_fraction"]}
         curve.append(point)
@@ -87,7 +94,9 @@ def race(config: Config, *, budget_seconds: float | None = None, label: str = ""
         if on_epoch:
             on_epoch(point)
         if budget_seconds is not None and point["seconds"] >= budget_seconds:
-            state.log(f"budget of {budget_seconds:.0f} s spent after epoch {epoch + 1} of {config.epochs}")
+            done = "" if row["optimizer_steps"] == state.steps_per_epoch else \
+                f" ({row['optimizer_steps']} of its {state.steps_per_epoch} steps)"
+            state.log(f"budget of {budget_seconds:.0f} s spent in epoch {epoch + 1} of {config.epochs}{done}")
             break
     final = train.validate(_weights(state), state, views=config.tta_views)
     test_top1 = None

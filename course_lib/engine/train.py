@@ -274,8 +274,11 @@ def _epoch_batches(state: RunState, timer):
         batches.close()  # shuts down this epoch's loader workers
 
 
-def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True) -> dict:
+def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
+                    stop: Callable[[], bool] | None = None) -> dict:
     """One epoch (0-based): `steps_per_epoch` optimizer steps of `accumulation_steps` micro-batches.
+    `stop()`, asked after each optimizer step, ends the epoch early (a time-to-accuracy race's
+    budget; single process only, since DDP ranks must agree on the number of steps).
     Returns the epoch's training metrics row (all ranks together); the driver adds validation."""
     from tqdm.auto import tqdm
 
@@ -291,8 +294,11 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True) -> di
     meter = EpochMeter(device, distributed.enabled, distributed.world_size)
     bar = tqdm(total=state.steps_per_epoch, desc=f"epoch {epoch + 1}/{config.epochs}", leave=False,
                disable=not (progress and distributed.is_main), dynamic_ncols=True)
+    if stop is not None and distributed.enabled:
+        raise ValueError("train_one_epoch(stop=...) is for one process: DDP ranks must run the same steps")
     batches = _epoch_batches(state, meter.timer)
     meter.start()
+    steps_done = 0
     for step in range(state.steps_per_epoch):
         for micro_step in range(config.accumulation_steps):
             images, targets = stage_batch(state.bundle, *next(batches), device, train=True,
@@ -316,18 +322,22 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True) -> di
         state.global_step += 1
         if state.ema is not None:
             state.ema.update(state.raw_model, step=state.global_step)
-        if (step + 1) % SYNC_EVERY_STEPS == 0 or step + 1 == state.steps_per_epoch:
-            losses = guard.check(epoch, step + 1)  # note: a CPU-GPU sync point
+        steps_done = step + 1
+        last = steps_done == state.steps_per_epoch or (stop is not None and stop())
+        if steps_done % SYNC_EVERY_STEPS == 0 or last:
+            losses = guard.check(epoch, steps_done)  # note: a CPU-GPU sync point
             meter.add_losses(losses)
             bar.set_postfix(loss=f"{losses.mean().item():.3f}", lr=f"{state.optimizer.param_groups[0]['lr']:.3g}")
         bar.update(1)
+        if last:
+            break
     bar.close()
     meter.stop()
     batches.close()  # shut down this epoch's workers before validating
-    state.step_log += meter.step_rows(epoch, state.global_step - state.steps_per_epoch, config.accumulation_steps)
+    state.step_log += meter.step_rows(epoch, state.global_step - steps_done, config.accumulation_steps)
     return {"epoch": epoch + 1, "lr": state.optimizer.param_groups[0]["lr"], **meter.row(),
             "peak_memory_bytes": peak_memory_bytes(device), "peak_memory_kind": peak_memory_kind(device),
-            "optimizer_steps": state.steps_per_epoch, "skipped_steps": state.skipped_steps,
+            "optimizer_steps": steps_done, "skipped_steps": state.skipped_steps,
             "world_size": distributed.world_size, "global_batch_size": state.global_batch}
 
 

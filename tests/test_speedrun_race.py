@@ -2,7 +2,6 @@
 import time
 
 import pytest
-
 from conftest import TensorImages, tiny_config
 
 from course_lib.data.datasets import DataBundle

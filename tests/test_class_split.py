@@ -56,6 +56,11 @@ def test_subset_bundle_relabels_and_keeps_validation_whole():
         original = whole.train.targets[target.train.indices[index]]
         assert label == {9: 0, 2: 1}[int(original)] == target.train.targets[index]
     assert target.device_stage is whole.device_stage and "2 classes, 4 labels per class" in target.source
+    sampled = class_split.subset_bundle(whole, ["class9", "class2"], per_class=4, seed=1, val_per_class=3)
+    assert len(sampled.val) == 6 and sampled.val.indices == class_split.subset_bundle(
+        whole, ["class9", "class2"], per_class=4, seed=2, val_per_class=3).val.indices  # the same for every seed
+    assert sampled.train.indices != target.train.indices
+    assert len(class_split.subset_bundle(whole, ["class9"], val_per_class=99).val) == 5  # capped, not refused
     with pytest.raises(ConfigError, match="not in the data"):
         class_split.subset_bundle(whole, ["nope"])
 

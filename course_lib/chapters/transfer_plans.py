@@ -106,11 +106,12 @@ def target_batch_size(images: int, batch_size: int) -> int:
     return max(1, min(batch_size, images // 2))
 
 
-def label_grid(strategies: dict, bundle, classes: list[str], labels_per_class, seeds, *, progress: bool = False,
-               echo=print) -> tuple[list[dict], dict]:
+def label_grid(strategies: dict, bundle, classes: list[str], labels_per_class, seeds, *, val_per_class: int = 0,
+               progress: bool = False, echo=print) -> tuple[list[dict], dict]:
     """Train every strategy (label -> Config) on `labels_per_class` labelled images of each class in
     `classes` (cut from `bundle` with `class_split.subset_bundle`), once per seed; the seed picks the
-    labelled images as well as the initial head and the data order. Returns (one row per run,
+    labelled images as well as the initial head and the data order. Every run is scored on the same
+    `val_per_class` validation images per class (0: all). Returns (one row per run,
     {(labels, strategy, seed): FitResult})."""
     from course_lib.data import class_split
     from course_lib.engine import train
@@ -118,7 +119,8 @@ def label_grid(strategies: dict, bundle, classes: list[str], labels_per_class, s
     rows, results = [], {}
     for labels in labels_per_class:
         for seed in seeds:
-            target = class_split.subset_bundle(bundle, classes, per_class=labels, seed=seed)
+            target = class_split.subset_bundle(bundle, classes, per_class=labels, seed=seed,
+                                               val_per_class=val_per_class)
             batch = target_batch_size(len(target.train), next(iter(strategies.values())).batch_size)
             for index, (name, config) in enumerate(strategies.items()):
                 run = config.replace(seed=seed, batch_size=batch, output_dir=f"{config.output_dir}/target{index}")

@@ -66,20 +66,27 @@ class ClassSubset:
         return image, self.relabel[int(target)]
 
 
-def subset_bundle(bundle: DataBundle, classes: list[str], per_class: int = 0, seed: int = 0) -> DataBundle:
+def subset_bundle(bundle: DataBundle, classes: list[str], per_class: int = 0, seed: int = 0,
+                  val_per_class: int = 0) -> DataBundle:
     """`bundle` restricted to `classes` (relabelled 0..len-1 in that order): `per_class` training
-    images per class drawn with `seed` (0: all), every validation and test image of those classes."""
+    images per class drawn with `seed` (0: all); `val_per_class` validation and test images per class
+    drawn with seed 0, the same for every run (0: all of them)."""
     unknown = [name for name in classes if name not in bundle.classes]
     if unknown:
         raise ConfigError(f"classes {unknown} are not in the data (its classes: {', '.join(bundle.classes)})")
     wanted = [bundle.classes.index(name) for name in classes]
     relabel = {old: new for new, old in enumerate(wanted)}
 
-    def part(dataset, count):
+    def part(dataset, count, draw, evaluation=False):
         if dataset is None:
             return None
-        return ClassSubset(dataset, sample_per_class(_targets(dataset), wanted, count, seed), relabel, classes)
+        targets = _targets(dataset)
+        if evaluation:  # at most what the smallest class has: evaluation never refuses a count
+            count = min(count, min(int((targets == label).sum()) for label in wanted))
+        return ClassSubset(dataset, sample_per_class(targets, wanted, count, draw), relabel, classes)
 
     described = f"{bundle.source} [{len(classes)} classes" + (f", {per_class} labels per class" if per_class else "") + "]"
-    return dataclasses.replace(bundle, train=part(bundle.train, per_class), val=part(bundle.val, 0),
-                               test=part(bundle.test, 0), classes=list(classes), source=described)
+    return dataclasses.replace(bundle, train=part(bundle.train, per_class, seed),
+                               val=part(bundle.val, val_per_class, 0, True),
+                               test=part(bundle.test, val_per_class, 0, True),
+                               classes=list(classes), source=described)

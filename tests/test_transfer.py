@@ -217,14 +217,105 @@ def test_time_to_target_counts_training_seconds_until_first_reached():
     assert transfer_plans.time_to_target(history, 0.9) == {"epochs": None, "seconds": None}
 
 
-def test_plan_without_weights_or_eurosat_pretrains_on_digits_for_the_sample(tmp_path, monkeypatch):
-    pass  # (import removed)
-
+def test_plan_without_weights_or_eurosat_pretrains_on_the_samples_other_classes(tmp_path, monkeypatch):
     monkeypatch.setattr(hub, "pretrained_available", lambda name: False)
     monkeypatch.setattr(paths, "eurosat_shared_dir", lambda: None)
     plan = transfer_plans.plan_transfer(tiny_config(tmp_path), source_epochs=2)
-    assert (plan.source, plan.target) == ("digits", "landcover-synth")
-    assert plan.source_config.dataset == "digits" and plan.source_config.epochs == 2
+    assert (plan.source, plan.target, plan.synthetic) == ("classes", "landcover-synth", True)
+    assert plan.source_config.dataset == "landcover-synth" and plan.source_config.epochs == 2
     assert plan.source_config.output_dir != plan.target_config.output_dir
-    with pytest.raises(ConfigError, match="both landcover-synth"):
+    assert "synthetic" in plan.reason
+    digits = transfer_plans.plan_transfer(tiny_config(tmp_path), source="digits")
+    assert digits.source_config.dataset == "digits" and digits.source_config.storage == "files"
+    with pytest.raises(ConfigError, match="source='landcover-synth' is not one of"):
         transfer_plans.plan_transfer(tiny_config(tmp_path), source="landcover-synth")
+
+
+def test_plan_with_eurosat_is_real_data(tmp_path, eurosat_dir, monkeypatch):
+    monkeypatch.setattr(hub, "pretrained_available", lambda name: False)
+    plan = transfer_plans.plan_transfer(tiny_config(tmp_path))
+    assert (plan.source, plan.target, plan.synthetic) == ("classes", "eurosat", False)
+    assert plan.data_config.data_dir == str(eurosat_dir) and plan.data_config.max_train_images == 0
+
+
+def _source_bundle():
+    return DataBundle(TensorImages(32, len(SOURCE_CLASSES)), TensorImages(10, len(SOURCE_CLASSES), seed=1), None,
+                      SOURCE_CLASSES, "tensors")
+
+
+def test_source_checkpoint_is_reused_while_its_config_matches(tmp_path):
+    config = tiny_config(tmp_path, output_dir=str(tmp_path / "source"))
+    extra = {"classes": SOURCE_CLASSES}
+    first = transfer_plans.source_checkpoint(config, _source_bundle(), extra=extra)
+    assert not first["reused"] and f"source-{first['digest']}" in first["checkpoint"]
+    again = transfer_plans.source_checkpoint(config.replace(num_workers=0), _source_bundle(), extra=extra)
+    assert again["reused"] and again["checkpoint"] == first["checkpoint"] and again["digest"] == first["digest"]
+    changed = transfer_plans.source_checkpoint(config.replace(epochs=2), _source_bundle(), extra=extra)
+    assert not changed["reused"] and changed["digest"] != first["digest"] and changed["epochs"] == 2
+    other_classes = transfer_plans.source_checkpoint(config, _source_bundle(), extra={"classes": SOURCE_CLASSES[::-1]})
+    assert not other_classes["reused"]
+
+
+def test_config_digest_ignores_bookkeeping_only(tmp_path):
+    config = tiny_config(tmp_path)
+    digest = checkpoint.config_digest(config.to_dict())
+    assert digest == checkpoint.config_digest(config.replace(output_dir="elsewhere", num_workers=1).to_dict())
+    assert digest != checkpoint.config_digest(config.replace(lr=0.01).to_dict())
+    assert digest != checkpoint.config_digest({**config.to_dict(), "classes": ["a"]})
+
+
+def test_target_batch_size_leaves_two_steps_per_epoch():
+    assert transfer_plans.target_batch_size(30, 128) == 15
+    assert transfer_plans.target_batch_size(600, 128) == 128
+    assert transfer_plans.target_batch_size(3, 64) == 1
+
+
+def _rows(scratch, transferred, images=1000):
+    rows = [{"labels per class": 10, "strategy": "from scratch", "seed": i, "validation images": images,
+             "final val top-1": value} for i, value in enumerate(scratch)]
+    return rows + [{"labels per class": 10, "strategy": "fine-tune all", "seed": i, "validation images": images,
+                    "final val top-1": value} for i, value in enumerate(transferred)]
+
+
+def test_verdict_beats_only_beyond_seed_noise():
+    clear = transfer_plans.transfer_verdict(_rows([0.60, 0.62, 0.61], [0.80, 0.81, 0.79]))
+    assert clear.loc[(10, "fine-tune all"), "verdict"] == "beats from scratch beyond seed noise"
+    assert clear.loc[(10, "fine-tune all"), "delta vs scratch"] == pytest.approx(0.19)
+    noisy = transfer_plans.transfer_verdict(_rows([0.50, 0.70, 0.60], [0.55, 0.75, 0.68]))
+    assert noisy.loc[(10, "fine-tune all"), "verdict"] == "within seed noise"
+    worse = transfer_plans.transfer_verdict(_rows([0.80, 0.81, 0.79], [0.60, 0.62, 0.61]))
+    assert worse.loc[(10, "fine-tune all"), "verdict"] == "worse than from scratch beyond seed noise"
+    # Seeds that happen to agree: the binomial floor (30 validation images) keeps a 3-point gap within noise.
+    agreeing = transfer_plans.transfer_verdict(_rows([0.60, 0.60, 0.60], [0.63, 0.63, 0.63], images=30))
+    assert agreeing.loc[(10, "fine-tune all"), "verdict"] == "within seed noise"
+
+
+def test_difference_beyond_noise_closed_form():
+    from course_lib.analysis import statistics
+
+    test = statistics.difference_beyond_noise([3.0, 5.0], [1.0, 1.0, 1.0])
+    assert test["delta"] == pytest.approx(3.0)
+    assert test["band"] == pytest.approx(2 * (2.0 / 2) ** 0.5)  # z * sqrt(s^2/n + 0/3), s^2 = 2
+    assert test["beyond"] == 1
+    assert statistics.difference_beyond_noise([2.0, 4.0], [1.0, 1.0, 1.0])["beyond"] == 0  # delta 2 = band 2
+    single = statistics.difference_beyond_noise([10.0], [1.0, 3.0])  # one run borrows the other's std
+    assert single["band"] == pytest.approx(2 * (2.0 + 1.0) ** 0.5) and single["beyond"] == 1
+    with pytest.raises(ValueError, match="2 or more"):
+        statistics.difference_beyond_noise([1.0], [2.0])
+
+
+def test_label_grid_trains_every_strategy_label_count_and_seed(tmp_path):
+    whole = DataBundle(TensorImages(60, 5), TensorImages(20, 5, seed=1), None, SOURCE_CLASSES, "tensors")
+    whole.train.classes = whole.val.classes = SOURCE_CLASSES
+    config = tiny_config(tmp_path, epochs=2, optimizer="adamw", lr=1e-3)
+    strategies = {"from scratch": config, "fine-tune all": config.replace(lr=1e-4)}
+    rows, results = transfer_plans.label_grid(strategies, whole, SOURCE_CLASSES[:2], [2, 4], [0, 1], echo=None)
+    assert len(rows) == len(results) == 8
+    assert {(r["labels per class"], r["training images"], r["batch"]) for r in rows} == {(2, 4, 2), (4, 8, 4)}
+    assert all(r["validation images"] == 8 for r in rows)  # 20 images of 5 classes: 4 each, 2 classes
+    curves = transfer_plans.mean_curves(results, 4)
+    assert set(curves) == set(strategies) and curves["from scratch"]["epoch"] == [1, 2]
+    table = transfer_plans.curve_table(curves, 0.0)
+    assert (table["epochs to target"] == 1).all()
+    verdict = transfer_plans.transfer_verdict(rows)
+    assert list(verdict.index.get_level_values(0).unique()) == [2, 4]

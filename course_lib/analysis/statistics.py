@@ -103,3 +103,23 @@ def percentile_interval(samples, level: float = 0.95) -> tuple[np.ndarray, np.nd
         raise ValueError(f"level must lie in (0, 1), got {level}")
     tail = (1.0 - level) / 2 * 100
     return np.percentile(samples, tail, axis=0), np.percentile(samples, 100 - tail, axis=0)
+
+
+def difference_beyond_noise(values, reference, z: float = 2.0, floor: float = 0.0) -> dict:
+    """Is mean(values) - mean(reference) larger than the noise of both samples (repeated timings
+    of one setting, or seeds)? The band is z standard errors of the difference of two means,
+    z * sqrt(s_v^2 / n_v + s_r^2 / n_r) (Welch); a sample of one run borrows the other's std,
+    and `floor` is a lower bound on each std (e.g. `binomial_std` for top-1), so two runs that
+    happen to agree do not make every difference look real. Returns delta, band and
+    "beyond" (+1 above the band, -1 below it, 0 inside)."""
+    values, reference = np.asarray(list(values), dtype=np.float64), np.asarray(list(reference), dtype=np.float64)
+    if not len(values) or not len(reference):
+        raise ValueError("both samples need at least one value")
+    if len(values) < 2 and len(reference) < 2:
+        raise ValueError("at least one sample needs 2 or more values to estimate the noise")
+    stds = [sample.std(ddof=1) if len(sample) > 1 else None for sample in (values, reference)]
+    known = [s for s in stds if s is not None]
+    value_std, reference_std = (max(s if s is not None else max(known), floor) for s in stds)
+    band = z * math.sqrt(value_std**2 / len(values) + reference_std**2 / len(reference))
+    delta = float(values.mean() - reference.mean())
+    return {"delta": delta, "band": band, "beyond": int(np.sign(delta)) if abs(delta) > band else 0}

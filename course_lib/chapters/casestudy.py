@@ -1,12 +1,15 @@
-"""The article's staged remote-sensing case study (its section 6), re-run on landcover-synth: the
-same model at every stage, one change per stage, each measured with the workbook's engine
-(`train.fit`, or `ddp.launch` for several processes) and recorded in the ledger.
+"""The article's staged remote-sensing case study (its section 6), re-run on real EuroSAT tiles when
+they are beside the project (landcover-synth otherwise): the same model at every stage, one change
+per stage, each measured with the workbook's engine (`train.fit`, or `ddp.launch` for several
+processes) and recorded in the ledger; a last stage runs the workbook's fastest recipe.
 
 Stages follow the article's order: data pipeline, then mixed precision, then DDP, then the
 training recipe (AdamW, warmup and cosine decay, Loshchilov & Hutter 2019, arXiv:1711.05101),
 then the accuracy combination (ImageNet weights, label smoothing, Szegedy et al. 2016,
-arXiv:1512.00567, and MixUp, Zhang et al. 2018, arXiv:1710.09412). A speed stage that does not
-speed this machine up is measured, reported and not carried into the next stage.
+arXiv:1512.00567, and MixUp, Zhang et al. 2018, arXiv:1710.09412). A speed stage is carried into
+the next stage only when its images/s beat the last kept stage's by more than the timing noise of
+both (each epoch is one timing; `statistics.difference_beyond_noise`); accuracy is read against the
+seed-noise band of repeated baseline runs.
 """
 from __future__ import annotations
 
@@ -15,10 +18,13 @@ import secrets
 import time
 
 from course_lib import devices, ledger
-from course_lib.config import Config, ConfigError
+from course_lib.config import RECIPES, Config, ConfigError
 
 LEDGER_KIND = "casestudy"
-SPEED_STAGES = ("data_loader", "amp", "ddp")  # kept only when they speed this machine up
+SPEED_STAGES = ("data_loader", "amp", "ddp")  # kept only when they speed this machine up beyond noise
+# Fields that change which batches a bundle yields: a stage changing one of them gets its own bundle.
+DATA_FIELDS = ("dataset", "data_dir", "image_size", "max_train_images", "bad_images", "decoder", "storage",
+               "augmentation", "augment_recipe")
 # The article's numbers (section 6): 8 classes, ~120k images of 512-1024 px, 4x A100 40 GB.
 # minutes per epoch, top-1 (fraction), what changed. None: the article gives no number.
 ARTICLE_STAGES = {
@@ -40,6 +46,9 @@ ARTICLE_STAGES = {
     "regularization": {"change": "ImageNet weights + label smoothing 0.1 + MixUp alpha 0.3 (article: 60 epochs)",
                        "article_epoch_minutes": 4.0, "article_top1": 0.938,
                        "article_note": "total time 1/16 of the original, +5 points"},
+    "fastest_recipe": {"change": "the workbook's fastest recipe (config.RECIPES['speedrun'])",
+                       "article_epoch_minutes": None, "article_top1": None,
+                       "article_note": "not in the article: the workbook's own speed-run recipe"},
 }
 STAGE_NAMES = tuple(ARTICLE_STAGES)
 ARTICLE_LR = 2e-4  # AdamW learning rate of the article's stage 3
@@ -134,6 +143,12 @@ def stage_changes(stage: str, config: Config, *, device, gpus: int = 0, pretrain
                 "warmup_epochs": ARTICLE_WARMUP_FRACTION * config.epochs}
     if stage == "regularization":
         return {"label_smoothing": 0.1, "mixup_alpha": 0.3, "pretrained": pretrained}
+    if stage == "fastest_recipe":
+        # The recipe's ingredients over the kept stages, at this study's budget (epochs, images, model)
+        # so its row compares with the others; one view at validation like every other stage.
+        recipe = {k: v for k, v in RECIPES["speedrun"].items() if k not in ("epochs", "max_train_images", "model",
+                                                                            "image_size", "max_steps")}
+        return {**recipe, "tta_views": 1, "mixup_alpha": 0.0, "pretrained": False}
     raise ConfigError(f"unknown stage {stage!r}; stages: {', '.join(STAGE_NAMES)}")
 
 
@@ -160,6 +175,50 @@ class CaseStudy:
     rows: list[dict] = dataclasses.field(default_factory=list)
     results: dict = dataclasses.field(default_factory=dict)  # stage -> FitResult (single process)
     train_images: int | None = None  # images per full epoch, to turn images/s into epoch time
+    baseline_top1s: list = dataclasses.field(default_factory=list)  # baseline val top-1 per seed (noise band)
+    bundles: dict = dataclasses.field(default_factory=dict)  # data fields -> DataBundle built for them
+    config_of: dict = dataclasses.field(default_factory=dict)  # stage -> the Config it trained with
+
+    def bundle_for(self, config: Config):
+        """The bundle for `config`'s data fields: the one given for the first, else one built once."""
+        from course_lib.data import datasets
+
+        key = tuple(getattr(config, name) for name in DATA_FIELDS)
+        if not self.bundles and self.bundle is not None:
+            self.bundles[tuple(getattr(self.config, name) for name in DATA_FIELDS)] = self.bundle
+        if key not in self.bundles:
+            self.bundles[key] = datasets.build_datasets(config)
+        return self.bundles[key]
+
+    def repeat_baseline(self, seeds, echo=print) -> dict:
+        """Train the baseline again with each of `seeds` (its first run counts too): the seed-noise
+        band every stage's top-1 is read against. Returns statistics.seed_noise of the top-1s."""
+        from course_lib.analysis import statistics
+        from course_lib.engine import train
+
+        baseline = next(r for r in self.rows if r["stage"] == "baseline")
+        config = self.config_of["baseline"]
+        for seed in seeds:
+            result = train.fit(config.replace(seed=seed), bundle=self.bundle_for(config), progress=True, verbose=False)
+            self.baseline_top1s.append(result.final["val_top1"])
+            if echo:
+                echo(f"baseline, seed {seed}: val top-1 {self.baseline_top1s[-1]:.1%}")
+        noise = statistics.seed_noise(self.baseline_top1s)
+        baseline["val_top1_seeds"] = len(self.baseline_top1s)
+        return noise
+
+    def accuracy_band(self, z: float = 2.0) -> float | None:
+        """Half-width of the band a stage's single-seed top-1 stays within around the baseline seeds'
+        mean when the stage changed nothing (`statistics.noise_band`, the std floored at the
+        binomial standard error of an accuracy on the validation images); None before 2 seeds."""
+        from course_lib.analysis import statistics
+
+        if len(self.baseline_top1s) < 2:
+            return None
+        noise = statistics.seed_noise(self.baseline_top1s)
+        images = self.rows[0].get("val_images") or 1
+        std = max(noise["std"], statistics.binomial_std(noise["mean"], images))
+        return statistics.noise_band(std, noise["runs"], z)
 
     def run(self, stage: str, *, world_size: int | None = None, note: str = "", echo=print, **changes) -> dict:
         """Train the stage with `changes` on top of the kept configuration (and `world_size`
@@ -169,6 +228,7 @@ class CaseStudy:
         if stage not in ARTICLE_STAGES:
             raise ConfigError(f"unknown stage {stage!r}; stages: {', '.join(STAGE_NAMES)}")
         config = self.config.replace(**changes)
+        self.config_of[stage] = config
         processes = world_size or self.world_size
         started = time.perf_counter()
         if processes > 1:
@@ -176,17 +236,24 @@ class CaseStudy:
 
             launched = ddp.launch(processes, config, self.profile, echo=echo)
             metrics = dict(launched.metrics)
+            rates = [metrics["images_per_second"]] if metrics.get("images_per_second") else []
             precision_used = config.precision
         else:
             # A bar per epoch (tqdm.auto: a widget in a notebook) instead of log lines: stages take minutes.
-            result = train.fit(config, bundle=self.bundle, progress=True, verbose=False)
+            bundle = self.bundle_for(config)
+            result = train.fit(config, bundle=bundle, progress=True, verbose=False)
             self.results[stage] = result
             metrics = dict(result.history[-1])
+            metrics["val_images"] = len(bundle.val) if bundle.val is not None else None
+            rates = [row["images_per_second"] for row in result.history]
             precision_used = result.precision
             if self.train_images is None:
-                self.train_images = len(self.bundle.train) if self.bundle is not None else None
+                self.train_images = len(bundle.train)
+            if stage == "baseline" and not self.baseline_top1s:
+                self.baseline_top1s.append(metrics["val_top1"])
         row = self._row(stage, config, processes, metrics, precision_used, changes, note,
                         time.perf_counter() - started)
+        row["epoch_rates"] = rates
         self._decide(row)
         self.rows.append(row)
         ledger.record(LEDGER_KIND, stage, duration_seconds=row["wall_seconds"],
@@ -219,12 +286,17 @@ class CaseStudy:
             "data_wait_fraction": metrics.get("data_wait_fraction"),
             "peak_memory_bytes": metrics.get("peak_memory_bytes"), "peak_memory_kind": metrics.get("peak_memory_kind"),
             "train_loss": metrics.get("train_loss"), "val_top1": metrics.get("val_top1"),
+            "val_images": metrics.get("val_images"), "epochs": config.epochs,
             "wall_seconds": wall_seconds, "note": note,
         }
 
     def _decide(self, row: dict) -> None:
-        """Speed-up against the baseline and the last kept stage; speed stages are kept only when
-        they made training faster here."""
+        """Speed-up against the baseline and the last kept stage. A speed stage is kept only when its
+        per-epoch images/s beat the last kept stage's by more than the noise of both samples
+        (`statistics.difference_beyond_noise`, z = 2); without 2 timings on either side there is
+        no noise estimate and the stage is not kept."""
+        from course_lib.analysis import statistics
+
         measured = [r for r in self.rows if r.get("images_per_second")]
         baseline = measured[0] if measured else row
         kept = [r for r in measured if r["kept"]]
@@ -232,11 +304,23 @@ class CaseStudy:
         rate = row["images_per_second"]
         row["speedup_vs_baseline"] = rate / baseline["images_per_second"] if rate else None
         row["speedup_vs_previous"] = rate / previous["images_per_second"] if rate else None
-        faster = row["speedup_vs_previous"] is not None and row["speedup_vs_previous"] > 1.0
-        row["kept"] = row["stage"] not in SPEED_STAGES or faster
-        if row["stage"] in SPEED_STAGES and not faster:
-            row["note"] = (row["note"] + "; " if row["note"] else "") + \
-                f"not kept: {row['speedup_vs_previous']:.2f}x the previous stage's images/s here"
+        row["rate_noise_band"] = row["faster_beyond_noise"] = None
+        if row["stage"] not in SPEED_STAGES:
+            row["kept"] = True
+            return
+        mine, theirs = row.get("epoch_rates") or ([rate] if rate else []), previous.get("epoch_rates") or \
+            [previous["images_per_second"]]
+        if not rate or (len(mine) < 2 and len(theirs) < 2):
+            row["kept"] = False
+            reason = "no noise estimate (one timing on each side)"
+        else:
+            test = statistics.difference_beyond_noise(mine, theirs)
+            row["rate_noise_band"] = test["band"]
+            row["faster_beyond_noise"] = test["beyond"] > 0
+            row["kept"] = bool(test["beyond"] > 0)
+            reason = (f"{row['speedup_vs_previous']:.2f}x the previous kept stage's images/s, "
+                      f"{test['delta']:+.0f} images/s against a noise band of ±{test['band']:.0f}")
+        row["note"] = (row["note"] + "; " if row["note"] else "") + ("kept: " if row["kept"] else "not kept: ") + reason
 
     def table(self):
         """The cumulative table: this machine's measurements next to the article's numbers."""
@@ -246,9 +330,17 @@ class CaseStudy:
         article = pd.DataFrame.from_dict(ARTICLE_STAGES, orient="index")
         table = table.join(article[["article_epoch_minutes", "article_top1"]], how="left")
         table["article_speedup"] = ARTICLE_STAGES["baseline"]["article_epoch_minutes"] / table["article_epoch_minutes"]
-        columns = ["change", "kept", "world_size", "precision", "num_workers", "images_per_second",
-                   "full_epoch_seconds", "data_wait_fraction", "peak_memory_bytes", "val_top1",
-                   "speedup_vs_baseline", "article_epoch_minutes", "article_speedup", "article_top1", "note"]
+        band = self.accuracy_band()
+        if band is not None and "val_top1" in table:
+            mean = sum(self.baseline_top1s) / len(self.baseline_top1s)
+            table["val_top1_band"] = band
+            delta = table["val_top1"] - mean
+            table["top1_vs_baseline_seeds"] = [None if d != d else ("higher" if d > band else "lower" if d < -band
+                                                                   else "within noise") for d in delta]
+        columns = ["change", "kept", "world_size", "precision", "num_workers", "epochs", "images_per_second",
+                   "rate_noise_band", "full_epoch_seconds", "data_wait_fraction", "peak_memory_bytes", "val_top1",
+                   "val_top1_band", "top1_vs_baseline_seeds", "speedup_vs_baseline", "article_epoch_minutes",
+                   "article_speedup", "article_top1", "note"]
         return table[[c for c in columns if c in table.columns]]
 
     def plot(self, axes=None):

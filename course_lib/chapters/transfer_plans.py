@@ -1,11 +1,16 @@
-"""Notebook 08's transfer-learning plan: which source (ImageNet weights when they can be had, else a
-model pre-trained here) and target to use, time to a target accuracy, and the strategy table and
-curves (from scratch, fine-tune all, freeze-then-unfreeze). The mechanics live in
-`models.factory` (new heads, loading a backbone) and `engine.freeze`.
+"""Notebook 08's transfer-learning plan and its measurements. The source of the pretrained weights
+is timm's ImageNet weights when they are cached, else a model pre-trained here on classes of the
+same dataset that the target never sees (EuroSAT when present, the committed landcover-synth sample
+otherwise; `data.class_split`), or scikit-learn's digits as an unrelated source. The target is
+the remaining classes with a few labels per class (Kornblith et al. 2019, arXiv:1805.08974).
+The pre-trained source is cached under runs/ by a digest of its config (`models.checkpoint`) and
+reused while the digest matches. The mechanics live in `models.factory` (a new head on a loaded
+backbone) and `engine.freeze`; noise comes from `analysis.statistics`.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 from course_lib.config import SAMPLE_DATA_DIR, Config, ConfigError
@@ -14,66 +19,168 @@ from course_lib.models import hub
 # What the article reports (section 5.4): an industrial inspection task, ResNet-50.
 ARTICLE = {"scratch_epochs": 350, "scratch_top1": 0.92, "finetune_epochs": 40, "finetune_top1": 0.935,
            "time_saved": 0.80, "head_lr": 1e-3, "finetune_lr": 1e-4}
+SOURCE_NAMES = ("imagenet", "classes", "digits")
+SOURCE_META = "source.json"  # beside the source checkpoint: its digest, classes and training summary
 
 
 @dataclasses.dataclass
 class TransferPlan:
-    source: str  # imagenet | landcover-synth | digits
+    source: str  # imagenet | classes (other classes of the target's dataset) | digits
     target: str  # eurosat | landcover-synth
+    data_config: Config  # the whole labelled dataset: source classes and target classes
     source_config: Config | None  # the source pretraining run; None for timm's ImageNet weights
-    target_config: Config  # the target data, model and schedule (strategies change lr/start/freezing)
+    target_config: Config  # the target runs' data, model and schedule (strategies change lr/start/freezing)
+    synthetic: bool  # True when the target is the generated landcover-synth sample, not real images
     reason: str  # one line: why this source and target on this machine
 
 
 def plan_transfer(config: Config, source: str | None = None, target: str | None = None,
-                  source_epochs: int = 3, source_images_per_class: int = 200, real_data: bool = True) -> TransferPlan:
+                  source_epochs: int = 6, real_data: bool = True) -> TransferPlan:
     """Pick a source of pretrained weights and a target dataset that exist on this machine.
 
     target: real EuroSAT (`paths.eurosat_shared_dir()`) when present and `real_data`, else the
-    committed landcover-synth sample. source: timm's ImageNet weights when cached or downloadable,
-    else a model pretrained here on landcover-synth (generated, `source_images_per_class` training
-    images per class; for a EuroSAT target) or on scikit-learn's digits (for a landcover target)."""
+    committed landcover-synth sample. source: timm's ImageNet weights when cached (or downloadable),
+    else `classes`: the same architecture pre-trained here on the dataset's other classes."""
     from course_lib import paths
-    from course_lib.data import landcover
 
     eurosat = paths.eurosat_shared_dir()
     target = target or ("eurosat" if eurosat is not None and real_data else "landcover-synth")
     if target == "eurosat":
         if eurosat is None:
             raise FileNotFoundError("target=eurosat needs ../shared/datasets/eurosat_rgb; use target=landcover-synth")
-        target_config = config.replace(dataset="imagefolder", data_dir=str(eurosat))
-    elif target == "landcover-synth":  # a small labelled set: 40 training images per class
-        target_config = config.replace(dataset="landcover-synth", data_dir=SAMPLE_DATA_DIR)
+        data_config = config.replace(dataset="imagefolder", data_dir=str(eurosat), max_train_images=0)
+    elif target == "landcover-synth":  # the committed sample: 8 generated classes, 40 training images each
+        data_config = config.replace(dataset="landcover-synth", data_dir=SAMPLE_DATA_DIR, max_train_images=0)
     else:
         raise ConfigError(f"target={target!r} is not one of eurosat, landcover-synth")
-
     reasons = []
     if source is None:
-        if hub.pretrained_available(config.model):
-            source = "imagenet"
-        else:
-            source = "landcover-synth" if target == "eurosat" else "digits"
+        source = "imagenet" if hub.pretrained_available(config.model) else "classes"
+        if source == "classes":
             reasons.append(f"ImageNet weights for {config.model} are neither cached nor downloadable here")
-    if source == "imagenet":
-        source_config = None
-    elif source == "landcover-synth":
-        if target == "landcover-synth":
-            raise ConfigError("source and target are both landcover-synth; use source=digits or target=eurosat")
-        per_class = {"train": source_images_per_class, "val": max(10, source_images_per_class // 4)}
-        folder = landcover.landcover_cache_dir(image_size=64, per_class=per_class, seed=1)
-        source_config = config.replace(dataset="landcover-synth", data_dir=str(folder), epochs=source_epochs,
-                                       max_train_images=0)
+    if source not in SOURCE_NAMES:
+        raise ConfigError(f"source={source!r} is not one of {', '.join(SOURCE_NAMES)}")
+    source_config = None
+    if source == "classes":
+        source_config = data_config.replace(epochs=source_epochs)
     elif source == "digits":
-        source_config = config.replace(dataset="digits", data_dir="", epochs=source_epochs, max_train_images=0)
-    else:
-        raise ConfigError(f"source={source!r} is not one of imagenet, landcover-synth, digits")
+        source_config = config.replace(dataset="digits", data_dir="", epochs=source_epochs, max_train_images=0,
+                                       storage="files", decoder="pil")
     if source_config is not None:
         source_config = source_config.replace(pretrained=False, checkpoint="", freeze_backbone_epochs=0,
-                                              backbone_lr_scale=1.0,
-                                              output_dir=str(Path(config.output_dir) / "source"))
-    reasons.append(f"source {source}, target {target}" + ("" if target == "eurosat" or eurosat is None
-                                                         else " (EuroSAT exists but this profile uses the sample)"))
-    return TransferPlan(source, target, source_config, target_config, "; ".join(reasons))
+                                              backbone_lr_scale=1.0, output_dir=str(Path(config.output_dir) / "source"))
+    reasons.append(f"source {source}, target {target}" + (" (generated images: synthetic data)"
+                                                         if target == "landcover-synth" else " (real satellite tiles)"))
+    return TransferPlan(source, target, data_config, source_config, data_config, target == "landcover-synth",
+                        "; ".join(reasons))
+
+
+def source_checkpoint(source_config: Config, bundle, *, extra: dict | None = None, progress: bool = False) -> dict:
+    """The pre-trained source model's checkpoint: reused from runs/ when one with the same config
+    digest (`checkpoint.config_digest` of the config plus `extra`, e.g. the source classes) exists,
+    else trained now with `train.fit` into `<output_dir>-<digest>/` and described in source.json.
+    Returns the description: checkpoint, digest, reused (bool), classes, history summary."""
+    from course_lib import paths
+    from course_lib.engine import train
+    from course_lib.models import checkpoint
+
+    digest = checkpoint.config_digest({**source_config.to_dict(), **(extra or {})})
+    folder = paths.resolve_path(f"{source_config.output_dir}-{digest}")
+    meta_path = folder / SOURCE_META
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("digest") == digest and (folder / meta["checkpoint"]).exists():
+            return {**meta, "checkpoint": str(folder / meta["checkpoint"]), "reused": True}
+    result = train.fit(source_config.replace(output_dir=str(folder)), bundle=bundle, progress=progress, verbose=False)
+    meta = {"digest": digest, "checkpoint": result.checkpoint_path.name, "classes": list(result.classes),
+            "config": source_config.to_dict(), "extra": extra or {}, "training_images": len(bundle.train),
+            "epochs": len(result.history), "val_top1": result.final["val_top1"], "precision": result.precision,
+            "training_seconds": sum(row["epoch_seconds"] for row in result.history)}
+    meta_path.write_text(json.dumps(meta, indent=1, default=str))
+    return {**meta, "checkpoint": str(result.checkpoint_path), "reused": False}
+
+
+def target_batch_size(images: int, batch_size: int) -> int:
+    """The batch for a target of `images` labelled images: at most `batch_size`, and small enough
+    for two optimizer steps per epoch (the engine drops the last partial batch)."""
+    return max(1, min(batch_size, images // 2))
+
+
+def label_grid(strategies: dict, bundle, classes: list[str], labels_per_class, seeds, *, val_per_class: int = 0,
+               progress: bool = False, echo=print) -> tuple[list[dict], dict]:
+    """Train every strategy (label -> Config) on `labels_per_class` labelled images of each class in
+    `classes` (cut from `bundle` with `class_split.subset_bundle`), once per seed; the seed picks the
+    labelled images as well as the initial head and the data order. Every run is scored on the same
+    `val_per_class` validation images per class (0: all). Returns (one row per run,
+    {(labels, strategy, seed): FitResult})."""
+    from course_lib.data import class_split
+    from course_lib.engine import train
+
+    rows, results = [], {}
+    for labels in labels_per_class:
+        for seed in seeds:
+            target = class_split.subset_bundle(bundle, classes, per_class=labels, seed=seed,
+                                               val_per_class=val_per_class)
+            batch = target_batch_size(len(target.train), next(iter(strategies.values())).batch_size)
+            for index, (name, config) in enumerate(strategies.items()):
+                run = config.replace(seed=seed, batch_size=batch, output_dir=f"{config.output_dir}/target{index}")
+                result = train.fit(run, bundle=target, progress=progress, verbose=False)
+                results[(labels, name, seed)] = result
+                rows.append({"labels per class": labels, "strategy": name, "seed": seed,
+                             "training images": len(target.train), "validation images": len(target.val),
+                             "batch": batch, "final val top-1": result.final["val_top1"],
+                             "best val top-1": max(row["val_top1"] for row in result.history),
+                             "train s": sum(row["epoch_seconds"] for row in result.history)})
+                if echo:
+                    echo(f"{labels:>4} labels/class  seed {seed}  {name:<22} val top-1 {rows[-1]['final val top-1']:.1%}")
+    return rows, results
+
+
+def transfer_verdict(rows: list[dict], baseline: str = "from scratch", metric: str = "final val top-1",
+                     z: float = 2.0):
+    """Per labels-per-class and strategy: mean and std over seeds, the difference from `baseline`'s
+    mean, the noise band of that difference (`statistics.difference_beyond_noise`, with the
+    binomial standard error of the accuracy on the validation images as the floor of each std)
+    and the verdict: "beats from scratch" only when the difference is above the band."""
+    import pandas as pd
+
+    from course_lib.analysis import statistics
+
+    frame = pd.DataFrame(rows)
+    out = []
+    for labels, group in frame.groupby("labels per class", sort=True):
+        reference = group[group["strategy"] == baseline][metric].to_numpy()
+        images = int(group["validation images"].iloc[0])
+        for name, runs in group.groupby("strategy", sort=False):
+            values = runs[metric].to_numpy()
+            row = {"labels per class": labels, "strategy": name, "seeds": len(values), "mean": values.mean(),
+                   "std": values.std(ddof=1) if len(values) > 1 else float("nan")}
+            if name != baseline and len(reference) and (len(values) > 1 or len(reference) > 1):
+                floor = statistics.binomial_std(float(values.mean()), images)
+                test = statistics.difference_beyond_noise(values, reference, z=z, floor=floor)
+                verdict = {1: f"beats {baseline} beyond seed noise", -1: f"worse than {baseline} beyond seed noise",
+                           0: "within seed noise"}[test["beyond"]]
+                row.update({"delta vs scratch": test["delta"], "noise band": test["band"], "verdict": verdict})
+            out.append(row)
+    return pd.DataFrame(out).set_index(["labels per class", "strategy"])
+
+
+def mean_curves(results: dict, labels: int) -> dict:
+    """{strategy: {"epoch": [...], "seconds": [...], "val_top1": [...]}} for `labels` labels per class:
+    validation top-1 after each epoch and the training seconds so far, averaged over the seeds."""
+    import numpy as np
+
+    curves: dict[str, list] = {}
+    for (count, name, _seed), result in results.items():
+        if count == labels:
+            curves.setdefault(name, []).append(result.history)
+    out = {}
+    for name, histories in curves.items():
+        accuracy = np.mean([[row["val_top1"] for row in history] for history in histories], axis=0)
+        seconds = np.mean([np.cumsum([row["epoch_seconds"] for row in history]) for history in histories], axis=0)
+        out[name] = {"epoch": list(range(1, len(accuracy) + 1)), "seconds": seconds.tolist(),
+                     "val_top1": accuracy.tolist()}
+    return out
 
 
 def time_to_target(history: list[dict], target_top1: float) -> dict:
@@ -87,50 +194,51 @@ def time_to_target(history: list[dict], target_top1: float) -> dict:
     return {"epochs": None, "seconds": None}
 
 
-def strategy_table(results: dict, target_top1: float, frozen_epochs: dict | None = None):
-    """One row per labelled FitResult: best and final val top-1, epochs and seconds to `target_top1`,
-    mean seconds per epoch with the backbone frozen and trainable. A pandas DataFrame."""
+def curve_table(curves: dict, target_top1: float):
+    """One row per strategy of `mean_curves`: final val top-1, and the epochs and training seconds
+    (evaluation excluded) until the seed-averaged curve first reaches `target_top1` (None: never)."""
     import pandas as pd
 
     rows = {}
-    for label, result in results.items():
-        history = result.history
-        frozen = (frozen_epochs or {}).get(label, result.config.freeze_backbone_epochs)
-        frozen_rows, full_rows = history[:frozen], history[frozen:]
-        reached = time_to_target(history, target_top1)
-        rows[label] = {
-            "best val top-1": max(row["val_top1"] for row in history),
-            "final val top-1": history[-1]["val_top1"],
-            "epochs to target": reached["epochs"],
-            "train s to target": reached["seconds"],
-            "train s total": sum(row["epoch_seconds"] for row in history),
-            "s/epoch frozen": (sum(r["epoch_seconds"] for r in frozen_rows) / len(frozen_rows)) if frozen_rows else None,
-            "s/epoch trainable": (sum(r["epoch_seconds"] for r in full_rows) / len(full_rows)) if full_rows else None,
-        }
+    for name, curve in curves.items():
+        reached = next((i for i, value in enumerate(curve["val_top1"]) if value >= target_top1 - 1e-9), None)
+        rows[name] = {"final val top-1": curve["val_top1"][-1], "best val top-1": max(curve["val_top1"]),
+                      "epochs to target": None if reached is None else curve["epoch"][reached],
+                      "train s to target": None if reached is None else curve["seconds"][reached],
+                      "train s total": curve["seconds"][-1]}
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
-def plot_curves(results: dict, target_top1: float | None = None, axis=None, x: str = "epoch"):
-    """Validation top-1 after each epoch for each labelled FitResult, against the epoch (`x="epoch"`)
+def plot_curves(curves: dict, target_top1: float | None = None, axis=None, x: str = "epoch", frozen_epochs: int = 0,
+                frozen_strategy: str = "freeze, then unfreeze"):
+    """Seed-averaged validation top-1 of each strategy (`mean_curves`) against the epoch (`x="epoch"`)
     or the training seconds so far (`x="seconds"`); head-only epochs drawn with open markers."""
-    import itertools
-
     import matplotlib.pyplot as plt
 
     axis = axis or plt.gca()
-    for label, result in results.items():
-        if x == "seconds":
-            positions = list(itertools.accumulate(row["epoch_seconds"] for row in result.history))
-        else:
-            positions = [row["epoch"] for row in result.history]
-        accuracy = [row["val_top1"] for row in result.history]
-        line, = axis.plot(positions, accuracy, marker="o", label=label)
-        frozen = result.config.freeze_backbone_epochs
-        if frozen:
-            axis.plot(positions[:frozen], accuracy[:frozen], linestyle="none", marker="o", markersize=9,
+    for name, curve in curves.items():
+        positions, accuracy = curve[x], curve["val_top1"]
+        line, = axis.plot(positions, accuracy, marker="o", markersize=3, label=name)
+        if frozen_epochs and name == frozen_strategy:
+            axis.plot(positions[:frozen_epochs], accuracy[:frozen_epochs], linestyle="none", marker="o", markersize=7,
                       markerfacecolor="white", color=line.get_color())
     if target_top1 is not None:
         axis.axhline(target_top1, color="grey", linestyle="--", linewidth=1, label=f"target {target_top1:.1%}")
-    axis.set(xlabel="training seconds" if x == "seconds" else "epoch", ylabel="val top-1")
+    axis.set(xlabel="training seconds" if x == "seconds" else "epoch", ylabel="val top-1 (mean over seeds)")
+    axis.legend(fontsize=8)
+    return axis
+
+
+def plot_labels(verdict, axis=None):
+    """Mean val top-1 (error bars: std over seeds) against labels per class, one line per strategy."""
+    import matplotlib.pyplot as plt
+
+    axis = axis or plt.gca()
+    frame = verdict.reset_index()
+    for name, group in frame.groupby("strategy", sort=False):
+        axis.errorbar(group["labels per class"], group["mean"], yerr=group["std"].fillna(0), marker="o", capsize=3,
+                      label=name)
+    axis.set_xscale("log")
+    axis.set(xlabel="labelled images per class (log)", ylabel="val top-1")
     axis.legend(fontsize=8)
     return axis

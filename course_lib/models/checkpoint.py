@@ -245,3 +245,19 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu", *, check_finite
                                   "the weights are damaged (a diverged run or corruption): use an earlier "
                                   "checkpoint, or load_checkpoint(..., check_finite=False) to inspect it")
     return state
+
+
+# Config fields that say where and how fast a run went, not what it learned: a checkpoint trained
+# with other values of these is the same model, so `config_digest` leaves them out.
+BOOKKEEPING_FIELDS = ("output_dir", "resume", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
+
+
+def config_digest(values: dict, ignore=BOOKKEEPING_FIELDS) -> str:
+    """A 12-hex-digit SHA-1 of `values` (a Config's `to_dict()` plus anything else that decides
+    the weights, e.g. the class list), without the `ignore` fields: the name under which a
+    checkpoint can be found again and reused instead of retrained while the digest matches."""
+    import hashlib
+    import json
+
+    kept = {key: value for key, value in values.items() if key not in ignore}
+    return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -53,14 +53,20 @@ def top1(model, bundle, config) -> float:
     return export.top1(model, bundle.val, config, bundle.device_stage)
 
 
-def describe(model, bundle, config, **extra) -> dict:
-    """One table row: top-1 on the validation split, parameters, bytes of weights, speed at batch 1 and 64."""
+# Timing settings for `deploy.latency.speed_row` in the smoke profile: one repeat, so the notebook
+# checks that everything runs without spending its minute on clocks.
+SMOKE_SPEED = dict(repeats=1, warmup=1, min_images=1)
+
+
+def describe(model, bundle, config, speed: dict | None = None, **extra) -> dict:
+    """One table row: top-1 on the validation split, parameters, bytes of weights, speed at batch 1
+    and 64 (`speed`: options for `deploy.latency.speed_row`, e.g. SMOKE_SPEED)."""
     return {**extra, "val top-1": top1(model, bundle, config), "parameters": factory.count_parameters(model),
-            "MB": quantization.model_size_bytes(model) / 1e6, **speed_row(model, config.image_size)}
+            "MB": quantization.model_size_bytes(model) / 1e6, **speed_row(model, config.image_size, **(speed or {}))}
 
 
 def distillation_study(teacher, student_config: Config, bundle, seeds, *, temperature: float = 4.0,
-                       weight: float = 0.9, **fit_options) -> list[dict]:
+                       weight: float = 0.9, speed: dict | None = None, **fit_options) -> list[dict]:
     """The student trained on labels alone and with the teacher's soft targets, once per seed."""
     rows = []
     for seed in seeds:
@@ -69,17 +75,17 @@ def distillation_study(teacher, student_config: Config, bundle, seeds, *, temper
             config = student_config.replace(seed=seed, output_dir=str(
                 Path(student_config.output_dir) / f"{'kd' if distiller else 'labels'}-{seed}"))
             result = train.fit(config, bundle=bundle, teacher=distiller, **fit_options)
-            rows.append(describe(result.model, bundle, config, student=config.model, method=method, seed=seed))
+            rows.append(describe(result.model, bundle, config, speed, student=config.model, method=method, seed=seed))
     return rows
 
 
 def pruning_study(model, config: Config, bundle, sparsities, channel_ratios, *, finetune_epochs: int = 1,
-                  **fit_options) -> list[dict]:
+                  speed: dict | None = None, **fit_options) -> list[dict]:
     """Unstructured global L1 pruning at each sparsity and channel pruning at each ratio, each
     fine-tuned for `finetune_epochs` (lr a tenth of config.lr), measured after fine-tuning."""
     example = export.image_batches(bundle.val, config, bundle.device_stage, batches=1)[0][:2]
     finetune = config.replace(epochs=finetune_epochs, lr=config.lr / 10, warmup_epochs=0.0, ema_decay=0.0)
-    rows = [describe(model, bundle, config, method="dense (teacher)", requested=0.0,
+    rows = [describe(model, bundle, config, speed, method="dense (teacher)", requested=0.0,
                      **{"zero weights": pruning.weight_sparsity(model)})]
     for kind, amounts in (("unstructured L1", sparsities), ("channels L1", channel_ratios)):
         for amount in amounts:
@@ -91,21 +97,21 @@ def pruning_study(model, config: Config, bundle, sparsities, channel_ratios, *, 
             result = train.fit(finetune.replace(output_dir=str(Path(config.output_dir) / f"pruned-{kind[:4]}-{amount}")),
                                bundle=bundle, model=pruned, **fit_options)
             final = pruning.make_permanent(result.model)
-            rows.append(describe(final, bundle, config, method=kind, requested=amount,
+            rows.append(describe(final, bundle, config, speed, method=kind, requested=amount,
                                  **{"zero weights": pruning.weight_sparsity(final)}))
     return rows
 
 
 def quantization_study(model, config: Config, bundle, *, calibration_batches: int = 8,
-                       compile_int8: bool = False) -> tuple[list[dict], object]:
+                       compile_int8: bool = False, speed: dict | None = None) -> tuple[list[dict], object]:
     """fp32, bf16 and PT2E int8 (reference graph; compiled by Inductor when `compile_int8`) side by
     side on the CPU. Returns (rows, the int8 graph)."""
     calibration = export.image_batches(bundle.train, config, bundle.device_stage, calibration_batches)
     int8 = quantization.quantize_int8(model, calibration)
-    rows = [describe(model, bundle, config, precision="fp32 (eager)"),
-            describe(quantization.BFloat16Model(model), bundle, config, precision="bf16 (eager)")]
+    rows = [describe(model, bundle, config, speed, precision="fp32 (eager)"),
+            describe(quantization.BFloat16Model(model), bundle, config, speed, precision="bf16 (eager)")]
     reference = export.InferenceModel(int8, "PT2E int8 reference")
-    rows.append({**describe(reference, bundle, config, precision="int8 PT2E reference (not compiled)"),
+    rows.append({**describe(reference, bundle, config, speed, precision="int8 PT2E reference (not compiled)"),
                  "parameters": factory.count_parameters(model), "MB": quantization.model_size_bytes(int8) / 1e6})
     if compile_int8:
         import time
@@ -115,14 +121,14 @@ def quantization_study(model, config: Config, bundle, *, calibration_batches: in
         with torch.no_grad():  # the first calls compile (one graph per batch shape class)
             compiled(calibration[0][:2])
         seconds = time.perf_counter() - started
-        row = describe(export.InferenceModel(compiled, "PT2E int8 + Inductor"), bundle, config,
+        row = describe(export.InferenceModel(compiled, "PT2E int8 + Inductor"), bundle, config, speed,
                        precision="int8 PT2E + torch.compile")
         rows.append({**row, "parameters": factory.count_parameters(model),
                      "MB": quantization.model_size_bytes(int8) / 1e6, "compile s": seconds})
     return rows, int8
 
 
-def export_study(model, int8_graph, config: Config, bundle, folder: str | Path) -> list[dict]:
+def export_study(model, int8_graph, config: Config, bundle, folder: str | Path, speed: dict | None = None) -> list[dict]:
     """The model served four ways (torch.export .pt2 fp32 and int8, ONNX fp32 and int8 through
     onnxruntime), each checked against PyTorch on a validation batch and measured."""
     folder = Path(folder)
@@ -144,7 +150,7 @@ def export_study(model, int8_graph, config: Config, bundle, folder: str | Path) 
     for label, runner in served.items():
         row = {"served as": label, "file MB": (folder / files[label]).stat().st_size / 1e6 if label in files else None,
                "max |logit diff|": export.max_difference(model, runner, images) if runner is not model else 0.0,
-               "val top-1": top1(runner, bundle, config), **speed_row(runner, config.image_size)}
+               "val top-1": top1(runner, bundle, config), **speed_row(runner, config.image_size, **(speed or {}))}
         rows.append(row)
     return rows
 

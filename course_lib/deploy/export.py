@@ -100,12 +100,25 @@ def quantize_onnx(fp32_path: str | Path, int8_path: str | Path, calibration_batc
     """onnxruntime static int8 quantization of an ONNX file: QDQ format, int8 weights per output
     channel, uint8 activations (the u8s8 scheme x86 VNNI kernels take), ranges from min/max over
     `calibration_batches`."""
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    import logging
+
+    from onnxruntime.quantization import (
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
 
     session = onnx_session(fp32_path)
-    quantize_static(str(fp32_path), str(int8_path), _Calibration(list(calibration_batches), session.get_inputs()[0].name),
-                    quant_format=QuantFormat.QDQ, per_channel=True, weight_type=QuantType.QInt8,
-                    activation_type=QuantType.QUInt8, calibrate_method=CalibrationMethod.MinMax)
+    root = logging.getLogger()
+    level, root.level = root.level, logging.ERROR  # its advice to pre-process is a warning on the root logger
+    try:
+        quantize_static(str(fp32_path), str(int8_path),
+                        _Calibration(list(calibration_batches), session.get_inputs()[0].name),
+                        quant_format=QuantFormat.QDQ, per_channel=True, weight_type=QuantType.QInt8,
+                        activation_type=QuantType.QUInt8, calibrate_method=CalibrationMethod.MinMax)
+    finally:
+        root.setLevel(level)
     return Path(int8_path)
 
 

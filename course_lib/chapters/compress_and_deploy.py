@@ -128,12 +128,13 @@ def quantization_study(model, config: Config, bundle, *, calibration_batches: in
     return rows, int8
 
 
-def export_study(model, int8_graph, config: Config, bundle, folder: str | Path, speed: dict | None = None) -> list[dict]:
+def export_study(model, int8_graph, config: Config, bundle, folder: str | Path, speed: dict | None = None,
+                 calibration_batches: int = 8) -> list[dict]:
     """The model served four ways (torch.export .pt2 fp32 and int8, ONNX fp32 and int8 through
     onnxruntime), each checked against PyTorch on a validation batch and measured."""
     folder = Path(folder)
     images = export.image_batches(bundle.val, config, bundle.device_stage, batches=1)[0]
-    calibration = export.image_batches(bundle.train, config, bundle.device_stage, batches=8)
+    calibration = export.image_batches(bundle.train, config, bundle.device_stage, calibration_batches)
     onnx_fp32 = export.export_onnx(model, images, folder / "model.onnx")
     served = {
         "PyTorch eager fp32": model,

@@ -38,13 +38,13 @@ def test_a_wrong_model_is_caught_by_the_check(model, tmp_path):
 def test_workbook_export_on_a_workbook_train_checkpoint(tmp_path, capsys):
     out = tmp_path / "run"
     assert cli.main(["train", "--profile", "smoke", "-p", f"output_dir={out}", "-p", "max_steps=2"]) == 0
-    assert cli.main(["export", str(out / "last.pt"), "--format", "onnx"]) == 0
+    assert cli.main(["export", str(out / "last.pt"), "--format", "onnx", "--repeats", "1"]) == 0
     report = json.loads((out / "last.onnx.json").read_text())
     assert report["format"] == "onnx" and not report["int8"] and (out / "last.onnx").exists()
     assert report["max_abs_logit_difference"] <= export.FP32_TOLERANCE
     assert report["top1"] == pytest.approx(report["pytorch_top1"], abs=0.02)
     assert report["latency"]["ms@1"] > 0 and report["hardware"]
-    assert cli.main(["export", str(out / "last.pt"), "--format", "pt2", "--int8"]) == 0
+    assert cli.main(["export", str(out / "last.pt"), "--format", "pt2", "--int8", "--repeats", "1"]) == 0
     report = json.loads((out / "last-int8.pt2.json").read_text())
     assert report["int8"] and abs(report["top1"] - report["pytorch_top1"]) <= 0.05
     assert "wrote" in capsys.readouterr().out

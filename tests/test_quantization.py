@@ -33,7 +33,8 @@ def test_bf16_model_takes_and_returns_fp32(trained):
         out = bf16(images)
         assert out.dtype == torch.float32
         assert torch.allclose(out, model(images), atol=0.1, rtol=0.05)
-    assert quantization.model_size_bytes(bf16) == quantization.model_size_bytes(model) // 2
+    # BatchNorm's step counters stay int64: a little over half
+    assert quantization.model_size_bytes(bf16) == pytest.approx(quantization.model_size_bytes(model) / 2, rel=0.01)
     assert next(model.parameters()).dtype == torch.float32  # the original is untouched
 
 

@@ -168,11 +168,13 @@ def image_batches(dataset, config, device_stage=None, batches: int = 4) -> list[
 
 
 def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", *, int8: bool = False,
-                      output: str | Path | None = None, calibration_batches: int = 8, **overrides) -> dict:
+                      output: str | Path | None = None, calibration_batches: int = 8, repeats: int = 5,
+                      **overrides) -> dict:
     """Export a `workbook train` checkpoint as `export_format` (onnx | pt2), int8 when asked; check
     it against the PyTorch model; measure its validation top-1 and CPU latency at batch 1 and 64;
     write `<artifact>.json` beside the artifact and a ledger row (kind "export"). `overrides` are
-    Config values for the data (data_dir=..., batch_size=...). Returns the JSON's content."""
+    Config values for the data (data_dir=..., batch_size=...); `repeats`: timed repeats per batch size
+    (the median is reported). Returns the JSON's content."""
     from course_lib import ledger
     from course_lib.config import ConfigError, make_config
     from course_lib.data.datasets import build_datasets
@@ -215,6 +217,7 @@ def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", 
     if not int8 and difference > FP32_TOLERANCE:
         raise RuntimeError(f"the exported {export_format} model's logits differ from PyTorch's by {difference:.2e} "
                            f"(> {FP32_TOLERANCE}); the export is wrong, do not serve it")
+    timing = dict(repeats=repeats, warmup=min(2, repeats))
     pytorch_top1 = top1(model, bundle.val, config, bundle.device_stage)
     served_top1 = top1(served, bundle.val, config, bundle.device_stage)
     report = {
@@ -224,7 +227,8 @@ def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", 
         "max_abs_logit_difference": difference, "tolerance": None if int8 else FP32_TOLERANCE,
         "runtime": served.description + (" (eager: the int8 graph is a reference without torch.compile)"
                                           if int8 and export_format == "pt2" else ""),
-        "latency": speed_row(served, config.image_size), "pytorch_latency": speed_row(model, config.image_size),
+        "latency": speed_row(served, config.image_size, **timing), "pytorch_latency": speed_row(model, config.image_size,
+                                                                                               **timing),
         "hardware": ledger.describe_hardware(), "torch_threads": torch.get_num_threads(),
     }
     artifact.with_name(artifact.name + ".json").write_text(json.dumps(report, indent=1) + "\n")

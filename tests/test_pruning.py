@@ -16,8 +16,11 @@ def test_unstructured_pruning_reaches_the_requested_sparsity(sparsity):
     assert pruning.weight_sparsity(model) == pytest.approx(sparsity, abs=1e-3)
 
 
-def test_pruned_weights_stay_zero_through_an_optimizer_step():
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_pruned_weights_stay_zero_through_an_optimizer_step(channels_last):
     model = timm.create_model("test_resnet", num_classes=4)
+    if channels_last:  # the cpu and gpu profiles train in NHWC
+        model = model.to(memory_format=torch.channels_last)
     pruning.prune_unstructured(model, 0.5)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model(torch.randn(2, 3, 16, 16)).sum().backward()

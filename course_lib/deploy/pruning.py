@@ -31,6 +31,8 @@ def prune_unstructured(model: torch.nn.Module, sparsity: float) -> torch.nn.Modu
     if not 0.0 <= sparsity < 1.0:
         raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
     if sparsity > 0:
+        for module, name in prunable_layers(model):  # channels_last weights cannot be flattened by view()
+            getattr(module, name).data = getattr(module, name).data.contiguous()
         prune.global_unstructured(prunable_layers(model), pruning_method=prune.L1Unstructured, amount=sparsity)
     return model
 

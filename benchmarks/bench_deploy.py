@@ -60,21 +60,27 @@ def main(argv=None) -> int:
     served = study.export_study(teacher, int8_graph, config, bundle, f"{config.output_dir}/exported")
     rows += [{"model": config.model, "variant": row["served as"], **row, "MB": row["file MB"]}
              for row in served if row["served as"].startswith("onnxruntime")]
-    print("quantization and export measured", flush=True)
+    _write(rows, Path(args.out), hardware, where, how, started, load_before, config)
     pruned = study.pruning_study(teacher, config, bundle, [0.7], [0.5], **quiet)
     rows += [{"model": config.model, "variant": f"{row['method']} {row['requested']:.0%}, fine-tuned 1 epoch", **row}
              for row in pruned[1:]]
-    print("pruning measured", flush=True)
+    _write(rows, Path(args.out), hardware, where, how, started, load_before, config)
     students = study.distillation_study(teacher, config.replace(model=args.student,
                                                                 output_dir=f"{config.output_dir}/students"),
                                         bundle, [0], **quiet)
     rows += [{"model": row["student"], "variant": f"student, {row['method']}", **row} for row in students]
+    _write(rows, Path(args.out), hardware, where, how, started, load_before, config, complete=True)
+    return 0
+
+
+def _write(rows, out: Path, hardware, where, how, started, load_before, config, complete: bool = False) -> None:
+    """deploy.json and deploy.md with the rows so far (written after each study, so a long run that is
+    stopped keeps what it measured)."""
     table = [{"model": row["model"], "variant": row["variant"], **{c: row.get(c) for c in COLUMNS}} for row in rows]
     isa = [name for name, present in cpu_isa().items() if present]
     record = {"hardware": hardware, "isa": isa, "started": started, "load_average_before": load_before,
               "load_average_after": os.getloadavg()[0], "data": where, "teacher": how, "rows": table,
-              "config": config.to_dict(), "versions": ledger.runtime_versions()}
-    out = Path(args.out)
+              "config": config.to_dict(), "versions": ledger.runtime_versions(), "complete": complete}
     out.mkdir(parents=True, exist_ok=True)
     (out / "deploy.json").write_text(json.dumps(record, indent=2, default=str))
     lines = ["# After training: accuracy, size and CPU latency\n",
@@ -86,9 +92,10 @@ def main(argv=None) -> int:
     for row in table:
         lines.append(f"| {row['model']} | {row['variant']} | {row['val top-1']:.2%} | {row['MB']:.2f} | "
                      f"{row['ms@1']:.2f} | {row['images/s@1']:.0f} | {row['ms@64']:.1f} | {row['images/s@64']:.0f} |")
+    if not complete:
+        lines.append("\n(partial: the run stopped or is still going; the other studies are not measured yet)")
     (out / "deploy.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0
+    print("\n".join(lines), flush=True)
 
 
 if __name__ == "__main__":

@@ -90,11 +90,14 @@ def pruning_study(model, config: Config, bundle, sparsities, channel_ratios, *, 
     for kind, amounts in (("unstructured L1", sparsities), ("channels L1", channel_ratios)):
         for amount in amounts:
             pruned = copy.deepcopy(model)
+            settings = finetune
             if kind == "unstructured L1":
                 pruning.prune_unstructured(pruned, amount)
+                # precision=auto times steps on a deep copy, and a masked weight (computed each forward) cannot be copied
+                settings = finetune.replace(precision="off") if finetune.precision == "auto" else finetune
             else:
                 pruning.prune_channels(pruned, amount, example)
-            result = train.fit(finetune.replace(output_dir=str(Path(config.output_dir) / f"pruned-{kind[:4]}-{amount}")),
+            result = train.fit(settings.replace(output_dir=str(Path(config.output_dir) / f"pruned-{kind[:4]}-{amount}")),
                                bundle=bundle, model=pruned, **fit_options)
             final = pruning.make_permanent(result.model)
             rows.append(describe(final, bundle, config, speed, method=kind, requested=amount,

@@ -442,6 +442,38 @@ def _report(args) -> int:
     return 0
 
 
+# --- export -----------------------------------------------------------------------------------
+
+def _add_export(subparsers) -> None:
+    parser = subparsers.add_parser("export", help="export a checkpoint as ONNX or torch.export .pt2 (optionally int8), "
+                                                  "checked and timed")
+    parser.add_argument("checkpoint", help="a checkpoint written by `workbook train`")
+    parser.add_argument("--format", default="onnx", choices=("onnx", "pt2"),
+                        help="onnx (served by onnxruntime) or pt2 (torch.export); default onnx")
+    parser.add_argument("--int8", action="store_true",
+                        help="post-training int8, calibrated on training images (onnx: onnxruntime static QDQ; "
+                             "pt2: PT2E with the X86 Inductor quantizer)")
+    parser.add_argument("--output", help="the artifact's path (default: beside the checkpoint, e.g. last-int8.onnx)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per batch size (median reported)")
+    parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a stored config value for the data (e.g. data_dir=..., batch_size=256)")
+    parser.set_defaults(func=_export)
+
+
+def _export(args) -> int:
+    from course_lib.deploy import export
+
+    report = export.export_checkpoint(args.checkpoint, args.format, int8=args.int8, output=args.output,
+                                      repeats=args.repeats, **parse_assignments(args.param))
+    latency = report["latency"]
+    print(f"wrote {report['artifact']} ({report['bytes'] / 1e6:.2f} MB): val top-1 {report['top1']:.4f} "
+          f"(PyTorch {report['pytorch_top1']:.4f}), max |logit difference| {report['max_abs_logit_difference']:.2e}, "
+          f"{latency['ms@1']:.2f} ms at batch 1, {latency['images/s@64']:.0f} images/s at batch 64 "
+          f"({report['hardware']})")
+    print(f"measurements: {report['artifact']}.json")
+    return 0
+
+
 # --- ledger -----------------------------------------------------------------------------------
 
 def _add_ledger(subparsers) -> None:
@@ -508,7 +540,7 @@ def _ledger_check(path: Path) -> int:
 
 # Subcommands, in the order `workbook --help` lists them.
 SUBCOMMANDS = (_add_run, _add_doctor, _add_gpu_check, _add_data, _add_bench, _add_train, _add_speedrun, _add_ddp,
-               _add_eval, _add_compare, _add_report, _add_ledger)
+               _add_eval, _add_compare, _add_export, _add_report, _add_ledger)
 
 
 def build_parser() -> argparse.ArgumentParser:

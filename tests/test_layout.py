@@ -36,11 +36,14 @@ IMPORTS = {module_name(p): project_imports(p) for p in MODULES}
 # (modules the rule is about, forbidden targets) as prefixes of dotted names.
 RULES = [
     (("course_lib.config", "course_lib.paths"), ("course_lib",)),
-    (("course_lib.data",), ("course_lib.engine", "course_lib.ledger", "course_lib.analysis", "course_lib.chapters")),
-    (("course_lib.models",), ("course_lib.engine", "course_lib.analysis", "course_lib.chapters")),
-    (("course_lib.analysis",), ("course_lib.engine", "course_lib.chapters")),
+    (("course_lib.data",), ("course_lib.engine", "course_lib.ledger", "course_lib.analysis", "course_lib.chapters",
+                            "course_lib.deploy")),
+    (("course_lib.models",), ("course_lib.engine", "course_lib.analysis", "course_lib.chapters", "course_lib.deploy")),
+    (("course_lib.analysis",), ("course_lib.engine", "course_lib.chapters", "course_lib.deploy")),
+    # Deploying a trained model needs no training loop and no chapter.
+    (("course_lib.deploy",), ("course_lib.engine", "course_lib.chapters")),
     (("course_lib.devices",), ("course_lib.data", "course_lib.engine", "course_lib.models", "course_lib.measure",
-                               "course_lib.analysis", "course_lib.chapters", "course_lib.ledger")),
+                               "course_lib.analysis", "course_lib.chapters", "course_lib.ledger", "course_lib.deploy")),
 ]
 
 

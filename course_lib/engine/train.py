@@ -10,7 +10,7 @@ and `torchrun --nproc-per-node N -m course_lib train -p name=value ...`.
   `step.optimizer_step` every `accumulation_steps` micro-batches, scheduler and EMA after each step;
 - `validate(model, state)` scores a model on the validation split (the weights and their EMA).
 Each switch lives in a module named after it: `mixup.py`, `random_erasing.py`, `label_smoothing.py`,
-`ema.py`, `freeze.py`, `precision.py`, `schedule.py`; the bookkeeping in small classes:
+`ema.py`, `freeze.py`, `precision.py`, `schedule.py`, `distillation.py`; the bookkeeping in small classes:
 `loss_guard.LossGuard`, `epoch_meter.EpochMeter`, `freeze.BackboneFreezer`,
 `checkpoint_saver.CheckpointSaver`, `run_record.RunRecorder`. Distributed data parallel follows
 https://pytorch.org/docs/stable/notes/ddp.html.
@@ -112,6 +112,7 @@ class RunState:
     skipped_steps: int = 0  # optimizer steps GradScaler skipped (fp16 overflow)
     history: list[dict] = dataclasses.field(default_factory=list)  # one metrics row per epoch
     step_log: list[dict] = dataclasses.field(default_factory=list)  # per optimizer step: epoch, step, lr, loss
+    teacher: object | None = None  # distillation.Distiller: soft targets from a frozen teacher; None = labels only
 
 
 def seed_everything(seed: int) -> None:
@@ -206,11 +207,14 @@ def _quiet(*args, **kwargs) -> None:
 
 
 def prepare(config: Config, bundle=None, *, distributed: Distributed | None = None,
-            device: torch.device | None = None, verbose: bool = True) -> RunState:
+            device: torch.device | None = None, verbose: bool = True, model: torch.nn.Module | None = None,
+            teacher=None) -> RunState:
     """Everything a run needs before its first step, as a RunState: data (`bundle`, or the one
     `config.dataset` names), loaders, model, optimizer, schedule, scaler, EMA, criterion, batch
     regularizers; with `config.resume` the state of `output_dir/last.pt`. Without `distributed`
-    it reads torchrun's environment (and starts the process group) itself."""
+    it reads torchrun's environment (and starts the process group) itself. `model` trains that
+    module (a pruned or re-headed one) instead of building `config.model`; `teacher` (an
+    `engine.distillation.Distiller`) adds its soft targets to the loss."""
     if distributed is None:
         distributed, device = setup_distributed(config)
     log = print if (verbose and distributed.is_main) else _quiet
@@ -224,7 +228,7 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
                           f"({global_batch} = batch_size x accumulation_steps x processes); "
                           "lower batch_size or accumulation_steps")
     num_classes = len(bundle.classes)
-    raw_model = factory.build_model(config, num_classes, bundle.classes).to(
+    raw_model = (model if model is not None else factory.build_model(config, num_classes, bundle.classes)).to(
         device, memory_format=torch.channels_last if config.channels_last else torch.preserve_format)
     precision = auto_precision.resolve(config.precision, raw_model, config.image_size, num_classes, device,
                                        batch_size=config.batch_size, channels_last=config.channels_last, log=log)
@@ -242,7 +246,8 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
         mixup=mixup, eraser=make_random_erasing(config, device), train_loader=train_loader, sampler=sampler,
         val_loader=validation_loader(bundle.val, config, distributed), steps_per_epoch=steps_per_epoch,
         global_batch=global_batch, freezer=freeze.BackboneFreezer(config.freeze_backbone_epochs),
-        checkpoints=CheckpointSaver(config.output_dir, distributed.is_main), log=log)
+        checkpoints=CheckpointSaver(config.output_dir, distributed.is_main), log=log,
+        teacher=teacher.to(device) if teacher is not None else None)
     if config.resume and state.checkpoints.restore(state):
         log(f"resuming from {state.checkpoints.path}: {state.start_epoch} of {config.epochs} epochs done")
     elif config.resume:
@@ -311,7 +316,8 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
             # DDP all-reduces gradients in every backward; on all but the last micro-batch that
             # traffic is wasted, so skip it (the gradients still add up locally).
             sync_gradients = not distributed.enabled or micro_step == config.accumulation_steps - 1
-            loss, logits = training_step(state.model, images, targets, state.criterion, state.scaler,
+            criterion = state.criterion if state.teacher is None else state.teacher.bind(images, state.criterion)
+            loss, logits = training_step(state.model, images, targets, criterion, state.scaler,
                                          state.precision, accumulation_steps=config.accumulation_steps,
                                          sync_gradients=sync_gradients)
             guard.add(loss)
@@ -416,9 +422,11 @@ def _check_validation_loss(row: dict, state: RunState, epoch: int) -> None:
                                      f"no checkpoint was written for it; likely causes: {'; '.join(causes)}")
 
 
-def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = True) -> FitResult:
+def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = True,
+        model: torch.nn.Module | None = None, teacher=None) -> FitResult:
     """Train `config.model` on `config.dataset` (or on `bundle`, a `data.DataBundle`) and return
-    the trained model, the per-epoch history and the checkpoint path. Every run is recorded in
+    the trained model, the per-epoch history and the checkpoint path. `model` trains a given module
+    instead (a pruned one, a wider head); `teacher` (`distillation.Distiller`) distills into it. Every run is recorded in
     the ledger (kind "train"); a non-finite training or validation loss, or non-finite weights at
     a checkpoint, raise NonFiniteLossError and leave the last good checkpoint in place."""
     started = time.perf_counter()
@@ -427,7 +435,8 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
     recorder = RunRecorder(config, distributed.is_main, distributed.world_size, device, started)
     state = None
     try:
-        state = prepare(config, bundle, distributed=distributed, device=device, verbose=verbose)
+        state = prepare(config, bundle, distributed=distributed, device=device, verbose=verbose, model=model,
+                        teacher=teacher)
         for epoch in range(state.start_epoch, config.epochs):
             row = train_one_epoch(state, epoch, progress=progress)
             if state.val_loader is not None:

@@ -64,6 +64,35 @@ def cpu_info() -> dict:
     }
 
 
+# x86 instruction sets that decide what reduced precision buys on a CPU (Linux /proc/cpuinfo flags),
+# with what each means for inference (oneDNN picks the kernels: https://uxlfoundation.github.io/oneDNN/).
+CPU_ISA_MEANING = {
+    "avx2": "8-wide fp32 FMA; int8 goes through 16-bit products (little gain over fp32)",
+    "avx512f": "16-wide fp32 FMA",
+    "avx512_vnni": "int8 dot products in one instruction (VPDPBUSD): int8 convolutions up to ~2-4x fp32",
+    "avx512_bf16": "bf16 dot products (VDPBF16PS): bf16 at up to ~2x fp32 without AMX",
+    "amx_tile": "AMX tile registers (Sapphire Rapids and later)",
+    "amx_int8": "AMX int8 matrix multiply: int8 several times faster than VNNI on large matrices",
+    "amx_bf16": "AMX bf16 matrix multiply: bf16 several times faster than fp32",
+}
+
+
+def cpu_isa(cpuinfo: str | None = None) -> dict[str, bool]:
+    """Which of CPU_ISA_MEANING's instruction sets this CPU reports (all False where /proc/cpuinfo
+    is missing, e.g. macOS)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    return {name: name in flags for name in CPU_ISA_MEANING}
+
+
 def _block_device_kind(path: Path) -> tuple[str | None, str]:
     """(block device name, "nvme" | "ssd" | "hdd" | "unknown") of the disk holding `path`,
     read from /sys (Linux only; overlay and network filesystems give "unknown")."""

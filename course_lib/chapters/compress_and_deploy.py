@@ -1,0 +1,200 @@
+"""Notebook 13's studies: after training, a teacher trained by the workbook is distilled, pruned,
+quantized, exported and taught new classes, and each result is a table row of accuracy, size and
+speed. The techniques live in `engine.distillation`, `engine.continual`, `deploy.pruning`,
+`deploy.quantization`, `deploy.export` and `deploy.latency`; this module strings them together
+and holds the article's claims.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+from course_lib import paths
+from course_lib.config import Config
+from course_lib.deploy import export, pruning, quantization
+from course_lib.deploy.latency import speed_row
+from course_lib.engine import continual, train
+from course_lib.engine.distillation import Distiller
+from course_lib.models import checkpoint, factory
+
+# The second source article (section "模型压缩和加速" / "持续学习"), translated. It gives no numbers.
+ARTICLE = {
+    "distillation": "a big model's knowledge taught to a small one: the small model keeps good accuracy and "
+                    "infers much faster",
+    "pruning": "pruning makes a trained model faster for production",
+    "quantization": "quantization makes a trained model faster for production",
+    "export": "a trained model needs optimising before it goes into production",
+    "continual": "continual learning lets a model recognise new classes without forgetting the old ones",
+}
+
+
+def cached_fit(config: Config, bundle=None, **fit_options):
+    """The model `config` trains: loaded from `config.output_dir/last.pt` when that checkpoint was
+    trained with exactly these values for all its epochs, else trained now (`train.fit`). Returns
+    (model in eval mode, per-epoch history, "reused <path>" or "trained")."""
+    path = paths.resolve_path(config.output_dir) / checkpoint.LAST_NAME
+    if path.exists():
+        try:
+            saved = checkpoint.load_checkpoint(path)
+        except checkpoint.CheckpointError:
+            saved = None
+        ignored = {"output_dir", "resume", "device", "num_workers"}
+        same = saved is not None and saved.get("epoch") == config.epochs and all(
+            saved["config"].get(name) == value for name, value in config.to_dict().items() if name not in ignored)
+        if same and (bundle is None or list(saved["classes"]) == list(bundle.classes)):
+            return factory.model_from_checkpoint(path), saved["history"], f"reused {path}"
+    result = train.fit(config, bundle=bundle, **fit_options)
+    return result.model, result.history, "trained"
+
+
+def top1(model, bundle, config) -> float:
+    return export.top1(model, bundle.val, config, bundle.device_stage)
+
+
+# Timing settings for `deploy.latency.speed_row` in the smoke profile: one repeat, so the notebook
+# checks that everything runs without spending its minute on clocks.
+SMOKE_SPEED = dict(repeats=1, warmup=1, min_images=1)
+
+
+def describe(model, bundle, config, speed: dict | None = None, **extra) -> dict:
+    """One table row: top-1 on the validation split, parameters, bytes of weights, speed at batch 1
+    and 64 (`speed`: options for `deploy.latency.speed_row`, e.g. SMOKE_SPEED)."""
+    return {**extra, "val top-1": top1(model, bundle, config), "parameters": factory.count_parameters(model),
+            "MB": quantization.model_size_bytes(model) / 1e6, **speed_row(model, config.image_size, **(speed or {}))}
+
+
+def distillation_study(teacher, student_config: Config, bundle, seeds, *, temperature: float = 4.0,
+                       weight: float = 0.9, speed: dict | None = None, **fit_options) -> list[dict]:
+    """The student trained on labels alone and with the teacher's soft targets, once per seed."""
+    rows = []
+    for seed in seeds:
+        for method, distiller in (("labels only", None), (f"distilled (T={temperature:g}, weight {weight:g})",
+                                                          Distiller(teacher, temperature, weight))):
+            config = student_config.replace(seed=seed, output_dir=str(
+                Path(student_config.output_dir) / f"{'kd' if distiller else 'labels'}-{seed}"))
+            result = train.fit(config, bundle=bundle, teacher=distiller, **fit_options)
+            rows.append(describe(result.model, bundle, config, speed, student=config.model, method=method, seed=seed))
+    return rows
+
+
+def pruning_study(model, config: Config, bundle, sparsities, channel_ratios, *, finetune_epochs: int = 1,
+                  speed: dict | None = None, **fit_options) -> list[dict]:
+    """Unstructured global L1 pruning at each sparsity and channel pruning at each ratio, each
+    fine-tuned for `finetune_epochs` (lr a tenth of config.lr), measured after fine-tuning."""
+    example = export.image_batches(bundle.val, config, bundle.device_stage, batches=1)[0][:2]
+    finetune = config.replace(epochs=finetune_epochs, lr=config.lr / 10, warmup_epochs=0.0, ema_decay=0.0)
+    rows = [describe(model, bundle, config, speed, method="dense (teacher)", requested=0.0,
+                     **{"zero weights": pruning.weight_sparsity(model)})]
+    for kind, amounts in (("unstructured L1", sparsities), ("channels L1", channel_ratios)):
+        for amount in amounts:
+            pruned = copy.deepcopy(model)
+            settings = finetune
+            if kind == "unstructured L1":
+                pruning.prune_unstructured(pruned, amount)
+                # precision=auto times steps on a deep copy, and a masked weight (computed each forward) cannot be copied
+                settings = finetune.replace(precision="off") if finetune.precision == "auto" else finetune
+            else:
+                pruning.prune_channels(pruned, amount, example)
+            result = train.fit(settings.replace(output_dir=str(Path(config.output_dir) / f"pruned-{kind[:4]}-{amount}")),
+                               bundle=bundle, model=pruned, **fit_options)
+            final = pruning.make_permanent(result.model)
+            rows.append(describe(final, bundle, config, speed, method=kind, requested=amount,
+                                 **{"zero weights": pruning.weight_sparsity(final)}))
+    return rows
+
+
+def quantization_study(model, config: Config, bundle, *, calibration_batches: int = 8,
+                       compile_int8: bool = False, speed: dict | None = None) -> tuple[list[dict], object]:
+    """fp32, bf16 and PT2E int8 (reference graph; compiled by Inductor when `compile_int8`) side by
+    side on the CPU. Returns (rows, the int8 graph)."""
+    calibration = export.image_batches(bundle.train, config, bundle.device_stage, calibration_batches)
+    int8 = quantization.quantize_int8(model, calibration)
+    rows = [describe(model, bundle, config, speed, precision="fp32 (eager)"),
+            describe(quantization.BFloat16Model(model), bundle, config, speed, precision="bf16 (eager)")]
+    reference = export.InferenceModel(int8, "PT2E int8 reference")
+    rows.append({**describe(reference, bundle, config, speed, precision="int8 PT2E reference (not compiled)"),
+                 "parameters": factory.count_parameters(model), "MB": quantization.model_size_bytes(int8) / 1e6})
+    if compile_int8:
+        import time
+
+        started = time.perf_counter()
+        compiled = torch.compile(int8)
+        with torch.no_grad():  # the first calls compile (one graph per batch shape class)
+            compiled(calibration[0][:2])
+        seconds = time.perf_counter() - started
+        row = describe(export.InferenceModel(compiled, "PT2E int8 + Inductor"), bundle, config, speed,
+                       precision="int8 PT2E + torch.compile")
+        rows.append({**row, "parameters": factory.count_parameters(model),
+                     "MB": quantization.model_size_bytes(int8) / 1e6, "compile s": seconds})
+    return rows, int8
+
+
+def export_study(model, int8_graph, config: Config, bundle, folder: str | Path, speed: dict | None = None,
+                 calibration_batches: int = 8) -> list[dict]:
+    """The model served four ways (torch.export .pt2 fp32 and int8, ONNX fp32 and int8 through
+    onnxruntime), each checked against PyTorch on a validation batch and measured."""
+    folder = Path(folder)
+    images = export.image_batches(bundle.val, config, bundle.device_stage, batches=1)[0]
+    calibration = export.image_batches(bundle.train, config, bundle.device_stage, calibration_batches)
+    onnx_fp32 = export.export_onnx(model, images, folder / "model.onnx")
+    served = {
+        "PyTorch eager fp32": model,
+        "torch.export .pt2 fp32": export.pt2_model(export.export_pt2(model, images, folder / "model.pt2")),
+        "torch.export .pt2 int8 (PT2E, eager)": export.pt2_model(export.export_pt2(int8_graph, images,
+                                                                                   folder / "model-int8.pt2")),
+        "onnxruntime fp32": export.onnx_model(onnx_fp32),
+        "onnxruntime int8 (static QDQ)": export.onnx_model(export.quantize_onnx(onnx_fp32, folder / "model-int8.onnx",
+                                                                               calibration)),
+    }
+    files = {"torch.export .pt2 fp32": "model.pt2", "torch.export .pt2 int8 (PT2E, eager)": "model-int8.pt2",
+             "onnxruntime fp32": "model.onnx", "onnxruntime int8 (static QDQ)": "model-int8.onnx"}
+    rows = []
+    for label, runner in served.items():
+        row = {"served as": label, "file MB": (folder / files[label]).stat().st_size / 1e6 if label in files else None,
+               "max |logit diff|": export.max_difference(model, runner, images) if runner is not model else 0.0,
+               "val top-1": top1(runner, bundle, config), **speed_row(runner, config.image_size, **(speed or {}))}
+        rows.append(row)
+    return rows
+
+
+def continual_study(config: Config, bundle, old_classes: int, *, memory_per_class: int = 20,
+                    temperature: float = 2.0, distillation_weight: float = 0.5, **fit_options) -> list[dict]:
+    """Step 1 trains on the first `old_classes` classes; step 2 adds the rest by each strategy.
+    One row per (strategy, step): accuracy on old, new and all validation classes."""
+    split = continual.ClassSplit.first(len(bundle.classes), old_classes)
+    groups = {"old classes": split.old, "new classes": split.new}
+    first = train.fit(config.replace(output_dir=str(Path(config.output_dir) / "old")),
+                      bundle=continual.task_bundle(bundle, split), **fit_options)
+    rows = [{"strategy": "step 1: old classes only", **continual.accuracy_by_group(
+        first.model, bundle.val, config, groups, bundle.device_stage)}]
+    for strategy in continual.STRATEGIES:
+        result = continual.learn_new_classes(
+            first.model, config.replace(output_dir=str(Path(config.output_dir) / strategy)), bundle, split, strategy,
+            memory_per_class=memory_per_class, temperature=temperature, distillation_weight=distillation_weight,
+            **fit_options)
+        rows.append({"strategy": f"step 2: {strategy}", **continual.accuracy_by_group(
+            result.model, bundle.val, config, groups, bundle.device_stage)})
+    for row in rows:
+        row["forgetting (old, points)"] = 100 * (rows[0]["old classes"] - row["old classes"])
+    return rows
+
+
+def isa_table():
+    """The CPU's reduced-precision instruction sets: present or not, and what each means."""
+    import pandas as pd
+
+    from course_lib.measure.inventory import CPU_ISA_MEANING, cpu_isa
+
+    flags = cpu_isa()
+    return pd.DataFrame([{"instruction set": name, "present": "yes" if flags[name] else "no", "meaning": meaning}
+                         for name, meaning in CPU_ISA_MEANING.items()]).set_index("instruction set")
+
+
+def claims_table(measured: dict[str, str]):
+    """The article's claim next to what this machine measured, one row per technique."""
+    import pandas as pd
+
+    return pd.DataFrame([{"technique": name, "the article claims": claim, "we measured": measured.get(name, "not run")}
+                         for name, claim in ARTICLE.items()]).set_index("technique")

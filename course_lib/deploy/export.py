@@ -1,0 +1,238 @@
+"""Export a trained model and serve it outside the training code, checked against PyTorch.
+
+- `torch.export` (https://docs.pytorch.org/docs/stable/export.html) captures the whole forward as
+  one graph of ATen operators with a dynamic batch dimension; `torch.export.save` writes it as a
+  `.pt2` file that `torch.export.load` runs without the model's Python class.
+- ONNX through `torch.onnx.export(..., dynamo=True)` (the torch.export-based exporter; it needs
+  onnxscript), run by onnxruntime (https://onnxruntime.ai), a runtime with its own CPU kernels.
+  `--int8` quantizes the ONNX file with onnxruntime's static quantization (QDQ, int8 weights per
+  channel, calibrated on training images): the int8 kernels are then the runtime's own, with no
+  C++ compile step. The `.pt2` int8 artifact is PT2E's (`deploy.quantization`).
+
+Every export is checked: the artifact's outputs on validation images against PyTorch's (fp32:
+max absolute logit difference within FP32_TOLERANCE), its top-1 accuracy, and its latency
+(`deploy.latency`). `export_checkpoint` does it for a `workbook train` checkpoint
+(`workbook export CHECKPOINT --format onnx|pt2 [--int8]`) and writes a JSON beside the artifact.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from course_lib.deploy import quantization
+from course_lib.deploy.latency import speed_row
+
+FORMATS = ("onnx", "pt2")
+# Max |logit difference| allowed between an fp32 artifact and the PyTorch model: a different
+# kernel order changes float32 sums in the last bits (about 1e-6 relative); 1e-3 absolute leaves
+# room for logits of size ~10 and still catches any real mismatch (a wrong weight moves them by >0.1).
+FP32_TOLERANCE = 1e-3
+
+
+class InferenceModel(torch.nn.Module):
+    """Any inference callable (an onnxruntime session, a loaded `.pt2` graph, a PT2E int8 graph) as a
+    module taking and returning fp32 CPU tensors, so evaluation and timing treat it like the model.
+    `train()`/`eval()` do not reach the wrapped graph (exported graphs refuse mode changes)."""
+
+    def __init__(self, run, description: str):
+        super().__init__()
+        self._run = [run]  # in a list: not a submodule, so .eval() and .to() leave it alone
+        self.description = description
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self._run[0](images)
+
+
+def onnx_session(path: str | Path, threads: int = 0):
+    """An onnxruntime CPU session for the ONNX file; `threads` = intra-op threads (0: one per core)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3  # errors only: no per-node warnings in notebooks
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def onnx_model(path: str | Path) -> InferenceModel:
+    session = onnx_session(path)
+    input_name = session.get_inputs()[0].name
+
+    def run(images: torch.Tensor) -> torch.Tensor:
+        array = np.ascontiguousarray(images.detach().float().cpu().numpy())  # onnxruntime wants contiguous NCHW
+        return torch.from_numpy(session.run(None, {input_name: array})[0])
+
+    return InferenceModel(run, f"onnxruntime {Path(path).name}")
+
+
+def export_onnx(model: torch.nn.Module, example_images: torch.Tensor, path: str | Path) -> Path:
+    """Write `model` as ONNX with a dynamic batch dimension (the dynamo exporter)."""
+    import logging
+    import warnings
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if example_images.shape[0] < 2:  # a dimension of size 1 would be specialised to a constant
+        example_images = example_images.expand(2, *example_images.shape[1:]).contiguous()
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model.eval(), (example_images.contiguous(),), str(path), dynamo=True, verbose=False,
+                          dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=4096)},),
+                          input_names=["images"], output_names=["logits"], external_data=False)
+    return path
+
+
+class _Calibration:
+    """onnxruntime's CalibrationDataReader protocol over a list of image batches."""
+
+    def __init__(self, batches, input_name: str):
+        self._feeds = iter([{input_name: np.ascontiguousarray(b.float().numpy())} for b in batches])
+
+    def get_next(self):
+        return next(self._feeds, None)
+
+
+def quantize_onnx(fp32_path: str | Path, int8_path: str | Path, calibration_batches) -> Path:
+    """onnxruntime static int8 quantization of an ONNX file: QDQ format, int8 weights per output
+    channel, uint8 activations (the u8s8 scheme x86 VNNI kernels take), ranges from min/max over
+    `calibration_batches`."""
+    import logging
+
+    from onnxruntime.quantization import (
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    session = onnx_session(fp32_path)
+    root = logging.getLogger()
+    level, root.level = root.level, logging.ERROR  # its advice to pre-process is a warning on the root logger
+    try:
+        quantize_static(str(fp32_path), str(int8_path),
+                        _Calibration(list(calibration_batches), session.get_inputs()[0].name),
+                        quant_format=QuantFormat.QDQ, per_channel=True, weight_type=QuantType.QInt8,
+                        activation_type=QuantType.QUInt8, calibrate_method=CalibrationMethod.MinMax)
+    finally:
+        root.setLevel(level)
+    return Path(int8_path)
+
+
+def export_pt2(program_or_model, example_images: torch.Tensor, path: str | Path) -> Path:
+    """Write a `.pt2` file: `model` exported with a dynamic batch (a PT2E int8 graph included)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.export.save(quantization.export_model(program_or_model, example_images), str(path))
+    return path
+
+
+def pt2_model(path: str | Path) -> InferenceModel:
+    """A `.pt2` file loaded and run eagerly (no compile). int8 files need torchao imported, which
+    registers the quantize/dequantize operators they call."""
+    import torchao.quantization.pt2e  # noqa: F401  (registers the quantized_decomposed operators)
+
+    graph = torch.export.load(str(path)).module()
+    return InferenceModel(graph, f"torch.export {Path(path).name}")
+
+
+def max_difference(reference: torch.nn.Module, candidate: torch.nn.Module, images: torch.Tensor) -> float:
+    """Largest absolute difference between the two models' logits on `images`."""
+    with torch.inference_mode():
+        return float((reference(images).float() - candidate(images).float()).abs().max())
+
+
+def top1(model: torch.nn.Module, dataset, config, device_stage=None) -> float:
+    """Top-1 accuracy of `model` on `dataset` (fp32, on the CPU), through the evaluation code."""
+    from course_lib.analysis.evaluation import predict
+
+    labels, probabilities = predict(model, dataset, config.replace(device="cpu"), device_stage=device_stage)
+    return float((probabilities.argmax(axis=1) == labels).mean())
+
+
+def image_batches(dataset, config, device_stage=None, batches: int = 4) -> list[torch.Tensor]:
+    """The first `batches` normalised fp32 batches of `dataset` on the CPU (calibration, checks)."""
+    from course_lib.data.loaders import make_loader
+
+    found = []
+    for images, _ in make_loader(dataset, config.replace(device="cpu", num_workers=0), train=False, drop_last=False):
+        found.append(device_stage(images, torch.device("cpu"), train=False) if device_stage else images.float())
+        if len(found) == batches:
+            break
+    if not found:
+        raise ValueError("the split is empty: no images to calibrate or check with")
+    return found
+
+
+def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", *, int8: bool = False,
+                      output: str | Path | None = None, calibration_batches: int = 8, repeats: int = 5,
+                      **overrides) -> dict:
+    """Export a `workbook train` checkpoint as `export_format` (onnx | pt2), int8 when asked; check
+    it against the PyTorch model; measure its validation top-1 and CPU latency at batch 1 and 64;
+    write `<artifact>.json` beside the artifact and a ledger row (kind "export"). `overrides` are
+    Config values for the data (data_dir=..., batch_size=...); `repeats`: timed repeats per batch size
+    (the median is reported). Returns the JSON's content."""
+    from course_lib import ledger
+    from course_lib.config import ConfigError, make_config
+    from course_lib.data.datasets import build_datasets
+    from course_lib.models import checkpoint, factory
+
+    if export_format not in FORMATS:
+        raise ConfigError(f"--format {export_format!r} is not one of {', '.join(FORMATS)}")
+    path = Path(checkpoint_path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint {path} does not exist; train one with `workbook train`")
+    started = time.perf_counter()
+    saved = checkpoint.load_checkpoint(path)
+    config = make_config(None, **{**saved["config"], "checkpoint": "", "pretrained": False, "device": "cpu",
+                                  "num_workers": 0, "resume": False, **overrides})
+    model = factory.model_from_checkpoint(path)
+    bundle = build_datasets(config)
+    if list(bundle.classes) != list(saved["classes"]):
+        raise ConfigError(f"{path} was trained on classes {saved['classes']} but {bundle.source} has "
+                          f"{list(bundle.classes)}; pass -p data_dir=<the folder it was trained on>")
+    check_images = image_batches(bundle.val, config, bundle.device_stage, batches=1)[0]
+    suffix = "-int8" if int8 else ""
+    artifact = Path(output) if output else path.with_name(f"{path.stem}{suffix}.{export_format}")
+    if export_format == "onnx":
+        if int8:
+            fp32_file = export_onnx(model, check_images, artifact.with_name(artifact.stem + "-fp32.onnx"))
+            quantize_onnx(fp32_file, artifact, image_batches(bundle.train, config, bundle.device_stage,
+                                                             calibration_batches))
+            fp32_file.unlink()
+        else:
+            export_onnx(model, check_images, artifact)
+        served = onnx_model(artifact)
+    else:
+        source = model
+        if int8:
+            source = quantization.quantize_int8(model, image_batches(bundle.train, config, bundle.device_stage,
+                                                                     calibration_batches))
+        export_pt2(source, check_images, artifact)
+        served = pt2_model(artifact)
+    difference = max_difference(model, served, check_images)
+    if not int8 and difference > FP32_TOLERANCE:
+        raise RuntimeError(f"the exported {export_format} model's logits differ from PyTorch's by {difference:.2e} "
+                           f"(> {FP32_TOLERANCE}); the export is wrong, do not serve it")
+    timing = dict(repeats=repeats, warmup=min(2, repeats))
+    pytorch_top1 = top1(model, bundle.val, config, bundle.device_stage)
+    served_top1 = top1(served, bundle.val, config, bundle.device_stage)
+    report = {
+        "artifact": str(artifact), "format": export_format, "int8": int8, "bytes": artifact.stat().st_size,
+        "checkpoint": str(path), "model": config.model, "image_size": config.image_size, "classes": len(bundle.classes),
+        "val_images": len(bundle.val), "top1": served_top1, "pytorch_top1": pytorch_top1,
+        "max_abs_logit_difference": difference, "tolerance": None if int8 else FP32_TOLERANCE,
+        "runtime": served.description + (" (eager: the int8 graph is a reference without torch.compile)"
+                                          if int8 and export_format == "pt2" else ""),
+        "latency": speed_row(served, config.image_size, **timing), "pytorch_latency": speed_row(model, config.image_size,
+                                                                                               **timing),
+        "hardware": ledger.describe_hardware(), "torch_threads": torch.get_num_threads(),
+    }
+    artifact.with_name(artifact.name + ".json").write_text(json.dumps(report, indent=1) + "\n")
+    ledger.record("export", f"{config.model}-{export_format}{suffix}", duration_seconds=time.perf_counter() - started,
+                  parameters={**config.to_dict(), "format": export_format, "int8": int8, "artifact": str(artifact)},
+                  metrics={k: v for k, v in report.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    return report

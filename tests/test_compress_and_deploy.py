@@ -13,6 +13,9 @@ def test_cached_fit_reuses_a_matching_checkpoint_only(tmp_path):
     assert first == "trained" and second.startswith("reused") and history
     _, _, third = study.cached_fit(config.replace(lr=0.01), progress=False, verbose=False)
     assert third == "trained"
+    # The first config's checkpoint survives the second's training: each has its own folder.
+    _, _, fourth = study.cached_fit(config, progress=False, verbose=False)
+    assert fourth == second
 
 
 def test_cpu_isa_reads_the_flags():

@@ -31,9 +31,14 @@ ARTICLE = {
 
 
 def cached_fit(config: Config, bundle=None, **fit_options):
-    """The model `config` trains: loaded from `config.output_dir/last.pt` when that checkpoint was
-    trained with exactly these values for all its epochs, else trained now (`train.fit`). Returns
-    (model in eval mode, per-epoch history, "reused <path>" or "trained")."""
+    """The model `config` trains: loaded from `config.output_dir/<digest>/last.pt` when that
+    checkpoint was trained with exactly these values for all its epochs, else trained now
+    (`train.fit`) into that folder. The digest (`checkpoint.config_digest` of the values and the
+    class list) keeps, say, the smoke and cpu profiles' teachers side by side instead of one
+    replacing the other. Returns (model in eval mode, per-epoch history, "reused <path>" or "trained")."""
+    classes = list(bundle.classes) if bundle is not None else None
+    digest = checkpoint.config_digest({**config.to_dict(), "classes": classes})
+    config = config.replace(output_dir=f"{config.output_dir}/{digest}")
     path = paths.resolve_path(config.output_dir) / checkpoint.LAST_NAME
     if path.exists():
         try:

@@ -5,6 +5,7 @@ peak that `course_lib.measure.peak` measures (Chowdhery et al. 2022, "PaLM", arX
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 import torch.nn.functional as F
@@ -34,3 +35,23 @@ def model_flops_utilization(flops_per_image: float, images_per_second: float, de
     peak_value = peak.peak_flops(device, dtype)
     return {"achieved_flops": achieved, "peak_flops": peak_value, "peak_source": peak.peak_flops_source(device, dtype),
             "mfu": achieved / peak_value if peak_value else None}
+
+
+def with_mfu(table, model: torch.nn.Module, image_size: int, device, precision: str = "off",
+             images_per_second: str = "images/s", flops_per_image: float | None = None):
+    """`table` (a DataFrame of speed results) with an "MFU" column after its images/s column:
+    training FLOPs per image x images/s over the device's peak in each row's precision.
+    `precision` is a column of the table or one precision for all rows ("off"/"fp32", "fp16", "bf16");
+    rows without a speed get None. Pass `flops_per_image` when several tables share one model."""
+    from course_lib.engine.precision import DTYPES
+
+    flops_per_image = flops_per_image or training_flops_per_image(model, image_size)
+    table = table.copy()
+    precisions = table[precision] if precision in table.columns else [precision] * len(table)
+    values = []
+    for speed, name in zip(table[images_per_second], precisions):
+        dtype = DTYPES.get("off" if name in ("fp32", None) else name, torch.float32)
+        ok = speed is not None and math.isfinite(speed) and speed > 0
+        values.append(model_flops_utilization(flops_per_image, speed, device, dtype)["mfu"] if ok else None)
+    table.insert(list(table.columns).index(images_per_second) + 1, "MFU", values)
+    return table

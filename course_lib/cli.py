@@ -474,6 +474,27 @@ def _export(args) -> int:
     return 0
 
 
+# --- claims -----------------------------------------------------------------------------------
+
+def _add_claims(subparsers) -> None:
+    from course_lib.ledger import LEDGER_ENV
+
+    parser = subparsers.add_parser("claims", help="the articles' claims: claimed vs measured, interval and verdict, "
+                                                  "newest measurement per machine")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--path", help=f"ledger file (default: ${LEDGER_ENV} or runs/ledger.sqlite)")
+    parser.set_defaults(func=_claims)
+
+
+def _claims(args) -> int:
+    from course_lib import ledger
+    from course_lib.analysis import claims
+
+    board = claims.scoreboard(ledger.Ledger(args.path) if args.path else None)
+    print(json.dumps(board, indent=1, ensure_ascii=False) if args.json else claims.format_scoreboard(board))
+    return 0
+
+
 # --- ledger -----------------------------------------------------------------------------------
 
 def _add_ledger(subparsers) -> None:
@@ -540,7 +561,7 @@ def _ledger_check(path: Path) -> int:
 
 # Subcommands, in the order `workbook --help` lists them.
 SUBCOMMANDS = (_add_run, _add_doctor, _add_gpu_check, _add_data, _add_bench, _add_train, _add_speedrun, _add_ddp,
-               _add_eval, _add_compare, _add_export, _add_report, _add_ledger)
+               _add_eval, _add_compare, _add_export, _add_report, _add_claims, _add_ledger)
 
 
 def build_parser() -> argparse.ArgumentParser:

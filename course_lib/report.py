@@ -162,7 +162,7 @@ def claims(notebook) -> dict | None:
                 if judged_column is not None:
                     values = [row[judged_column].lower() for row in body if len(row) > judged_column]
                     judged = len(values)
-                    met = sum(value.startswith(("yes", "true", "met", "ok")) for value in values)
+                    met = sum(value.startswith(("yes", "true", "met", "ok", "holds")) for value in values)
                 return {"html": table, "claims": len(body), "met": met, "judged": judged}
     return None
 
@@ -240,6 +240,7 @@ def write_index(out_dir: Path, run_id: str, profile: str, results: list[dict], n
         table.append(f"<tr><td>{html.escape(name)}</td><td style='color:{STATUS_COLOURS['not run']}'>not run</td>"
                      + "<td></td>" * 5 + "</tr>")
     hardware = next((row["hardware"] for row in ledger_rows if row.get("hardware")), None)
+    scoreboard = scoreboard_html()
     versions = next((row["versions"] for row in ledger_rows if row.get("versions")), None) or ledger.runtime_versions()
     commit = next((row["git_commit"] for row in ledger_rows if row.get("git_commit")), None) or ledger.git_commit()
     note = {"running": "<p><b>Running</b>: this page is rewritten after every notebook.</p>",
@@ -259,11 +260,37 @@ every images/s figure was measured on the hardware named here.</p>
 <table><tr><th>notebook</th><th>status</th><th>seconds</th><th>headline numbers</th><th>claims</th>
 <th>key figure</th><th>error</th></tr>
 {''.join(table)}
-</table></body></html>
+</table>
+{scoreboard}
+</body></html>
 """
     index = out_dir / "index.html"
     write_atomically(index, page)
     return index
+
+
+def scoreboard_html(book=None) -> str:
+    """The claims scoreboard section: every article claim with claimed, measured, interval, verdict
+    and the notebook that measured it, newest measurement per machine (`workbook claims`)."""
+    from course_lib.analysis import claims
+
+    try:
+        board = claims.scoreboard(book)
+    except ledger.LedgerError as error:
+        return f"<h2>Claims scoreboard</h2><p>{html.escape(str(error))}</p>"
+    colours = {claims.HOLDS: "#1a7f37", claims.DOES_NOT_HOLD: "#cf222e"}
+    rows = "".join(
+        f"<tr><td>{html.escape(item['notebook'])}</td><td>{html.escape(item['statement'])}</td>"
+        f"<td>{html.escape(item['source'])}</td><td>{html.escape(item['claimed'])}</td>"
+        f"<td>{html.escape(item['measured'])}</td><td>{html.escape(item['interval'])}</td>"
+        f"<td style='color:{colours.get(item['verdict'], '#57606a')}'>{html.escape(item['verdict'])}</td>"
+        f"<td>{html.escape(item['reason'])}</td><td>{html.escape(item['hardware'])}</td></tr>" for item in board)
+    counts = ", ".join(f"{sum(item['verdict'] == verdict for item in board)} {verdict}"
+                       for verdict in (*claims.VERDICTS, claims.NOT_MEASURED))
+    return (f"<h2>Claims scoreboard</h2><p>Every claim of the two articles, newest measurement per machine from "
+            f"the ledger (<code>workbook claims</code>): {html.escape(counts)}.</p><table><tr><th>notebook</th>"
+            f"<th>claim</th><th>source</th><th>claimed</th><th>measured</th><th>interval</th><th>verdict</th>"
+            f"<th>how / why</th><th>hardware</th></tr>{rows}</table>")
 
 
 def run_folder(run: str) -> Path:

@@ -25,3 +25,18 @@ def test_mfu_uses_the_hardware_peak(monkeypatch):
     monkeypatch.setattr(peak, "peak_flops", lambda device, dtype: 1e12)
     result = flops.model_flops_utilization(1e9, 100.0, "cpu")
     assert result["mfu"] == pytest.approx(0.1) and result["achieved_flops"] == pytest.approx(1e11)
+
+
+def test_with_mfu_adds_a_column_per_row_precision(monkeypatch):
+    import pandas as pd
+
+    peaks = {torch.float32: 1e12, torch.bfloat16: 4e12}
+    monkeypatch.setattr(peak, "peak_flops", lambda device, dtype: peaks[dtype])
+    table = pd.DataFrame({"precision": ["off", "bf16", "off"], "images/s": [100.0, 100.0, float("nan")],
+                          "note": ["a", "b", "c"]})
+    result = flops.with_mfu(table, Linear(), 4, "cpu", precision="precision")
+    per_image = 4 * 48 * 5
+    assert list(result.columns) == ["precision", "images/s", "MFU", "note"]
+    assert result.MFU[0] == pytest.approx(per_image * 100 / 1e12)
+    assert result.MFU[1] == pytest.approx(per_image * 100 / 4e12)
+    assert result.MFU[2] is None or result.MFU[2] != result.MFU[2]  # no speed, no MFU

@@ -282,8 +282,11 @@ def format_scoreboard(board: list[dict]) -> str:
     lines = []
     for item in board:
         lines.append(f"[{item['notebook']}] {item['key']} ({item['source']}): {item['verdict']}")
-        lines.append(f"    claimed {item['claimed']}; measured {item['measured']} {item['interval']}"
-                     + (f" on {item['hardware']}" if item["hardware"] != "-" else ""))
+        if item["verdict"] == NOT_MEASURED:
+            lines.append(f"    claimed {item['claimed']}; {item['reason']}")
+            continue
+        lines.append(f"    claimed {item['claimed']}; measured {item['measured']}"
+                     + (f" {item['interval']}" if item["interval"] != "-" else "") + f" on {item['hardware']}")
         if item["reason"]:
             lines.append(f"    {item['reason']}")
     counts = {verdict: sum(item["verdict"] == verdict for item in board) for verdict in (*VERDICTS, NOT_MEASURED)}

@@ -190,7 +190,7 @@ def table(rows: list[dict], columns: list[str]) -> str:
 
 def markdown(results: dict) -> str:
     s = results["sections"]
-    out = [f"# Data pipeline benchmark (issue 4)\n",
+    out = ["# Data pipeline benchmark (issue 4)\n",
            f"Hardware: **{results['hardware']}**; {results['usable_cores']} usable cores; "
            f"torch {results['versions'].get('torch')}, torchvision {results['versions'].get('torchvision')}.  ",
            f"Run {results['started']} -> {results['finished']} ({results['seconds']:.0f} s); load average before/after: "

@@ -11,7 +11,6 @@ checkpoint notebook 13 keeps in runs/checkpoints/13_compress_and_deploy/teacher 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _shared import argument_parser  # noqa: E402
 from course_lib import ledger, paths  # noqa: E402
 from course_lib.chapters import compress_and_deploy as study  # noqa: E402
 from course_lib.config import make_config, parse_assignments  # noqa: E402
@@ -37,11 +37,8 @@ def _wait_for_quiet() -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default="cpu")
+    parser = argument_parser(__doc__)
     parser.add_argument("--student", default="speedrun_resnet_small")
-    parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args(argv)
     _wait_for_quiet()
     data = paths.choose_data(args.profile)

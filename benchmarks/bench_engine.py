@@ -15,7 +15,6 @@ compare the ratio, not the absolute numbers.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -30,6 +29,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _shared import argument_parser  # noqa: E402
 from course_lib import devices, ledger
 from course_lib.config import make_config, parse_assignments  # noqa: E402
 from course_lib.data.datasets import DataBundle  # noqa: E402
@@ -101,15 +101,12 @@ def engine_loop(config, bundle) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default="cpu")
-    parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
+    parser = argument_parser(__doc__)
     parser.add_argument("--repeats", type=int, default=7, help="engine/hand pairs, alternating")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: 1 on CPU, so a shared machine's time-slicing "
                              "does not stall OpenMP barriers; 0 = torch's default)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to check the script runs")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args(argv)
 
     defaults = dict(model="resnet18", image_size=32, batch_size=32, max_steps=12, num_workers=0,

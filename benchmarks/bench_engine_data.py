@@ -17,7 +17,6 @@ load average named). Skips, saying why, when the EuroSAT folder is absent.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -32,7 +31,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from course_lib import devices, ledger, paths  # noqa: E402
+from _shared import argument_parser, eurosat_or_skip  # noqa: E402
+from course_lib import devices, ledger  # noqa: E402
 from course_lib.config import make_config, parse_assignments  # noqa: E402
 from course_lib.data import datasets  # noqa: E402
 from course_lib.engine import auto_precision, train  # noqa: E402
@@ -135,18 +135,14 @@ def markdown(results: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default="cpu")
-    parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
+    parser = argument_parser(__doc__)
     parser.add_argument("--steps", type=int, default=12, help="optimizer steps per epoch")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved runs per setting (median kept)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to check the script runs")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args(argv)
 
-    eurosat = paths.eurosat_shared_dir()
+    eurosat = eurosat_or_skip("this benchmark measures real JPEG tiles")
     if eurosat is None:
-        print("skipped: ../shared/datasets/eurosat_rgb is not here; this benchmark measures real JPEG tiles")
         return 0
     # persistent_workers: the timed second epoch measures the pipeline, not the workers' start-up.
     defaults = dict(model="resnet18", image_size=64, batch_size=64, num_workers=-1, channels_last=True,

@@ -19,7 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from course_lib import ledger, paths  # noqa: E402
+from _shared import eurosat_or_skip  # noqa: E402
+from course_lib import ledger  # noqa: E402
 from course_lib.config import make_config, parse_assignments  # noqa: E402
 from course_lib.engine import speedrun  # noqa: E402
 
@@ -29,12 +30,9 @@ def main(argv=None) -> int:
     parser.add_argument("--recipe", default="speedrun")
     parser.add_argument("--budget", type=float, default=600.0, help="seconds; 0 = no budget")
     parser.add_argument("--profile", default="cpu")
-    parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args(argv)
-    eurosat = paths.eurosat_shared_dir()
+    eurosat = eurosat_or_skip("the targets are about real EuroSAT tiles")
     if eurosat is None:
-        print("skipped: ../shared/datasets/eurosat_rgb is not here; the targets are about real EuroSAT tiles")
         return 0
     config = make_config(args.profile, dataset="imagefolder", data_dir=str(eurosat), recipe=args.recipe,
                          **parse_assignments(args.param))

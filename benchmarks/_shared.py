@@ -1,0 +1,30 @@
+"""What the benchmark scripts share: the command-line arguments every one takes (profile, config
+overrides, results folder) and the skip, with its reason, when the real EuroSAT folder is absent."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from course_lib import paths  # noqa: E402
+
+
+def argument_parser(doc: str) -> argparse.ArgumentParser:
+    """A parser with --profile (default cpu), -p/--param NAME=VALUE (any Config field) and --out."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    return parser
+
+
+def eurosat_or_skip(why: str) -> Path | None:
+    """The real EuroSAT folder, or None after printing one line saying the benchmark is skipped and why."""
+    folder = paths.eurosat_shared_dir()
+    if folder is None:
+        print(f"skipped: ../shared/datasets/eurosat_rgb is not here; {why}")
+    return folder

@@ -2,8 +2,8 @@
 import pytest
 import timm
 import torch
-
 from conftest import TensorImages, tiny_config
+
 from course_lib.data.datasets import DataBundle
 from course_lib.engine import auto_precision, train
 

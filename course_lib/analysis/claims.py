@@ -107,6 +107,10 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # noqa: C406 (filled per n
     # notebook 00
     # notebook 01
     # notebook 02
+    _claim("predecoded_cache", "A1", "3.2", "decoding once into a pixel cache saves decoding every epoch, at a "
+           "price in disk space", None, None, "", "02"),
+    _claim("device_augmentation", "A1", "3.3", "augmenting per batch on the device takes load off the CPU "
+           "workers (more loader images/s)", None, None, "", "02"),
     # notebook 03
     # notebook 04
     # notebook 05

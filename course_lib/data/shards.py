@@ -280,15 +280,17 @@ def time_raw_reads(files: list, urls: list[str], repeats: int = 3, cold: bool = 
     A warm page cache (files read recently) hides most of the storage cost the article measures;
     `cold=True` asks the kernel to drop each file from the page cache before reading it
     (`measure.disk.drop_from_page_cache`), so both paths read the disk."""
+    import contextlib
     import statistics
 
     from course_lib.measure.disk import drop_from_page_cache
 
+    @contextlib.contextmanager
     def opened(path):
-        handle = open(path, "rb")
-        if cold:
-            drop_from_page_cache(handle.fileno())
-        return handle
+        with open(path, "rb") as handle:
+            if cold:
+                drop_from_page_cache(handle.fileno())
+            yield handle
 
     def loose():
         total = 0

@@ -106,6 +106,20 @@ ARTICLE_CLAIMS: dict[str, ArticleClaim] = dict([
 QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # noqa: C406 (filled per notebook below)
     # notebook 00
     # notebook 01
+    _claim("batch_doubling_memory", "A1", "1.3", "doubling the batch (ResNet-50, 256 -> 512) adds 30-40% memory "
+           "(value: the growth in %)", None, None, "", "01"),
+    _claim("amp_memory_estimate", "A1", "4.1", "mixed precision roughly halves ResNet-50's training memory "
+           "(the workbook's estimate; notebook 03 measures it)", None, None, "", "01"),
+    _claim("card_24gb_batch256", "A1", "1.3", "on a 24 GB card (RTX 4090) ResNet-50 with mixed precision "
+           "only goes up to about batch 256", None, None, "", "01"),
+    _claim("cores_and_ram_per_gpu", "A1", "1.1", "a GPU server should have >= 16 physical CPU cores and >= 64 GB "
+           "RAM per GPU (does this machine?)", None, None, "", "01"),
+    _claim("workers_half_the_cores", "A1", "3.1", "num_workers: start at half the physical cores", None, None,
+           "", "01"),
+    _claim("random_reads_slower", "A1", "1.1", "IOPS matter: small random reads are far slower than sequential "
+           "ones (value: random / sequential MB/s)", None, None, "", "01"),
+    _claim("tensor_cores_fp16", "A1", "4.1", "tensor cores make fp16/bf16 matmuls faster than fp32 (value: the "
+           "best reduced-precision speed-up)", None, None, "", "01"),
     # notebook 02
     _claim("predecoded_cache", "A1", "3.2", "decoding once into a pixel cache saves decoding every epoch, at a "
            "price in disk space", None, None, "", "02"),

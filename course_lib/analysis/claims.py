@@ -105,6 +105,13 @@ ARTICLE_CLAIMS: dict[str, ArticleClaim] = dict([
 # adds its own under its marker; `checked(key, holds, reason)` gives their verdicts.
 QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # noqa: C406 (filled per notebook below)
     # notebook 00
+    _claim("cuda_available", "A1", "2", "torch.cuda.is_available() is True on a GPU server", None, None, "", "00"),
+    _claim("cpu_gpu_same_matmul", "A1", "2", "the CPU and the GPU give the same matmul result (check a new "
+           "driver this way)", None, None, "", "00"),
+    _claim("gpu_much_faster", "A1", "2", "the GPU multiplies matrices tens to hundreds of times faster than the CPU "
+           "(value: GPU / CPU GFLOP/s)", None, None, "", "00"),
+    _claim("wheel_ships_cuda_runtime", "A1", "2", "the torch wheel ships its own CUDA runtime (no separate toolkit "
+           "needed)", None, None, "", "00"),
     # notebook 01
     _claim("batch_doubling_memory", "A1", "1.3", "doubling the batch (ResNet-50, 256 -> 512) adds 30-40% memory "
            "(value: the growth in %)", None, None, "", "01"),
@@ -127,6 +134,17 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # noqa: C406 (filled per n
            "workers (more loader images/s)", None, None, "", "02"),
     # notebook 03
     # notebook 04
+    _claim("accumulation_equals_big_batch", "A1", "4.3", "N micro-batches with the loss divided by N give the big "
+           "batch's gradient (value: max relative difference, no BatchNorm)", None, None, "", "04"),
+    _claim("forgetting_one_over_n", "A1", "4.3", "without the 1/N the accumulated gradient is N times too large "
+           "(value: the largest relative error)", None, None, "", "04"),
+    _claim("batchnorm_caveat", "A1", "4.3", "with BatchNorm, accumulation does not reproduce the big batch: each "
+           "micro-batch has its own statistics", None, None, "", "04"),
+    _claim("accumulation_memory", "A1", "4.3", "accumulation reaches a bigger effective batch without the memory "
+           "of a bigger batch (value: accumulated / one-batch peak)", None, None, "", "04"),
+    _claim("accumulation_cost", "A1", "4.3", "(not discussed by the article) accumulation costs speed: small "
+           "micro-batches use the hardware less (value: images/s at the most micro-batches / at one)",
+           None, None, "", "04"),
     # notebook 05
     # notebook 06
     # notebook 07

@@ -150,6 +150,14 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # noqa: C406 (filled per n
     # notebook 07
     # notebook 08
     # notebook 09
+    _claim("top1_top5_metrics", "A2", "evaluation", "top-1 and top-5 accuracy are the standard evaluation metrics "
+           "(value: top-1 with its binomial interval)", None, None, "", "09"),
+    _claim("classes_differ", "A2", "evaluation", "some classes score much higher than others (value: best minus "
+           "worst recall)", None, None, "", "09"),
+    _claim("confusion_pairs", "A2", "evaluation", "the confusion matrix shows which classes the model mixes up "
+           "(value: the top pair's share of its true class)", None, None, "", "09"),
+    _claim("mixup_helps_09", "A1", "6.4", "MixUp helps remote-sensing images (unclear class boundaries): one "
+           "seed, image-by-image (value: top-1 gain)", None, None, "", "09"),
     # notebook 10
     # notebook 11
     # notebook 12

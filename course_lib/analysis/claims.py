@@ -160,6 +160,18 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # noqa: C406 (filled per n
            "seed, image-by-image (value: top-1 gain)", None, None, "", "09"),
     # notebook 10
     # notebook 11
+    _claim("compile_static_control_flow", "A1", "7", "torch.compile: data-dependent control flow breaks the graph; "
+           "make it static (value: graph breaks of a Python if)", None, None, "", "11"),
+    _claim("compile_first_call_slow", "A1", "7", "torch.compile: the first compile takes tens of seconds to minutes "
+           "(value: seconds of the first compiled call)", None, None, "", "11"),
+    _claim("preflight_catches_errors", "A1", "7", "5-10 steps on a tiny subset catch most low-level errors before "
+           "the real run (value: broken setups caught)", None, None, "", "11"),
+    _claim("set_epoch_reshuffles", "A1", "4.4", "call sampler.set_epoch(epoch) every epoch, else the shuffle order "
+           "repeats", None, None, "", "11"),
+    _claim("driver_matches_cuda", "A1", "2.1", "the driver must match the CUDA torch was built for (CUDA 12 needs "
+           "driver >= 525)", None, None, "", "11"),
+    _claim("workers0_starves", "A1", "6", "with num_workers=0 the GPU waits for data (40% utilisation in the case "
+           "study; value: data-wait fraction at num_workers=0)", None, None, "", "11"),
     # notebook 12
     # notebook 13
 ])

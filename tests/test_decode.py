@@ -83,6 +83,7 @@ def test_benchmark_reports_every_decoder_on_the_same_inputs(jpegs):
         assert row["images"] == 4 and row["image_size"] == 64
         assert row["images_per_second"] > 0
         assert row["megabytes_per_second"] == pytest.approx(row["megabytes"] / row["seconds_median"])
+        assert row["images_per_second_repeats"] == [pytest.approx(row["images_per_second"])]  # one per repeat
     assert rows[0]["speedup_vs_pil"] == 1.0
 
 

@@ -198,3 +198,42 @@ def test_a_stream_takes_no_sampler_unless_it_splits_itself_across_ranks():
     Stream.splits_by_rank = True
     loader = loaders.make_loader(Stream(), config.replace(batch_size=2), train=True, sampler=sampler)
     assert [batch.tolist() for batch in loader] == [[0, 1], [2, 3]]
+
+
+def test_decode_limit_share_counts_the_cores_a_loader_uses():
+    from course_lib.data import loaders
+
+    assert loaders.cores_used(0, 8) == 1 and loaders.cores_used(4, 8) == 4 and loaders.cores_used(16, 8) == 8
+    assert loaders.decode_limit_share(400.0, 100.0, 4, 8) == pytest.approx(1.0)
+    assert loaders.decode_limit_share(50.0, 100.0, 0, 8) == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        loaders.decode_limit_share(1.0, 0.0, 1, 1)
+
+
+def test_with_decode_share_adds_a_column_after_mfu():
+    import pandas as pd
+
+    from course_lib.data import loaders
+
+    table = pd.DataFrame({"num_workers": [0, 2], "images_per_second": [100.0, 300.0], "MFU": [0.1, 0.3]})
+    shared = loaders.with_decode_share(table, 100.0, cores=2)
+    assert list(shared.columns) == ["num_workers", "images_per_second", "MFU", "share of decode limit"]
+    assert shared["share of decode limit"].tolist() == pytest.approx([1.0, 1.5])
+
+
+def test_cores_per_accelerator_and_setting_of():
+    from course_lib.data import loaders
+
+    assert loaders.cores_per_accelerator(3000.0, 200.0) == pytest.approx(15.0)
+    setting = loaders.setting_of({"num_workers": 0, "pin_memory": True, "setting": "x", "images_per_second": 1.0},
+                                 min_workers=1)
+    assert setting == loaders.LoaderSetting(1, pin_memory=True)
+
+
+def test_data_wait_timer_speeds():
+    from course_lib.data import loaders
+
+    timer = loaders.DataWaitTimer(wait_seconds=1.0, total_seconds=4.0, batches=8)
+    speeds = timer.speeds(batch_size=16)
+    assert speeds["images_per_second"] == pytest.approx(32.0)
+    assert speeds["compute_images_per_second"] == pytest.approx(128 / 3)

@@ -21,3 +21,26 @@ def test_advice_names_missing_packages_and_cpu_builds():
 def test_matmul_check_cpu_row():
     rows = setup_check.matmul_check(64)
     assert rows[0]["device"] == "cpu" and rows[0]["gflops"] > 0 and rows[0]["agrees"]
+
+
+def test_claims_without_a_gpu_are_not_measurable(monkeypatch):
+    from course_lib.analysis import claims
+
+    monkeypatch.setattr(claims, "_hardware", lambda: "fake machine")
+    facts = {"torch": "2.5.1+cpu", "built_with_cuda": None, "cuda_available": False, "device_count": 0, "device_names": []}
+    rows = [{"device": "cpu", "gflops": 50.0, "max_abs_diff_vs_cpu": 0.0, "agrees": True}]
+    found = {c.key: c for c in setup_check.claims(facts, rows, 512)}
+    assert list(found) == ["cuda_available", "cpu_gpu_same_matmul", "gpu_much_faster", "wheel_ships_cuda_runtime"]
+    assert all(c.verdict == claims.NOT_MEASURABLE for c in found.values())
+
+
+def test_claims_with_a_gpu_compare_it_with_the_cpu(monkeypatch):
+    from course_lib.analysis import claims
+
+    monkeypatch.setattr(claims, "_hardware", lambda: "fake gpu")
+    facts = {"torch": "2.5.1", "built_with_cuda": "12.4", "cuda_available": True, "device_count": 1, "device_names": ["H200"]}
+    rows = [{"device": "cpu", "gflops": 50.0, "max_abs_diff_vs_cpu": 0.0, "agrees": True},
+            {"device": "cuda:0 (H200)", "gflops": 40000.0, "max_abs_diff_vs_cpu": 1e-4, "agrees": True}]
+    found = {c.key: c for c in setup_check.claims(facts, rows, 2048)}
+    assert all(c.verdict == claims.HOLDS for c in found.values())
+    assert found["gpu_much_faster"].measured == 800.0

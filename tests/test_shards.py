@@ -124,3 +124,13 @@ def test_shuffled_stream_follows_torchs_seed_each_epoch(folder, tmp_path):
 
     assert epoch(0) == epoch(0)  # a resumed run repeats the epoch
     assert epoch(1) != epoch(0) and sorted(epoch(1)) == sorted(epoch(0))
+
+
+@pytest.mark.parametrize("cold", [False, True])
+def test_raw_reads_report_every_repeat_warm_or_cold(folder, tmp_path, cold):
+    written = shards.write_shards(folder, tmp_path / "shards", shard_count=2)
+    files = [path for path, _ in ImageFolderDataset(folder).samples]
+    result = shards.time_raw_reads(files, written.urls, repeats=2, cold=cold)
+    assert result["cold"] is cold
+    assert len(result["loose_files_per_second_repeats"]) == len(result["shards_files_per_second_repeats"]) == 2
+    assert all(rate > 0 for rate in result["shards_files_per_second_repeats"])

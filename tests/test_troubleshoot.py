@@ -135,3 +135,27 @@ def test_plain_losses_diverge_on_raw_pixels_without_batchnorm(config):
     raw = troubleshoot.plain_sgd_losses(troubleshoot.Renormalized(bundle.train, "raw"), lr=0.05, steps=6)
     assert len(good) == 6 and max(good) < 5
     assert max(raw) > 100 * max(good)
+
+
+def test_claims_from_the_reproduced_failures(monkeypatch):
+    import types
+
+    import pandas as pd
+
+    from course_lib.analysis import claims
+
+    monkeypatch.setattr(claims, "_hardware", lambda: "fake machine")
+    breaks = pd.DataFrame({"python if": {"graphs": 2, "graph_breaks": 1}, "torch.where": {"graphs": 1, "graph_breaks": 0}}).T
+    compile_rows = pd.DataFrame({"torch.where": {"first_compiled_seconds": 25.0, "compiled_seconds": 0.01}}).T
+    report = types.SimpleNamespace
+    reports = {"this configuration": report(ok=True, steps=5, seconds=2.0), "lr 1e4": report(ok=False),
+               "typo": report(ok=False)}
+    orders = pd.DataFrame({"with set_epoch": ["[1, 2]", "[2, 1]", "[0, 3]"], "without set_epoch": ["[1, 2]"] * 3})
+    starve = pd.DataFrame({"data wait": [0.8, 0.1], "images/s": [10.0, 50.0]}, index=["num_workers=0", "num_workers=2"])
+    found = {c.key: c for c in troubleshoot.claims(breaks, compile_rows, "first call 25 s", reports, orders,
+                                                   [{"advice": "driver too old"}], starve, 10.0)}
+    assert list(found) == ["compile_static_control_flow", "compile_first_call_slow", "preflight_catches_errors",
+                           "set_epoch_reshuffles", "driver_matches_cuda", "workers0_starves"]
+    assert all(c.verdict == claims.HOLDS for c in found.values())
+    skipped = troubleshoot.claims(breaks, None, "not measured in smoke", reports, orders, [], starve, 10.0)
+    assert skipped[1].verdict == claims.NOT_MEASURABLE and skipped[4].verdict == claims.DOES_NOT_HOLD

@@ -105,17 +105,73 @@ ARTICLE_CLAIMS: dict[str, ArticleClaim] = dict([
 # adds its own under its marker; `checked(key, holds, reason)` gives their verdicts.
 QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # noqa: C406 (filled per notebook below)
     # notebook 00
+    _claim("cuda_available", "A1", "2", "torch.cuda.is_available() is True on a GPU server", None, None, "", "00"),
+    _claim("cpu_gpu_same_matmul", "A1", "2", "the CPU and the GPU give the same matmul result (check a new "
+           "driver this way)", None, None, "", "00"),
+    _claim("gpu_much_faster", "A1", "2", "the GPU multiplies matrices tens to hundreds of times faster than the CPU "
+           "(value: GPU / CPU GFLOP/s)", None, None, "", "00"),
+    _claim("wheel_ships_cuda_runtime", "A1", "2", "the torch wheel ships its own CUDA runtime (no separate toolkit "
+           "needed)", None, None, "", "00"),
     # notebook 01
+    _claim("batch_doubling_memory", "A1", "1.3", "doubling the batch (ResNet-50, 256 -> 512) adds 30-40% memory "
+           "(value: the growth in %)", None, None, "", "01"),
+    _claim("amp_memory_estimate", "A1", "4.1", "mixed precision roughly halves ResNet-50's training memory "
+           "(the workbook's estimate; notebook 03 measures it)", None, None, "", "01"),
+    _claim("card_24gb_batch256", "A1", "1.3", "on a 24 GB card (RTX 4090) ResNet-50 with mixed precision "
+           "only goes up to about batch 256", None, None, "", "01"),
+    _claim("cores_and_ram_per_gpu", "A1", "1.1", "a GPU server should have >= 16 physical CPU cores and >= 64 GB "
+           "RAM per GPU (does this machine?)", None, None, "", "01"),
+    _claim("workers_half_the_cores", "A1", "3.1", "num_workers: start at half the physical cores", None, None,
+           "", "01"),
+    _claim("random_reads_slower", "A1", "1.1", "IOPS matter: small random reads are far slower than sequential "
+           "ones (value: random / sequential MB/s)", None, None, "", "01"),
+    _claim("tensor_cores_fp16", "A1", "4.1", "tensor cores make fp16/bf16 matmuls faster than fp32 (value: the "
+           "best reduced-precision speed-up)", None, None, "", "01"),
     # notebook 02
+    _claim("predecoded_cache", "A1", "3.2", "decoding once into a pixel cache saves decoding every epoch, at a "
+           "price in disk space", None, None, "", "02"),
+    _claim("device_augmentation", "A1", "3.3", "augmenting per batch on the device takes load off the CPU "
+           "workers (more loader images/s)", None, None, "", "02"),
     # notebook 03
     # notebook 04
+    _claim("accumulation_equals_big_batch", "A1", "4.3", "N micro-batches with the loss divided by N give the big "
+           "batch's gradient (value: max relative difference, no BatchNorm)", None, None, "", "04"),
+    _claim("forgetting_one_over_n", "A1", "4.3", "without the 1/N the accumulated gradient is N times too large "
+           "(value: the largest relative error)", None, None, "", "04"),
+    _claim("batchnorm_caveat", "A1", "4.3", "with BatchNorm, accumulation does not reproduce the big batch: each "
+           "micro-batch has its own statistics", None, None, "", "04"),
+    _claim("accumulation_memory", "A1", "4.3", "accumulation reaches a bigger effective batch without the memory "
+           "of a bigger batch (value: accumulated / one-batch peak)", None, None, "", "04"),
+    _claim("accumulation_cost", "A1", "4.3", "(not discussed by the article) accumulation costs speed: small "
+           "micro-batches use the hardware less (value: images/s at the most micro-batches / at one)",
+           None, None, "", "04"),
     # notebook 05
     # notebook 06
     # notebook 07
     # notebook 08
     # notebook 09
+    _claim("top1_top5_metrics", "A2", "evaluation", "top-1 and top-5 accuracy are the standard evaluation metrics "
+           "(value: top-1 with its binomial interval)", None, None, "", "09"),
+    _claim("classes_differ", "A2", "evaluation", "some classes score much higher than others (value: best minus "
+           "worst recall)", None, None, "", "09"),
+    _claim("confusion_pairs", "A2", "evaluation", "the confusion matrix shows which classes the model mixes up "
+           "(value: the top pair's share of its true class)", None, None, "", "09"),
+    _claim("mixup_helps_09", "A1", "6.4", "MixUp helps remote-sensing images (unclear class boundaries): one "
+           "seed, image-by-image (value: top-1 gain)", None, None, "", "09"),
     # notebook 10
     # notebook 11
+    _claim("compile_static_control_flow", "A1", "7", "torch.compile: data-dependent control flow breaks the graph; "
+           "make it static (value: graph breaks of a Python if)", None, None, "", "11"),
+    _claim("compile_first_call_slow", "A1", "7", "torch.compile: the first compile takes tens of seconds to minutes "
+           "(value: seconds of the first compiled call)", None, None, "", "11"),
+    _claim("preflight_catches_errors", "A1", "7", "5-10 steps on a tiny subset catch most low-level errors before "
+           "the real run (value: broken setups caught)", None, None, "", "11"),
+    _claim("set_epoch_reshuffles", "A1", "4.4", "call sampler.set_epoch(epoch) every epoch, else the shuffle order "
+           "repeats", None, None, "", "11"),
+    _claim("driver_matches_cuda", "A1", "2.1", "the driver must match the CUDA torch was built for (CUDA 12 needs "
+           "driver >= 525)", None, None, "", "11"),
+    _claim("workers0_starves", "A1", "6", "with num_workers=0 the GPU waits for data (40% utilisation in the case "
+           "study; value: data-wait fraction at num_workers=0)", None, None, "", "11"),
     # notebook 12
     # notebook 13
 ])

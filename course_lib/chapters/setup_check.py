@@ -97,3 +97,41 @@ def matmul_check(size: int = 512, seed: int = 0) -> list[dict]:
         rows.append({"device": f"cuda:{index} ({torch.cuda.get_device_name(index)})", "seconds": seconds,
                      "gflops": flops / seconds / 1e9, "max_abs_diff_vs_cpu": diff, "agrees": diff <= tolerance})
     return rows
+
+
+def claims(facts: dict, matmul_rows: list[dict], matmul_size: int) -> list:
+    """Notebook 00's claims (`analysis.claims`): torch sees the GPU, the GPU computes what the CPU does
+    and much faster, and the wheel brings its own CUDA runtime. Without a GPU the GPU ones are not
+    measurable here, with what the machine does have as the reason."""
+    from course_lib.analysis import claims as claim_records
+
+    gpus = [row for row in matmul_rows if row["device"] != "cpu"]
+    cpu_gflops = next(row["gflops"] for row in matmul_rows if row["device"] == "cpu")
+    cuda_text = f"torch {facts['torch']} built with CUDA {facts['built_with_cuda']}"
+    found = []
+    if facts["cuda_available"]:
+        found.append(claim_records.checked("cuda_available", True, value=facts["device_count"],
+                                           reason=f"{facts['device_count']} GPU(s): {', '.join(facts['device_names'])}"))
+    else:
+        found.append(claim_records.not_measurable("cuda_available", f"no GPU seen here ({cuda_text}): this is not a "
+                                                                    "GPU server, or its driver is missing"))
+    if gpus:
+        worst = max(row["max_abs_diff_vs_cpu"] for row in gpus)
+        speed = max(row["gflops"] for row in gpus) / cpu_gflops
+        found.append(claim_records.checked("cpu_gpu_same_matmul", all(row["agrees"] for row in gpus), value=worst,
+                                           reason=f"fp32 {matmul_size}x{matmul_size} matmul, TF32 off: max |diff| "
+                                                  f"{worst:.2e} over {len(gpus)} GPU(s)"))
+        found.append(claim_records.checked("gpu_much_faster", speed >= 10, value=speed,
+                                           reason=f"fp32 {matmul_size}x{matmul_size} matmul: {speed:.0f}x the CPU's "
+                                                  f"{cpu_gflops:.0f} GFLOP/s"))
+    else:
+        for key in ("cpu_gpu_same_matmul", "gpu_much_faster"):
+            found.append(claim_records.not_measurable(key, f"no GPU to compare with; the CPU multiplies at "
+                                                           f"{cpu_gflops:.0f} GFLOP/s ({matmul_size}x{matmul_size} fp32)"))
+    if facts["built_with_cuda"]:
+        found.append(claim_records.checked("wheel_ships_cuda_runtime", True,
+                                           reason=f"{cuda_text}: the runtime comes in the wheel; only a driver is needed"))
+    else:
+        found.append(claim_records.not_measurable("wheel_ships_cuda_runtime",
+                                                  f"the CPU-only torch {facts['torch']} is installed here"))
+    return found

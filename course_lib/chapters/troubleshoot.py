@@ -353,3 +353,48 @@ def plain_sgd_losses(dataset, lr: float = 0.05, steps: int = 15, batch_size: int
         optimizer_step(optimizer, scaler)
         losses.append(loss.item())
     return losses
+
+
+def claims(breaks, compile_rows, compile_signal: str, reports: dict, orders, simulated: list, starve_table,
+           slow_read_ms: float) -> list:
+    """Notebook 11's claims (`analysis.claims`), each decided by what the notebook reproduced:
+    `breaks` (graph_breaks per variant), `compile_rows` (compile_timing per variant, None when not
+    measured), `reports` (preflight per configuration, "this configuration" first), `orders` (epoch
+    orders with and without set_epoch), `simulated` (the doctor's problems on a made-up machine),
+    `starve_table` (data wait at num_workers=0 and with workers)."""
+    from course_lib.analysis import claims as claim_records
+
+    found = []
+    python_if, static = breaks.loc["python if"], breaks.loc["torch.where"]
+    found.append(claim_records.checked(
+        "compile_static_control_flow", python_if["graph_breaks"] > 0 and static["graph_breaks"] == 0,
+        value=float(python_if["graph_breaks"]),
+        reason=f"Python if: {int(python_if['graphs'])} graphs, {int(python_if['graph_breaks'])} break(s); "
+               f"torch.where: {int(static['graphs'])} graph, {int(static['graph_breaks'])} breaks"))
+    if compile_rows is None:
+        found.append(claim_records.not_measurable("compile_first_call_slow", compile_signal))
+    else:
+        first = float(compile_rows.loc["torch.where", "first_compiled_seconds"])
+        found.append(claim_records.checked(
+            "compile_first_call_slow", first >= 10, value=first,
+            reason=compile_signal + " (a tiny BranchyNet: a real CNN takes longer)"))
+    good, broken = next(iter(reports.values())), list(reports.values())[1:]
+    caught = sum(not report.ok for report in broken)
+    found.append(claim_records.checked(
+        "preflight_catches_errors", caught == len(broken), value=caught,
+        reason=f"{good.steps} steps in {good.seconds:.1f} s; caught {caught} of {len(broken)} broken setups "
+               f"({', '.join(list(reports)[1:])})"))
+    without, with_call = list(orders["without set_epoch"]), list(orders["with set_epoch"])
+    found.append(claim_records.checked(
+        "set_epoch_reshuffles", len(set(without)) == 1 and len(set(with_call)) == len(with_call),
+        reason=f"{len(without) - len(set(without)) + 1} of {len(without)} epochs shared one order without it; "
+               f"{len(set(with_call))} different orders with it"))
+    found.append(claim_records.checked(
+        "driver_matches_cuda", bool(simulated), reason=(simulated[0]["advice"] if simulated else "no problem found")
+        + " (the doctor's rule applied to a made-up CUDA 12.4 wheel on driver 470)"))
+    waits = list(starve_table["data wait"])
+    found.append(claim_records.checked(
+        "workers0_starves", waits[0] >= 0.5 and waits[-1] < waits[0], value=waits[0],
+        reason=f"data wait {waits[0]:.0%} at num_workers=0 -> {waits[-1]:.0%} with "
+               f"{starve_table.index[-1].split('=')[-1]} workers ({slow_read_ms:g} ms simulated storage per image)"))
+    return found

@@ -257,6 +257,7 @@ def benchmark_decoders(blobs: list[bytes], decoders: list[str] | None = None, re
             "images": len(blobs), "megabytes": megabytes, "repeats": repeats,
             "seconds_median": median, "images_per_second": len(blobs) / median,
             "megabytes_per_second": megabytes / median,
+            "images_per_second_repeats": [len(blobs) / seconds for seconds in times],  # for intervals
         })
     fastest_pil = next((r["images_per_second"] for r in rows if r["decoder"] == "pil"), None)
     for row in rows:

@@ -217,7 +217,7 @@ def sweep_loader(dataset, config: Config, settings: list[LoaderSetting], *, epoc
         rates = [t["images_per_second"] for t in timings[setting]]
         row = {**dataclasses.asdict(setting), "setting": setting.label(), "batch_size": config.batch_size,
                "images": timings[setting][0]["images"], "repeats": repeats,
-               "images_per_second": statistics.median(rates),
+               "images_per_second": statistics.median(rates), "images_per_second_repeats": rates,
                "pin_memory_effective": setting.pin_memory and torch.cuda.is_available()}
         rows.append(row)
         if on_result:
@@ -261,6 +261,46 @@ def single_process_rate(dataset, images: int = 256, repeats: int = 3, threads: i
     return {"images": count, "repeats": repeats, "images_per_second": statistics.median(rates)}
 
 
+def setting_of(row: dict, min_workers: int = 0) -> LoaderSetting:
+    """The LoaderSetting of a sweep row (e.g. `find_knee`'s), with at least `min_workers` workers."""
+    fields = {f.name: row[f.name] for f in dataclasses.fields(LoaderSetting) if f.name in row}
+    fields["num_workers"] = max(min_workers, int(fields.get("num_workers", 0)))
+    return LoaderSetting(**fields)
+
+
+def cores_used(num_workers: int, cores: int) -> int:
+    """Cores a loader decodes on: its workers (at most the cores there are), or the main process."""
+    return max(1, min(num_workers, cores))
+
+
+def decode_limit_share(images_per_second: float, decode_images_per_second: float, num_workers: int,
+                       cores: int) -> float:
+    """Loader images/s over the decode limit: one core's decode rate x the cores the loader uses.
+    Near 1: decoding bounds the loader; above 1: the loader skips decoding (a pixel cache)."""
+    if decode_images_per_second <= 0:
+        raise ValueError("the single-core decode rate must be positive")
+    return images_per_second / (decode_images_per_second * cores_used(num_workers, cores))
+
+
+def with_decode_share(table, decode_images_per_second: float, cores: int, images_per_second: str = "images_per_second",
+                      num_workers: str = "num_workers", column: str = "share of decode limit"):
+    """`table` with a column after its speed (and MFU) columns: `decode_limit_share` of each row."""
+    table = table.copy()
+    shares = [decode_limit_share(speed, decode_images_per_second, int(workers), cores)
+              for speed, workers in zip(table[images_per_second], table[num_workers])]
+    after = "MFU" if "MFU" in table.columns else images_per_second
+    table.insert(list(table.columns).index(after) + 1, column, shares)
+    return table
+
+
+def cores_per_accelerator(training_images_per_second: float, images_per_second_per_core: float) -> float:
+    """CPU cores whose loaders keep up with an accelerator that trains at `training_images_per_second`
+    when one core delivers `images_per_second_per_core` of the same pipeline (decode + augment)."""
+    if images_per_second_per_core <= 0:
+        raise ValueError("images per second per core must be positive")
+    return training_images_per_second / images_per_second_per_core
+
+
 @dataclasses.dataclass
 class DataWaitTimer:
     """Accumulates, over training steps, seconds spent waiting for the next batch and seconds of
@@ -286,6 +326,12 @@ class DataWaitTimer:
     def summary(self) -> dict:
         return {"batches": self.batches, "data_wait_seconds": self.wait_seconds,
                 "step_seconds": self.total_seconds, "data_wait_fraction": self.data_wait_fraction}
+
+    def speeds(self, batch_size: int) -> dict:
+        """Images/s of whole steps, and of the compute alone (what the model could do if never fed late)."""
+        images = self.batches * batch_size
+        return {"images_per_second": images / self.total_seconds if self.total_seconds else 0.0,
+                "compute_images_per_second": images / self.compute_seconds if self.compute_seconds > 0 else 0.0}
 
 
 # torch's ExceptionWrapper.reraise builds the main process's copy of a worker's exception from

@@ -273,25 +273,42 @@ def check_shard_count(shard_count: int, ranks: int, workers_per_rank: int) -> li
     return problems
 
 
-def time_raw_reads(files: list, urls: list[str], repeats: int = 3) -> dict:
+def time_raw_reads(files: list, urls: list[str], repeats: int = 3, cold: bool = False) -> dict:
     """Bytes/s and files/s of reading the encoded bytes only (no decoding): one open() + read()
-    per loose file versus one sequential stream through the tar shards. Median of `repeats`.
-    A warm page cache (files read recently) hides most of the storage cost the article measures."""
+    per loose file versus one sequential stream through the tar shards. Median of `repeats`, and
+    each repeat's files/s (`*_files_per_second_repeats`, for an interval).
+    A warm page cache (files read recently) hides most of the storage cost the article measures;
+    `cold=True` asks the kernel to drop each file from the page cache before reading it
+    (`measure.disk.drop_from_page_cache`), so both paths read the disk."""
+    import contextlib
     import statistics
 
+    from course_lib.measure.disk import drop_from_page_cache
+
+    @contextlib.contextmanager
+    def opened(path):
+        with open(path, "rb") as handle:
+            if cold:
+                drop_from_page_cache(handle.fileno())
+            yield handle
+
     def loose():
-        return sum(len(Path(path).read_bytes()) for path in files)
+        total = 0
+        for path in files:
+            with opened(path) as handle:
+                total += len(handle.read())
+        return total
 
     def tar():
         total = 0
         for url in urls:
-            with tarfile.open(url, mode="r|") as archive:  # "r|": a pure sequential stream
+            with opened(url) as handle, tarfile.open(fileobj=handle, mode="r|") as archive:  # a sequential stream
                 for member in archive:
                     if member.isfile() and not member.name.endswith(".cls"):
                         total += len(archive.extractfile(member).read())
         return total
 
-    result = {}
+    result = {"cold": cold}
     for name, read in (("loose", loose), ("shards", tar)):
         read()  # warm-up: same page-cache state for both
         seconds = []
@@ -301,6 +318,7 @@ def time_raw_reads(files: list, urls: list[str], repeats: int = 3) -> dict:
             seconds.append(time.perf_counter() - start)
         median = statistics.median(seconds)
         result[f"{name}_files_per_second"] = len(files) / median
+        result[f"{name}_files_per_second_repeats"] = [len(files) / s for s in seconds]
         result[f"{name}_megabytes_per_second"] = total / 1e6 / median
     result["shards_speedup"] = result["shards_files_per_second"] / result["loose_files_per_second"]
     return result

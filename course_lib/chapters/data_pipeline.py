@@ -1,0 +1,182 @@
+"""Notebook 02's measurements turned into the articles' claims (`analysis.claims`): decoders, tar
+shards, the DataLoader knee, pinned memory, the starved accelerator, DataLoader tuning, the disk and
+CPU cores per GPU. The measuring lives in `data.loaders`, `data.decode`, `data.shards` and
+`measure.disk`; this module only compares what they measured with what the article says."""
+from __future__ import annotations
+
+import dataclasses
+import statistics as stats
+
+import torch
+
+from course_lib.analysis import claims as claim_records
+from course_lib.analysis import statistics
+from course_lib.data import loaders
+
+DEFAULT_LOADER = "default DataLoader"  # num_workers=0, no pinning, no prefetch, no persistent workers
+
+
+def pin_memory_rows(dataset, config, setting: loaders.LoaderSetting, epochs: int, device, repeats: int = 3):
+    """On CUDA: the sweep of `setting` without and with pin_memory (batches copied to the GPU),
+    `repeats` interleaved timings each. None without CUDA, where pinning has nothing to speed up."""
+    if device is None or torch.device(device).type != "cuda":
+        return None
+    pair = [dataclasses.replace(setting, pin_memory=pin) for pin in (False, True)]
+    return loaders.sweep_loader(dataset, config, pair, epochs=epochs, repeats=repeats, device=device)
+
+
+def _rates(rows, **match) -> list[float]:
+    return [r["images_per_second"] for r in rows if all(r.get(k) == v for k, v in match.items())]
+
+
+def decoder_claim(decode_rows: list[dict]):
+    """opencv_decode: OpenCV / PIL images/s on the first input set (the dataset's own files)."""
+    inputs = decode_rows[0]["inputs"]
+    by_name = {r["decoder"]: r for r in decode_rows if r["inputs"] == inputs}
+    if "opencv" not in by_name:
+        return claim_records.not_measurable("opencv_decode", "OpenCV (cv2) is not installed here")
+    opencv, pil = by_name["opencv"], by_name["pil"]
+    ratio = statistics.ratio_interval(opencv["images_per_second_repeats"], pil["images_per_second_repeats"])
+    others = ", ".join(f"{r['speedup_vs_pil']:.2f}x at {r['image_size']} px" for r in decode_rows
+                       if r["decoder"] == "opencv" and r["inputs"] != inputs)
+    return claim_records.measured(
+        "opencv_decode", ratio["ratio"], (ratio["low"], ratio["high"]),
+        f"{opencv['images_per_second']:.0f} vs {pil['images_per_second']:.0f} images/s decoding {pil['images']} "
+        f"{inputs} ({pil['image_size']} px) in memory, {pil['repeats']} repeats, bootstrap 95% interval"
+        + (f"; generated JPEGs: {others}" if others else ""))
+
+
+def shards_claim(raw: dict):
+    """tar_shards: files/s streaming tar shards over files/s opening loose files (bytes only)."""
+    ratio = statistics.ratio_interval(raw["shards_files_per_second_repeats"], raw["loose_files_per_second_repeats"])
+    cache = "page cache dropped before each read" if raw.get("cold") else "warm page cache"
+    return claim_records.measured(
+        "tar_shards", ratio["ratio"], (ratio["low"], ratio["high"]),
+        f"reading the encoded bytes: loose {raw['loose_files_per_second']:,.0f} -> shards "
+        f"{raw['shards_files_per_second']:,.0f} files/s ({cache}, "
+        f"{len(raw['loose_files_per_second_repeats'])} repeats)")
+
+
+def knee_claim(knee: dict, physical_cores: int, best_share: float):
+    """num_workers_knee: the knee's workers as a share of the physical cores."""
+    return claim_records.measured(
+        "num_workers_knee", knee["num_workers"] / physical_cores,
+        reason=f"knee {knee['setting']} on {physical_cores} physical cores (cheapest setting within 5% of the best); "
+               f"best = {best_share:.0%} of one process x the cores")
+
+
+def pin_memory_claim(pin_rows: list[dict] | None):
+    """pin_memory: loader-to-GPU images/s with pinning over without, in %."""
+    if not pin_rows:
+        return claim_records.not_measurable(
+            "pin_memory", "no CUDA device: pinned (page-locked) buffers only speed up host-to-GPU copies, and "
+            "make_loader leaves pinning off without one; run this notebook on a GPU")
+    ratio = statistics.ratio_interval(_rates_of(pin_rows, True), _rates_of(pin_rows, False))
+    return claim_records.measured(
+        "pin_memory", (ratio["ratio"] - 1) * 100, ((ratio["low"] - 1) * 100, (ratio["high"] - 1) * 100),
+        f"{pin_rows[0]['setting']} with batches copied to the GPU, {pin_rows[0]['repeats']} interleaved repeats")
+
+
+def _rates_of(rows: list[dict], pin: bool) -> list[float]:
+    return next(r["images_per_second_repeats"] for r in rows if r["pin_memory"] == pin)
+
+
+def training_rate_table(training_rows: list[dict]):
+    """Median per loader of the training rows (images/s, data wait, compute-only images/s)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(training_rows)
+    table = frame.groupby("loader", sort=False)[["images_per_second", "data_wait_fraction",
+                                                 "compute_images_per_second"]].median()
+    table.insert(0, "num_workers", frame.groupby("loader", sort=False).num_workers.first())
+    table.insert(1, "repeats", frame.groupby("loader", sort=False).size())
+    return table
+
+
+def starved_claim(training_rows: list[dict], model: str, device_name: str):
+    """gpu_starved_utilisation: the share of a step the model computes behind the default loader."""
+    busy = [100 * (1 - r["data_wait_fraction"]) for r in training_rows if r["loader"] == DEFAULT_LOADER]
+    interval = statistics.confidence_interval(busy)
+    return claim_records.measured(
+        "gpu_starved_utilisation", interval["mean"], (max(0.0, interval["low"]), min(100.0, interval["high"])),
+        f"1 - data-wait fraction of {model} training on {device_name} fed by num_workers=0 "
+        f"({len(busy)} repeats, 95% t interval)")
+
+
+def tuning_claim(training_rows: list[dict]):
+    """dataloader_tuning: training images/s with the tuned loader over the default one."""
+    tuned_name = next(r["loader"] for r in training_rows if r["loader"] != DEFAULT_LOADER)
+    ratio = statistics.ratio_interval(_rates(training_rows, loader=tuned_name), _rates(training_rows, loader=DEFAULT_LOADER))
+    return claim_records.measured(
+        "dataloader_tuning", ratio["ratio"], (ratio["low"], ratio["high"]),
+        f"training images/s, same model and loop: {tuned_name} vs the default (num_workers=0, no pinning, "
+        f"prefetch or persistent workers), interleaved repeats, bootstrap 95% interval")
+
+
+def cores_claim(training_rows: list[dict], images_per_second_per_core: float, cuda: bool, pipeline: str):
+    """cpu_cores_per_gpu: the GPU's compute-only training images/s over one core's loader images/s."""
+    tuned = [r["compute_images_per_second"] for r in training_rows if r["loader"] != DEFAULT_LOADER]
+    if not cuda:
+        examples = ", ".join(f"{rate:,} images/s -> {loaders.cores_per_accelerator(rate, images_per_second_per_core):.1f}"
+                             for rate in (1000, 3000))
+        return claim_records.not_measurable(
+            "cpu_cores_per_gpu", f"no GPU: one core delivers {images_per_second_per_core:.0f} images/s of this pipeline "
+            f"({pipeline}); a GPU training at N images/s needs N / {images_per_second_per_core:.0f} cores ({examples} "
+            "cores); the CPU's own training rate here is no GPU's")
+    needed = [loaders.cores_per_accelerator(rate, images_per_second_per_core) for rate in tuned]
+    interval = statistics.confidence_interval(needed) if len(needed) > 1 else None
+    return claim_records.measured(
+        "cpu_cores_per_gpu", stats.mean(needed), None if interval is None else
+        (min(interval["low"], stats.mean(needed)), max(interval["high"], stats.mean(needed))),
+        f"the GPU trains at {stats.median(tuned):,.0f} images/s (compute only); one core delivers "
+        f"{images_per_second_per_core:.0f} images/s of {pipeline}")
+
+
+def disk_claim(probe: dict):
+    """nvme_vs_sata: one disk cannot be compared with another; say what it is and how fast it reads."""
+    from course_lib.measure import disk
+
+    return claim_records.not_measurable(
+        "nvme_vs_sata", "the claim compares an NVMe with a SATA SSD and this machine has one disk: "
+        + disk.describe_reads(probe))
+
+
+def cache_claim(cache_speedup: float, disk_ratio: float):
+    return claim_records.checked(
+        "predecoded_cache", cache_speedup > 1 and disk_ratio > 1, value=cache_speedup,
+        reason=f"loader {cache_speedup:.1f}x faster from the uint8 memmap (each path at its best workers), "
+               f"for {disk_ratio:.1f}x the disk of the JPEGs")
+
+
+def augmentation_claim(augment_speedup: float, where: str):
+    return claim_records.checked(
+        "device_augmentation", augment_speedup > 1, value=augment_speedup,
+        reason=f"{augment_speedup:.2f}x the loader images/s of per-sample augmentation in CPU workers "
+               f"(DeviceAugment on {where}; on a CPU-only machine the 'device' is the main process's cores)")
+
+
+def claims(decode_rows, raw, knee, physical_cores, best_share, training_rows, images_per_second_per_core,
+           disk_probe, pin_rows=None, model="", device_name="cpu", pipeline="read + decode + augment",
+           cache=None, augment_speedup=None):
+    """Every claim notebook 02 measures: the numeric ones in the registry's order, then the pixel
+    cache (`cache`: (speed-up, disk ratio)) and device augmentation when given."""
+    cuda = str(device_name).startswith("cuda")
+    return [starved_claim(training_rows, model, device_name),
+            cores_claim(training_rows, images_per_second_per_core, cuda, pipeline),
+            disk_claim(disk_probe), tuning_claim(training_rows), knee_claim(knee, physical_cores, best_share),
+            pin_memory_claim(pin_rows), decoder_claim(decode_rows), shards_claim(raw),
+            *([cache_claim(*cache)] if cache else []),
+            *([augmentation_claim(augment_speedup, device_name)] if augment_speedup is not None else [])]
+
+
+def with_ceilings(table, model, image_size: int, device, flops_per_image: float, decode_per_core: float, cores: int,
+                  images_per_second: str = "images_per_second"):
+    """A speed table with MFU (the model's training FLOPs at that rate over the device's fp32 peak: for a
+    loader, the ceiling it puts on training) and, when it has num_workers, the share of the decode limit."""
+    from course_lib.measure import flops
+
+    table = flops.with_mfu(table, model, image_size, device, images_per_second=images_per_second,
+                           flops_per_image=flops_per_image)
+    if "num_workers" in table.columns:
+        table = loaders.with_decode_share(table, decode_per_core, cores, images_per_second=images_per_second)
+    return table

@@ -1,0 +1,63 @@
+"""Notebook 04's measurements turned into the article's claims about gradient accumulation
+(`analysis.claims`): equal gradients with the 1/N scaling, what forgetting it does, the BatchNorm
+caveat, memory against the effective batch, and what accumulation costs in speed. The measuring is
+`engine.accumulation` and `engine.train`; this module compares."""
+from __future__ import annotations
+
+from course_lib.analysis import claims as claim_records
+
+ROUNDING = 1e-4  # largest relative difference float32 rounding explains (about 1e-6 measured)
+
+
+def engine_table(rows: list[dict], models: dict, image_size: int, device, precision: str = "off"):
+    """The engine runs (one row per model and accumulation_steps, with "images/s") with an MFU column
+    computed from each row's own model (`models`: name -> module)."""
+    import pandas as pd
+
+    from course_lib.measure import flops
+
+    table = pd.DataFrame(rows)
+    parts = [flops.with_mfu(group, models[name], image_size, device, precision=precision)
+             for name, group in table.groupby("model", sort=False)]
+    return pd.concat(parts)
+
+
+def claims(gradients, engine, memory_table, max_steps: int) -> list:
+    """`gradients`: notebook 04's section-2 table; `engine`: section 3's (with "images/s", "MFU");
+    `memory_table`: section 4's. Returns the five claims in the notebook's order."""
+    no_bn, with_bn = gradients[~gradients["BatchNorm"]], gradients[gradients["BatchNorm"]]
+    free = no_bn["max relative difference"].max()
+    bn = with_bn["max relative difference"].max()
+    free_model, bn_model = no_bn["model"].iloc[0], with_bn["model"].iloc[0]
+    weights = engine.groupby("model")["max weight difference vs steps=1"].max()
+    # Without the 1/N each gradient is N times the right one: a relative error of N - 1.
+    unscaled_error = (no_bn["without the 1/N"] - (no_bn["micro-batches"] - 1)).abs().max()
+    largest = memory_table.iloc[-1]
+    memory_ratio = largest["accumulated MiB"] / largest["bigger batch MiB"]
+    speed = engine[engine["model"] == bn_model].set_index("accumulation_steps")
+    first, last = speed.index.min(), speed.index.max()
+    slowdown = speed.loc[last, "images/s"] / speed.loc[first, "images/s"]
+    return [
+        claim_records.checked(
+            "accumulation_equals_big_batch", free < ROUNDING, value=free,
+            reason=f"{free_model} (no BatchNorm): max relative gradient difference {free:.1e} (float32 rounding "
+                   f"< {ROUNDING:g}); weights after {max_steps} engine steps differ by {weights[free_model]:.1e}"),
+        claim_records.checked(
+            "forgetting_one_over_n", unscaled_error < 0.01, value=float(no_bn["without the 1/N"].max()),
+            reason="relative gradient error without the 1/N: " + ", ".join(
+                f"{e:.2f} at N={n}" for n, e in zip(no_bn["micro-batches"], no_bn["without the 1/N"]))
+            + " (N - 1 expected)"),
+        claim_records.checked(
+            "batchnorm_caveat", bn > max(1e-3, 100 * free), value=bn,
+            reason=f"{bn_model}: max relative gradient difference {bn:.1e} with BatchNorm vs {free:.1e} without; "
+                   f"weights after {max_steps} engine steps differ by {weights[bn_model]:.1e}"),
+        claim_records.checked(
+            "accumulation_memory", memory_ratio < 1, value=memory_ratio,
+            reason=f"effective batch {int(largest['effective batch'])}: {largest['accumulated MiB']:.1f} MiB "
+                   f"accumulated vs {largest['bigger batch MiB']:.1f} MiB as one batch (step peak)"),
+        claim_records.checked(
+            "accumulation_cost", slowdown < 1, value=slowdown,
+            reason=f"{bn_model}: " + ", ".join(f"{s} micro-batches {r['images/s']:.0f} images/s (MFU {r['MFU']:.1%})"
+                                               for s, r in speed.iterrows())
+            + " (one run each, short: indicative)"),
+    ]

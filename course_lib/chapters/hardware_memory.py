@@ -1,0 +1,131 @@
+"""Notebook 01's facts and memory measurements turned into the articles' claims (`analysis.claims`):
+ResNet-50's mixed-precision training memory (measured on a GPU, the workbook's estimate elsewhere), what
+doubling the batch adds, cores and RAM per GPU, the workers rule, random vs sequential reads, and
+whether reduced-precision matmuls are fast here. The measuring lives in `measure.memory`,
+`measure.doctor` and `measure.peak`; this module compares."""
+from __future__ import annotations
+
+import torch
+
+from course_lib.analysis import claims as claim_records
+from course_lib.measure import memory
+
+
+def resnet50_memory(device) -> dict:
+    """The article's setting (ResNet-50, 224 px, fp16 autocast, SGD) at batch 256 and 512: the estimate
+    (shapes only, on the meta device, any machine) and, on CUDA, the measured peak of one training step
+    (None where it ran out of memory, or without CUDA)."""
+    estimate = memory.estimate_training_memory("resnet50", 256, 224, precision="fp16", device="meta")
+    fp32 = memory.estimate_training_memory("resnet50", 256, 224, precision="off", device="meta")
+    result = {"estimate_bytes": {256: estimate.total_bytes, 512: estimate.at_batch(512).total_bytes},
+              "fp32_estimate_bytes": fp32.total_bytes, "activation_share": estimate.activations_bytes / estimate.total_bytes,
+              "largest_batch_24gb": memory.largest_batch_within(estimate, 24 * 10**9), "measured_bytes": {}}
+    device = torch.device(device)
+    if device.type == "cuda":
+        probe = memory.TrainingStepProbe("resnet50", 224, "fp16", "sgd", device=device)
+        for batch in (256, 512):
+            try:
+                result["measured_bytes"][batch] = probe.peak_bytes(batch)
+            except torch.OutOfMemoryError:
+                result["measured_bytes"][batch] = None
+                memory.release_memory(device)
+        del probe
+        memory.release_memory(device)
+    return result
+
+
+def _growth(pair: dict) -> float | None:
+    return pair[512] / pair[256] - 1 if pair.get(256) and pair.get(512) else None
+
+
+def resnet50_claim(r50: dict):
+    estimate, measured = r50["estimate_bytes"], r50["measured_bytes"]
+    estimate_text = (f"the workbook's estimate (parameters, gradients, momentum, activations counted on the meta "
+                     f"device) is {estimate[256] / 1e9:.1f} GB, and batch 512 adds {_growth(estimate):+.0%} "
+                     f"(activations are {r50['activation_share']:.0%} of the total; the article: +30-40%)")
+    if measured.get(256):
+        growth = _growth(measured)
+        return claim_records.measured(
+            "resnet50_amp_memory", measured[256] / 1e9,
+            reason="torch.cuda.max_memory_allocated of one fp16-autocast SGD step (tensors only; nvidia-smi adds "
+                   "the CUDA context and cached blocks); batch 512: "
+                   + (f"{measured[512] / 1e9:.1f} GB ({growth:+.0%}; the article: +30-40%)" if growth is not None
+                      else "out of memory") + f"; {estimate_text}")
+    why = "no CUDA GPU" if not measured else "batch 256 ran out of GPU memory"
+    return claim_records.not_measurable("resnet50_amp_memory", f"{why}: {estimate_text}")
+
+
+def memory_claims(r50: dict, sweep_growth: str):
+    """The doubling-the-batch, AMP-halves-memory and 24 GB claims, from the estimate (and measurements)."""
+    growth = _growth(r50["measured_bytes"]) if r50["measured_bytes"].get(512) else _growth(r50["estimate_bytes"])
+    source = "measured" if r50["measured_bytes"].get(512) else "estimated"
+    ratio = r50["estimate_bytes"][256] / r50["fp32_estimate_bytes"]
+    return [
+        claim_records.checked("batch_doubling_memory", 0.30 <= growth <= 0.40, value=100 * growth,
+                              reason=f"ResNet-50 224 px fp16, batch 256 -> 512: {growth:+.0%} ({source}); this "
+                                     f"machine's sweep, measured: {sweep_growth}"),
+        claim_records.checked("amp_memory_estimate", 0.4 <= ratio <= 0.6, value=ratio,
+                              reason=f"estimate fp16 / fp32 at batch 256: {ratio:.2f} (fp32 master weights, "
+                                     "gradients and optimizer state do not shrink; notebook 03 measures it)"),
+        claim_records.checked("card_24gb_batch256", 256 <= r50["largest_batch_24gb"] < 512, value=r50["largest_batch_24gb"],
+                              reason=f"estimate: the largest batch within 24 GB is {r50['largest_batch_24gb']} (tensors "
+                                     "only; the CUDA context, cuDNN workspaces and fragmentation take more)"),
+    ]
+
+
+def machine_claims(facts: dict, matmul_rows: list[dict], recommended_workers: int):
+    """Cores and RAM per GPU, the workers rule, random vs sequential reads, fast reduced precision."""
+    cores, ram, gpus = facts["cpu"]["physical_cores"], facts["cpu"]["ram_bytes"], len(facts["gpus"])
+    found = []
+    if gpus:
+        meets = cores / gpus >= 16 and ram / gpus >= 64e9
+        found.append(claim_records.checked("cores_and_ram_per_gpu", meets, value=cores / gpus,
+                                           reason=f"this machine: {cores / gpus:.0f} physical cores and "
+                                                  f"{ram / gpus / 1e9:.0f} GB RAM per GPU ({gpus} GPUs); notebook 02 "
+                                                  "measures how many cores a GPU needs (cpu_cores_per_gpu)"))
+    else:
+        found.append(claim_records.not_measurable("cores_and_ram_per_gpu",
+                                                  f"no GPU; this machine has {cores} physical cores and {ram / 1e9:.0f} GB"))
+    expected = max(1, cores // 2 // max(1, gpus))
+    found.append(claim_records.checked(
+        "workers_half_the_cores", recommended_workers == expected, value=recommended_workers,
+        reason=f"{cores} physical cores, {max(1, gpus)} training process(es) -> the doctor recommends "
+               f"num_workers={recommended_workers}; notebook 02 measures where throughput stops growing"))
+    disk = facts["disk"]
+    sequential, random_reads = disk.get("read_sequential_mb_per_s"), disk.get("read_random_mb_per_s")
+    if sequential and random_reads:
+        found.append(claim_records.checked(
+            "random_reads_slower", random_reads < sequential / 2, value=random_reads / sequential,
+            reason=f"{disk['kind']} disk ({disk['block_device']}): random 4 KiB {random_reads:.1f} MiB/s "
+                   f"({disk['read_random_reads_per_s']:.0f} reads/s) vs sequential {sequential:.0f} MiB/s"))
+    else:
+        found.append(claim_records.not_measurable("random_reads_slower", f"no files to read: {disk.get('read_note')}"))
+    by_device: dict[str, dict] = {}
+    for row in matmul_rows:
+        by_device.setdefault(row["device"], {})[row["dtype"]] = row.get("speed_vs_fp32")
+    gpu_speeds = {d: s for d, s in by_device.items() if d != "cpu"}
+    text = "; ".join(f"{d}: " + ", ".join(f"{k} {v:.2g}x" for k, v in s.items() if k in ("bf16", "fp16") and v)
+                     for d, s in by_device.items()) + " fp32 matmul"
+    if gpu_speeds:
+        best = max(v for s in gpu_speeds.values() for k, v in s.items() if k in ("bf16", "fp16") and v)
+        found.append(claim_records.checked("tensor_cores_fp16", best > 1.1, value=best, reason=text))
+    else:
+        found.append(claim_records.not_measurable("tensor_cores_fp16", f"no GPU, so no tensor cores; {text}"))
+    return found
+
+
+def claims(r50: dict, sweep_growth: str, facts: dict, matmul_rows: list[dict], recommended_workers: int):
+    """Every claim notebook 01 shows: ResNet-50's AMP memory first, then the qualitative ones."""
+    return [resnet50_claim(r50), *memory_claims(r50, sweep_growth),
+            *machine_claims(facts, matmul_rows, recommended_workers)]
+
+
+def sweep_growth_text(sweep) -> str:
+    """The measured growth of the last batch doubling of each (model, image size) in the sweep."""
+    parts = []
+    for (model, size), group in sweep.groupby(["model", "image_size"]):
+        if len(group) >= 2:
+            last, before = group.iloc[-1], group.iloc[-2]
+            parts.append(f"{model} {size} px {before.batch_size}->{last.batch_size}: "
+                         f"{last.measured_peak_bytes / before.measured_peak_bytes - 1:+.0%}")
+    return ", ".join(parts) or "-"

@@ -1,0 +1,41 @@
+"""The chapter behind notebook 09: claims from a small fake evaluation."""
+import math
+
+import pandas as pd
+import pytest
+
+from course_lib.analysis import claims
+from course_lib.chapters import confusion_study
+
+SUMMARY = {"top1": 0.8, "top5": 0.99, "top5_k": 5, "images": 500, "ece": 0.05}
+CLASSES = pd.DataFrame({"recall": [0.5, 0.95, 0.9, 0.9], "support": [100, 200, 200, 100]},
+                       index=["crops", "water", "forest", "road"])
+PAIRS = pd.DataFrame([{"true": "crops", "predicted": "forest", "images": 40, "share_of_true": 0.4}])
+
+
+@pytest.fixture(autouse=True)
+def fake_hardware(monkeypatch):
+    monkeypatch.setattr(claims, "_hardware", lambda: "fake machine")
+
+
+def test_claims_without_designed_pairs_or_mixup():
+    found = {c.key: c for c in confusion_study.claims(SUMMARY, CLASSES, PAIRS, math.nan, math.nan)}
+    assert list(found) == ["top1_top5_metrics", "classes_differ", "confusion_pairs", "mixup_helps_09"]
+    assert found["top1_top5_metrics"].low < 0.8 < found["top1_top5_metrics"].high
+    assert found["classes_differ"].verdict == claims.HOLDS  # 50/100 vs 190/200: far apart
+    assert found["confusion_pairs"].verdict == claims.HOLDS  # 40% of crops vs 17% for an even spread of its errors
+    assert found["mixup_helps_09"].verdict == claims.NOT_MEASURABLE
+
+
+def test_mixup_holds_only_when_its_interval_clears_zero():
+    after = {**SUMMARY, "top1": 0.82}
+    gain = {"top1": {"delta": 0.02, "low": 0.005, "high": 0.035}}
+    noise = {"top1": {"delta": 0.02, "low": -0.01, "high": 0.05}}
+    assert confusion_study.claims(SUMMARY, CLASSES, PAIRS, 0.6, 0.2, after, gain, 0.2)[-1].verdict == claims.HOLDS
+    assert confusion_study.claims(SUMMARY, CLASSES, PAIRS, 0.6, 0.2, after, noise, 0.2)[-1].verdict == claims.DOES_NOT_HOLD
+
+
+def test_close_recalls_are_not_called_different():
+    close = pd.DataFrame({"recall": [0.88, 0.9], "support": [50, 50]}, index=["a", "b"])
+    found = confusion_study.claims(SUMMARY, close, PAIRS.assign(true="a"), 0.6, 0.2)
+    assert found[1].verdict == claims.DOES_NOT_HOLD and found[2].verdict == claims.HOLDS  # designed share 60% > 20%

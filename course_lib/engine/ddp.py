@@ -787,9 +787,10 @@ def claims(report: ScalingReport, equivalence: dict | None = None) -> list:
                                           (100 * low, 100 * high) if low is not None else None,
                                           reason=f"{measured_here}; T1 / (N x TN) at the same global batch")
     else:
+        caveat = (" (processes sharing the same cores, gradients through gloo: a lower bound that says little "
+                  "about NCCL on GPUs)" if report.device == "cpu" else "")
         efficiency_claim = claim.not_measurable(
-            "ddp_efficiency", f"needs 4 or more CUDA GPUs; measured instead: {measured_here} (processes sharing "
-            "the same cores, gradients through gloo: a lower bound that says little about NCCL on GPUs)")
+            "ddp_efficiency", f"needs 4 or more CUDA GPUs; measured instead: {measured_here}{caveat}")
     single, four = ARTICLE_EXAMPLE_MINUTES
     single_worker_seconds = report.table.query("mode == 'strong' and workers == 1")["epoch_seconds"].iloc[0]
     example = single / (4 * four)

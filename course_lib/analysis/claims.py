@@ -133,6 +133,12 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # noqa: C406 (filled per n
     _claim("device_augmentation", "A1", "3.3", "augmenting per batch on the device takes load off the CPU "
            "workers (more loader images/s)", None, None, "", "02"),
     # notebook 03
+    _claim("amp_accuracy", "A1", "6", "mixed precision leaves accuracy unchanged (88.5% with and without AMP in "
+           "its remote-sensing run)", None, None, "", "03"),
+    _claim("channels_last", "A1", "4.1", "channels_last memory format speeds up convolutions with AMP (context the "
+           "notebook adds: PyTorch's advice for convnets, not quantified by the articles)", None, None, "", "03"),
+    _claim("compile_first_run", "A1", "7", "torch.compile's first compile takes tens of seconds to minutes: switch it "
+           "on for the final run, not while experimenting", None, None, "", "03"),
     # notebook 04
     _claim("accumulation_equals_big_batch", "A1", "4.3", "N micro-batches with the loss divided by N give the big "
            "batch's gradient (value: max relative difference, no BatchNorm)", None, None, "", "04"),
@@ -146,7 +152,24 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # noqa: C406 (filled per n
            "micro-batches use the hardware less (value: images/s at the most micro-batches / at one)",
            None, None, "", "04"),
     # notebook 05
+    _claim("ddp_article_example", "A1", "4.4", "1 GPU 100 min, 4 GPUs 35 min per epoch is about 71% scaling "
+           "efficiency: low", None, None, "", "05"),
+    _claim("ddp_communication_share", "A1", "4.4", "act (larger batch, less frequent communication, a better "
+           "network) when gradient communication takes more than 15% of a step (torch.profiler)", None, None, "",
+           "05"),
+    _claim("ddp_stage3_speedup", "A1", "6", "stage 3: 4 GPUs with DDP gave about 2.5x over single-GPU AMP", None, None,
+           "", "05"),
+    _claim("ddp_equivalence", "A1", "4.4", "DDP only averages gradients: N workers train like 1 worker with the global "
+           "batch (context the notebook adds)", None, None, "", "05"),
     # notebook 06
+    _claim("warmup_cosine", "A1", "5.2", "SGD: lr 0.1 at batch 256, 5 epochs of linear warm-up, cosine decay to "
+           "0.001 (and A2: warm up from a small learning rate, decay it late)", None, None, "", "06"),
+    _claim("lr_sweep", "A1", "5.2", "first run a small learning-rate sweep to find the largest initial learning "
+           "rate that still converges", None, None, "", "06"),
+    _claim("adamw_lr_range", "A1", "5.2", "AdamW: sweep the initial learning rate between 3e-4 and 1e-3", None, None,
+           "", "06"),
+    _claim("adamw_sensitivity", "A1", "5.2", "AdamW is less sensitive to its hyper-parameters than SGD (spread of "
+           "accuracy over learning rates and seeds)", None, None, "", "06"),
     # notebook 07
     # notebook 08
     # notebook 09

@@ -1,0 +1,173 @@
+"""Mixed precision, channels_last and torch.compile timed side by side (notebook 03), and the
+articles' claims about them as `analysis.claims.Claim`s.
+
+Mixed precision: Micikevicius et al., "Mixed Precision Training", ICLR 2018 (arXiv:1710.03740);
+torch.compile: Ansel et al., "PyTorch 2", ASPLOS 2024. Each variant trains the same model copy with
+the engine's own step (`engine.step`); the variants take turns, repeat after repeat, so that a
+shared machine's slow moments fall on all of them alike, and the speed-up's interval comes from
+the repeats (`statistics.ratio_interval`).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import torch
+
+from course_lib.config import Config
+
+REDUCED = ("fp16", "bf16")
+
+
+@dataclasses.dataclass
+class StepSpeeds:
+    """Images per second of each repeat, per variant, and the first step's seconds (compile included)."""
+
+    images_per_second: dict[str, list[float]]
+    first_step_seconds: dict[str, float]
+    settings: dict[str, dict]
+    batch_size: int
+    device: str
+
+    def table(self, baseline: str):
+        """One row per variant: precision, median images/s, speed-up over `baseline` with its 95%
+        bootstrap interval, first step and steady step seconds."""
+        import pandas as pd
+
+        from course_lib.analysis import statistics
+
+        rows = {}
+        for label, speeds in self.images_per_second.items():
+            ratio = statistics.ratio_interval(speeds, self.images_per_second[baseline])
+            median = float(pd.Series(speeds).median())
+            rows[label] = {"precision": self.settings[label].get("precision", "off"), "images/s": median,
+                           "speed-up": ratio["ratio"], "low": ratio["low"], "high": ratio["high"],
+                           "first step s": self.first_step_seconds[label], "step s": self.batch_size / median}
+        return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def time_training_steps(config: Config, variants: dict[str, dict], num_classes: int, *, repeats: int = 5,
+                        steps: int = 1, device=None, model: torch.nn.Module | None = None) -> StepSpeeds:
+    """Train a copy of `config.model` per variant (a dict of `precision`, `channels_last`,
+    `compile`; missing keys come from `config`) on one fixed random batch of `config.batch_size`.
+    The first step of each variant (allocations, kernel choice, the compile) is timed and thrown
+    away with a second one; then the variants take turns, `repeats` times, `steps` steps each."""
+    from course_lib.devices import resolve_device
+    from course_lib.engine.precision import grad_scaler
+    from course_lib.engine.step import optimizer_step, training_step
+    from course_lib.measure.timing import stopwatch
+    from course_lib.models.factory import build_model
+
+    device = torch.device(device) if device is not None else resolve_device(config.device)
+    generator = torch.Generator().manual_seed(config.seed)
+    images = torch.randn(config.batch_size, 3, config.image_size, config.image_size, generator=generator)
+    targets = torch.randint(num_classes, (config.batch_size,), generator=generator).to(device)
+    base = model if model is not None else build_model(config, num_classes)
+    criterion = torch.nn.CrossEntropyLoss()
+    steppers, first, settings = {}, {}, {}
+    for label, changes in variants.items():
+        setting = {"precision": config.precision, "channels_last": config.channels_last,
+                   "compile": config.compile, **changes}
+        if setting["precision"] == "auto":
+            raise ValueError(f"variant {label!r}: give a precision (off, fp16, bf16), not auto")
+        memory_format = torch.channels_last if setting["channels_last"] else torch.contiguous_format
+        module = copy.deepcopy(base).to(device, memory_format=memory_format).train()
+        trained = torch.compile(module) if setting["compile"] else module
+        optimizer = torch.optim.SGD(module.parameters(), lr=1e-3, momentum=0.9)
+        scaler = grad_scaler(setting["precision"], device)
+        batch = images.to(device, memory_format=memory_format)
+
+        def step(trained=trained, optimizer=optimizer, scaler=scaler, batch=batch, precision=setting["precision"]):
+            training_step(trained, batch, targets, criterion, scaler, precision)
+            optimizer_step(optimizer, scaler)
+
+        first[label], _ = stopwatch(step, device)
+        stopwatch(step, device)  # a second warm-up step: fp16's scale and the allocator settle
+        steppers[label], settings[label] = step, setting
+    speeds = {label: [] for label in variants}
+    for _ in range(repeats):
+        for label, step in steppers.items():
+            seconds, _ = stopwatch(step, device, calls=steps)
+            speeds[label].append(config.batch_size / seconds)
+    return StepSpeeds(speeds, first, settings, config.batch_size, str(device))
+
+
+def compile_skipped_note(profile: str, model: str | None = None) -> str:
+    """Why torch.compile was not measured in this run, with the newest earlier measurement on this
+    machine's ledger when there is one."""
+    from course_lib.engine.train import recorded_compile_runs
+
+    earlier = recorded_compile_runs(model)
+    if earlier:
+        last = earlier[0]
+        return (f"skipped in the {profile} profile; an earlier run's first compile took about "
+                f"{last['compile_seconds']:.0f} s ({last['model']}, ledger {last['created_at']})")
+    return (f"skipped in the {profile} profile: the first compile takes minutes on a CPU; run with "
+            "profile='cpu' or 'gpu' (or measure_compile=true) to measure it")
+
+
+def faster_reduced_precision(speeds) -> str:
+    """fp16 or bf16, whichever ran more images/s (a table with an "images/s" column, or a dict)."""
+    values = speeds["images/s"] if hasattr(speeds, "columns") else speeds
+    return max(REDUCED, key=lambda name: values[name])
+
+
+def accuracy_rows(runs: dict) -> list[dict]:
+    """{(precision, seed): FitResult} -> rows of precision, seed, val top-1 for `compare_variants`."""
+    return [{"precision": precision, "seed": seed, "val top-1": result.final.get("val_top1")}
+            for (precision, seed), result in runs.items()]
+
+
+def claims(speeds, best: str, memory_ratio: float, accuracy, *, device: str, layout=None, compile_speeds=None,
+           compile_note: str = "") -> list:
+    """The claims of notebook 03. `speeds`: `StepSpeeds.table("off")` of off/fp16/bf16; `best`: the
+    reduced precision compared; `memory_ratio`: its step peak over fp32's; `accuracy`:
+    `statistics.compare_variants` over seeds with "off" as baseline; `layout`: the table of
+    channels_last False/True; `compile_speeds`: the table of eager/compiled (None when not measured,
+    with `compile_note` saying why)."""
+    from course_lib.analysis import claims as claim
+
+    row = speeds.loc[best]
+    other = "fp16" if best == "bf16" else "bf16"
+    how = (f"{best} (faster here than {other}: {speeds.loc[other, 'images/s']:.0f} images/s) over fp32, median "
+           f"{row['images/s']:.0f} vs {speeds.loc['off', 'images/s']:.0f} images/s, training steps timed side by "
+           f"side after warm-up on {device}")
+    if device.startswith("cpu"):
+        how += "; a CPU without fp16 matrix units emulates fp16"
+    delta = accuracy.loc[best] if best in accuracy.index else None
+    if delta is not None and "delta" in accuracy.columns and delta.notna().get("delta", False):
+        accuracy_text = (f"top-1 {100 * delta['delta']:+.1f} points vs fp32 over {int(delta['runs'])} seeds, 95% "
+                         f"interval [{100 * delta['delta low']:+.1f}, {100 * delta['delta high']:+.1f}]: "
+                         f"{delta['verdict']}")
+        accuracy_kept = delta["verdict"] != "worse"
+    else:
+        accuracy_text, accuracy_kept = "accuracy over seeds not compared (fewer than 2 seeds)", True
+    speed_interval = (row["low"], row["high"])
+    second = (claim.measured("amp_second_article", row["speed-up"], speed_interval, reason=f"{how}; {accuracy_text}")
+              if accuracy_kept else
+              claim.checked("amp_second_article", False, value=row["speed-up"], interval=speed_interval,
+                            reason=f"accuracy fell beyond seed noise: {accuracy_text}; {how}"))
+    rows = [claim.measured("amp_speedup", row["speed-up"], speed_interval, reason=how), second,
+            claim.measured("amp_memory", memory_ratio, reason=f"measured peak of one training step, {best} over fp32 "
+                                                              f"(TrainingStepProbe on {device})"),
+            claim.checked("amp_accuracy", accuracy_kept, reason=accuracy_text)]
+    if compile_speeds is not None:
+        compiled = compile_speeds.loc["compiled"]
+        gain = (100 * (compiled["speed-up"] - 1), (100 * (compiled["low"] - 1), 100 * (compiled["high"] - 1)))
+        compile_seconds = compiled["first step s"] - compiled["step s"]
+        rows.append(claim.measured("torch_compile", gain[0], gain[1],
+                                   reason=f"compiled over eager images/s at {compiled['precision']}, steps timed side "
+                                          f"by side after the compile, on {device}"))
+        rows.append(claim.checked("compile_first_run", compile_seconds >= 10,
+                                  reason=f"the first compiled step took {compiled['first step s']:.0f} s, a later one "
+                                         f"{compiled['step s']:.2f} s: about {compile_seconds:.0f} s of compiling"))
+    else:
+        rows.append(claim.not_measurable("torch_compile", compile_note or "not measured in this run"))
+        rows.append(claim.not_measurable("compile_first_run", compile_note or "not measured in this run"))
+    if layout is not None:
+        flipped = layout.loc["channels_last"]
+        rows.append(claim.checked("channels_last", flipped["low"] > 1.0,
+                                  reason=f"channels_last over the default layout at {flipped['precision']}: "
+                                         f"{flipped['speed-up']:.2f}x [{flipped['low']:.2f}, {flipped['high']:.2f}] "
+                                         f"(holds only when the whole interval is above 1)"))
+    return rows

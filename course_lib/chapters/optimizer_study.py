@@ -1,0 +1,127 @@
+"""SGD against AdamW over a grid of learning rates and seeds (notebook 06), and the article's
+optimizer claims as `analysis.claims.Claim`s.
+
+AdamW is Loshchilov & Hutter, "Decoupled Weight Decay Regularization", ICLR 2019 (arXiv:1711.05101);
+the learning rate of SGD scales linearly with the batch (Goyal et al. 2017, arXiv:1706.02677).
+"Beats SGD" is the mean over learning rates and seeds of AdamW's accuracy minus SGD's, paired by
+(learning-rate rank, seed), with its t interval (`statistics.paired_difference`); "less sensitive"
+is the spread of accuracy over the grid, per optimizer.
+"""
+from __future__ import annotations
+
+import time
+
+from course_lib.config import Config
+
+# Each optimizer at its usual learning rate, a third of it and three times it.
+LEARNING_RATE_FACTORS = (1 / 3, 1.0, 3.0)
+ADAMW_LR = 1e-3  # the top of the article's 3e-4 to 1e-3 sweep
+ADAMW_WEIGHT_DECAY = 0.05  # decoupled, per step of lr x weight_decay
+ARTICLE_ADAMW_RANGE = (3e-4, 1e-3)
+# The engine's in-memory path: the split pre-decoded to uint8 once, batches cut from it without
+# DataLoader workers, crop and flip on the device; and the workbook's small residual net.
+IN_MEMORY = {"model": "speedrun_resnet_small", "storage": "cache", "augmentation": "device", "num_workers": 0}
+
+
+def sgd_learning_rate(batch_size: int) -> float:
+    """The article's 0.1 at batch 256, scaled linearly to `batch_size`."""
+    return 0.1 * batch_size / 256
+
+
+def learning_rate_grid(batch_size: int, adamw_lr: float = ADAMW_LR, factors=LEARNING_RATE_FACTORS) -> dict:
+    """{"sgd": [...], "adamw": [...]}: each optimizer's usual learning rate times `factors`."""
+    return {"sgd": [sgd_learning_rate(batch_size) * f for f in factors], "adamw": [adamw_lr * f for f in factors]}
+
+
+def optimizer_overrides(optimizer: str, lr: float) -> dict:
+    """Config values for one grid point: warm-up + cosine to lr / 100 for both optimizers."""
+    decay = {"adamw": ADAMW_WEIGHT_DECAY, "sgd": 5e-4}[optimizer]
+    return {"optimizer": optimizer, "lr": lr, "min_lr": lr / 100, "weight_decay": decay}
+
+
+def run_grid(config: Config, grid: dict, seeds, bundle=None, fit=None) -> list[dict]:
+    """Train `config` once per (optimizer, learning rate, seed); one row per run with the learning
+    rate's rank in its optimizer's grid (0 = smallest), validation top-1 and images/s. `fit` is
+    `train.fit` (a stand-in in tests)."""
+    if fit is None:
+        from course_lib.engine.train import fit
+    rows = []
+    for optimizer, learning_rates in grid.items():
+        for rank, lr in enumerate(learning_rates):
+            for seed in seeds:
+                started = time.perf_counter()
+                result = fit(config.replace(seed=seed, **optimizer_overrides(optimizer, lr)), bundle=bundle,
+                             progress=False, verbose=False)
+                final = result.final
+                rows.append({"optimizer": optimizer, "lr": lr, "lr rank": rank, "seed": seed,
+                             "val top-1": final.get("val_top1"), "train loss": final.get("train_loss"),
+                             "images/s": final.get("images_per_second"),
+                             "seconds": time.perf_counter() - started})
+    return rows
+
+
+def sensitivity(frame):
+    """Per optimizer: mean top-1 over the grid, its spread over learning rates (max - min of the
+    per-learning-rate means), over seeds (mean of the per-learning-rate standard deviations) and in all
+    (standard deviation over every run), and the best learning rate."""
+    import pandas as pd
+
+    rows = {}
+    for optimizer, part in frame.groupby("optimizer", sort=False):
+        by_lr = part.groupby("lr")["val top-1"]
+        means = by_lr.mean()
+        rows[optimizer] = {"mean top-1": part["val top-1"].mean(), "best lr": float(means.idxmax()),
+                           "best top-1": means.max(), "spread over lrs": means.max() - means.min(),
+                           "spread over seeds": by_lr.std().mean(), "std over all runs": part["val top-1"].std()}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def adamw_minus_sgd(frame) -> dict:
+    """AdamW's top-1 minus SGD's in points, paired by (learning-rate rank, seed), with its t interval."""
+    from course_lib.analysis import statistics
+
+    pivot = frame.pivot_table(index=["lr rank", "seed"], columns="optimizer", values="val top-1").dropna()
+    difference = statistics.paired_difference(100 * pivot["adamw"], 100 * pivot["sgd"])
+    return {**difference, "pairs": len(pivot)}
+
+
+def claims(frame, range_tests: dict, article_values: list[float], article_steps_per_epoch: int = 50,
+           batch_size: int | None = None) -> list:
+    """The optimizer claims of notebook 06: AdamW beats SGD (measured over the grid), AdamW is less
+    sensitive (the spreads), the warm-up + cosine recipe (the schedule at known points), the
+    learning-rate sweep (the range test) and the AdamW range (the grid's best AdamW learning rate)."""
+    from course_lib.analysis import claims as claim
+
+    spread = sensitivity(frame)
+    difference = adamw_minus_sgd(frame)
+    runs = len(frame[frame["optimizer"] == "sgd"])
+    seeds = frame["seed"].nunique()
+    grid_text = ", ".join(f"{name} {', '.join(f'{lr:.3g}' for lr in sorted(part['lr'].unique()))}"
+                          for name, part in frame.groupby("optimizer", sort=False))
+    spread_text = "; ".join(f"{name}: {row['spread over lrs'] * 100:.1f} points over learning rates, "
+                            f"{row['spread over seeds'] * 100:.1f} over seeds, std {row['std over all runs'] * 100:.1f}"
+                            for name, row in spread.iterrows())
+    sgd_spread, adamw_spread = (spread.loc[name, "std over all runs"] for name in ("sgd", "adamw"))
+    first, peak = article_values[0], article_values[5 * article_steps_per_epoch]
+    recipe_ok = first < peak and abs(peak - 0.1) < 1e-3 and abs(article_values[-1] - 0.001) < 1e-4
+    stable = {name: result.largest_stable_lr for name, result in range_tests.items()}
+    best_adamw = spread.loc["adamw", "best lr"]
+    low, high = ARTICLE_ADAMW_RANGE
+    return [
+        claim.measured("adamw_vs_sgd", difference["delta"], (difference["low"], difference["high"]),
+                       reason=f"mean of {difference['pairs']} pairs (learning-rate rank x seed): {runs} runs per "
+                              f"optimizer over {seeds} seeds at {grid_text}"),
+        claim.checked("adamw_sensitivity", adamw_spread < sgd_spread,
+                      reason=f"top-1 spread over the grid; {spread_text}"),
+        claim.checked("warmup_cosine", recipe_ok,
+                      reason=f"the engine's scheduler gives {first:.4f} at step 0, {peak:.3f} after 5 warm-up epochs, "
+                             f"{article_values[-1]:.4f} at the end of 120 epochs"),
+        claim.checked("lr_sweep", all(value > 0 for value in stable.values()),
+                      reason="range test, largest stable learning rate: "
+                             + ", ".join(f"{name} {value:.3g}" for name, value in stable.items())
+                             + (f" (the article's SGD 0.1 at batch 256, scaled to batch {batch_size}: "
+                                f"{sgd_learning_rate(batch_size):.3g})" if batch_size else "")),
+        claim.checked("adamw_lr_range", low <= best_adamw <= high,
+                      reason=f"best AdamW learning rate of the grid {best_adamw:.3g} (mean over seeds); range test's "
+                             f"largest stable AdamW learning rate {stable.get('adamw', float('nan')):.3g}"),
+    ]

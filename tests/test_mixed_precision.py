@@ -1,0 +1,73 @@
+"""Notebook 03's side-by-side step timing and its claims (fake tables for the verdicts)."""
+import pandas as pd
+import pytest
+
+from course_lib.analysis import statistics
+from course_lib.chapters import mixed_precision
+from course_lib.config import make_config
+
+
+def test_time_training_steps_takes_turns_and_keeps_every_repeat():
+    config = make_config("smoke", image_size=16, batch_size=4)
+    speeds = mixed_precision.time_training_steps(
+        config, {"off": {"precision": "off"}, "bf16": {"precision": "bf16"},
+                 "channels_last": {"precision": "off", "channels_last": True}}, num_classes=3, repeats=3, steps=1)
+    assert {label: len(values) for label, values in speeds.images_per_second.items()} == {
+        "off": 3, "bf16": 3, "channels_last": 3}
+    table = speeds.table("off")
+    assert table.loc["off", "speed-up"] == pytest.approx(1.0)
+    assert (table["low"] <= table["speed-up"]).all() and (table["speed-up"] <= table["high"]).all()
+    assert table.loc["bf16", "precision"] == "bf16" and (table["first step s"] > 0).all()
+    with pytest.raises(ValueError, match="not auto"):
+        mixed_precision.time_training_steps(config, {"x": {"precision": "auto"}}, num_classes=3, repeats=1)
+
+
+def speed_table(off, fp16, bf16):
+    """A StepSpeeds-like table from repeated images/s per precision."""
+    samples = {"off": off, "fp16": fp16, "bf16": bf16}
+    speeds = mixed_precision.StepSpeeds(samples, {k: 1.0 for k in samples}, {k: {"precision": k} for k in samples},
+                                        32, "cpu")
+    return speeds.table("off")
+
+
+def accuracy_table(off, reduced, name):
+    frame = pd.DataFrame([{"precision": "off", "seed": s, "val top-1": v} for s, v in enumerate(off)]
+                         + [{"precision": name, "seed": s, "val top-1": v} for s, v in enumerate(reduced)])
+    return statistics.compare_variants(frame, "val top-1", baseline="off", variant="precision")
+
+
+def compile_table(eager, compiled, first_compiled=60.0):
+    speeds = mixed_precision.StepSpeeds({"eager": eager, "compiled": compiled}, {"eager": 0.5,
+                                        "compiled": first_compiled}, {"eager": {"precision": "bf16"},
+                                        "compiled": {"precision": "bf16"}}, 32, "cpu")
+    return speeds.table("eager")
+
+
+def test_claims_on_a_gpu_like_machine_hold():
+    speeds = speed_table([100, 102, 98], [180, 185, 178], [170, 172, 169])
+    best = mixed_precision.faster_reduced_precision(speeds)
+    assert best == "fp16"
+    accuracy = accuracy_table([0.80, 0.82, 0.81], [0.81, 0.815, 0.81], "fp16")
+    layout = speed_table([100, 101, 99], [100, 100, 100], [120, 121, 119]).rename(index={"bf16": "channels_last"})
+    found = {c.key: c for c in mixed_precision.claims(speeds, best, 0.5, accuracy, device="cuda:0", layout=layout,
+                                                      compile_speeds=compile_table([100, 101, 99], [120, 121, 119]))}
+    assert list(found) == ["amp_speedup", "amp_second_article", "amp_memory", "amp_accuracy", "torch_compile",
+                           "compile_first_run", "channels_last"]
+    assert all(c.verdict == "holds" for c in found.values()), {k: c.verdict for k, c in found.items()}
+    assert found["torch_compile"].measured == pytest.approx(20, abs=1)
+    assert "emulates" not in found["amp_speedup"].reason
+
+
+def test_claims_on_a_cpu_without_fast_reduced_precision():
+    speeds = speed_table([100, 102, 98], [5, 5.2, 4.9], [60, 61, 59])
+    best = mixed_precision.faster_reduced_precision(speeds)
+    assert best == "bf16"
+    worse = accuracy_table([0.80, 0.82, 0.81], [0.60, 0.61, 0.62], "bf16")
+    found = {c.key: c for c in mixed_precision.claims(speeds, best, 0.9, worse, device="cpu",
+                                                      compile_note="skipped in the smoke profile")}
+    assert found["amp_speedup"].verdict == "does not hold" and "emulates fp16" in found["amp_speedup"].reason
+    assert found["amp_second_article"].verdict == "does not hold" and "beyond seed noise" in \
+        found["amp_second_article"].reason
+    assert found["amp_memory"].verdict == "does not hold" and found["amp_accuracy"].verdict == "does not hold"
+    assert found["torch_compile"].verdict == "not measurable here"
+    assert found["compile_first_run"].reason == "skipped in the smoke profile" and "channels_last" not in found

@@ -103,7 +103,7 @@ ARTICLE_CLAIMS: dict[str, ArticleClaim] = dict([
 # Claims the articles make without a number (or that the notebooks add as context): the same Claim
 # shape, shown in each notebook's table, listed after the numeric ones by `scoreboard`. Each notebook
 # adds its own under its marker; `checked(key, holds, reason)` gives their verdicts.
-QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # noqa: C406 (filled per notebook below)
+QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # filled per notebook below
     # notebook 00
     # notebook 01
     # notebook 02
@@ -112,6 +112,16 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # noqa: C406 (filled per n
     # notebook 05
     # notebook 06
     # notebook 07
+    _claim("ema_steady_gain", "A1", "5.3", "an EMA of the weights gives a steady gain (evaluate EMA and raw weights "
+           "on the validation set, keep the better)", None, None, "", "07"),
+    _claim("combo_training_time", "A1", "5.3", "the combination adds almost no training time (the augmentation runs "
+           "on the device)", None, None, "", "07"),
+    _claim("too_many_tricks", "A1", "5.3", "combining too many tricks can add noise instead of accuracy", None, None,
+           "", "07"),
+    _claim("label_smoothing_alone", "A1", "5.3", "label smoothing 0.1 on its own raises accuracy (one ingredient of "
+           "the combination)", None, None, "", "07"),
+    _claim("label_smoothing_calibration", "A1", "5.3", "label smoothing changes calibration (ECE; the article does "
+           "not discuss it: context)", None, None, "", "07"),
     # notebook 08
     # notebook 09
     # notebook 10

@@ -142,7 +142,8 @@ def test_score_run_gives_raw_and_ema_rows_and_marks_the_kept_weights():
     both = SimpleNamespace(model=Wrong(), ema_model=good, history=history, config=config)
     rows = regularization_study.score_run("ema", both, dataset)
     assert [(r["weights"], r["kept"], r["val top-1"]) for r in rows] == [("raw", False, 0.0), ("ema", True, 1.0)]
-    assert rows[0]["images/s"] == 100.0 and rows[0]["train s"] == 2.0
+    assert [r["variant"] for r in rows] == ["ema", "ema (EMA weights)"] and {r["trick"] for r in rows} == {"ema"}
+    assert rows[0]["images/s"] == 100.0 and rows[0]["train s"] == 2.0 and rows[0]["seed"] == config.seed
     alone = SimpleNamespace(model=good, ema_model=None, history=history, config=config)
     assert [(r["weights"], r["kept"]) for r in regularization_study.score_run("baseline", alone, dataset)] == [("raw", True)]
 
@@ -187,3 +188,216 @@ def test_validation_noise_is_zero_when_every_resample_scores_the_same():
     probabilities = np.eye(3)[labels] * 0.97 + 0.01
     noise = statistics.validation_noise(labels, probabilities, draws=20)
     assert noise["val top-1"] == 0.0 and noise["ECE"] == pytest.approx(0.0, abs=1e-12)
+
+
+# --- the study: every variant over the same seeds, intervals, paired verdicts, claims ---------------------------
+
+def _fake_study(top1: dict, data="EuroSAT", speeds=None, ece=None, ema_gain=None, seeds=(0, 1, 2)):
+    """A Study from made-up results: `top1` maps a trick to its top-1 per seed (fractions);
+    tricks with an EMA also get EMA rows, `ema_gain` (per seed) above the raw weights."""
+    rows = []
+    for trick, values in top1.items():
+        for seed, value in zip(seeds, values):
+            base = {"trick": trick, "seed": seed, "val loss": 1.0, "confidence": value,
+                    "ECE": (ece or {}).get(trick, [0.05] * len(seeds))[seeds.index(seed)],
+                    "images/s": (speeds or {}).get(trick, [100.0] * len(seeds))[seeds.index(seed)],
+                    "train s": 10.0, "precision": "off"}
+            rows.append({**base, "variant": trick, "weights": "raw", "kept": True, "val top-1": value})
+            if "ema" in trick or trick == "everything":
+                gain = (ema_gain or [0.01] * len(seeds))[seeds.index(seed)]
+                rows.append({**base, "variant": trick + regularization_study.EMA_SUFFIX, "weights": "ema",
+                             "kept": gain > 0, "val top-1": value + gain})
+    return regularization_study.Study(pd.DataFrame(rows), make_config("smoke"), data, 1000, 500, 1e6, 1.0)
+
+
+@pytest.fixture
+def known_peak(monkeypatch):
+    from course_lib.measure import peak
+
+    monkeypatch.setattr(peak, "peak_flops", lambda device, dtype: 1e12)  # MFU against a known 1 TFLOP/s
+
+
+ALL_TRICKS = {
+    "baseline": [0.80, 0.82, 0.84],
+    "label_smoothing": [0.79, 0.81, 0.83],  # exactly 1 point below: a zero-spread paired difference
+    "mixup": [0.83, 0.85, 0.86],
+    "ema": [0.80, 0.82, 0.84],
+    "article_combo": [0.815, 0.835, 0.855],  # +1.5 points on every seed
+    "everything": [0.80, 0.85, 0.81],
+}
+
+
+def test_study_config_uses_the_in_memory_path_and_lets_parameters_win():
+    config = regularization_study.study_config("cpu")
+    assert (config.model, config.storage, config.augmentation, config.num_workers) == \
+        ("speedrun_resnet_small", "cache", "device", 0)
+    assert config.label_smoothing == 0 and config.mixup_alpha == 0  # the baseline has no regularizer
+    assert regularization_study.study_config("cpu", model="resnet18", epochs=None).model == "resnet18"
+    assert regularization_study.study_config("smoke").model == "test_resnet"
+
+
+def test_study_seeds_default_per_profile_and_refuse_one():
+    config = make_config("smoke", seed=5)
+    assert regularization_study.study_seeds(config, "smoke") == [5, 6]
+    assert regularization_study.study_seeds(config, "cpu") == [5, 6, 7]
+    assert regularization_study.study_seeds(config, "cpu", 4) == [5, 6, 7, 8]
+    with pytest.raises(ConfigError, match="at least 2"):
+        regularization_study.study_seeds(config, "cpu", 1)
+
+
+def test_summarize_gives_intervals_paired_verdicts_and_mfu(known_peak):
+    study = _fake_study(ALL_TRICKS, speeds={"article_combo": [90.0, 90.0, 90.0]})
+    summary = regularization_study.summarize(study)
+    assert summary.loc["article_combo", "delta (points)"] == pytest.approx(1.5)
+    assert summary.loc["article_combo", "verdict"] == "better"
+    assert summary.loc["label_smoothing", "verdict"] == "worse"
+    assert summary.loc["everything", "verdict"] == "within noise"
+    assert summary.loc["baseline", "verdict"] == "(baseline)"
+    expected = statistics.confidence_interval([80, 82, 84])
+    assert (summary.loc["baseline", "CI low"], summary.loc["baseline", "CI high"]) == \
+        (pytest.approx(expected["low"]), pytest.approx(expected["high"]))
+    assert summary.loc["ema (EMA weights)", "delta (points)"] == pytest.approx(1.0)
+    assert summary.loc["article_combo", "time vs baseline"] == pytest.approx(100 / 90)
+    assert list(summary.columns).index("MFU") == list(summary.columns).index("images/s") + 1
+    assert summary.loc["baseline", "MFU"] == pytest.approx(1e6 * 100 / 1e12)
+
+
+def test_ema_table_pairs_ema_with_raw_weights_of_the_same_run():
+    table = regularization_study.ema_table(_fake_study(ALL_TRICKS, ema_gain=[0.01, 0.02, 0.015]))
+    assert list(table.index) == ["ema", "everything"]
+    assert table.loc["ema", "EMA - raw delta"] == pytest.approx(1.5)
+    assert table.loc["ema", "verdict"] == "better" and table.loc["ema", "EMA kept"] == "3 of 3 seeds"
+
+
+def _verdicts(claim_list):
+    return {claim.key: claim.verdict for claim in claim_list}
+
+
+def test_article_claims_with_a_control_measure_every_claim(known_peak):
+    from course_lib.analysis import claims
+
+    study = _fake_study(ALL_TRICKS, ema_gain=[0.01, 0.02, 0.015], ece={"label_smoothing": [0.02, 0.03, 0.025]})
+    control = _fake_study({"baseline": [0.60, 0.62, 0.64], "mixup": [0.61, 0.63, 0.65],
+                           "article_combo": [0.608, 0.628, 0.648]}, data="CIFAR-10")
+    result = regularization_study.article_claims(study, control, remote_sensing=True)
+    by_key = {claim.key: claim for claim in result}
+    assert list(by_key) == ["regularization_remote_sensing", "regularization_cifar10", "mixup_remote_sensing",
+                            "ema_steady_gain", "combo_training_time", "too_many_tricks", "label_smoothing_alone",
+                            "label_smoothing_calibration"]
+    assert by_key["regularization_remote_sensing"].measured == pytest.approx(1.5)
+    assert by_key["regularization_cifar10"].measured == pytest.approx(0.8)
+    mixup_gains = np.array([3, 3, 2]) - np.array([1, 1, 1])  # points on EuroSAT minus points on CIFAR-10
+    assert by_key["mixup_remote_sensing"].measured == pytest.approx(mixup_gains.mean())
+    assert _verdicts(result) == {
+        "regularization_remote_sensing": claims.HOLDS, "regularization_cifar10": claims.HOLDS,
+        "mixup_remote_sensing": claims.HOLDS, "ema_steady_gain": claims.HOLDS, "combo_training_time": claims.HOLDS,
+        "too_many_tricks": claims.HOLDS, "label_smoothing_alone": claims.DOES_NOT_HOLD,
+        "label_smoothing_calibration": claims.HOLDS}
+    assert all(claims.article_claim(claim.key).notebook == "07" for claim in result)
+
+
+def test_article_claims_without_control_or_remote_sensing_say_why(known_peak):
+    from course_lib.analysis import claims
+
+    study = _fake_study(ALL_TRICKS, data="landcover-synth")
+    result = regularization_study.article_claims(study, "CIFAR-10 is not on this machine", remote_sensing=False)
+    by_key = {claim.key: claim for claim in result}
+    for key in ("regularization_remote_sensing", "regularization_cifar10", "mixup_remote_sensing"):
+        assert by_key[key].verdict == claims.NOT_MEASURABLE
+    assert "not remote-sensing" in by_key["regularization_remote_sensing"].reason
+    assert "+1.50 points" in by_key["regularization_remote_sensing"].reason  # the number, for context
+    assert "not on this machine" in by_key["regularization_cifar10"].reason
+    on_eurosat = regularization_study.article_claims(_fake_study(ALL_TRICKS), "no CIFAR-10", remote_sensing=True)
+    mixup = {claim.key: claim for claim in on_eurosat}["mixup_remote_sensing"]
+    assert mixup.verdict == claims.NOT_MEASURABLE and "no non-remote-sensing control" in mixup.reason
+
+
+def test_article_claims_when_variants_were_left_out(known_peak):
+    from course_lib.analysis import claims
+
+    study = _fake_study({"baseline": ALL_TRICKS["baseline"], "mixup": ALL_TRICKS["mixup"]})
+    verdicts = _verdicts(regularization_study.article_claims(study, "absent", remote_sensing=True))
+    assert verdicts["regularization_remote_sensing"] == claims.NOT_MEASURABLE
+    assert verdicts["ema_steady_gain"] == claims.NOT_MEASURABLE
+    assert verdicts["combo_training_time"] == claims.NOT_MEASURABLE
+
+
+def test_combo_training_time_fails_when_the_combo_is_much_slower(known_peak):
+    slow = _fake_study(ALL_TRICKS, speeds={"baseline": [100.0, 101.0, 99.0], "article_combo": [50.0, 51.0, 49.0]})
+    claim = {c.key: c for c in regularization_study.article_claims(slow, "absent", True)}["combo_training_time"]
+    assert claim.verdict == "does not hold" and claim.measured == pytest.approx(100.0)
+
+
+def test_plot_comparison_draws_both_panels(known_peak):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    figure = regularization_study.plot_comparison(regularization_study.summarize(_fake_study(ALL_TRICKS)), "title")
+    assert len(figure.axes) == 2
+
+
+@pytest.mark.parametrize("source, choice, expected", [
+    ("/work/shared/datasets/eurosat_rgb", "auto", True), ("data_samples/landcover-synth", "auto", False),
+    ("data_samples/landcover-synth", "true", True), ("/data/EuroSAT", False, False), ("/x", True, True)])
+def test_is_remote_sensing(source, choice, expected):
+    assert regularization_study.is_remote_sensing(choice, source) is expected
+
+
+def test_data_name():
+    assert regularization_study.data_name("/work/shared/datasets/eurosat_rgb") == "EuroSAT"
+    assert regularization_study.data_name("data_samples/landcover-synth/") == "landcover-synth"
+
+
+def test_cifar10_control_without_the_data_gives_the_reason(tmp_path):
+    reason = regularization_study.cifar10_control(make_config("smoke"), [0, 1], 0.5, folder=str(tmp_path))
+    assert isinstance(reason, str) and "not on this machine" in reason and "download" in reason
+    assert regularization_study.find_cifar10(str(tmp_path)) is None
+
+
+def _fake_cifar10(root, images_per_batch=20):
+    """A tiny folder in torchvision's CIFAR-10 format (pickled batches of 32x32x3 uint8 rows), and
+    the md5 sums torchvision checks, for monkeypatching its file lists."""
+    import hashlib
+    import pickle
+
+    folder = root / regularization_study.CIFAR10_FOLDER
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    sums = {}
+    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    for name in names:
+        labels = [i % 10 for i in range(images_per_batch)]
+        data = rng.integers(0, 256, (images_per_batch, 3072), dtype=np.uint8)
+        (folder / name).write_bytes(pickle.dumps({"data": data, "labels": labels}))
+    (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": [f"class{i}" for i in range(10)]}))
+    for path in folder.iterdir():
+        sums[path.name] = hashlib.md5(path.read_bytes()).hexdigest()
+    return sums
+
+
+def test_cifar10_control_reads_a_cifar10_folder_without_downloading(tmp_path, monkeypatch):
+    from torchvision.datasets import CIFAR10
+
+    sums = _fake_cifar10(tmp_path / "cifar")
+    monkeypatch.setattr(CIFAR10, "train_list", [[f"data_batch_{i}", sums[f"data_batch_{i}"]] for i in range(1, 6)])
+    monkeypatch.setattr(CIFAR10, "test_list", [["test_batch", sums["test_batch"]]])
+    monkeypatch.setattr(CIFAR10, "meta", {**CIFAR10.meta, "md5": sums["batches.meta"]})
+    monkeypatch.setattr(CIFAR10, "download", lambda self: pytest.fail("must not download"))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        config = make_config("smoke", max_steps=1, batch_size=8, max_train_images=32, output_dir=str(tmp_path / "out"))
+        control = regularization_study.cifar10_control(config, [0, 1], 0.5, folder=str(tmp_path / "cifar"),
+                                                       progress=False)
+    finally:
+        torch.set_num_threads(previous)
+    assert isinstance(control, regularization_study.Study), control
+    assert control.data == "CIFAR-10" and control.config.image_size == 32 and control.config.dataset == "cifar10"
+    assert sorted(set(control.runs["trick"])) == sorted(regularization_study.CONTROL_VARIANTS)
+    assert control.seeds == [0, 1] and control.val_images == 10  # 10% of the 100 training images
+
+
+def test_cifar10_control_with_corrupted_files_gives_the_reason(tmp_path):
+    _fake_cifar10(tmp_path)  # torchvision's real md5 sums do not match these files
+    reason = regularization_study.cifar10_control(make_config("smoke"), [0, 1], 0.5, folder=str(tmp_path))
+    assert isinstance(reason, str) and "CIFAR-10 not found" in reason

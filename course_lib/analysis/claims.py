@@ -103,7 +103,7 @@ ARTICLE_CLAIMS: dict[str, ArticleClaim] = dict([
 # Claims the articles make without a number (or that the notebooks add as context): the same Claim
 # shape, shown in each notebook's table, listed after the numeric ones by `scoreboard`. Each notebook
 # adds its own under its marker; `checked(key, holds, reason)` gives their verdicts.
-QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # noqa: C406 (filled per notebook below)
+QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # filled per notebook below
     # notebook 00
     _claim("cuda_available", "A1", "2", "torch.cuda.is_available() is True on a GPU server", None, None, "", "00"),
     _claim("cpu_gpu_same_matmul", "A1", "2", "the CPU and the GPU give the same matmul result (check a new "
@@ -171,6 +171,16 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # noqa: C406 (filled per n
     _claim("adamw_sensitivity", "A1", "5.2", "AdamW is less sensitive to its hyper-parameters than SGD (spread of "
            "accuracy over learning rates and seeds)", None, None, "", "06"),
     # notebook 07
+    _claim("ema_steady_gain", "A1", "5.3", "an EMA of the weights gives a steady gain (evaluate EMA and raw weights "
+           "on the validation set, keep the better)", None, None, "", "07"),
+    _claim("combo_training_time", "A1", "5.3", "the combination adds almost no training time (the augmentation runs "
+           "on the device)", None, None, "", "07"),
+    _claim("too_many_tricks", "A1", "5.3", "combining too many tricks can add noise instead of accuracy", None, None,
+           "", "07"),
+    _claim("label_smoothing_alone", "A1", "5.3", "label smoothing 0.1 on its own raises accuracy (one ingredient of "
+           "the combination)", None, None, "", "07"),
+    _claim("label_smoothing_calibration", "A1", "5.3", "label smoothing changes calibration (ECE; the article does "
+           "not discuss it: context)", None, None, "", "07"),
     # notebook 08
     # notebook 09
     _claim("top1_top5_metrics", "A2", "evaluation", "top-1 and top-5 accuracy are the standard evaluation metrics "

@@ -1,7 +1,9 @@
 """Regularization tricks compared one at a time (notebook 07): each variant is a set of Config
-overrides for the same baseline run; `score` measures a trained model on a split (top-1,
-cross-entropy, calibration error) and `compare_to_baseline` says whether a variant's change is
-larger than the run-to-run noise measured by repeating the baseline with other seeds.
+overrides for the same baseline run, and every variant is trained over the same seeds
+(`run_study`), so each gets a confidence interval and a paired comparison with the baseline
+(`summarize`, through `statistics.compare_variants`); `score` measures a trained model on a split
+(top-1, cross-entropy, calibration error). `article_claims` turns a study and its CIFAR-10 control
+(`cifar10_control`) into the article's claims.
 
 The tricks themselves run inside the engine (`train.fit`): label smoothing (Szegedy et al. 2016,
 arXiv:1512.00567), MixUp (Zhang et al. 2018, arXiv:1710.09412) and CutMix (Yun et al. 2019,
@@ -11,14 +13,22 @@ Guo et al., "On Calibration of Modern Neural Networks", ICML 2017 (`calibration.
 """
 from __future__ import annotations
 
+import dataclasses
+import time
+from pathlib import Path
+
+from course_lib import paths
+from course_lib.analysis import claims as claim_records
+from course_lib.analysis import statistics
 from course_lib.analysis.statistics import _scores
-from course_lib.config import ConfigError
+from course_lib.config import Config, ConfigError, make_config
 
 # The article's "safe combination": label smoothing 0.1 + MixUp alpha 0.2 + light Random Erasing.
 # "Light" is read as erasing a box in a quarter of the images (timm's usual probability).
 ARTICLE_COMBO = {"label_smoothing": 0.1, "mixup_alpha": 0.2, "random_erasing": 0.25}
 CUTMIX_ALPHA = 1.0  # Beta(1, 1): uniform box area, the CutMix paper's setting
 EMA_PLACEHOLDER = "ema"  # in VARIANTS, stands for the run-length-dependent decay of `ema_decay_for`
+EMA_SUFFIX = " (EMA weights)"  # a run's EMA weights are scored as a variant of their own
 # name -> Config overrides, in the order the notebook runs them; each changes one thing
 # from the baseline, except the two combinations.
 VARIANTS: dict[str, dict] = {
@@ -33,6 +43,43 @@ VARIANTS: dict[str, dict] = {
     # "Too many tricks can add noise": everything at once (timm switches MixUp/CutMix per batch).
     "everything": {**ARTICLE_COMBO, "cutmix_alpha": CUTMIX_ALPHA, "ema_decay": EMA_PLACEHOLDER},
 }
+# The control runs only what the claims compare: MixUp's gain and the combo's gain.
+CONTROL_VARIANTS = ("baseline", "mixup", "article_combo")
+CONTROL_IMAGE_SIZE = 32  # CIFAR-10's own resolution, pixels per side
+CIFAR10_FOLDER = "cifar-10-batches-py"  # what torchvision.datasets.CIFAR10 extracts under its root
+# Values over the notebook's profile, so that every variant runs over every seed within the time
+# budget (the cpu profile: 9 variants x 3 seeds in under 10 minutes on 2 cores). The in-memory
+# data path of the speed-run recipe (notebook 12): the split decoded once into a uint8 cache, no
+# DataLoader workers, crop, flip and normalisation per batch on the training device; and its small
+# network (`speedrun_resnet_small`, 0.49 M parameters) with its optimizer settings. The gpu profile
+# keeps the article's ResNet-50 at 224 px.
+STUDY_PROFILES: dict[str, dict] = {
+    "smoke": {"storage": "cache", "augmentation": "device", "num_workers": 0},
+    # batch 64 at lr 0.1 (the speed-run's 0.2 per 128 images, scaled linearly): twice the steps of
+    # batch 128 at the same images/s, 68% instead of 58% top-1 after 4 short epochs.
+    "cpu": {"model": "speedrun_resnet_small", "image_size": 64, "batch_size": 64, "epochs": 4,
+            "max_train_images": 3000, "storage": "cache", "augmentation": "device", "num_workers": 0, "lr": 0.1,
+            "warmup_epochs": 0.5},
+    "gpu": {"epochs": 5},
+}
+DEFAULT_SEEDS = {"smoke": 2}  # runs per variant; 3 elsewhere (the issue's minimum for an interval)
+EXTRA_TIME_ALLOWED = 10.0  # %: "adds almost no training time" read as at most 10% more time per image
+
+
+def study_config(profile: str, **values) -> Config:
+    """The baseline config of the study: the profile, then `STUDY_PROFILES[profile]`, then the
+    notebook's parameters (None: not given)."""
+    return make_config(profile, **{**STUDY_PROFILES.get(profile, {}),
+                                   **{k: v for k, v in values.items() if v is not None}})
+
+
+def study_seeds(config: Config, profile: str, count: int = 0) -> list[int]:
+    """The seeds every variant runs with: config.seed and the next ones; `count` 0 means 2 in
+    smoke and 3 elsewhere. At least 2: an interval needs two runs."""
+    count = count or DEFAULT_SEEDS.get(profile, 3)
+    if count < 2:
+        raise ConfigError(f"seeds={count}: a confidence interval needs at least 2 runs per variant")
+    return list(range(config.seed, config.seed + count))
 
 
 def select_variants(names: str | list[str]) -> list[str]:
@@ -75,8 +122,6 @@ def fit_variant(config, name: str, ema_decay: float, bundle, seed: int | None = 
     """Train variant `name` (`variant_config`) on `bundle` with `train.fit`. The engine's
     per-epoch validation is switched off (the bundle is passed without its val split): the
     notebook scores every run once with `score_run`, which also needs the probabilities for ECE."""
-    import dataclasses
-
     from course_lib.engine import train
 
     fit_options = {"progress": True, "verbose": False, **fit_options}  # a bar per epoch, no log lines
@@ -84,14 +129,12 @@ def fit_variant(config, name: str, ema_decay: float, bundle, seed: int | None = 
                      **fit_options)
 
 
-
-
-def score(model, dataset, config, bins: int = 15) -> dict:
+def score(model, dataset, config, bins: int = 15, device_stage=None) -> dict:
     """top-1, mean cross-entropy, expected calibration error and mean confidence of `model` on
-    `dataset` (fp32 forward passes, `evaluation.predict`)."""
+    `dataset` (fp32 forward passes, `evaluation.predict`; `device_stage` normalises uint8 batches)."""
     from course_lib.analysis import evaluation
 
-    labels, probabilities = evaluation.predict(model, dataset, config)
+    labels, probabilities = evaluation.predict(model, dataset, config, device_stage=device_stage)
     return _scores(labels, probabilities, bins)
 
 
@@ -117,19 +160,320 @@ def choose_weights(raw: dict, ema: dict | None) -> str:
     return "ema" if ema["loss"] < raw["loss"] else "raw"
 
 
-def score_run(name: str, result, dataset) -> list[dict]:
+def score_run(name: str, result, dataset, device_stage=None) -> list[dict]:
     """Rows of the comparison table for one `train.fit` result: its raw weights and, when it kept
-    a weight EMA, the EMA weights too, each scored on `dataset`; "kept" marks the weights
-    `choose_weights` keeps. Speed is the run's training speed (`training_speed`)."""
+    a weight EMA, the EMA weights too (variant "<name> (EMA weights)"), each scored on `dataset`;
+    "kept" marks the weights `choose_weights` keeps. Speed is the run's training speed
+    (`training_speed`) in the precision it trained in."""
     speed = training_speed(result.history)
-    raw = score(result.model, dataset, result.config)
-    ema = score(result.ema_model, dataset, result.config) if result.ema_model is not None else None
+    raw = score(result.model, dataset, result.config, device_stage=device_stage)
+    ema = (score(result.ema_model, dataset, result.config, device_stage=device_stage)
+           if result.ema_model is not None else None)
     kept = choose_weights(raw, ema)
     rows = []
     for weights, scores in (("raw", raw), ("ema", ema)):
         if scores is not None:
-            rows.append({"variant": name, "weights": weights, "kept": weights == kept,
+            rows.append({"variant": name + (EMA_SUFFIX if weights == "ema" else ""), "trick": name,
+                         "weights": weights, "kept": weights == kept, "seed": result.config.seed,
                          "val top-1": scores["top1"], "val loss": scores["loss"], "ECE": scores["ece"],
                          "confidence": scores["confidence"], "images/s": speed["images_per_second"],
-                         "train s": speed["train_seconds"]})
+                         "train s": speed["train_seconds"], "precision": getattr(result, "precision", "off")})
     return rows
+
+
+@dataclasses.dataclass
+class Study:
+    """Every variant trained over the same seeds on one dataset, scored on its validation split."""
+
+    runs: object  # DataFrame, one row per run and weights (`score_run`'s columns)
+    config: Config  # the baseline's
+    data: str  # what it trained on, for tables and claims ("EuroSAT", "landcover-synth", "CIFAR-10")
+    train_images: int
+    val_images: int
+    flops_per_image: float  # training FLOPs of one image (forward + backward), for MFU
+    seconds: float  # wall-clock seconds of all runs, scoring included
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted(set(self.runs["seed"]))
+
+    def describe(self) -> str:
+        return (f"{self.config.model}, {self.config.image_size} px, {self.config.epochs} epoch(s) on "
+                f"{self.train_images} {self.data} images, {len(self.seeds)} seeds, scored on {self.val_images} "
+                f"validation images")
+
+    def top1_points(self, weights: str = "raw"):
+        """Validation top-1 in percent, one column per trick, one row per seed."""
+        chosen = self.runs[self.runs["weights"] == weights]
+        return chosen.pivot(index="seed", columns="trick", values="val top-1") * 100
+
+
+def run_study(config: Config, names: list[str], seeds: list[int], ema_decay: float, bundle, *, data: str,
+              progress: bool = True) -> Study:
+    """Train every variant of `names` once per seed and score each run on `bundle.val`. Seed by
+    seed, every variant in turn: a change in the machine's load during the study then spreads
+    over all variants instead of landing on one."""
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    from course_lib.measure import flops
+
+    started = time.perf_counter()
+    rows, flops_per_image = [], None
+    pending = [(seed, name) for seed in seeds for name in names]
+    bar = tqdm(pending, desc=f"runs on {data}", disable=not progress)
+    for seed, name in bar:
+        bar.set_postfix_str(f"{name}, seed {seed}")
+        result = fit_variant(config, name, ema_decay, bundle, seed=seed, progress=False)
+        rows += score_run(name, result, bundle.val, bundle.device_stage)
+        if flops_per_image is None:
+            flops_per_image = flops.training_flops_per_image(result.model, config.image_size)
+    return Study(pd.DataFrame(rows), config, data, len(bundle.train), len(bundle.val), flops_per_image,
+                 time.perf_counter() - started)
+
+
+def summarize(study: Study):
+    """One row per variant (the EMA weights of a run are a variant of their own): top-1 in percent
+    with its 95% confidence interval over the seeds, the paired difference with the baseline
+    (variant minus baseline, seed by seed) in points with its interval and verdict, ECE (percent)
+    and its paired change, images/s with MFU, and time per image relative to the baseline."""
+    import pandas as pd
+
+    from course_lib.measure import flops
+
+    frame = study.runs.assign(**{"top-1 %": study.runs["val top-1"] * 100, "ECE %": study.runs["ECE"] * 100})
+    top1 = statistics.compare_variants(frame, "top-1 %")
+    ece = statistics.compare_variants(frame, "ECE %")
+    means = frame.groupby("variant", sort=False).agg(images=("images/s", "mean"), precision=("precision", "first"),
+                                                     seconds=("train s", "mean"), confidence=("confidence", "mean"))
+    table = pd.DataFrame({
+        "runs": top1["runs"], "top-1 %": top1["mean"], "CI low": top1.get("low"), "CI high": top1.get("high"),
+        "delta (points)": top1.get("delta"), "delta low": top1.get("delta low"),
+        "delta high": top1.get("delta high"), "verdict": top1.get("verdict"),
+        "ECE %": ece["mean"], "ECE delta": ece.get("delta"), "confidence %": means["confidence"] * 100,
+        "ECE change": ece.get("verdict", pd.Series(dtype=object)).map(
+            {"better": "higher", "worse": "lower", "within noise": "within noise"}),
+        "images/s": means["images"], "precision": means["precision"], "train s": means["seconds"]})
+    table.loc["baseline", ["verdict", "ECE change"]] = "(baseline)"
+    table["time vs baseline"] = table.loc["baseline", "images/s"] / table["images/s"]
+    table = flops.with_mfu(table, None, study.config.image_size, study.config.device, precision="precision",
+                           flops_per_image=study.flops_per_image)
+    return table.drop(columns="precision")
+
+
+def ema_table(study: Study):
+    """Per run with a weight EMA: raw and EMA top-1 (percent, mean over seeds), EMA minus raw paired
+    by seed with its interval and verdict, and on how many seeds the article's rule kept the EMA."""
+    import pandas as pd
+
+    rows = []
+    for trick, group in study.runs.groupby("trick", sort=False):
+        if set(group["weights"]) != {"raw", "ema"}:
+            continue
+        points = group.assign(**{"top-1 %": group["val top-1"] * 100})
+        compared = statistics.compare_variants(points, "top-1 %", baseline="raw", variant="weights")
+        row = {"variant": trick, "raw top-1 %": compared.loc["raw", "mean"], "EMA top-1 %": compared.loc["ema", "mean"],
+               "EMA kept": f"{int(group[group['weights'] == 'ema']['kept'].sum())} of {group['seed'].nunique()} seeds"}
+        for column in ("delta", "delta low", "delta high", "verdict"):
+            row[f"EMA - raw {column}" if column != "verdict" else "verdict"] = compared.loc["ema"].get(column)
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("variant") if rows else pd.DataFrame()
+
+
+def plot_comparison(summary, title: str = ""):
+    """Two panels: top-1 per variant with its confidence interval (the grey band is the baseline's),
+    and the paired difference with the baseline with its interval; a bar that crosses 0 is
+    within noise."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    colours = {"better": "tab:green", "worse": "tab:red", "within noise": "tab:blue", "(baseline)": "black"}
+    names = list(summary.index)
+    y = np.arange(len(names))
+    figure, axes = plt.subplots(1, 2, figsize=(12, 0.42 * len(names) + 1.6), sharey=True)
+    for position, name in zip(y, names):
+        row = summary.loc[name]
+        colour = colours.get(row["verdict"], "tab:grey")
+        low, high = row["CI low"], row["CI high"]
+        axes[0].errorbar(row["top-1 %"], position, xerr=[[row["top-1 %"] - low], [high - row["top-1 %"]]],
+                         fmt="o", color=colour, capsize=3)
+        if name != "baseline" and np.isfinite(row["delta (points)"]):
+            axes[1].errorbar(row["delta (points)"], position,
+                             xerr=[[row["delta (points)"] - row["delta low"]], [row["delta high"] - row["delta (points)"]]],
+                             fmt="o", color=colour, capsize=3)
+    base = summary.loc["baseline"]
+    axes[0].axvspan(base["CI low"], base["CI high"], color="grey", alpha=0.2, label="baseline 95% CI")
+    axes[0].set(xlabel="validation top-1 (%), mean and 95% CI over seeds", yticks=y, yticklabels=names)
+    axes[0].legend(loc="lower right", fontsize=8)
+    axes[1].axvline(0, color="black", linewidth=1)
+    axes[1].set(xlabel="variant - baseline (points), paired by seed, 95% CI")
+    axes[0].invert_yaxis()
+    figure.suptitle(title, fontsize=9)
+    plt.tight_layout()
+    return figure
+
+
+def find_cifar10(folder: str = "") -> Path | None:
+    """The root holding torchvision's extracted `cifar-10-batches-py`: `folder` when given, else the
+    place `datasets.cifar10_bundle` looks by default (data_cache/torchvision) or a shared copy beside
+    the project (../shared/datasets/cifar10). None when absent: nothing is downloaded."""
+    candidates = [folder] if folder else [str(paths.CACHE_DIR / "torchvision"),
+                                          str(paths.project_root().parent / "shared" / "datasets" / "cifar10")]
+    for candidate in candidates:
+        root = paths.resolve_path(candidate)
+        if (root / CIFAR10_FOLDER).is_dir():
+            return root
+    return None
+
+
+def cifar10_control(config: Config, seeds: list[int], ema_decay: float, folder: str = "",
+                    progress: bool = True) -> Study | str:
+    """The same study on CIFAR-10 (real photographs, not remote sensing: the control the claims
+    need), for `CONTROL_VARIANTS` at 32 px, read with `torchvision.datasets.CIFAR10(download=False)`;
+    or, when the data is not on this machine, the reason as a string."""
+    from course_lib.data import datasets
+
+    root = find_cifar10(folder)
+    if root is None:
+        looked = folder or f"{paths.CACHE_DIR / 'torchvision'} and ../shared/datasets/cifar10"
+        return (f"CIFAR-10 is not on this machine (no {CIFAR10_FOLDER} in {looked}); nothing is downloaded "
+                "(download=False, no network assumed): put the extracted data there or pass cifar10_dir")
+    control = config.replace(dataset="cifar10", data_dir=str(root), image_size=CONTROL_IMAGE_SIZE, storage="files",
+                             decoder="pil", download=False, output_dir=f"{config.output_dir.rstrip('/')}/07_cifar10")
+    try:
+        bundle = datasets.build_datasets(control)
+    except FileNotFoundError as error:  # present but incomplete or corrupted (torchvision checks md5 sums)
+        return str(error)
+    return run_study(control, list(CONTROL_VARIANTS), seeds, ema_decay, bundle, data="CIFAR-10", progress=progress)
+
+
+def data_name(source: str) -> str:
+    """A short name for a bundle's source: "EuroSAT" for the EuroSAT tiles, else the folder's name."""
+    return "EuroSAT" if "eurosat" in str(source).lower() else Path(str(source).rstrip("/")).name
+
+
+def is_remote_sensing(choice: str, data_dir: str | None) -> bool:
+    """The notebook's `remote_sensing` parameter: "true"/"false", or "auto": only EuroSAT (a folder
+    whose path names it) counts; landcover-synth is generated, not remote-sensing evidence."""
+    if choice != "auto":
+        return choice in (True, "true")
+    return "eurosat" in str(data_dir or "").lower()
+
+
+def _interval_text(row, unit: str = "points") -> str:
+    return f"{row['delta']:+.2f} {unit} [{row['low']:+.2f}, {row['high']:+.2f}]"
+
+
+def _paired(values, baseline) -> dict:
+    """Paired difference over the seeds both ran (NaN-free), or None with fewer than 2."""
+    common = values.dropna().index.intersection(baseline.dropna().index)
+    return statistics.paired_difference(values[common], baseline[common]) if len(common) >= 2 else None
+
+
+def _combo_claim(key: str, study: Study | str, evidence: bool, why_not: str):
+    if isinstance(study, str):
+        return claim_records.not_measurable(key, study)
+    points = study.top1_points()
+    if "article_combo" not in points:
+        return claim_records.not_measurable(key, "article_combo was not run (variants parameter)")
+    paired = _paired(points["article_combo"], points["baseline"])
+    if paired is None:
+        return claim_records.not_measurable(key, f"fewer than 2 seeds ran both variants on {study.data}")
+    text = (f"article_combo - baseline top-1 on {study.data}, paired over {paired['runs']} seeds, 95% t interval: "
+            f"{_interval_text(paired)}; {study.describe()}")
+    if not evidence:
+        return claim_records.not_measurable(key, f"{why_not}; measured there for context: {text}")
+    return claim_records.measured(key, paired["delta"], (paired["low"], paired["high"]), reason=text)
+
+
+def _mixup_claim(study: Study, control: Study | str, remote_sensing: bool):
+    key = "mixup_remote_sensing"
+    if not remote_sensing:
+        return claim_records.not_measurable(key, f"{study.data} is not remote-sensing imagery (EuroSAT is absent)")
+    if isinstance(control, str):
+        return claim_records.not_measurable(key, f"no non-remote-sensing control: {control}")
+    gains = []
+    for part in (study, control):
+        points = part.top1_points()
+        if "mixup" not in points:
+            return claim_records.not_measurable(key, f"mixup was not run on {part.data} (variants parameter)")
+        gains.append(points["mixup"] - points["baseline"])
+    paired = _paired(*gains)
+    if paired is None:
+        return claim_records.not_measurable(key, "fewer than 2 seeds ran on both datasets")
+    return claim_records.measured(
+        key, paired["delta"], (paired["low"], paired["high"]),
+        reason=(f"MixUp's gain on {study.data} ({gains[0].mean():+.2f} points) minus its gain on {control.data} "
+                f"({gains[1].mean():+.2f}), per seed, 95% t interval: {_interval_text(paired)}"))
+
+
+def _ema_claim(study: Study):
+    table = ema_table(study)
+    if table.empty:
+        return claim_records.not_measurable("ema_steady_gain", "no variant with a weight EMA ran (variants parameter)")
+    main = table.loc["ema"] if "ema" in table.index else table.iloc[0]
+    each = "; ".join(f"{name}: {row['EMA - raw delta']:+.2f} [{row['EMA - raw delta low']:+.2f}, "
+                     f"{row['EMA - raw delta high']:+.2f}] points, {row['verdict']}, EMA kept on {row['EMA kept']}"
+                     for name, row in table.iterrows())
+    return claim_records.checked(
+        "ema_steady_gain", bool((table["verdict"] == "better").all()),
+        f"EMA minus raw weights, paired by seed (holds when better beyond noise in every run with an EMA): {each}",
+        value=main["EMA - raw delta"], interval=(main["EMA - raw delta low"], main["EMA - raw delta high"]))
+
+
+def _time_claim(study: Study, summary):
+    import pandas as pd
+
+    key = "combo_training_time"
+    if "article_combo" not in summary.index:
+        return claim_records.not_measurable(key, "article_combo was not run (variants parameter)")
+    speeds = study.runs[study.runs["weights"] == "raw"].pivot(index="seed", columns="trick", values="images/s")
+    ratio = statistics.ratio_interval(speeds["baseline"], speeds["article_combo"])  # time per image, combo / baseline
+    extra = {name: (value - 1) * 100 for name, value in ratio.items()}
+    rows = summary.loc[["baseline", "article_combo"]]
+    speed_text = ", ".join(f"{name} {row['images/s']:.0f} images/s (MFU {row['MFU']:.1%})" if pd.notna(row["MFU"])
+                           else f"{name} {row['images/s']:.0f} images/s" for name, row in rows.iterrows())
+    return claim_records.checked(
+        key, extra["low"] <= EXTRA_TIME_ALLOWED,
+        f"extra training time per image {extra['ratio']:+.1f}% [{extra['low']:+.1f}, {extra['high']:+.1f}] (bootstrap "
+        f"over {len(speeds)} seeds; 'almost none' read as at most +{EXTRA_TIME_ALLOWED:.0f}%): {speed_text} on "
+        f"{study.config.device}", value=extra["ratio"], interval=(extra["low"], extra["high"]))
+
+
+def _difference_claim(key: str, study: Study, variant: str, reference: str, holds_when, what: str,
+                      metric: str = "val top-1"):
+    runs = study.runs[study.runs["weights"] == "raw"]
+    if not {variant, reference} <= set(runs["trick"]):
+        return claim_records.not_measurable(key, f"{variant} or {reference} was not run (variants parameter)")
+    values = runs.pivot(index="seed", columns="trick", values=metric) * 100
+    paired = _paired(values[variant], values[reference])
+    verdict = {1: "higher", -1: "lower", 0: "within noise"}[paired["beyond"]]
+    return claim_records.checked(
+        key, holds_when(paired["beyond"]),
+        f"{variant} - {reference} {what}, paired over {paired['runs']} seeds, 95% t interval: "
+        f"{_interval_text(paired)} ({verdict}); {study.describe()}",
+        value=paired["delta"], interval=(paired["low"], paired["high"]))
+
+
+def article_claims(study: Study, control: Study | str, remote_sensing: bool) -> list:
+    """The article's claims as measured by the study (`claims.Claim` records): the combination's
+    gain on remote sensing and on CIFAR-10, MixUp's extra gain on remote sensing over the
+    CIFAR-10 control, and the qualitative ones (EMA, training time, too many tricks, label
+    smoothing alone and its effect on calibration). Every verdict on "beyond noise" is a paired
+    t interval over the seeds (`statistics.paired_difference`)."""
+    summary = summarize(study)
+    return [
+        _combo_claim("regularization_remote_sensing", study, remote_sensing,
+                     f"{study.data} is not remote-sensing imagery (EuroSAT is absent)"),
+        _combo_claim("regularization_cifar10", control, True, ""),
+        _mixup_claim(study, control, remote_sensing),
+        _ema_claim(study),
+        _time_claim(study, summary),
+        _difference_claim("too_many_tricks", study, "everything", "article_combo", lambda beyond: beyond <= 0,
+                          "top-1 (holds when everything is not better than the combo)"),
+        _difference_claim("label_smoothing_alone", study, "label_smoothing", "baseline", lambda beyond: beyond > 0,
+                          "top-1 (holds when better beyond noise)"),
+        _difference_claim("label_smoothing_calibration", study, "label_smoothing", "baseline",
+                          lambda beyond: beyond != 0, "ECE in points (holds when it changes beyond noise)",
+                          metric="ECE"),
+    ]

@@ -103,7 +103,7 @@ ARTICLE_CLAIMS: dict[str, ArticleClaim] = dict([
 # Claims the articles make without a number (or that the notebooks add as context): the same Claim
 # shape, shown in each notebook's table, listed after the numeric ones by `scoreboard`. Each notebook
 # adds its own under its marker; `checked(key, holds, reason)` gives their verdicts.
-QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # noqa: C406 (filled per notebook below)
+QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([
     # notebook 00
     # notebook 01
     # notebook 02
@@ -118,6 +118,16 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # noqa: C406 (filled per n
     # notebook 11
     # notebook 12
     # notebook 13
+    _claim("deploy_distillation", "A2", "model compression and acceleration", "a big model's knowledge taught to "
+           "a small one: the small model keeps good accuracy and infers much faster", None, None, "", "13"),
+    _claim("deploy_pruning", "A2", "model compression and acceleration", "pruning makes a trained model faster for "
+           "production", None, None, "", "13"),
+    _claim("deploy_quantization", "A2", "model compression and acceleration", "quantization makes a trained model "
+           "faster for production", None, None, "", "13"),
+    _claim("deploy_export", "A2", "model compression and acceleration", "a trained model needs optimising before "
+           "it goes into production", None, None, "", "13"),
+    _claim("continual_learning", "A2", "continual learning", "continual learning lets a model recognise new "
+           "classes without forgetting the old ones", None, None, "", "13"),
 ])
 
 

@@ -113,6 +113,10 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([
     # notebook 06
     # notebook 07
     # notebook 08
+    _claim("transfer_beats_scratch", "A1", "5.4", "fine-tuning pretrained weights beats training from scratch "
+           "(93.5% against 92% on the article's inspection task)", None, None, "", "08"),
+    _claim("transfer_freeze_recipe", "A1", "5.4", "train the new head on a frozen backbone first, then fine-tune "
+           "everything at 1e-4 or less so the pretrained features are not destroyed", None, None, "", "08"),
     # notebook 09
     # notebook 10
     _claim("casestudy_dataloader", "A1", "6", "stage 1: the DataLoader fix (workers, pinned memory, prefetch) cut "

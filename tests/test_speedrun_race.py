@@ -90,6 +90,8 @@ def test_ablation_changes_are_paired_by_seed():
     assert table.loc["label smoothing", "verdict"] == "worse" and table.loc["label smoothing", "beyond noise"]
     assert table.loc["warm-up", "verdict"] == "within noise" and not table.loc["warm-up", "beyond noise"]
     assert table.loc["full recipe", "change vs full"] == 0.0
+    assert list(table.columns).index("MFU") == list(table.columns).index("images/s mean") + 1
+    assert table["MFU"].gt(0).all()
 
 
 def test_the_reference_claims_from_a_race(monkeypatch):

@@ -79,15 +79,18 @@ def ablate(config: Config, seeds: list[int], ingredients: list[str] | None = Non
     return out
 
 
-def ablation_table(ablations: list[Ablation], level: float = 0.95):
+def ablation_table(ablations: list[Ablation], level: float = 0.95, device: str = "cpu"):
     """One row per ingredient taken out: mean and spread of the final validation top-1 over seeds,
-    the change against the full recipe paired by seed with its confidence interval, and the verdict
-    (`statistics.compare_variants`: "better", "worse" or "within noise"; none with one seed).
-    "beyond noise" is True when the paired interval excludes zero."""
+    images/s with its MFU (`mfu`), the change against the full recipe paired by seed with its
+    confidence interval, and the verdict (`statistics.compare_variants`: "better", "worse" or
+    "within noise"; none with one seed). "beyond noise" is True when the paired interval excludes zero."""
     import pandas as pd
 
     rows = [a.row() for a in ablations]
+    for row, ablation in zip(rows, ablations):
+        row["MFU"] = mfu(ablation.results[0], row["images/s mean"], device)
     table = pd.DataFrame(rows).set_index("without")
+    table.insert(list(table.columns).index("images/s mean") + 1, "MFU", table.pop("MFU"))
     runs = pd.DataFrame([{"without": a.ingredient, "seed": seed, "val top-1": r.val_top1}
                          for a in ablations for seed, r in enumerate(a.results)])
     compared = statistics.compare_variants(runs, "val top-1", baseline="full recipe", variant="without", level=level)
@@ -107,6 +110,21 @@ def top1_at(result, seconds: float, slack: float = 0.05) -> float | None:
     racer passes by the optimizer step in flight."""
     points = [p["val_top1"] for p in result.curve if p["seconds"] <= seconds * (1 + slack)]
     return max(points) if points else None
+
+
+_FLOPS: dict = {}  # (model, image size, classes) -> training FLOPs per image
+
+
+def mfu(result, images_per_second: float, device: str = "cpu") -> float | None:
+    """Model FLOPs utilization of a race result's model at `images_per_second`, against `device`'s
+    peak at the precision the race used (`measure.flops`)."""
+    import timm
+
+    key = (result.config.model, result.config.image_size, result.num_classes or 1000)
+    if key not in _FLOPS:
+        _FLOPS[key] = flops.training_flops_per_image(timm.create_model(key[0], num_classes=key[2]), key[1])
+    dtype = precision.DTYPES.get(result.precision, torch.float32)
+    return flops.model_flops_utilization(_FLOPS[key], images_per_second, device, dtype)["mfu"]
 
 
 def race_table(results: list, device: str = "cpu", at_seconds: float | None = None) -> object:

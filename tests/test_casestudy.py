@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from course_lib import ledger
+from course_lib.analysis import claims
 from course_lib.chapters import casestudy
 from course_lib.config import ConfigError, make_config
 from course_lib.data import datasets
@@ -113,12 +114,54 @@ def test_case_study_runs_records_and_tabulates(config):
     assert rows[1]["status"] == "skipped"
     earlier = casestudy.previous_studies()
     assert len(earlier) == 1 and earlier.loc[0, "baseline speed-up"] == pytest.approx(1.0)
-    claims = casestudy.claims_table(study, hardware="test machine")
-    assert len(claims) == 6 and claims.attrs["hardware"] == "test machine"
-    assert claims.iloc[2]["measured here"] == "skipped: test" and claims.iloc[0]["measured here"] == "not run"
+    assert table["MFU"].notna().sum() == 2 and table.loc["ddp", "MFU"] != table.loc["ddp", "MFU"]
+    found = casestudy.claims_table(study, hardware="test machine")
+    assert [c.key for c in found] == ["case_study_speedup", "casestudy_dataloader", "casestudy_amp", "casestudy_ddp",
+                                      "casestudy_adamw", "casestudy_regularization", "casestudy_accuracy"]
+    assert all(c.hardware == "test machine" for c in found)
+    # No fastest-recipe stage, no data_loader stage; ddp was skipped with a reason.
+    assert found[0].verdict == found[1].verdict == found[3].verdict == claims.NOT_MEASURABLE
+    assert found[3].reason == "skipped: test" and "data_loader was not run" in found[1].reason
+    assert found[5].verdict in (claims.HOLDS, claims.DOES_NOT_HOLD) and "points vs the baseline" in found[5].reason
+    assert set(table["top1_vs_baseline_seeds"].dropna()) <= {"higher", "lower", "within noise"}
     with pytest.raises(ConfigError, match="unknown stage"):
         study.run("turbo")
 
 
 def test_previous_studies_empty_ledger():
     assert casestudy.previous_studies().empty
+
+
+def _study_with_rates(baseline_rates, fastest_rates, top1s=(0.70, 0.72, 0.71), fastest_top1=0.9):
+    study = casestudy.CaseStudy(casestudy.baseline_config(make_config("smoke")), profile="smoke")
+    study.rows = [{"stage": "baseline", "kept": True, "images_per_second": sum(baseline_rates[:2]) / 2,
+                   "epoch_rates": baseline_rates[:2], "val_top1": top1s[0], "val_images": 1000,
+                   "speedup_vs_baseline": 1.0},
+                  {"stage": "fastest_recipe", "kept": True, "images_per_second": sum(fastest_rates) / len(fastest_rates),
+                   "epoch_rates": fastest_rates, "val_top1": fastest_top1, "val_images": 1000,
+                   "speedup_vs_baseline": None}]
+    study.baseline_rates, study.baseline_top1s, study.train_images = list(baseline_rates), list(top1s), 6000
+    return study
+
+
+def test_the_speedup_claim_has_a_bootstrap_interval(monkeypatch):
+    monkeypatch.setattr(claims, "_hardware", lambda: "test machine")
+    study = _study_with_rates([100, 104, 98, 102, 101, 99], [1590, 1610])  # 16x, as the article claims
+    speedup = casestudy.speedup_interval(study)
+    assert speedup["ratio"] == pytest.approx(1600 / 100.666, rel=1e-3) and speedup["low"] < 15.9 < speedup["high"]
+    found = {c.key: c for c in casestudy.claims_table(study)}
+    assert found["case_study_speedup"].verdict == claims.HOLDS and found["case_study_speedup"].low is not None
+    assert found["casestudy_accuracy"].verdict == claims.HOLDS  # +19 points, far beyond the seeds' band
+    slow = {c.key: c for c in casestudy.claims_table(_study_with_rates([100, 104, 98, 102], [300, 310], fastest_top1=0.71))}
+    assert slow["case_study_speedup"].verdict == claims.DOES_NOT_HOLD
+    assert slow["casestudy_accuracy"].verdict == claims.DOES_NOT_HOLD and "noise band" in slow["casestudy_accuracy"].reason
+    # One timing of the fastest stage: a ratio without an interval.
+    single = casestudy.speedup_interval(_study_with_rates([100, 104], [1600]))
+    assert single["low"] is None and single["ratio"] == pytest.approx(1600 / 102)
+
+
+def test_run_notes_name_the_stages_not_kept():
+    study = _study_with_rates([100, 104], [1600])
+    study.rows.append({"stage": "ddp", "kept": False})
+    notes = casestudy.run_notes(study, smoke=True, synthetic=True)
+    assert "not kept on this hardware: ddp" in notes and "SYNTHETIC" in notes and "Smoke" in notes

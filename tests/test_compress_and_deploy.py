@@ -24,7 +24,43 @@ def test_cpu_isa_reads_the_flags():
     assert not any(cpu_isa("").values())
 
 
-def test_claims_table_has_a_row_per_technique():
-    table = study.claims_table({"pruning": "measured"})
-    assert list(table.index) == list(study.ARTICLE)
-    assert table.loc["pruning", "we measured"] == "measured" and table.loc["export", "we measured"] == "not run"
+def _tables(distilled_top1=(0.80, 0.82, 0.81), channel_ms=20.0, rehearsal_forgetting=5.0):
+    import pandas as pd
+
+    distillation = [{"method": method, "seed": seed, "val top-1": top1, "images/s@64": 3000.0}
+                    for seed in range(3) for method, top1 in (("labels only", 0.78 + 0.01 * seed),
+                                                              ("distilled (T=4, weight 0.9)", distilled_top1[seed]))]
+    pruned = [{"method": "dense (teacher)", "requested": 0.0, "val top-1": 0.9, "ms@64": 100.0, "zero weights": 0.0,
+               "images/s@64": 640.0},
+              {"method": "unstructured L1", "requested": 0.9, "val top-1": 0.85, "ms@64": 100.0, "zero weights": 0.9},
+              {"method": "channels L1", "requested": 0.5, "val top-1": 0.8, "ms@64": channel_ms, "zero weights": 0.0}]
+    quantized = pd.DataFrame([{"precision": "fp32 (eager)", "val top-1": 0.9, "ms@64": 100.0},
+                              {"precision": "int8 PT2E reference (not compiled)", "val top-1": 0.89, "ms@64": 130.0}]
+                             ).set_index("precision")
+    served = pd.DataFrame([{"served as": "PyTorch eager fp32", "val top-1": 0.9, "ms@64": 100.0, "max |logit diff|": 0.0},
+                           {"served as": "onnxruntime fp32", "val top-1": 0.9, "ms@64": 90.0, "max |logit diff|": 1e-7},
+                           {"served as": "onnxruntime int8 (static QDQ)", "val top-1": 0.9, "ms@64": 30.0,
+                            "max |logit diff|": 0.1}]).set_index("served as")
+    continual = [{"strategy": "step 1: old classes only", "old classes": 0.9, "new classes": 0.0},
+                 {"strategy": "step 2: naive", "old classes": 0.1, "new classes": 0.9},
+                 {"strategy": "step 2: rehearsal", "old classes": 0.9 - rehearsal_forgetting / 100, "new classes": 0.8},
+                 {"strategy": "step 2: lwf", "old classes": 0.85 - rehearsal_forgetting / 100, "new classes": 0.8}]
+    for row in continual:
+        row["forgetting (old, points)"] = 100 * (0.9 - row["old classes"])
+    return distillation, pruned, quantized, served, continual
+
+
+def test_claims_table_decides_the_five_claims(monkeypatch):
+    from course_lib.analysis import claims
+
+    monkeypatch.setattr(claims, "_hardware", lambda: "test machine")
+    found = study.claims_table(*_tables())
+    assert [c.key for c in found] == ["deploy_distillation", "deploy_pruning", "deploy_quantization", "deploy_export",
+                                      "continual_learning"]
+    assert all(c.verdict == claims.HOLDS for c in found), [c.reason for c in found]
+    assert "onnxruntime int8" in found[2].reason and "rehearsal" in found[4].reason
+    # A distilled student worse on every seed, no faster channel pruning, a cure that forgets as much as naive.
+    failing = study.claims_table(*_tables(distilled_top1=(0.70, 0.71, 0.69), channel_ms=99.0,
+                                          rehearsal_forgetting=80.0))
+    assert failing[0].verdict == failing[1].verdict == claims.DOES_NOT_HOLD
+    assert failing[4].verdict == claims.DOES_NOT_HOLD and failing[2].verdict == claims.HOLDS

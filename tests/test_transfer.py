@@ -319,3 +319,50 @@ def test_label_grid_trains_every_strategy_label_count_and_seed(tmp_path):
     assert (table["epochs to target"] == 1).all()
     verdict = transfer_plans.transfer_verdict(rows)
     assert list(verdict.index.get_level_values(0).unique()) == [2, 4]
+
+
+class _Fit:
+    """A stand-in for train.fit's result: a history of (val top-1, epoch seconds)."""
+
+    def __init__(self, accuracies, seconds=1.0):
+        self.history = [{"epoch": i + 1, "val_top1": a, "epoch_seconds": seconds} for i, a in enumerate(accuracies)]
+        self.final = self.history[-1]
+
+
+def _grid(fine_tune_curve, frozen_curve, scratch_curve=(0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.88, 0.88, 0.89, 0.9),
+          seeds=3):
+    results, rows = {}, []
+    for seed in range(seeds):
+        for name, curve in (("from scratch", scratch_curve), ("fine-tune all", fine_tune_curve),
+                            ("freeze, then unfreeze", frozen_curve)):
+            shifted = [min(1.0, a + 0.01 * seed) for a in curve]
+            results[(200, name, seed)] = _Fit(shifted)
+            rows.append({"labels per class": 200, "strategy": name, "seed": seed, "validation images": 300,
+                         "final val top-1": shifted[-1]})
+    return results, transfer_plans.transfer_verdict(rows)
+
+
+def test_training_saved_is_per_seed_against_the_same_seeds_scratch_run():
+    results, _ = _grid((0.85, 0.9, 0.93, 0.94, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95), [0.5] * 10)
+    saved = transfer_plans.training_saved(results, 200, "fine-tune all")
+    assert [s["epochs"] for s in saved] == [2, 2, 2] and saved[0]["epochs saved"] == pytest.approx(0.8)
+    never = transfer_plans.training_saved(results, 200, "freeze, then unfreeze")
+    assert not any(s["reached"] for s in never) and all(s["epochs saved"] == 0 for s in never)
+
+
+def test_transfer_claims_measure_the_share_saved_with_an_interval(monkeypatch):
+    from course_lib.analysis import claims
+
+    monkeypatch.setattr(claims, "_hardware", lambda: "test machine")
+    results, verdict = _grid((0.85, 0.9, 0.93, 0.94, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95),
+                             (0.6, 0.7, 0.8, 0.85, 0.86, 0.87, 0.88, 0.89, 0.9, 0.9))
+    found = transfer_plans.claims_table(results, verdict, source_seconds=30.0, setting="a test")
+    assert [c.key for c in found] == ["transfer_learning", "transfer_beats_scratch", "transfer_freeze_recipe"]
+    share = found[0]
+    assert share.measured == pytest.approx(80.0) and share.low <= 80.0 <= share.high
+    assert share.verdict == claims.HOLDS and "fine-tune all" in share.reason and "30 s of source" in share.reason
+    assert found[1].verdict == claims.HOLDS  # 0.95 vs 0.90 on every seed
+    assert found[2].verdict == claims.DOES_NOT_HOLD  # 5 points worse than fine-tune all on every seed
+    # Fine-tuning that learns as slowly as from scratch saves nothing: the claim does not hold.
+    slow, verdict = _grid((0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.88, 0.88, 0.89, 0.9), [0.2] * 10)
+    assert transfer_plans.claims_table(slow, verdict)[0].verdict == claims.DOES_NOT_HOLD

@@ -2,7 +2,7 @@
 quantized, exported and taught new classes, and each result is a table row of accuracy, size and
 speed. The techniques live in `engine.distillation`, `engine.continual`, `deploy.pruning`,
 `deploy.quantization`, `deploy.export` and `deploy.latency`; this module strings them together
-and holds the article's claims.
+and decides the article's claims (`claims_table`; their words are in `analysis.claims`).
 """
 from __future__ import annotations
 
@@ -14,20 +14,10 @@ import torch
 from course_lib import paths
 from course_lib.config import Config
 from course_lib.deploy import export, pruning, quantization
-from course_lib.deploy.latency import speed_row
+from course_lib.deploy.latency import forward_flops_per_image, speed_row
 from course_lib.engine import continual, train
 from course_lib.engine.distillation import Distiller
 from course_lib.models import checkpoint, factory
-
-# The second source article (section "模型压缩和加速" / "持续学习"), translated. It gives no numbers.
-ARTICLE = {
-    "distillation": "a big model's knowledge taught to a small one: the small model keeps good accuracy and "
-                    "infers much faster",
-    "pruning": "pruning makes a trained model faster for production",
-    "quantization": "quantization makes a trained model faster for production",
-    "export": "a trained model needs optimising before it goes into production",
-    "continual": "continual learning lets a model recognise new classes without forgetting the old ones",
-}
 
 
 def cached_fit(config: Config, bundle=None, **fit_options):
@@ -60,14 +50,20 @@ def top1(model, bundle, config) -> float:
 
 # Timing settings for `deploy.latency.speed_row` in the smoke profile: one repeat, so the notebook
 # checks that everything runs without spending its minute on clocks.
-SMOKE_SPEED = dict(repeats=1, warmup=1, min_images=1)
+SMOKE_SPEED = {"repeats": 1, "warmup": 1, "min_images": 1}
 
 
-def describe(model, bundle, config, speed: dict | None = None, **extra) -> dict:
+def describe(model, bundle, config, speed: dict | None = None, *, flops_of=None, peak_precision: str = "fp32",
+             **extra) -> dict:
     """One table row: top-1 on the validation split, parameters, bytes of weights, speed at batch 1
-    and 64 (`speed`: options for `deploy.latency.speed_row`, e.g. SMOKE_SPEED)."""
+    and 64 (`speed`: options for `deploy.latency.speed_row`, e.g. SMOKE_SPEED) with the inference
+    MFU next to each images/s: forward FLOPs counted on `flops_of` (default `model`; pass the fp32
+    module for a bf16 copy, an int8 graph or an exported runner) over the CPU's `peak_precision` peak."""
+    flops_per_image = forward_flops_per_image(flops_of if flops_of is not None else model, config.image_size)
     return {**extra, "val top-1": top1(model, bundle, config), "parameters": factory.count_parameters(model),
-            "MB": quantization.model_size_bytes(model) / 1e6, **speed_row(model, config.image_size, **(speed or {}))}
+            "MB": quantization.model_size_bytes(model) / 1e6,
+            **speed_row(model, config.image_size, flops_per_image=flops_per_image, precision=peak_precision,
+                        **(speed or {}))}
 
 
 def distillation_study(teacher, student_config: Config, bundle, seeds, *, temperature: float = 4.0,
@@ -117,9 +113,11 @@ def quantization_study(model, config: Config, bundle, *, calibration_batches: in
     calibration = export.image_batches(bundle.train, config, bundle.device_stage, calibration_batches)
     int8 = quantization.quantize_int8(model, calibration)
     rows = [describe(model, bundle, config, speed, precision="fp32 (eager)"),
-            describe(quantization.BFloat16Model(model), bundle, config, speed, precision="bf16 (eager)")]
+            describe(quantization.BFloat16Model(model), bundle, config, speed, flops_of=model, peak_precision="bf16",
+                     precision="bf16 (eager)")]
     reference = export.InferenceModel(int8, "PT2E int8 reference")
-    rows.append({**describe(reference, bundle, config, speed, precision="int8 PT2E reference (not compiled)"),
+    rows.append({**describe(reference, bundle, config, speed, flops_of=model,
+                            precision="int8 PT2E reference (not compiled)"),
                  "parameters": factory.count_parameters(model), "MB": quantization.model_size_bytes(int8) / 1e6})
     if compile_int8:
         import time
@@ -129,7 +127,7 @@ def quantization_study(model, config: Config, bundle, *, calibration_batches: in
         with torch.no_grad():  # the first calls compile (one graph per batch shape class)
             compiled(calibration[0][:2])
         seconds = time.perf_counter() - started
-        row = describe(export.InferenceModel(compiled, "PT2E int8 + Inductor"), bundle, config, speed,
+        row = describe(export.InferenceModel(compiled, "PT2E int8 + Inductor"), bundle, config, speed, flops_of=model,
                        precision="int8 PT2E + torch.compile")
         rows.append({**row, "parameters": factory.count_parameters(model),
                      "MB": quantization.model_size_bytes(int8) / 1e6, "compile s": seconds})
@@ -156,10 +154,12 @@ def export_study(model, int8_graph, config: Config, bundle, folder: str | Path, 
     files = {"torch.export .pt2 fp32": "model.pt2", "torch.export .pt2 int8 (PT2E, eager)": "model-int8.pt2",
              "onnxruntime fp32": "model.onnx", "onnxruntime int8 (static QDQ)": "model-int8.onnx"}
     rows = []
+    flops_per_image = forward_flops_per_image(model, config.image_size)  # the same arithmetic however it is served
     for label, runner in served.items():
         row = {"served as": label, "file MB": (folder / files[label]).stat().st_size / 1e6 if label in files else None,
                "max |logit diff|": export.max_difference(model, runner, images) if runner is not model else 0.0,
-               "val top-1": top1(runner, bundle, config), **speed_row(runner, config.image_size, **(speed or {}))}
+               "val top-1": top1(runner, bundle, config),
+               **speed_row(runner, config.image_size, flops_per_image=flops_per_image, **(speed or {}))}
         rows.append(row)
     return rows
 
@@ -197,9 +197,73 @@ def isa_table():
                          for name, meaning in CPU_ISA_MEANING.items()]).set_index("instruction set")
 
 
-def claims_table(measured: dict[str, str]):
-    """The article's claim next to what this machine measured, one row per technique."""
+def claims_table(distillation, pruned, quantized, served, continual_rows) -> list:
+    """The article's five claims (`analysis.claims.QUALITATIVE_CLAIMS`, notebook 13), each decided
+    from the studies' tables: `distillation` (one row per student and seed), `pruned`, `quantized`
+    (indexed by precision), `served` (indexed by "served as") and `continual_rows` (one row per
+    strategy). Returns Claim records for `claims.show`."""
     import pandas as pd
 
-    return pd.DataFrame([{"technique": name, "the article claims": claim, "we measured": measured.get(name, "not run")}
-                         for name, claim in ARTICLE.items()]).set_index("technique")
+    from course_lib.analysis import claims, statistics
+
+    distillation, pruned, continual_rows = (pd.DataFrame(distillation), pd.DataFrame(pruned),
+                                            pd.DataFrame(continual_rows))
+    dense = pruned[pruned["method"] == "dense (teacher)"].iloc[0]
+    labels_only = distillation[distillation["method"] == "labels only"].sort_values("seed")
+    distilled = distillation[distillation["method"] != "labels only"].sort_values("seed")
+    if len(labels_only) >= 2:
+        paired = statistics.paired_difference(distilled["val top-1"], labels_only["val top-1"])
+        accuracy = (f"distilled minus labels only {100 * paired['delta']:+.1f} points "
+                    f"[{100 * paired['low']:+.1f}, {100 * paired['high']:+.1f}] over {paired['runs']} seeds")
+        not_worse = paired["beyond"] >= 0
+    else:
+        delta = float(distilled["val top-1"].mean() - labels_only["val top-1"].mean())
+        accuracy, not_worse = f"distilled minus labels only {100 * delta:+.1f} points (1 seed: no interval)", delta >= 0
+    faster = float(distilled["images/s@64"].mean() / dense["images/s@64"])
+    distillation_claim = claims.checked(
+        "deploy_distillation", not_worse and faster >= 1.5,
+        f"student {distilled['val top-1'].mean():.1%} (teacher {dense['val top-1']:.1%}), {accuracy}; "
+        f"{faster:.1f}x the teacher's images/s at batch 64 (holds: not worse than labels alone beyond noise "
+        "and at least 1.5x faster)")
+
+    unstructured = pruned[pruned["method"] == "unstructured L1"]
+    channels = pruned[pruned["method"] == "channels L1"]
+    fastest = channels.sort_values("ms@64").iloc[0] if len(channels) else dense
+    most_zeros = unstructured.sort_values("requested").iloc[-1] if len(unstructured) else dense
+    pruning_claim = claims.checked(
+        "deploy_pruning", fastest["ms@64"] < 0.9 * dense["ms@64"],
+        f"dense {dense['ms@64']:.1f} ms per 64 images; {most_zeros['zero weights']:.0%} zero weights "
+        f"{most_zeros['ms@64']:.1f} ms (dense kernels multiply the zeros); {fastest['requested']:.0%} of the channels "
+        f"removed {fastest['ms@64']:.1f} ms at top-1 {fastest['val top-1']:.1%} (holds: pruned at least 10% faster)")
+
+    fp32 = quantized.iloc[0]
+    int8 = pd.concat([quantized[quantized.index.str.contains("int8")], served[served.index.str.contains("int8")]])
+    best = int8.sort_values("ms@64").iloc[0]
+    quantization_claim = claims.checked(
+        "deploy_quantization", best["ms@64"] < 0.9 * fp32["ms@64"],
+        f"fastest int8: {best.name}, {best['ms@64']:.1f} ms vs fp32 {fp32['ms@64']:.1f} ms per 64 images, "
+        f"top-1 {100 * (best['val top-1'] - fp32['val top-1']):+.1f} points (holds: at least 10% faster)")
+
+    from course_lib.deploy.export import FP32_TOLERANCE
+
+    exported = served[served.index.str.contains("fp32") & (served.index != "PyTorch eager fp32")]
+    agree = bool((exported["max |logit diff|"] <= FP32_TOLERANCE).all())
+    quickest = served.sort_values("ms@64").iloc[0]
+    eager = served.loc["PyTorch eager fp32"]
+    export_claim = claims.checked(
+        "deploy_export", agree and quickest["ms@64"] < eager["ms@64"],
+        f"fp32 exports agree with PyTorch within {FP32_TOLERANCE:g}: {'yes' if agree else 'no'} (largest "
+        f"{exported['max |logit diff|'].max():.1e}); fastest served form {quickest.name} {quickest['ms@64']:.1f} ms "
+        f"vs eager {eager['ms@64']:.1f} ms per 64 images")
+
+    steps = continual_rows.set_index("strategy")
+    forgetting = steps["forgetting (old, points)"]
+    cures = forgetting.drop(["step 1: old classes only", "step 2: naive"])
+    cure, naive = cures.idxmin(), float(forgetting["step 2: naive"])
+    continual_claim = claims.checked(
+        "continual_learning", naive > 0 and cures.min() <= naive / 2 and steps.loc[cure, "new classes"] > 0,
+        f"old-class top-1 {steps['old classes'].iloc[0]:.1%} before; forgetting (points): naive {naive:.1f}, "
+        + ", ".join(f"{name.removeprefix('step 2: ')} {value:.1f}" for name, value in cures.items())
+        + f"; {cure.removeprefix('step 2: ')} learns the new classes to {steps.loc[cure, 'new classes']:.1%} "
+        "(holds: the best cure forgets at most half of what naive fine-tuning forgets)")
+    return [distillation_claim, pruning_claim, quantization_claim, export_claim, continual_claim]

@@ -242,3 +242,89 @@ def plot_labels(verdict, axis=None):
     axis.set(xlabel="labelled images per class (log)", ylabel="val top-1")
     axis.legend(fontsize=8)
     return axis
+
+
+def training_saved(results: dict, labels: int, strategy: str, baseline: str = "from scratch") -> list[dict]:
+    """Per seed at `labels` labels per class: the share of training `strategy` saves to reach
+    `baseline`'s final val top-1 of the same seed (the same labelled images), against the training
+    `baseline` itself needed to first reach it, in epochs (1 - epochs / the baseline's epochs) and in
+    training seconds (evaluation excluded). A run that never reaches it saves nothing: 0, reached False."""
+    out = []
+    for (count, name, seed), result in sorted(results.items(), key=lambda item: item[0][2]):
+        if count != labels or name != baseline or (labels, strategy, seed) not in results:
+            continue
+        goal = result.history[-1]["val_top1"]
+        own = time_to_target(result.history, goal)  # the baseline's own first epoch at its final accuracy
+        reached = time_to_target(results[(labels, strategy, seed)].history, goal)
+        found = reached["epochs"] is not None
+        out.append({"seed": seed, "goal": goal, "reached": found, "epochs": reached["epochs"],
+                    "seconds": reached["seconds"], "baseline epochs": own["epochs"], "baseline seconds": own["seconds"],
+                    "epochs saved": 1 - reached["epochs"] / own["epochs"] if found else 0.0,
+                    "seconds saved": 1 - reached["seconds"] / own["seconds"] if found else 0.0})
+    return out
+
+
+def claims_table(results: dict, verdict, *, source_seconds: float = 0.0, setting: str = "",
+                 pretrained=("fine-tune all", "freeze, then unfreeze"), hardware: str | None = None) -> list:
+    """The article's section-5.4 claims from the label grid (`label_grid`'s results, `transfer_verdict`'s table):
+    "transfer_learning": the share of training the better pretrained strategy saves to reach the from-scratch
+    run's final accuracy at the largest label count (per seed, `training_saved`; mean and t interval over seeds,
+    `statistics.confidence_interval`); "transfer_beats_scratch": a pretrained start beats from scratch beyond seed
+    noise at that label count (`transfer_verdict`); "transfer_freeze_recipe": freezing first and fine-tuning the
+    backbone at a small rate is not worse than fine-tuning everything (paired by seed,
+    `statistics.paired_difference`). `setting` says what was transferred. Returns Claim records."""
+    from course_lib.analysis import claims, statistics
+
+    labels = max(count for count, _, _ in results)
+    where = f"{labels} labels per class" + (f"; {setting}" if setting else "")
+    saved = {name: training_saved(results, labels, name) for name in pretrained}
+    best = max(pretrained, key=lambda name: (sum(s["epochs saved"] for s in saved[name]) / max(1, len(saved[name]))))
+    shares = [100 * s["epochs saved"] for s in saved[best]]
+    seconds = [100 * s["seconds saved"] for s in saved[best]]
+    missed = sum(not s["reached"] for s in saved[best])
+    with_source = [100 * (1 - ((s["seconds"] or s["baseline seconds"]) + source_seconds) / s["baseline seconds"])
+                   for s in saved[best]]
+    others = "; ".join(f"{name}: {sum(100 * s['epochs saved'] for s in runs) / len(runs):.0f}%"
+                       for name, runs in saved.items() if name != best and runs)
+    reason = (f"{best}: epochs saved to reach each seed's from-scratch final top-1, against the epochs from scratch "
+              f"needed to first reach it (training seconds saved "
+              f"{sum(seconds) / len(seconds):.0f}%" + (f", {sum(with_source) / len(with_source):.0f}% counting the "
+                                                        f"{source_seconds:.0f} s of source pretraining" if source_seconds
+                                                        else "") + ")"
+              + (f"; {missed} seed(s) never reached it (counted as 0%)" if missed else "")
+              + (f"; {others}" if others else "") + f"; {where}")
+    if len(shares) >= 2:
+        interval = statistics.confidence_interval(shares)
+        transfer = claims.measured("transfer_learning", interval["mean"], (interval["low"], interval["high"]),
+                                   f"{len(shares)} seeds, t interval; " + reason, hardware)
+    else:
+        transfer = claims.measured("transfer_learning", shares[0], None, "1 seed, no interval; " + reason, hardware)
+
+    at = verdict.loc[labels]
+    tested = at.drop("from scratch", errors="ignore")
+    lines = [f"{name} {100 * row['delta vs scratch']:+.1f} points (band ±{100 * row['noise band']:.1f})"
+             for name, row in tested.iterrows() if isinstance(row.get("verdict"), str)]
+    beats = any(str(value).startswith("beats") for value in tested.get("verdict", []))
+    others = [f"{count}: " + ", ".join(f"{name} {row['verdict']}" for name, row in verdict.loc[count].iterrows()
+                                       if isinstance(row.get("verdict"), str))
+              for count in verdict.index.get_level_values(0).unique() if count != labels]
+    beats_claim = claims.checked(
+        "transfer_beats_scratch", beats,
+        f"at {labels} labels per class: " + ("; ".join(lines) or "fewer than 2 seeds: no noise estimate")
+        + (f" (difference of seed means vs 2 standard errors); other label counts {'; '.join(others)}" if others
+           else ""), hardware=hardware)
+
+    frozen, everything = pretrained[1], pretrained[0]
+    pairs = [(results[(labels, frozen, seed)].history[-1]["val_top1"], results[(labels, everything, seed)].history[-1][
+        "val_top1"]) for (count, name, seed) in results if count == labels and name == everything
+        and (labels, frozen, seed) in results]
+    if len(pairs) >= 2:
+        paired = statistics.paired_difference([a for a, _ in pairs], [b for _, b in pairs])
+        recipe = claims.checked(
+            "transfer_freeze_recipe", paired["beyond"] >= 0,
+            f"{frozen} minus {everything}: {100 * paired['delta']:+.1f} points [{100 * paired['low']:+.1f}, "
+            f"{100 * paired['high']:+.1f}] paired by seed at {labels} labels per class (holds: not worse beyond noise)",
+            hardware=hardware)
+    else:
+        recipe = claims.not_measurable("transfer_freeze_recipe", "fewer than 2 seeds: no paired interval", hardware)
+    return [transfer, beats_claim, recipe]

@@ -1,7 +1,9 @@
 """Inference speed of a deployed model: latency (milliseconds per batch) and throughput
 (images per second) at a batch size, timed with `measure.timing` (warm-up thrown away, median of
 repeats), in `torch.inference_mode` on random inputs of the model's shape. Batch 1 is what a
-request-at-a-time server sees; a large batch is what offline scoring sees.
+request-at-a-time server sees; a large batch is what offline scoring sees. Next to each
+images/s, the model FLOPs utilization of inference: forward FLOPs per image (counted by
+`torch.utils.flop_counter`) times images/s over the device's matmul peak (`measure.flops`).
 """
 from __future__ import annotations
 
@@ -25,11 +27,34 @@ def inference_speed(model, batch_size: int, image_size: int, *, repeats: int = 5
             "images_per_second": timing.per_second(batch_size)}
 
 
-def speed_row(model, image_size: int, batch_sizes=(1, 64), **options) -> dict:
-    """Latency at each batch size as flat columns: `ms@1`, `images/s@64` ..."""
+def forward_flops_per_image(model: torch.nn.Module, image_size: int, batch_size: int = 2) -> float:
+    """FLOPs of one forward pass per image (matmuls and convolutions, as MFU counts them), on a
+    copy in eval mode on the CPU. Count it on the fp32 module: a quantized graph or an onnxruntime
+    session does the same arithmetic but hides it from the counter."""
+    import copy
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    probe = copy.deepcopy(model).float().cpu().eval()
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        probe(torch.randn(batch_size, 3, image_size, image_size))
+    return counter.get_total_flops() / batch_size
+
+
+def speed_row(model, image_size: int, batch_sizes=(1, 64), *, flops_per_image: float | None = None,
+              precision: str = "fp32", **options) -> dict:
+    """Latency at each batch size as flat columns: `ms@1`, `images/s@1`, `MFU@1`, `ms@64` ...
+    MFU (with `flops_per_image`, forward FLOPs: `forward_flops_per_image`) is against the CPU's
+    measured matmul peak in `precision` (fp32 or bf16; int8 rows are read against fp32's)."""
+    from course_lib.measure import flops
+
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     row = {}
     for batch_size in batch_sizes:
         speed = inference_speed(model, batch_size, image_size, **options)
         row[f"ms@{batch_size}"] = speed["milliseconds"]
         row[f"images/s@{batch_size}"] = speed["images_per_second"]
+        if flops_per_image:
+            row[f"MFU@{batch_size}"] = flops.model_flops_utilization(flops_per_image, speed["images_per_second"],
+                                                                     "cpu", dtype)["mfu"]
     return row

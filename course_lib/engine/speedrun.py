@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from course_lib import ledger
 from course_lib.config import Config
@@ -33,6 +33,7 @@ class RaceResult:
     precision: str
     images_per_second: float  # training images per second of the last epoch
     num_classes: int = 0  # of the data raced on, to count the model's FLOPs for MFU
+    val_images: int = 0  # images the final top-1 was measured on (its binomial interval)
 
     def time_to(self, accuracy: float) -> float | None:
         """Seconds on the clock when validation top-1 first reached `accuracy` (None: never)."""
@@ -107,7 +108,8 @@ def race(config: Config, *, budget_seconds: float | None = None, label: str = ""
             test_top1 = train.validate(_weights(state), test_state, views=config.tta_views)["top1"]
     result = RaceResult(label or config.recipe or config.model, config, curve, setup_seconds, clock.seconds(),
                         final["top1"], test_top1, state.precision,
-                        curve[-1]["images_per_second"] if curve else 0.0, state.bundle.num_classes)
+                        curve[-1]["images_per_second"] if curve else 0.0, state.bundle.num_classes,
+                        len(state.bundle.val) if state.bundle.val is not None else 0)
     if record and state.distributed.is_main:
         ledger.record("speedrun", result.label, duration_seconds=result.seconds,
                       parameters={**config.to_dict(), "budget_seconds": budget_seconds, "precision_used": state.precision},

@@ -285,6 +285,7 @@ def test_article_claims_with_a_control_measure_every_claim(known_peak):
                             "ema_steady_gain", "combo_training_time", "too_many_tricks", "label_smoothing_alone",
                             "label_smoothing_calibration"]
     assert by_key["regularization_remote_sensing"].measured == pytest.approx(1.5)
+    assert "better than the baseline beyond noise" in by_key["regularization_remote_sensing"].reason
     assert by_key["regularization_cifar10"].measured == pytest.approx(0.8)
     mixup_gains = np.array([3, 3, 2]) - np.array([1, 1, 1])  # points on EuroSAT minus points on CIFAR-10
     assert by_key["mixup_remote_sensing"].measured == pytest.approx(mixup_gains.mean())

@@ -360,6 +360,10 @@ def is_remote_sensing(choice: str, data_dir: str | None) -> bool:
     return "eurosat" in str(data_dir or "").lower()
 
 
+_VERDICT_WORDS = {1: "better than the baseline beyond noise", -1: "worse than the baseline beyond noise",
+                  0: "within noise: the interval contains 0"}
+
+
 def _interval_text(row, unit: str = "points") -> str:
     return f"{row['delta']:+.2f} {unit} [{row['low']:+.2f}, {row['high']:+.2f}]"
 
@@ -380,7 +384,7 @@ def _combo_claim(key: str, study: Study | str, evidence: bool, why_not: str):
     if paired is None:
         return claim_records.not_measurable(key, f"fewer than 2 seeds ran both variants on {study.data}")
     text = (f"article_combo - baseline top-1 on {study.data}, paired over {paired['runs']} seeds, 95% t interval: "
-            f"{_interval_text(paired)}; {study.describe()}")
+            f"{_interval_text(paired)} ({_VERDICT_WORDS[paired['beyond']]}); {study.describe()}")
     if not evidence:
         return claim_records.not_measurable(key, f"{why_not}; measured there for context: {text}")
     return claim_records.measured(key, paired["delta"], (paired["low"], paired["high"]), reason=text)

@@ -87,3 +87,13 @@ def test_the_run_report_has_the_scoreboard():
     claims.record([claims.measured("amp_speedup", 1.1, (1.0, 1.2), hardware="machine A")])
     page = report.scoreboard_html()
     assert "Claims scoreboard" in page and "does not hold" in page and page.count("<tr>") == 21
+
+
+def test_an_interval_that_contains_no_effect_has_not_shown_the_claim():
+    wide = claims.measured("regularization_remote_sensing", 0.5, (-9.0, 9.0), "3 seeds", hardware="h")
+    assert wide.verdict == claims.DOES_NOT_HOLD
+    assert "contains 0.00 points (no effect): not shown beyond noise" in wide.reason
+    speed = claims.measured("amp_speedup", 1.3, (0.9, 1.6), hardware="h")
+    assert speed.verdict == claims.DOES_NOT_HOLD and "contains 1.00x (no effect)" in speed.reason
+    level = claims.measured("resnet50_amp_memory", 14.0, (11.0, 17.0), hardware="h")  # a level, not an effect
+    assert level.verdict == claims.HOLDS and "no effect" not in level.reason

@@ -39,9 +39,10 @@ class ArticleClaim:
     high: float | None
     unit: str  # "x" (ratio), "%" (percent change or share), "points" (accuracy points), "GB", "cores", ...
     notebook: str  # the notebook that measures it, "02"
-    # True for "A beats B" claims: the whole interval must clear `low`, i.e. the gain must be beyond
-    # noise. False for ranges ("1.5-3x"): an interval that meets the range cannot be told from it.
-    beyond_noise: bool = False
+    # The value that means "no effect" (1.0 for a speed-up ratio, 0 for a gain in points or percent; None
+    # for a level such as memory in GB). A claim of an effect holds only when the measured interval
+    # excludes it: an interval that contains both the claim and "nothing changed" has not shown the claim.
+    no_effect: float | None = None
 
     @property
     def claimed(self) -> str:
@@ -56,8 +57,8 @@ class ArticleClaim:
         return f"<= {format_value(self.high, self.unit)}"
 
 
-def _claim(key, article, section, statement, low, high, unit, notebook, beyond_noise=False):
-    return key, ArticleClaim(key, article, section, statement, low, high, unit, notebook, beyond_noise)
+def _claim(key, article, section, statement, low, high, unit, notebook, no_effect=None):
+    return key, ArticleClaim(key, article, section, statement, low, high, unit, notebook, no_effect)
 
 
 # The articles' numeric claims, in the order the first article makes them. Where an article gives one
@@ -68,36 +69,36 @@ ARTICLE_CLAIMS: dict[str, ArticleClaim] = dict([
     _claim("cpu_cores_per_gpu", "A1", "1.1", "one training GPU needs at least 16 physical CPU cores", 16, None,
            "cores", "02"),
     _claim("nvme_vs_sata", "A1", "1.1", "SATA SSD -> NVMe SSD cuts an epoch's data-reading time by about 60%",
-           45, 75, "%", "02"),
+           45, 75, "%", "02", no_effect=0),
     _claim("resnet50_amp_memory", "A1", "1.3", "ResNet-50, 224 px, batch 256, mixed precision needs 12-16 GB",
            12, 16, "GB", "01"),
     _claim("dataloader_tuning", "A1", "3", "tuning the DataLoader alone made training about 3x faster", 2.25, 3.75,
-           "x", "02"),
+           "x", "02", no_effect=1),
     _claim("num_workers_knee", "A1", "3.1", "throughput stops growing at about half the physical cores "
            "(8-16 workers on 32 cores)", 0.25, 0.5, "of the cores", "02"),
-    _claim("pin_memory", "A1", "3.1", "pin_memory=True raises throughput by 5-15%", 5, 15, "%", "02"),
+    _claim("pin_memory", "A1", "3.1", "pin_memory=True raises throughput by 5-15%", 5, 15, "%", "02", no_effect=0),
     _claim("opencv_decode", "A1", "3.2", "OpenCV imdecode decodes JPEG about 2x faster than PIL", 1.5, 2.5,
-           "x", "02"),
+           "x", "02", no_effect=1),
     _claim("tar_shards", "A1", "3.4", "tar shards read 5-10x faster than loose files (hundreds/s -> 2-3 thousand/s)",
-           5, 10, "x", "02"),
-    _claim("amp_speedup", "A1", "4.1", "mixed precision trains 1.5-3x faster", 1.5, 3, "x", "03"),
-    _claim("amp_memory", "A1", "4.1", "mixed precision needs about half the memory", 0.4, 0.6, "x", "03"),
+           5, 10, "x", "02", no_effect=1),
+    _claim("amp_speedup", "A1", "4.1", "mixed precision trains 1.5-3x faster", 1.5, 3, "x", "03", no_effect=1),
+    _claim("amp_memory", "A1", "4.1", "mixed precision needs about half the memory", 0.4, 0.6, "x", "03", no_effect=1),
     _claim("amp_second_article", "A2", "mixed precision", "mixed precision trains 1.5-2x faster at almost "
-           "unchanged accuracy", 1.5, 2, "x", "03"),
-    _claim("torch_compile", "A1", "7", "torch.compile raises CNN throughput by 10-30%", 10, 30, "%", "03"),
+           "unchanged accuracy", 1.5, 2, "x", "03", no_effect=1),
+    _claim("torch_compile", "A1", "7", "torch.compile raises CNN throughput by 10-30%", 10, 30, "%", "03", no_effect=0),
     _claim("ddp_efficiency", "A1", "4.4", "4-GPU DDP reaches at least 85% scaling efficiency", 85, None, "%", "05"),
     _claim("adamw_vs_sgd", "A1", "5.2", "AdamW beats SGD and is less sensitive to the learning rate and seed "
-           "(accuracy of AdamW minus SGD, mean over learning rates and seeds)", 0, None, "points", "06", True),
+           "(accuracy of AdamW minus SGD, mean over learning rates and seeds)", 0, None, "points", "06", no_effect=0),
     _claim("regularization_remote_sensing", "A1", "5.3", "label smoothing 0.1 + MixUp 0.2 + light Random Erasing "
-           "add about 1.5 points on a remote-sensing set", 1.0, 2.0, "points", "07"),
+           "add about 1.5 points on a remote-sensing set", 1.0, 2.0, "points", "07", no_effect=0),
     _claim("regularization_cifar10", "A1", "5.3", "the same combination adds about 0.8 points on CIFAR-10",
-           0.5, 1.1, "points", "07"),
+           0.5, 1.1, "points", "07", no_effect=0),
     _claim("mixup_remote_sensing", "A1", "6.4", "MixUp helps remote-sensing images more than others (gain on "
-           "remote sensing minus gain on a non-remote-sensing control)", 0, None, "points", "07", True),
+           "remote sensing minus gain on a non-remote-sensing control)", 0, None, "points", "07", no_effect=0),
     _claim("transfer_learning", "A1", "5.4", "fine-tuning pretrained weights reaches from-scratch accuracy with "
-           "about 80% less training", 60, 100, "%", "08"),
+           "about 80% less training", 60, 100, "%", "08", no_effect=0),
     _claim("case_study_speedup", "A1", "6", "the four stages cut total training time to about 1/16", 12, 20,
-           "x", "10"),
+           "x", "10", no_effect=1),
 ])
 
 # Claims the articles make without a number (or that the notebooks add as context): the same Claim
@@ -293,18 +294,19 @@ def article_claim(key: str) -> ArticleClaim:
 
 
 def judge(claim: ArticleClaim, value: float, low: float | None = None, high: float | None = None) -> str:
-    """HOLDS when [low, high] (or the value alone) meets the claimed range (for a "beats" claim: lies
-    wholly above its bound, beyond noise), else DOES_NOT_HOLD."""
+    """HOLDS when [low, high] (or the value alone) meets the claimed range and, for a claim of an
+    effect, excludes "no effect" (the effect is beyond noise), else DOES_NOT_HOLD."""
     if claim.low is None and claim.high is None:
         raise ValueError(f"claim {claim.key} has no number to compare with; use checked(key, holds, reason)")
     low, high = (value if low is None else low), (value if high is None else high)
-    if claim.beyond_noise:
-        above = claim.low is None or low > claim.low
-        below = claim.high is None or high < claim.high
-    else:
-        above = claim.low is None or high >= claim.low
-        below = claim.high is None or low <= claim.high
-    return HOLDS if above and below else DOES_NOT_HOLD
+    above = claim.low is None or (high > claim.low if claim.low == claim.no_effect else high >= claim.low)
+    below = claim.high is None or (low < claim.high if claim.high == claim.no_effect else low <= claim.high)
+    return HOLDS if above and below and not contains_no_effect(claim, low, high) else DOES_NOT_HOLD
+
+
+def contains_no_effect(claim: ArticleClaim, low: float, high: float) -> bool:
+    """Whether [low, high] contains the claim's "no effect" value (never, for a claim of a level)."""
+    return claim.no_effect is not None and low <= claim.no_effect <= high
 
 
 def measured(key: str, value: float, interval: tuple[float, float] | None = None, reason: str = "",
@@ -317,6 +319,9 @@ def measured(key: str, value: float, interval: tuple[float, float] | None = None
     low, high = interval if interval is not None else (None, None)
     if low is not None and not low <= value <= high:
         raise ValueError(f"claim {key}: the interval [{low}, {high}] must contain the value {value}")
+    if low is not None and contains_no_effect(claim, low, high):
+        no_effect = format_value(claim.no_effect, claim.unit).replace("+", "")
+        reason = f"{reason}; the interval contains {no_effect} (no effect): not shown beyond noise".lstrip("; ")
     return Claim(key, claim.statement, f"{claim.article} §{claim.section}", claim.claimed, claim.unit, float(value),
                  None if low is None else float(low), None if high is None else float(high),
                  judge(claim, value, low, high), reason, hardware or _hardware(), claim.notebook)

@@ -95,6 +95,8 @@ def test_case_study_runs_records_and_tabulates(config):
     baseline = study.run("baseline")
     assert baseline["kept"] and baseline["speedup_vs_baseline"] == pytest.approx(1.0)
     assert baseline["full_epoch_seconds"] == pytest.approx(len(bundle.train) / baseline["images_per_second"])
+    # every epoch's speed reaches the ledger: a DDP stage (known only from the ledger) gets its noise from it
+    assert ledger.Ledger().rows(kind="train")[0]["metrics"]["epoch_images_per_second"] == baseline["epoch_rates"]
     study.skip("ddp", "skipped: test")
     study.run("regularization", **casestudy.stage_changes("regularization", study.config, device="cpu"))
     assert study.config.mixup_alpha == 0.3  # kept changes carry forward

@@ -253,7 +253,8 @@ class CaseStudy:
 
             launched = ddp.launch(processes, config, self.profile, echo=echo)
             metrics = dict(launched.metrics)
-            rates = [metrics["images_per_second"]] if metrics.get("images_per_second") else []
+            rates = metrics.get("epoch_images_per_second") or (
+                [metrics["images_per_second"]] if metrics.get("images_per_second") else [])
             precision_used = config.precision
         else:
             # A bar per epoch (tqdm.auto: a widget in a notebook) instead of log lines: stages take minutes.

@@ -30,6 +30,8 @@ class RunRecorder:
         if not self.is_main:
             return None
         metrics = {**(history[-1] if history else {}), **extra}
+        # Every epoch's speed, not only the last: repeated timings give a noise estimate (notebook 10's DDP stage).
+        metrics["epoch_images_per_second"] = [row["images_per_second"] for row in history if "images_per_second" in row]
         parameters = {**self.config.to_dict(), "precision_used": precision, "device_used": str(self.device),
                       "world_size": self.world_size}
         return ledger.record("train", self.config.model, status=status,

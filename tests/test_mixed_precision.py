@@ -71,3 +71,16 @@ def test_claims_on_a_cpu_without_fast_reduced_precision():
     assert found["amp_memory"].verdict == "does not hold" and found["amp_accuracy"].verdict == "does not hold"
     assert found["torch_compile"].verdict == "not measurable here"
     assert found["compile_first_run"].reason == "skipped in the smoke profile" and "channels_last" not in found
+
+
+def test_precision_advice_says_when_reduced_precision_does_not_help():
+    import pandas as pd
+
+    from course_lib.chapters import mixed_precision
+
+    slow = pd.DataFrame({"speed-up": [1.0, 0.3, 0.5], "low": [1.0, 0.25, 0.45], "high": [1.0, 0.35, 0.55]},
+                        index=["off", "fp16", "bf16"])
+    assert "does not help" in mixed_precision.precision_advice(slow, "bf16", "off")
+    fast = slow.assign(**{"speed-up": [1.0, 1.8, 1.6], "low": [1.0, 1.7, 1.5], "high": [1.0, 1.9, 1.7]})
+    advice = mixed_precision.precision_advice(fast, "fp16", "fp16")
+    assert "fp16 autocast runs at 1.80x" in advice and "[1.70, 1.90]" in advice

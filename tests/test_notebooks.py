@@ -70,10 +70,59 @@ def test_notebook_parameters_arrive_typed():
     assert type(merged["target_top1"]) is float and type(merged["source_epochs"]) is int
 
 
+CLAIMS_CELL_MAX_LINES = 8  # issue 14: the claims section is a few lines calling course_lib.analysis.claims
+
+
+def _claims_code(path) -> list[str]:
+    """The code cells of a notebook's "What we measured vs. what the article claims" section."""
+    notebook = nbformat.read(str(path), as_version=4)
+    start = next(i for i, cell in enumerate(notebook.cells) if cell.cell_type == "markdown"
+                 and "what we measured vs" in cell.source.lower())
+    code = []
+    for cell in notebook.cells[start + 1:]:
+        if cell.cell_type == "markdown" and cell.source.lstrip().startswith("## "):
+            break
+        if cell.cell_type == "code":
+            code.append(cell.source)
+    return code
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_claims_section_is_a_few_lines_of_claims_calls(path):
+    code = _claims_code(path)
+    lines = [line for source in code for line in source.splitlines() if line.strip()]
+    assert len(lines) <= CLAIMS_CELL_MAX_LINES, (f"{path.name}: the claims cells have {len(lines)} lines; move the "
+                                                 f"logic into the chapter module (at most {CLAIMS_CELL_MAX_LINES})")
+    assert "claims.show(" in "\n".join(code) or "claims(" in "\n".join(code), \
+        f"{path.name}: the claims section must show Claim records (course_lib.analysis.claims.show)"
+
+
+def _speed_tables_without_mfu(notebook) -> list[list[str]]:
+    """Headers of the HTML tables an executed notebook shows that have an images/s column but no MFU."""
+    from course_lib.report import _TableParser
+
+    missing = []
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            table = output.get("data", {}).get("text/html", "")
+            if "<table" not in table:
+                continue
+            parser = _TableParser()
+            parser.feed(table)
+            header = [name.lower() for name in parser.header]
+            if any("images/s" in name or "images per second" in name for name in header) \
+                    and not any("mfu" in name or "decode limit" in name for name in header):
+                missing.append(parser.header)
+    return missing
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_runs_in_smoke_profile(path, tmp_path, capfd):
     result = runner.execute_notebook(path, tmp_path / path.name, {"profile": "smoke"})
     assert result.status == "ok", f"{path.name} failed: {result.error}"
+    executed = nbformat.read(str(tmp_path / path.name), as_version=4)
+    assert not _speed_tables_without_mfu(executed), \
+        f"{path.name}: speed tables without an MFU column: {_speed_tables_without_mfu(executed)}"
     # The kernel and its subprocesses share this process's stdout and stderr: whatever they write
     # there would interleave with `workbook run`'s progress lines.
     leaked = capfd.readouterr()

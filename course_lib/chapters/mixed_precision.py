@@ -112,6 +112,19 @@ def faster_reduced_precision(speeds) -> str:
     return max(REDUCED, key=lambda name: values[name])
 
 
+def precision_advice(speeds, best: str, recommended: str) -> str:
+    """One sentence on what the measured speed-ups mean on this device: whether reduced precision helps
+    (the faster one's whole interval above 1x) and what precision='auto' chose."""
+    row = speeds.loc[best]
+    if row["high"] < 1.0:
+        return (f"On this device reduced precision does not help: bf16 runs at {speeds.loc['bf16', 'speed-up']:.2f}x "
+                f"and fp16 at {speeds.loc['fp16', 'speed-up']:.2f}x fp32's speed. The article's numbers assume an "
+                "NVIDIA GPU with tensor cores; a CPU without native bf16/fp16 matrix units emulates them, so "
+                "precision='auto' keeps fp32 here.")
+    return (f"On this device {best} autocast runs at {row['speed-up']:.2f}x fp32's speed [{row['low']:.2f}, "
+            f"{row['high']:.2f}]; the matmul probe's precision='auto' choice is {recommended!r}.")
+
+
 def accuracy_rows(runs: dict) -> list[dict]:
     """{(precision, seed): FitResult} -> rows of precision, seed, val top-1 for `compare_variants`."""
     return [{"precision": precision, "seed": seed, "val top-1": result.final.get("val_top1")}

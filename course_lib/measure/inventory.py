@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from course_lib import devices, ledger
+from course_lib.measure.disk import describe_disk, drop_from_page_cache
 
 MiB = 1024 ** 2
 GiB = 1024 ** 3
@@ -93,29 +94,6 @@ def cpu_isa(cpuinfo: str | None = None) -> dict[str, bool]:
     return {name: name in flags for name in CPU_ISA_MEANING}
 
 
-def _block_device_kind(path: Path) -> tuple[str | None, str]:
-    """(block device name, "nvme" | "ssd" | "hdd" | "unknown") of the disk holding `path`,
-    read from /sys (Linux only; overlay and network filesystems give "unknown")."""
-    try:
-        st_dev = path.stat().st_dev
-        sys_path = Path(f"/sys/dev/block/{os.major(st_dev)}:{os.minor(st_dev)}").resolve()
-    except (OSError, ValueError):
-        return None, "unknown"
-    for folder in (sys_path, sys_path.parent):  # a partition's queue/ lives in its parent disk
-        rotational = folder / "queue" / "rotational"
-        if rotational.exists():
-            name = folder.name
-            if name.startswith("nvme"):
-                return name, "nvme"
-            if name.startswith(("vd", "xvd")):  # virtio/Xen disks report rotational=1 whatever backs them
-                return name, "virtual"
-            try:
-                return name, "hdd" if rotational.read_text().strip() == "1" else "ssd"
-            except OSError:
-                return name, "unknown"
-    return None, "unknown"
-
-
 def _list_files(folder: Path, limit: int = 5000) -> list[Path]:
     """Up to `limit` regular files under `folder`, in a stable order (bounded walk)."""
     files: list[Path] = []
@@ -126,16 +104,6 @@ def _list_files(folder: Path, limit: int = 5000) -> list[Path]:
             if len(files) >= limit:
                 return files
     return files
-
-
-def _drop_from_page_cache(fd: int) -> None:
-    # Ask the kernel to forget cached pages of this file so the probe reads the disk, not RAM.
-    # Advisory: works for clean pages on local filesystems, silently does nothing elsewhere.
-    if hasattr(os, "posix_fadvise"):
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        except OSError:
-            pass
 
 
 def _empty_disk_probe(folder: Path, note: str = "") -> dict:
@@ -167,7 +135,7 @@ def measure_disk_read(folder, max_bytes: int = 64 * MiB, max_seconds: float = 2.
             break
         try:
             with open(path, "rb", buffering=0) as handle:
-                _drop_from_page_cache(handle.fileno())
+                drop_from_page_cache(handle.fileno())
                 while chunk := handle.read(MiB):
                     read_bytes += len(chunk)
         except OSError:
@@ -183,7 +151,7 @@ def measure_disk_read(folder, max_bytes: int = 64 * MiB, max_seconds: float = 2.
         try:
             with open(path, "rb", buffering=0) as handle:
                 size = os.fstat(handle.fileno()).st_size
-                _drop_from_page_cache(handle.fileno())
+                drop_from_page_cache(handle.fileno())
                 offset = rng.randrange(max(1, size // block_bytes)) * block_bytes
                 handle.seek(offset)
                 read_bytes += len(handle.read(block_bytes))
@@ -203,7 +171,8 @@ def disk_info(folder, probe: bool = True) -> dict:
     folder = Path(folder)
     existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
     usage = shutil.disk_usage(existing)
-    name, kind = _block_device_kind(existing)
+    described = describe_disk(existing)
+    name, kind = described["device"], described["kind"]
     info = {"path": str(folder), "free_bytes": int(usage.free), "total_bytes": int(usage.total),
             "block_device": name, "kind": kind}
     info.update({f"read_{k}" if k != "path" else "probe_path": v

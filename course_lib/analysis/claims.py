@@ -258,7 +258,7 @@ def format_value(value: float | None, unit: str) -> str:
         return f"{value:+.2f} points"
     if unit == "of the cores":
         return f"{value:.0%} of the cores"
-    return f"{value:.3g} {unit}"
+    return f"{value:.3g} {unit}".rstrip()
 
 
 @dataclass

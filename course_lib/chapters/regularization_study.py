@@ -361,7 +361,7 @@ def is_remote_sensing(choice: str, data_dir: str | None) -> bool:
 
 
 _VERDICT_WORDS = {1: "better than the baseline beyond noise", -1: "worse than the baseline beyond noise",
-                  0: "within noise: the interval contains 0"}
+                  0: "within noise"}
 
 
 def _interval_text(row, unit: str = "points") -> str:

@@ -101,149 +101,144 @@ ARTICLE_CLAIMS: dict[str, ArticleClaim] = dict([
            "x", "10", no_effect=1),
 ])
 
+def _qualitative(key, article, section, statement, notebook):
+    """A claim without a number: no claimed range, no unit; its verdict comes from `checked`."""
+    return _claim(key, article, section, statement, None, None, "", notebook)
+
+
 # Claims the articles make without a number (or that the notebooks add as context): the same Claim
 # shape, shown in each notebook's table, listed after the numeric ones by `scoreboard`. Each notebook
 # adds its own under its marker; `checked(key, holds, reason)` gives their verdicts.
 QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # filled per notebook below
     # notebook 00
-    _claim("cuda_available", "A1", "2", "torch.cuda.is_available() is True on a GPU server", None, None, "", "00"),
-    _claim("cpu_gpu_same_matmul", "A1", "2", "the CPU and the GPU give the same matmul result (check a new "
-           "driver this way)", None, None, "", "00"),
-    _claim("gpu_much_faster", "A1", "2", "the GPU multiplies matrices tens to hundreds of times faster than the CPU "
-           "(value: GPU / CPU GFLOP/s)", None, None, "", "00"),
-    _claim("wheel_ships_cuda_runtime", "A1", "2", "the torch wheel ships its own CUDA runtime (no separate toolkit "
-           "needed)", None, None, "", "00"),
+    _qualitative("cuda_available", "A1", "2", "torch.cuda.is_available() is True on a GPU server", "00"),
+    _qualitative("cpu_gpu_same_matmul", "A1", "2", "the CPU and the GPU give the same matmul result (check a new "
+           "driver this way)", "00"),
+    _qualitative("gpu_much_faster", "A1", "2", "the GPU multiplies matrices tens to hundreds of times faster than the CPU "
+           "(value: GPU / CPU GFLOP/s)", "00"),
+    _qualitative("wheel_ships_cuda_runtime", "A1", "2", "the torch wheel ships its own CUDA runtime (no separate toolkit "
+           "needed)", "00"),
     # notebook 01
-    _claim("batch_doubling_memory", "A1", "1.3", "doubling the batch (ResNet-50, 256 -> 512) adds 30-40% memory "
-           "(value: the growth in %)", None, None, "", "01"),
-    _claim("amp_memory_estimate", "A1", "4.1", "mixed precision roughly halves ResNet-50's training memory "
-           "(the workbook's estimate; notebook 03 measures it)", None, None, "", "01"),
-    _claim("card_24gb_batch256", "A1", "1.3", "on a 24 GB card (RTX 4090) ResNet-50 with mixed precision "
-           "only goes up to about batch 256", None, None, "", "01"),
-    _claim("cores_and_ram_per_gpu", "A1", "1.1", "a GPU server should have >= 16 physical CPU cores and >= 64 GB "
-           "RAM per GPU (does this machine?)", None, None, "", "01"),
-    _claim("workers_half_the_cores", "A1", "3.1", "num_workers: start at half the physical cores", None, None,
-           "", "01"),
-    _claim("random_reads_slower", "A1", "1.1", "IOPS matter: small random reads are far slower than sequential "
-           "ones (value: random / sequential MB/s)", None, None, "", "01"),
-    _claim("tensor_cores_fp16", "A1", "4.1", "tensor cores make fp16/bf16 matmuls faster than fp32 (value: the "
-           "best reduced-precision speed-up)", None, None, "", "01"),
+    _qualitative("batch_doubling_memory", "A1", "1.3", "doubling the batch (ResNet-50, 256 -> 512) adds 30-40% memory "
+           "(value: the growth in %)", "01"),
+    _qualitative("amp_memory_estimate", "A1", "4.1", "mixed precision roughly halves ResNet-50's training memory "
+           "(the workbook's estimate; notebook 03 measures it)", "01"),
+    _qualitative("card_24gb_batch256", "A1", "1.3", "on a 24 GB card (RTX 4090) ResNet-50 with mixed precision "
+           "only goes up to about batch 256", "01"),
+    _qualitative("cores_and_ram_per_gpu", "A1", "1.1", "a GPU server should have >= 16 physical CPU cores and >= 64 GB "
+           "RAM per GPU (does this machine?)", "01"),
+    _qualitative("workers_half_the_cores", "A1", "3.1", "num_workers: start at half the physical cores", "01"),
+    _qualitative("random_reads_slower", "A1", "1.1", "IOPS matter: small random reads are far slower than sequential "
+           "ones (value: random / sequential MB/s)", "01"),
+    _qualitative("tensor_cores_fp16", "A1", "4.1", "tensor cores make fp16/bf16 matmuls faster than fp32 (value: the "
+           "best reduced-precision speed-up)", "01"),
     # notebook 02
-    _claim("predecoded_cache", "A1", "3.2", "decoding once into a pixel cache saves decoding every epoch, at a "
-           "price in disk space", None, None, "", "02"),
-    _claim("device_augmentation", "A1", "3.3", "augmenting per batch on the device takes load off the CPU "
-           "workers (more loader images/s)", None, None, "", "02"),
+    _qualitative("predecoded_cache", "A1", "3.2", "decoding once into a pixel cache saves decoding every epoch, at a "
+           "price in disk space", "02"),
+    _qualitative("device_augmentation", "A1", "3.3", "augmenting per batch on the device takes load off the CPU "
+           "workers (more loader images/s)", "02"),
     # notebook 03
-    _claim("amp_accuracy", "A1", "6", "mixed precision leaves accuracy unchanged (88.5% with and without AMP in "
-           "its remote-sensing run)", None, None, "", "03"),
-    _claim("channels_last", "A1", "4.1", "channels_last memory format speeds up convolutions with AMP (context the "
-           "notebook adds: PyTorch's advice for convnets, not quantified by the articles)", None, None, "", "03"),
-    _claim("compile_first_run", "A1", "7", "torch.compile's first compile takes tens of seconds to minutes: switch it "
-           "on for the final run, not while experimenting", None, None, "", "03"),
+    _qualitative("amp_accuracy", "A1", "6", "mixed precision leaves accuracy unchanged (88.5% with and without AMP in "
+           "its remote-sensing run)", "03"),
+    _qualitative("channels_last", "A1", "4.1", "channels_last memory format speeds up convolutions with AMP (context the "
+           "notebook adds: PyTorch's advice for convnets, not quantified by the articles)", "03"),
+    _qualitative("compile_first_run", "A1", "7", "torch.compile's first compile takes tens of seconds to minutes: switch it "
+           "on for the final run, not while experimenting", "03"),
     # notebook 04
-    _claim("accumulation_equals_big_batch", "A1", "4.3", "N micro-batches with the loss divided by N give the big "
-           "batch's gradient (value: max relative difference, no BatchNorm)", None, None, "", "04"),
-    _claim("forgetting_one_over_n", "A1", "4.3", "without the 1/N the accumulated gradient is N times too large "
-           "(value: the largest relative error)", None, None, "", "04"),
-    _claim("batchnorm_caveat", "A1", "4.3", "with BatchNorm, accumulation does not reproduce the big batch: each "
-           "micro-batch has its own statistics", None, None, "", "04"),
-    _claim("accumulation_memory", "A1", "4.3", "accumulation reaches a bigger effective batch without the memory "
-           "of a bigger batch (value: accumulated / one-batch peak)", None, None, "", "04"),
-    _claim("accumulation_cost", "A1", "4.3", "(not discussed by the article) accumulation costs speed: small "
-           "micro-batches use the hardware less (value: images/s at the most micro-batches / at one)",
-           None, None, "", "04"),
+    _qualitative("accumulation_equals_big_batch", "A1", "4.3", "N micro-batches with the loss divided by N give the big "
+           "batch's gradient (value: max relative difference, no BatchNorm)", "04"),
+    _qualitative("forgetting_one_over_n", "A1", "4.3", "without the 1/N the accumulated gradient is N times too large "
+           "(value: the largest relative error)", "04"),
+    _qualitative("batchnorm_caveat", "A1", "4.3", "with BatchNorm, accumulation does not reproduce the big batch: each "
+           "micro-batch has its own statistics", "04"),
+    _qualitative("accumulation_memory", "A1", "4.3", "accumulation reaches a bigger effective batch without the memory "
+           "of a bigger batch (value: accumulated / one-batch peak)", "04"),
+    _qualitative("accumulation_cost", "A1", "4.3", "(not discussed by the article) accumulation costs speed: small "
+           "micro-batches use the hardware less (value: images/s at the most micro-batches / at one)", "04"),
     # notebook 05
-    _claim("ddp_article_example", "A1", "4.4", "1 GPU 100 min, 4 GPUs 35 min per epoch is about 71% scaling "
-           "efficiency: low", None, None, "", "05"),
-    _claim("ddp_communication_share", "A1", "4.4", "act (larger batch, less frequent communication, a better "
-           "network) when gradient communication takes more than 15% of a step (torch.profiler)", None, None, "",
-           "05"),
-    _claim("ddp_stage3_speedup", "A1", "6", "stage 3: 4 GPUs with DDP gave about 2.5x over single-GPU AMP", None, None,
-           "", "05"),
-    _claim("ddp_equivalence", "A1", "4.4", "DDP only averages gradients: N workers train like 1 worker with the global "
-           "batch (context the notebook adds)", None, None, "", "05"),
+    _qualitative("ddp_article_example", "A1", "4.4", "1 GPU 100 min, 4 GPUs 35 min per epoch is about 71% scaling "
+           "efficiency: low", "05"),
+    _qualitative("ddp_communication_share", "A1", "4.4", "act (larger batch, less frequent communication, a better "
+           "network) when gradient communication takes more than 15% of a step (torch.profiler)", "05"),
+    _qualitative("ddp_stage3_speedup", "A1", "6", "stage 3: 4 GPUs with DDP gave about 2.5x over single-GPU AMP", "05"),
+    _qualitative("ddp_equivalence", "A1", "4.4", "DDP only averages gradients: N workers train like 1 worker with the global "
+           "batch (context the notebook adds)", "05"),
     # notebook 06
-    _claim("warmup_cosine", "A1", "5.2", "SGD: lr 0.1 at batch 256, 5 epochs of linear warm-up, cosine decay to "
-           "0.001 (and A2: warm up from a small learning rate, decay it late)", None, None, "", "06"),
-    _claim("lr_sweep", "A1", "5.2", "first run a small learning-rate sweep to find the largest initial learning "
-           "rate that still converges", None, None, "", "06"),
-    _claim("adamw_lr_range", "A1", "5.2", "AdamW: sweep the initial learning rate between 3e-4 and 1e-3", None, None,
-           "", "06"),
-    _claim("adamw_sensitivity", "A1", "5.2", "AdamW is less sensitive to its hyper-parameters than SGD (spread of "
-           "accuracy over learning rates and seeds)", None, None, "", "06"),
+    _qualitative("warmup_cosine", "A1", "5.2", "SGD: lr 0.1 at batch 256, 5 epochs of linear warm-up, cosine decay to "
+           "0.001 (and A2: warm up from a small learning rate, decay it late)", "06"),
+    _qualitative("lr_sweep", "A1", "5.2", "first run a small learning-rate sweep to find the largest initial learning "
+           "rate that still converges", "06"),
+    _qualitative("adamw_lr_range", "A1", "5.2", "AdamW: sweep the initial learning rate between 3e-4 and 1e-3", "06"),
+    _qualitative("adamw_sensitivity", "A1", "5.2", "AdamW is less sensitive to its hyper-parameters than SGD (spread of "
+           "accuracy over learning rates and seeds)", "06"),
     # notebook 07
-    _claim("ema_steady_gain", "A1", "5.3", "an EMA of the weights gives a steady gain (evaluate EMA and raw weights "
-           "on the validation set, keep the better)", None, None, "", "07"),
-    _claim("combo_training_time", "A1", "5.3", "the combination adds almost no training time (the augmentation runs "
-           "on the device)", None, None, "", "07"),
-    _claim("too_many_tricks", "A1", "5.3", "combining too many tricks can add noise instead of accuracy", None, None,
-           "", "07"),
-    _claim("label_smoothing_alone", "A1", "5.3", "label smoothing 0.1 on its own raises accuracy (one ingredient of "
-           "the combination)", None, None, "", "07"),
-    _claim("label_smoothing_calibration", "A1", "5.3", "label smoothing changes calibration (ECE; the article does "
-           "not discuss it: context)", None, None, "", "07"),
+    _qualitative("ema_steady_gain", "A1", "5.3", "an EMA of the weights gives a steady gain (evaluate EMA and raw weights "
+           "on the validation set, keep the better)", "07"),
+    _qualitative("combo_training_time", "A1", "5.3", "the combination adds almost no training time (the augmentation runs "
+           "on the device)", "07"),
+    _qualitative("too_many_tricks", "A1", "5.3", "combining too many tricks can add noise instead of accuracy", "07"),
+    _qualitative("label_smoothing_alone", "A1", "5.3", "label smoothing 0.1 on its own raises accuracy (one ingredient of "
+           "the combination)", "07"),
+    _qualitative("label_smoothing_calibration", "A1", "5.3", "label smoothing changes calibration (ECE; the article does "
+           "not discuss it: context)", "07"),
     # notebook 08
-    _claim("transfer_beats_scratch", "A1", "5.4", "fine-tuning pretrained weights beats training from scratch "
-           "(93.5% against 92% on the article's inspection task)", None, None, "", "08"),
-    _claim("transfer_freeze_recipe", "A1", "5.4", "train the new head on a frozen backbone first, then fine-tune "
-           "everything at 1e-4 or less so the pretrained features are not destroyed", None, None, "", "08"),
+    _qualitative("transfer_beats_scratch", "A1", "5.4", "fine-tuning pretrained weights beats training from scratch "
+           "(93.5% against 92% on the article's inspection task)", "08"),
+    _qualitative("transfer_freeze_recipe", "A1", "5.4", "train the new head on a frozen backbone first, then fine-tune "
+           "everything at 1e-4 or less so the pretrained features are not destroyed", "08"),
     # notebook 09
-    _claim("top1_top5_metrics", "A2", "evaluation", "top-1 and top-5 accuracy are the standard evaluation metrics "
-           "(value: top-1 with its binomial interval)", None, None, "", "09"),
-    _claim("classes_differ", "A2", "evaluation", "some classes score much higher than others (value: best minus "
-           "worst recall)", None, None, "", "09"),
-    _claim("confusion_pairs", "A2", "evaluation", "the confusion matrix shows which classes the model mixes up "
-           "(value: the top pair's share of its true class)", None, None, "", "09"),
-    _claim("mixup_helps_09", "A1", "6.4", "MixUp helps remote-sensing images (unclear class boundaries): one "
-           "seed, image-by-image (value: top-1 gain)", None, None, "", "09"),
+    _qualitative("top1_top5_metrics", "A2", "evaluation", "top-1 and top-5 accuracy are the standard evaluation metrics "
+           "(value: top-1 with its binomial interval)", "09"),
+    _qualitative("classes_differ", "A2", "evaluation", "some classes score much higher than others (value: best minus "
+           "worst recall)", "09"),
+    _qualitative("confusion_pairs", "A2", "evaluation", "the confusion matrix shows which classes the model mixes up "
+           "(value: the top pair's share of its true class)", "09"),
+    _qualitative("mixup_helps_09", "A1", "6.4", "MixUp helps remote-sensing images (unclear class boundaries): one "
+           "seed, image-by-image (value: top-1 gain)", "09"),
     # notebook 10
-    _claim("casestudy_dataloader", "A1", "6", "stage 1: the DataLoader fix (workers, pinned memory, prefetch) cut "
-           "the epoch from 40 to 26 min (1.54x), GPU utilisation 40% -> 85%", None, None, "", "10"),
-    _claim("casestudy_amp", "A1", "6", "stage 2: mixed precision halved the epoch (26 -> 13 min) and the memory "
-           "(39 -> 23 GB) at unchanged accuracy (88.6% -> 88.5%)", None, None, "", "10"),
-    _claim("casestudy_ddp", "A1", "6", "stage 3: DDP on 4 GPUs, about 2.5x over single-GPU mixed precision",
-           None, None, "", "10"),
-    _claim("casestudy_adamw", "A1", "6", "stage 3: AdamW 2e-4 with warm-up and cosine decay lifts top-1 to 91.2% "
-           "(100 epochs)", None, None, "", "10"),
-    _claim("casestudy_regularization", "A1", "6", "stage 4: pretrained weights + label smoothing + MixUp reach "
-           "93.8% (60 epochs)", None, None, "", "10"),
-    _claim("casestudy_accuracy", "A1", "6", "overall: +5 points of top-1 (88.6% -> 93.8%) besides 1/16 of the time",
-           None, None, "", "10"),
+    _qualitative("casestudy_dataloader", "A1", "6", "stage 1: the DataLoader fix (workers, pinned memory, prefetch) cut "
+           "the epoch from 40 to 26 min (1.54x), GPU utilisation 40% -> 85%", "10"),
+    _qualitative("casestudy_amp", "A1", "6", "stage 2: mixed precision halved the epoch (26 -> 13 min) and the memory "
+           "(39 -> 23 GB) at unchanged accuracy (88.6% -> 88.5%)", "10"),
+    _qualitative("casestudy_ddp", "A1", "6", "stage 3: DDP on 4 GPUs, about 2.5x over single-GPU mixed precision", "10"),
+    _qualitative("casestudy_adamw", "A1", "6", "stage 3: AdamW 2e-4 with warm-up and cosine decay lifts top-1 to 91.2% "
+           "(100 epochs)", "10"),
+    _qualitative("casestudy_regularization", "A1", "6", "stage 4: pretrained weights + label smoothing + MixUp reach "
+           "93.8% (60 epochs)", "10"),
+    _qualitative("casestudy_accuracy", "A1", "6", "overall: +5 points of top-1 (88.6% -> 93.8%) besides 1/16 of the time", "10"),
     # notebook 11
-    _claim("compile_static_control_flow", "A1", "7", "torch.compile: data-dependent control flow breaks the graph; "
-           "make it static (value: graph breaks of a Python if)", None, None, "", "11"),
-    _claim("compile_first_call_slow", "A1", "7", "torch.compile: the first compile takes tens of seconds to minutes "
-           "(value: seconds of the first compiled call)", None, None, "", "11"),
-    _claim("preflight_catches_errors", "A1", "7", "5-10 steps on a tiny subset catch most low-level errors before "
-           "the real run (value: broken setups caught)", None, None, "", "11"),
-    _claim("set_epoch_reshuffles", "A1", "4.4", "call sampler.set_epoch(epoch) every epoch, else the shuffle order "
-           "repeats", None, None, "", "11"),
-    _claim("driver_matches_cuda", "A1", "2.1", "the driver must match the CUDA torch was built for (CUDA 12 needs "
-           "driver >= 525)", None, None, "", "11"),
-    _claim("workers0_starves", "A1", "6", "with num_workers=0 the GPU waits for data (40% utilisation in the case "
-           "study; value: data-wait fraction at num_workers=0)", None, None, "", "11"),
+    _qualitative("compile_static_control_flow", "A1", "7", "torch.compile: data-dependent control flow breaks the graph; "
+           "make it static (value: graph breaks of a Python if)", "11"),
+    _qualitative("compile_first_call_slow", "A1", "7", "torch.compile: the first compile takes tens of seconds to minutes "
+           "(value: seconds of the first compiled call)", "11"),
+    _qualitative("preflight_catches_errors", "A1", "7", "5-10 steps on a tiny subset catch most low-level errors before "
+           "the real run (value: broken setups caught)", "11"),
+    _qualitative("set_epoch_reshuffles", "A1", "4.4", "call sampler.set_epoch(epoch) every epoch, else the shuffle order "
+           "repeats", "11"),
+    _qualitative("driver_matches_cuda", "A1", "2.1", "the driver must match the CUDA torch was built for (CUDA 12 needs "
+           "driver >= 525)", "11"),
+    _qualitative("workers0_starves", "A1", "6", "with num_workers=0 the GPU waits for data (40% utilisation in the case "
+           "study; value: data-wait fraction at num_workers=0)", "11"),
     # notebook 12
-    _claim("eurosat_finetuned_reference", "Helber et al. 2019 (EuroSAT)", "abstract", "an ImageNet-pretrained, "
-           "fine-tuned ResNet-50 reaches 98.57% on EuroSAT RGB; does the speed-run recipe match it from scratch?",
-           None, None, "", "12"),
-    _claim("eurosat_scratch_reference", "EuroSAT from-scratch results", "best known", "the best from-scratch "
-           "EuroSAT figure we know of is 97.23%", None, None, "", "12"),
-    _claim("speedrun_97_in_10_minutes", "workbook target", "notebook 12", "97% on EuroSAT within 10 minutes on "
-           "2 CPU cores, decoding included", None, None, "", "12"),
-    _claim("airbench_pipeline", "airbench (Jordan 2024, arXiv:2404.00498)", "CIFAR-10, A100", "cached uint8 data, "
-           "whole-batch tensor augmentation and no DataLoader workers make the fastest pipeline", None, None, "",
-           "12"),
+    _qualitative("eurosat_finetuned_reference", "Helber et al. 2019 (EuroSAT)", "abstract", "an ImageNet-pretrained, "
+           "fine-tuned ResNet-50 reaches 98.57% on EuroSAT RGB; does the speed-run recipe match it from scratch?", "12"),
+    _qualitative("eurosat_scratch_reference", "EuroSAT from-scratch results", "best known", "the best from-scratch "
+           "EuroSAT figure we know of is 97.23%", "12"),
+    _qualitative("speedrun_97_in_10_minutes", "workbook target", "notebook 12", "97% on EuroSAT within 10 minutes on "
+           "2 CPU cores, decoding included", "12"),
+    _qualitative("airbench_pipeline", "airbench (Jordan 2024, arXiv:2404.00498)", "CIFAR-10, A100", "cached uint8 data, "
+           "whole-batch tensor augmentation and no DataLoader workers make the fastest pipeline", "12"),
     # notebook 13
-    _claim("deploy_distillation", "A2", "model compression and acceleration", "a big model's knowledge taught to "
-           "a small one: the small model keeps good accuracy and infers much faster", None, None, "", "13"),
-    _claim("deploy_pruning", "A2", "model compression and acceleration", "pruning makes a trained model faster for "
-           "production", None, None, "", "13"),
-    _claim("deploy_quantization", "A2", "model compression and acceleration", "quantization makes a trained model "
-           "faster for production", None, None, "", "13"),
-    _claim("deploy_export", "A2", "model compression and acceleration", "a trained model needs optimising before "
-           "it goes into production", None, None, "", "13"),
-    _claim("continual_learning", "A2", "continual learning", "continual learning lets a model recognise new "
-           "classes without forgetting the old ones", None, None, "", "13"),
+    _qualitative("deploy_distillation", "A2", "model compression and acceleration", "a big model's knowledge taught to "
+           "a small one: the small model keeps good accuracy and infers much faster", "13"),
+    _qualitative("deploy_pruning", "A2", "model compression and acceleration", "pruning makes a trained model faster for "
+           "production", "13"),
+    _qualitative("deploy_quantization", "A2", "model compression and acceleration", "quantization makes a trained model "
+           "faster for production", "13"),
+    _qualitative("deploy_export", "A2", "model compression and acceleration", "a trained model needs optimising before "
+           "it goes into production", "13"),
+    _qualitative("continual_learning", "A2", "continual learning", "continual learning lets a model recognise new "
+           "classes without forgetting the old ones", "13"),
 ])
 
 

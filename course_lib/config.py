@@ -36,6 +36,7 @@ class Config:
     data_dir: str = ""  # folder of the dataset; "" = the dataset's default place
     image_size: int = 64  # pixels, side of the square the model sees
     max_train_images: int = 0  # images; 0 = the whole training split
+    validation_from: str = "folder"  # folder (the data's val/ or valid/) | train (a fixed 10% of train per class, seed 0, to choose on; the folder's val/ is then held out as the test split)
     bad_images: str = "fail"  # fail | skip: what loading does with an unreadable image
     decoder: str = "pil"  # pil | opencv | torchvision | nvjpeg (CUDA; storage=cache only): JPEG decoding library
     storage: str = "files"  # files | cache (pre-decoded uint8, data_cache/predecoded) | shards (tar, data_cache/shards)
@@ -188,6 +189,7 @@ def _check_type(name: str, value):
 _CHOICES = {
     "dataset": ("landcover-synth", "digits", "imagefolder", "eurosat", "cifar10"),
     "bad_images": ("fail", "skip"),
+    "validation_from": ("folder", "train"),
     "decoder": DECODER_NAMES,
     "storage": STORAGE_NAMES,
     "augmentation": AUGMENTATION_PLACES,

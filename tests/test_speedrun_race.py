@@ -123,3 +123,49 @@ def test_the_ablation_scores_every_run_on_the_same_validation_subset(tmp_path):
     assert [a.ingredient for a in ablations] == ["full recipe", "label smoothing", "pre-decoded cache"]
     classes = ablations[0].results[0].num_classes
     assert {a.results[0].val_images for a in ablations} == {2 * classes}
+
+
+def test_a_point_with_a_fractional_epoch_prints_as_workbook_speedrun_shows_it():
+    # A budget ends epochs early: the curve counts fractions, which once crashed both printers.
+    line = speedrun.format_point({"seconds": 12.345, "epoch": 2.125, "val_top1": 0.9712, "images_per_second": 1420.4,
+                                  "data_wait_fraction": 0.01})
+    assert line.split() == ["12.3", "s", "epoch", "2.12", "val", "top-1", "97.12%", "1420", "images/s", "data",
+                            "wait", "1%"]
+
+
+def _seeded(top1s, tta, seconds, reached):
+    from course_lib.config import make_config
+
+    results = []
+    for seed, (single, with_tta, total, at) in enumerate(zip(top1s, tta, seconds, reached)):
+        curve = [{"seconds": at if at is not None else total, "val_top1": 0.97 if at is not None else 0.5},
+                 {"seconds": total, "val_top1": single}]
+        results.append(speedrun.RaceResult("r", make_config("smoke", seed=seed, tta_views=8), curve, 1.0, total,
+                                           with_tta, None, "off", 100.0))
+    return results
+
+
+def test_the_seed_summary_keeps_tta_apart_and_gives_t_intervals():
+    from scipy import stats
+
+    results = _seeded([0.97, 0.96, 0.98], [0.97, 0.98, 0.99], [100.0, 110.0, 120.0], [80.0, None, 90.0])
+    summary = speedrun.seed_summary(results)
+    half = stats.t.ppf(0.975, 2) * 0.01 / 3 ** 0.5  # std of (0.97, 0.96, 0.98) is 0.01
+    assert summary["top1"]["mean"] == pytest.approx(0.97)
+    assert summary["top1"]["low"] == pytest.approx(0.97 - half) and summary["top1"]["high"] == pytest.approx(0.97 + half)
+    assert summary["top1_tta"]["mean"] == pytest.approx(0.98) and summary["top1_tta"]["high"] <= 1.0
+    assert summary["reached_target"] == 2 and summary["seconds_to_target"]["mean"] == pytest.approx(85.0)
+    lines = "\n".join(speedrun.summary_lines(summary))
+    assert "1 view" in lines and "8 views (TTA)" in lines and "reached by 2 of 3" in lines
+
+
+def test_the_speedrun_command_runs_to_its_summary_line(tmp_path, monkeypatch, capsys):
+    from course_lib import cli
+
+    monkeypatch.chdir(tmp_path)  # a ledger and checkpoints of its own
+    code = cli.main(["speedrun", "--profile", "smoke", "--no-progress", "--seeds", "2", "-p", "epochs=2",
+                     "-p", f"output_dir={tmp_path / 'ck'}"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert code == 0
+    assert any(line.startswith("seed 1 ") and "epoch  2.00" in line for line in lines)
+    assert lines[-1].lstrip().startswith("seconds in all")

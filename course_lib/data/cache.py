@@ -52,6 +52,20 @@ def default_cache_dir(source: str | os.PathLike, image_size: int, max_images: in
     return project_root() / CACHE_DIR / "predecoded" / f"{Path(source).name}-{image_size}px-{digest}"
 
 
+def remove_caches(root: str | os.PathLike, image_size: int) -> int:
+    """Delete the pre-decoded caches at `image_size` of the image folder `root` and of its split
+    folders (train/, val/, valid/, test/ ...), so the next run decodes again: a benchmark whose clock
+    must include decoding. Returns how many were removed."""
+    names = {Path(root).name} | {child.name for child in Path(root).iterdir() if child.is_dir()} \
+        if Path(root).is_dir() else set()
+    removed = 0
+    for folder in (project_root() / CACHE_DIR / "predecoded").glob(f"*-{image_size}px-*"):
+        if folder.is_dir() and folder.name.rsplit(f"-{image_size}px-", 1)[0] in names:
+            shutil.rmtree(folder)
+            removed += 1
+    return removed
+
+
 def selection_key(folder, indices, extra: str = "") -> str:
     """A short hash of which files of the ImageFolderDataset `folder` were chosen (paths relative
     to its root, in order) plus `extra`: a cache or shard set is reused only for the same files,

@@ -261,8 +261,9 @@ class _Subset(TransformedSubset):
 
 
 def _refuse_file_switches(config: Config) -> None:
-    """digits and CIFAR-10 are decoded arrays in memory: decoder and storage have nothing to act on."""
-    for name, default in (("decoder", "pil"), ("storage", "files")):
+    """digits and CIFAR-10 are decoded arrays in memory: decoder and storage have nothing to act on,
+    and their validation split is carved by their own rule (validation_from=train is for folders)."""
+    for name, default in (("decoder", "pil"), ("storage", "files"), ("validation_from", "folder")):
         value = getattr(config, name)
         if value != default:
             raise ConfigError(f"{name}={value} does not apply to dataset={config.dataset}: its images are decoded "

@@ -63,10 +63,19 @@ class FolderListings:
         return self._listings[folder]
 
 
-def plan_splits(root: Path, seed: int, max_train_images: int, listing: FolderListings) -> dict:
+# validation_from=train: the share of each class of train/ held out to choose on, and its fixed seed
+# (not the run's: every seed and every recipe is chosen on the same images).
+CARVE_OUT_FRACTION, CARVE_OUT_SEED = 0.1, 0
+
+
+def plan_splits(root: Path, seed: int, max_train_images: int, listing: FolderListings,
+                validation_from: str = "folder") -> dict:
     """train / val / test as SplitPlans (test may be None): train/ val|valid|validation/ test/
     subfolders when present (a train/ alone gives up 10% for val), otherwise a seeded stratified
-    80/10/10 split of `root`; then max_train_images of the training files."""
+    80/10/10 split of `root`; then max_train_images of the training files.
+    validation_from="train" validates on a fixed stratified 10% of train/ instead, and holds the
+    folder's val/ out as the test split when the data has no test/ (so a recipe is chosen on images
+    that the reported figure never sees)."""
     folders = {}
     for split, options in SPLIT_FOLDER_NAMES.items():
         found = next((root / option for option in options if (root / option).is_dir()), None)
@@ -82,11 +91,23 @@ def plan_splits(root: Path, seed: int, max_train_images: int, listing: FolderLis
     else:
         train, val, test = split_indices(listing(root).targets, (0.8, 0.1, 0.1), seed)
         plans = {"train": SplitPlan(root, train), "val": SplitPlan(root, val), "test": SplitPlan(root, test)}
+    if validation_from == "train":
+        plans = _carve_validation_out_of_train(plans, listing)
     chosen = plans["train"].chosen(listing(plans["train"].folder))
     keep = limit_indices(len(chosen), max_train_images, seed)
     if keep is not None:
         plans["train"] = SplitPlan(plans["train"].folder, [chosen[k] for k in keep])
     return plans
+
+
+def _carve_validation_out_of_train(plans: dict, listing: FolderListings) -> dict:
+    train = plans["train"]
+    chosen = train.chosen(listing(train.folder))
+    targets = [listing(train.folder).targets[i] for i in chosen]
+    kept, carved = split_indices(targets, (1 - CARVE_OUT_FRACTION, CARVE_OUT_FRACTION), CARVE_OUT_SEED)
+    test = plans["test"] if plans["test"] is not None else plans["val"]
+    return {"train": SplitPlan(train.folder, sorted(chosen[i] for i in kept)),
+            "val": SplitPlan(train.folder, sorted(chosen[i] for i in carved)), "test": test}
 
 
 def split_transforms(config: Config, recipe: transforms.AugmentRecipe | None = None, augment: bool = True):
@@ -204,7 +225,7 @@ def image_folder_bundle(root: Path, config: Config, source: str | None = None) -
                           f"storage=cache (decoded once, when the cache is built); with storage={config.storage} "
                           "use decoder=opencv, torchvision or pil")
     listing = FolderListings(config)
-    plans = plan_splits(Path(root), config.seed, config.max_train_images, listing)
+    plans = plan_splits(Path(root), config.seed, config.max_train_images, listing, config.validation_from)
     train_tf, eval_tf, stage = split_transforms(config)
     transform_of = {"train": train_tf, "val": eval_tf, "test": eval_tf}
     where = ""

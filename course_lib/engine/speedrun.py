@@ -25,10 +25,10 @@ MILESTONES = (0.90, 0.95, 0.97)  # validation top-1 levels whose time the tables
 class RaceResult:
     label: str
     config: Config
-    curve: list[dict]  # per epoch: seconds (clock), epoch, val_top1, train_loss, images_per_second
+    curve: list[dict]  # per epoch: seconds (clock), epoch (fractional), val_top1 (one view), train_loss, images/s
     setup_seconds: float  # data building (decoding, caching) and model setup, inside the clock
     seconds: float  # the clock at the end, the final prediction included
-    val_top1: float  # final validation top-1, with the config's test-time augmentation
+    val_top1: float  # final validation top-1, with the config's test-time augmentation (curve[-1]: one view)
     test_top1: float | None  # the held-out split's top-1 when the data has one
     precision: str
     images_per_second: float  # training images per second of the last epoch
@@ -39,8 +39,14 @@ class RaceResult:
         """Seconds on the clock when validation top-1 first reached `accuracy` (None: never)."""
         return next((point["seconds"] for point in self.curve if point["val_top1"] >= accuracy), None)
 
+    @property
+    def single_view_top1(self) -> float | None:
+        """Final validation top-1 without test-time augmentation (the curve's last point)."""
+        return self.curve[-1]["val_top1"] if self.curve else None
+
     def row(self) -> dict:
-        return {"label": self.label, "val top-1": self.val_top1, "test top-1": self.test_top1,
+        return {"label": self.label, "val top-1": self.val_top1, "val top-1 (1 view)": self.single_view_top1,
+                "test top-1": self.test_top1,
                 **{f"s to {level:.0%}": self.time_to(level) for level in MILESTONES},
                 "seconds": self.seconds, "setup s": self.setup_seconds, "images/s": self.images_per_second,
                 "epochs": len(self.curve), "precision": self.precision}
@@ -63,6 +69,13 @@ class Clock:
             yield
         finally:
             self.excluded += time.perf_counter() - start
+
+
+def format_point(point: dict) -> str:
+    """One curve point as the line `workbook speedrun` and the benchmark print (epochs are fractional:
+    a budget can end an epoch early)."""
+    return (f"{point['seconds']:8.1f} s  epoch {point['epoch']:5.2f}  val top-1 {point['val_top1']:.2%}  "
+            f"{point['images_per_second']:.0f} images/s  data wait {point.get('data_wait_fraction', 0.0):.0%}")
 
 
 def race(config: Config, *, budget_seconds: float | None = None, label: str = "", bundle=None,
@@ -121,3 +134,77 @@ def race(config: Config, *, budget_seconds: float | None = None, label: str = ""
 def _weights(state):
     """The weights a race is scored on: the EMA's when the recipe keeps one, else the model's."""
     return state.ema.module if state.ema is not None else state.model
+
+
+def race_seeds(config: Config, seeds: list[int], *, budget_seconds: float | None = None, label: str = "",
+               on_epoch: Callable[[int, dict], None] | None = None, progress: bool = False,
+               record: bool = True) -> list[RaceResult]:
+    """The same race once per seed (data built once and shared: its decoding is timed in the first
+    race only when no cache exists yet, so each race builds its own bundle to keep decoding inside
+    every clock). `on_epoch(seed, point)` sees each curve point."""
+    results = []
+    for seed in seeds:
+        shown = (lambda point, seed=seed: on_epoch(seed, point)) if on_epoch else None
+        results.append(race(config.replace(seed=seed), budget_seconds=budget_seconds, label=label, progress=progress,
+                            verbose=False, on_epoch=shown, record=record))
+    return results
+
+
+def seed_summary(results: list[RaceResult], level: float = 0.95, target: float = 0.97) -> dict:
+    """How speed-run records are reported (airbench's means over many runs; fastai's Imagenette
+    rules): over the seeds, the mean and Student-t interval of the final top-1 without test-time
+    augmentation and, apart, with it; the seconds to `target` (single view, the curve) over the seeds
+    that reached it, and how many did. One seed gives its values with no interval."""
+    from course_lib.analysis import statistics
+
+    def interval(values: list[float], bounds: tuple[float, float]) -> dict | None:
+        if not values:
+            return None
+        if len(values) == 1:
+            return {"mean": values[0], "low": None, "high": None, "std": None, "runs": 1}
+        found = statistics.confidence_interval(values, level)
+        # A t interval knows nothing of bounds: an accuracy cannot pass 100%, nor a time go below 0.
+        return {**found, "low": max(found["low"], bounds[0]), "high": min(found["high"], bounds[1])}
+
+    accuracy, positive = (0.0, 1.0), (0.0, float("inf"))
+    reached = [r.time_to(target) for r in results if r.time_to(target) is not None]
+    tta_views = results[0].config.tta_views
+    summary = {"seeds": [r.config.seed for r in results], "runs": len(results), "level": level, "target": target,
+               "split": "val", "tta_views": tta_views,
+               "top1": interval([r.single_view_top1 for r in results], accuracy),
+               "top1_tta": interval([r.val_top1 for r in results], accuracy) if tta_views > 1 else None,
+               "seconds": interval([r.seconds for r in results], positive),
+               "seconds_to_target": interval(reached, positive), "reached_target": len(reached),
+               "images_per_second": interval([r.images_per_second for r in results], positive)}
+    tests = [r.test_top1 for r in results if r.test_top1 is not None]
+    summary["test_top1_tta" if tta_views > 1 else "test_top1"] = interval(tests, accuracy)
+    return summary
+
+
+def format_interval(values: dict | None, percent: bool = True) -> str:
+    """`97.12% [96.80%, 97.44%]` (or seconds with one decimal); one run: its value alone."""
+    if values is None:
+        return "-"
+    shown = (lambda v: f"{v:.2%}") if percent else (lambda v: f"{v:.1f}")
+    if values.get("low") is None:
+        return f"{shown(values['mean'])} (1 run)"
+    return f"{shown(values['mean'])} [{shown(values['low'])}, {shown(values['high'])}]"
+
+
+def summary_lines(summary: dict) -> list[str]:
+    """The seed summary as the lines `workbook speedrun --seeds N` and the benchmark print."""
+    views = summary["tta_views"]
+    rows = [("final top-1, 1 view", format_interval(summary["top1"]))]
+    if summary.get("top1_tta"):
+        rows.append((f"final top-1, {views} views (TTA)", format_interval(summary["top1_tta"])))
+    for key, name in (("test_top1", "test split top-1, 1 view"), ("test_top1_tta", f"test split top-1, {views} views")):
+        if summary.get(key):
+            rows.append((name, format_interval(summary[key])))
+    to_target = (f"{format_interval(summary['seconds_to_target'], percent=False)} s, reached by "
+                 f"{summary['reached_target']} of {summary['runs']}" if summary["seconds_to_target"]
+                 else f"not reached by any of {summary['runs']}")
+    rows += [(f"seconds to {summary['target']:.0%} (1 view)", to_target),
+             ("seconds in all", f"{format_interval(summary['seconds'], percent=False)} s")]
+    width = max(len(name) for name, _ in rows)
+    return [f"over {summary['runs']} seed(s) {summary['seeds']}: mean [{summary['level']:.0%} t interval], "
+            f"on the {summary['split']} split"] + [f"  {name:<{width}}  {value}" for name, value in rows]

@@ -1,0 +1,93 @@
+"""Every command the README shows in a code block, and how a test runs it in the smoke profile.
+
+One entry per command, in README order: `shown` is the command as the README prints it (without its
+comment); `run` is what tests/test_readme_commands.py executes, in a scratch project, with `--profile
+smoke` (or the smoke-sized form of the same command); `last_line` is a regular expression for its last
+printed line; `before` are commands that set the stage (a checkpoint to evaluate). A command that
+cannot run in a test says why in `skip`. tests/test_readme_commands.py fails when the README gains,
+loses or changes a command that this list does not.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadmeCommand:
+    shown: str
+    run: str = ""
+    last_line: str = ""
+    skip: str = ""
+    before: tuple[str, ...] = ()
+    exit_codes: tuple[int, ...] = (0,)
+
+
+CONTAINERS = "needs a container runtime, a registry and a GPU; tests/test_containers.py checks the files"
+SPEEDRUN_SUMMARY = r"^\s*seconds in all\s"
+
+COMMANDS = [
+    ReadmeCommand("make workbook", "workbook run --profile smoke --only 00", r"^index: .*index\.html$"),
+    ReadmeCommand("make test", skip="the command that runs these tests"),
+    ReadmeCommand("workbook doctor", "workbook doctor", r"problem\(s\); doctor took", exit_codes=(0, 1)),
+    ReadmeCommand("workbook doctor --json", "workbook doctor --json --no-measure", r"^}$", exit_codes=(0, 1)),
+    ReadmeCommand("workbook doctor --data-dir PATH", "workbook doctor --data-dir data_samples/landcover-synth",
+                  r"problem\(s\); doctor took", exit_codes=(0, 1)),
+    ReadmeCommand("workbook doctor --no-measure", "workbook doctor --no-measure", r"problem\(s\); doctor took",
+                  exit_codes=(0, 1)),
+    ReadmeCommand("workbook bench decode --json", "workbook bench decode --json --profile smoke", r"^}$"),
+    ReadmeCommand("workbook bench loader --workers 0,1,2,4 --json",
+                  "workbook bench loader --workers 0,1,2,4 --json --profile smoke", r"^}$"),
+    ReadmeCommand("workbook train --profile cpu -p model=resnet18 -p epochs=3 -p optimizer=adamw -p lr=1e-3",
+                  "workbook train --profile smoke --no-progress -p model=resnet18 -p epochs=3 -p optimizer=adamw "
+                  "-p lr=1e-3", r"^checkpoint: "),
+    ReadmeCommand("workbook train --profile cpu -p epochs=5 -p resume=true",
+                  "workbook train --profile smoke --no-progress -p model=resnet18 -p epochs=5 -p resume=true",
+                  r"^checkpoint: "),
+    ReadmeCommand("torchrun --standalone --nproc-per-node 2 -m course_lib train --profile gpu -p epochs=5",
+                  "torchrun --standalone --nproc-per-node 2 -m course_lib train --profile smoke --no-progress "
+                  "-p epochs=2 -p output_dir=runs/checkpoints/ddp", r"^checkpoint: "),
+    ReadmeCommand("workbook train -p checkpoint=runs/checkpoints/source/last.pt -p optimizer=adamw -p lr=1e-3 "
+                  "-p freeze_backbone_epochs=2 -p backbone_lr_scale=0.1",
+                  "workbook train --profile smoke --no-progress -p checkpoint=runs/checkpoints/source/last.pt "
+                  "-p optimizer=adamw -p lr=1e-3 -p freeze_backbone_epochs=2 -p backbone_lr_scale=0.1 -p epochs=3 "
+                  "-p output_dir=runs/checkpoints/target", r"^checkpoint: ",
+                  before=("workbook train --profile smoke --no-progress -p output_dir=runs/checkpoints/source",)),
+    ReadmeCommand("workbook speedrun", "workbook speedrun --profile smoke --no-progress -p epochs=2",
+                  SPEEDRUN_SUMMARY),
+    ReadmeCommand("workbook speedrun --budget-seconds 300 -p tta_views=1",
+                  "workbook speedrun --profile smoke --no-progress --budget-seconds 300 -p tta_views=1 -p epochs=2",
+                  SPEEDRUN_SUMMARY),
+    ReadmeCommand("workbook speedrun --seeds 5", "workbook speedrun --profile smoke --no-progress --seeds 2 "
+                  "-p epochs=2", SPEEDRUN_SUMMARY),
+    ReadmeCommand(".venv/bin/python benchmarks/bench_speedrun.py",
+                  "python benchmarks/bench_speedrun.py --profile smoke --seeds 2 -p epochs=2 --out runs/bench",
+                  r"^\| 1 \| "),
+    ReadmeCommand("workbook eval runs/checkpoints/last.pt --split val",
+                  "workbook eval runs/checkpoints/last.pt --split val", r"^saved "),
+    ReadmeCommand("workbook eval CHECKPOINT -p device=cpu -p batch_size=256 --json",
+                  "workbook eval runs/checkpoints/last.pt -p device=cpu -p batch_size=256 --json",
+                  r"^}$"),
+    ReadmeCommand("workbook compare 09-baseline-cpu 09-mixup-cpu", "workbook compare a b", r"\S",
+                  before=("workbook eval runs/checkpoints/a/last.pt --name a",
+                          "workbook eval runs/checkpoints/b/last.pt --name b")),
+    ReadmeCommand("workbook compare runs/evals/a.npz runs/evals/b.npz --json",
+                  "workbook compare runs/evals/a.npz runs/evals/b.npz --json", r"^}$"),
+    ReadmeCommand("workbook compare runs/checkpoints/a/last.pt runs/checkpoints/b/last.pt --split val",
+                  "workbook compare runs/checkpoints/a/last.pt runs/checkpoints/b/last.pt --split val", r"\S"),
+    ReadmeCommand("workbook train --profile cpu -p output_dir=runs/checkpoints/mine",
+                  "workbook train --profile smoke --no-progress -p output_dir=runs/checkpoints/mine", r"^checkpoint: "),
+    ReadmeCommand("workbook export runs/checkpoints/mine/last.pt --format onnx --int8",
+                  "workbook export runs/checkpoints/mine/last.pt --format onnx --int8 --repeats 1", r"\S"),
+    ReadmeCommand("docker build -t workbook .", skip=CONTAINERS),
+    ReadmeCommand('docker run --gpus all --ipc=host -v "$PWD/runs:/workbook/runs" workbook', skip=CONTAINERS),
+    ReadmeCommand('docker run --gpus all --ipc=host -v "$PWD/docs/results:/workbook/docs/results" workbook '
+                  "scripts/gpu_check.sh", skip=CONTAINERS),
+    ReadmeCommand("docker build -f Dockerfile.cpu -t workbook-cpu .", skip=CONTAINERS),
+    ReadmeCommand('docker run --ipc=host -v "$PWD/runs:/workbook/runs" workbook-cpu', skip=CONTAINERS),
+    ReadmeCommand("apptainer build workbook.sif containers/workbook.def", skip=CONTAINERS),
+    ReadmeCommand('apptainer run --nv --bind "$PWD":/workbook workbook.sif', skip=CONTAINERS),
+]
+
+# Checkpoints the compare commands read: two short smoke trainings, made once before any command runs.
+SETUP = ("workbook train --profile smoke --no-progress -p output_dir=runs/checkpoints/a",
+         "workbook train --profile smoke --no-progress -p output_dir=runs/checkpoints/b -p seed=1")

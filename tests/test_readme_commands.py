@@ -1,0 +1,100 @@
+"""Every command the README shows in a code block runs, in the smoke profile, to its last printed line.
+
+The list is tests/readme_commands.py. The commands run in README order, each in a subprocess, inside
+a scratch project (a folder with pyproject.toml and links to course_lib/, benchmarks/ and the
+committed sample), so their runs/, data_cache/ and ledger never touch the checkout, and no real data
+is found there (the smoke profile's own data, as a fresh clone without ../shared has).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from readme_commands import COMMANDS, SETUP
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAMS = ("make", "workbook", ".venv/bin/python", "python", "torchrun", "docker", "apptainer", "bash")
+COMMAND_TIMEOUT_SECONDS = 600  # the slowest smoke command (an int8 export) takes about a minute on 2 cores
+
+
+def readme_commands(text: str) -> list[str]:
+    """Command lines of the README's code blocks (fenced as bash/sh or plain, or indented by four or
+    more spaces after a blank line), comments cut and backslash continuations joined."""
+    found, fenced, language, in_indented, previous_blank, pending = [], False, "", False, True, ""
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced, language = not fenced, line[3:].strip()
+            continue
+        if not fenced:
+            in_indented = line.startswith("    ") and (previous_blank or in_indented)
+            previous_blank = not line.strip()
+        if not ((fenced and language in ("", "bash", "sh", "shell")) or in_indented):
+            continue
+        command = pending + re.sub(r"\s+#.*$", "", line.strip())
+        if command.endswith("\\"):
+            pending = command[:-1].rstrip() + " "
+            continue
+        pending = ""
+        if command.split(" ", 1)[0] in PROGRAMS:
+            found.append(command)
+    return found
+
+
+def test_the_list_holds_exactly_the_readmes_commands():
+    shown = readme_commands((ROOT / "README.md").read_text())
+    listed = [command.shown for command in COMMANDS]
+    missing = [c for c in shown if c not in listed]
+    stale = [c for c in listed if c not in shown]
+    assert not missing, f"README commands not in tests/readme_commands.py: {missing}"
+    assert not stale, f"tests/readme_commands.py lists commands the README no longer shows: {stale}"
+
+
+def test_the_extractor_reads_fenced_and_indented_blocks():
+    text = "Intro\n\n```bash\nmake test   # comment\n```\n\n    workbook doctor  # x\n    workbook train \\\n" \
+           "        -p epochs=2\n\n```text\nworkbook run 2026: 12 notebook(s)\n```\n```python\nimport os\n```\n" \
+           "- a list item\n    workbook inside-a-paragraph\n"
+    assert readme_commands(text) == ["make test", "workbook doctor", "workbook train -p epochs=2"]
+
+
+@pytest.fixture(scope="module")
+def scratch_project(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("project")
+    (folder / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    for name in ("course_lib", "benchmarks", "data_samples", "notebooks"):
+        (folder / name).symlink_to(ROOT / name)
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WORKBOOK_LEDGER": str(folder / "runs" / "ledger.sqlite"),
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "WORKBOOK_DATA": "none"}
+    env.pop("WORKBOOK_RUN_ID", None)
+    for command in SETUP:
+        _run(command, folder, env)
+    return folder, env
+
+
+def _run(command: str, folder: Path, env: dict, exit_codes=(0,)) -> list[str]:
+    argv = shlex.split(command)
+    if argv[0] == "python":
+        argv[0] = sys.executable
+    done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True,
+                          timeout=COMMAND_TIMEOUT_SECONDS, stdin=subprocess.DEVNULL)
+    assert done.returncode in exit_codes, f"{command} exited {done.returncode}:\n{done.stdout[-3000:]}\n" \
+                                          f"{done.stderr[-3000:]}"
+    return [line for line in done.stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[c.shown[:60] for c in COMMANDS])
+def test_each_readme_command_runs_to_its_last_line(command, scratch_project):
+    if command.skip:
+        pytest.skip(command.skip)
+    folder, env = scratch_project
+    for step in command.before:
+        _run(step, folder, env)
+    lines = _run(command.run, folder, env, command.exit_codes)
+    assert lines, f"{command.run} printed nothing"
+    assert re.search(command.last_line, lines[-1]), f"{command.run}: last line {lines[-1]!r} does not match " \
+                                                    f"{command.last_line!r}"

@@ -119,6 +119,8 @@ def _gpu_check(args) -> int:
 # --- data and scan ----------------------------------------------------------------------------
 
 def _add_data(subparsers) -> None:
+    from course_lib.data.download import DOWNLOADABLE
+
     data = subparsers.add_parser("data", help="generate or describe datasets")
     actions = data.add_subparsers(dest="action", metavar="ACTION", required=True)
     make = actions.add_parser("make", help="write landcover-synth as JPEG in ImageFolder layout")
@@ -129,6 +131,17 @@ def _add_data(subparsers) -> None:
     make.add_argument("--test", type=int, default=50, help="test images per class")
     make.add_argument("--seed", type=int, default=0)
     make.set_defaults(func=_data_make)
+    get = actions.add_parser("get", help="download EuroSAT, CIFAR-10 or Imagenette (md5-checked) and lay it out "
+                                         "as train/ valid/ test/ under data_cache/<name>/",
+                             description="Download torchvision's archive of a real dataset (resumed when cut), check "
+                                         "its md5, and lay it out as an ImageFolder with train/, valid/ and test/ "
+                                         "folders, split the same way for everyone. A finished layout is not redone.")
+    get.add_argument("name", choices=DOWNLOADABLE, help=" | ".join(DOWNLOADABLE))
+    get.add_argument("--root", metavar="DIR", help="folder to lay the data out in (default: data_cache/<name>)")
+    get.add_argument("--from", dest="archive", metavar="FILE",
+                     help="an archive you already have (fetched by hand): checked against the md5, then laid out")
+    get.add_argument("--no-progress", action="store_true", help="no progress bar")
+    get.set_defaults(func=_data_get)
     info = actions.add_parser("info", help="classes and split sizes of a configured dataset")
     _add_config_arguments(info, "-p dataset=imagefolder -p data_dir=PATH")
     info.set_defaults(func=_data_info)
@@ -148,6 +161,16 @@ def _data_make(args) -> int:
     total = sum(1 for _ in out.rglob("*.jpg"))
     size = sum(p.stat().st_size for p in out.rglob("*.jpg"))
     print(f"wrote {total} images ({size / 1e6:.1f} MB) to {out}")
+    return 0
+
+
+def _data_get(args) -> int:
+    from course_lib.data import download
+
+    result = download.get(args.name, args.root, args.archive, progress=not args.no_progress)
+    print(result.summary())
+    if result.warning:
+        print(result.warning, file=sys.stderr)
     return 0
 
 

@@ -290,13 +290,22 @@ def digits_bundle(config: Config) -> DataBundle:
                       TransformedSubset(whole, te, eval_tf), classes, "sklearn.datasets.load_digits", stage)
 
 
+# After `workbook data get NAME`, the images are an ImageFolder with train/ valid/ test/.
+_USE_THE_LAYOUT = ", then train with -p dataset=imagefolder -p data_dir=data_cache/{}"
+
+
 def eurosat_folder(root: Path, download: bool) -> Path:
     """torchvision.datasets.EuroSAT's image folder (root/eurosat/2750/<class>/*.jpg), downloaded
     when allowed; the workbook then reads it as an image folder, so every data switch applies."""
     from torchvision.datasets import EuroSAT
 
+    from course_lib.data import download as downloads
+
     try:
         EuroSAT(str(root), download=download)  # checks the files (and downloads them when allowed)
+    except downloads.NETWORK_ERRORS as error:  # offline: one line naming the URL and `workbook data get --from`
+        raise downloads.unreachable("eurosat", downloads.EUROSAT_URL, error,
+                                    _USE_THE_LAYOUT.format("eurosat")) from None
     except RuntimeError as error:
         raise FileNotFoundError(f"EuroSAT not found under {root} ({error}); set download=true when online, "
                                 "or point dataset=imagefolder data_dir=... at an extracted copy") from None
@@ -309,10 +318,14 @@ def cifar10_bundle(root: Path, config: Config) -> DataBundle:
 
     from course_lib.data.pipeline import split_transforms
 
+    from course_lib.data import download as downloads
+
     train_tf, eval_tf, stage = split_transforms(config)
     try:
         train_whole = CIFAR10(str(root), train=True, download=config.download)
         test = CIFAR10(str(root), train=False, download=config.download, transform=eval_tf)
+    except downloads.NETWORK_ERRORS as error:
+        raise downloads.unreachable("cifar10", CIFAR10.url, error, _USE_THE_LAYOUT.format("cifar10")) from None
     except RuntimeError as error:
         raise FileNotFoundError(f"CIFAR-10 not found under {root} ({error}); set download=true when online") from None
     tr, va = split_indices(train_whole.targets, (0.9, 0.1), config.seed)

@@ -35,6 +35,7 @@ class Config:
     dataset: str = "landcover-synth"  # landcover-synth | digits | imagefolder | eurosat | cifar10
     data_dir: str = ""  # folder of the dataset; "" = the dataset's default place
     image_size: int = 64  # pixels, side of the square the model sees
+    min_image_size: int = 0  # pixels of the first epoch's training images, growing to image_size over 3/4 of the epochs (progressive resizing); 0 = off
     max_train_images: int = 0  # images; 0 = the whole training split
     validation_from: str = "folder"  # folder (the data's val/ or valid/) | train (a fixed 10% of train per class, seed 0, to choose on; the folder's val/ is then held out as the test split)
     bad_images: str = "fail"  # fail | skip: what loading does with an unreadable image
@@ -221,6 +222,8 @@ def _check_ranges(values: dict) -> None:
     for name in ("batch_size", "accumulation_steps", "prefetch_factor", "epochs"):
         if values[name] < 1:
             refuse(name, "at least 1")
+    if values["min_image_size"] and not low <= values["min_image_size"] <= values["image_size"]:
+        refuse("min_image_size", f"0 (off) or {low} to image_size ({values['image_size']}) pixels")
     for name in ("max_steps", "max_train_images", "freeze_backbone_epochs", "seed", "weight_decay", "warmup_epochs",
                  "min_lr", "grad_clip_norm", "mixup_alpha", "cutmix_alpha"):
         if values[name] < 0:

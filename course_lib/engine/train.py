@@ -47,6 +47,7 @@ from course_lib.engine.loss_guard import (  # callers catch train.NonFiniteLossE
 )
 from course_lib.engine.mixup import make_mixup
 from course_lib.engine.precision import autocast, grad_scaler
+from course_lib.engine.progressive_resize import image_size_for_epoch, resize_batch
 from course_lib.engine.random_erasing import make_random_erasing
 from course_lib.engine.run_record import RunRecorder
 from course_lib.engine.schedule import make_optimizer, make_scheduler
@@ -302,12 +303,16 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
     if stop is not None and distributed.enabled:
         raise ValueError("train_one_epoch(stop=...) is for one process: DDP ranks must run the same steps")
     batches = _epoch_batches(state, meter.timer)
+    side = image_size_for_epoch(epoch, config.epochs, config.min_image_size, config.image_size)
+    if side != config.image_size:
+        state.log(f"epoch {epoch + 1}: training images at {side} px (progressive resizing to {config.image_size} px)")
     meter.start()
     steps_done = 0
     for step in range(state.steps_per_epoch):
         for micro_step in range(config.accumulation_steps):
             images, targets = stage_batch(state.bundle, *next(batches), device, train=True,
                                           channels_last=config.channels_last)
+            images = resize_batch(images, side)  # a no-op at the full size
             true_classes = targets  # MixUp makes the targets soft; accuracy counts the true class
             if state.mixup is not None:
                 images, targets = state.mixup(images, targets)

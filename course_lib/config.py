@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 PROFILE_NAMES = ("smoke", "cpu", "gpu", "auto")
 # The data switches' values (data.decode, data.pipeline and data.loaders use these names too).
 DECODER_NAMES = ("pil", "opencv", "torchvision", "nvjpeg")
-STORAGE_NAMES = ("files", "cache", "shards")
+STORAGE_NAMES = ("files", "cache", "shards", "device")
 AUGMENTATION_PLACES = ("cpu", "device", "none")
 # The committed landcover-synth sample (relative to the project root).
 SAMPLE_DATA_DIR = "data_samples/landcover-synth"
@@ -40,7 +40,7 @@ class Config:
     validation_from: str = "folder"  # folder (the data's val/ or valid/) | train (a fixed 10% of train per class, seed 0, to choose on; the folder's val/ is then held out as the test split)
     bad_images: str = "fail"  # fail | skip: what loading does with an unreadable image
     decoder: str = "pil"  # pil | opencv | torchvision | nvjpeg (CUDA; storage=cache only): JPEG decoding library
-    storage: str = "files"  # files | cache (pre-decoded uint8, data_cache/predecoded) | shards (tar, data_cache/shards)
+    storage: str = "files"  # files | cache (pre-decoded uint8, data_cache/predecoded) | shards (tar, data_cache/shards) | device (the cache as one uint8 tensor on the training device, batched there, no DataLoader)
     augmentation: str = "cpu"  # cpu (per image, in workers) | device (per batch, on the training device) | none
     augment_recipe: str = "light"  # light (crop + flip) | heavy (+ colour jitter) | overhead (8 symmetries of the square + shifts)
     download: bool = False  # allow torchvision datasets to download (needs internet)
@@ -73,6 +73,8 @@ class Config:
     precision: str = "auto"  # off | fp16 | bf16 | auto (chosen from measured device speed)
     channels_last: bool = False  # NHWC memory format for convolutions
     compile: bool = False  # torch.compile the model
+    compile_mode: str = "default"  # default | reduce-overhead (CUDA graphs) | max-autotune (Triton autotuning): torch.compile's mode
+    cudnn_benchmark: bool = False  # let cuDNN time its convolution algorithms on the first batches (CUDA only; fixed image sizes)
     num_workers: int = 0  # DataLoader worker processes; -1 = recommended: half the physical cores per process
     pin_memory: bool = False  # page-locked host memory for faster host-to-device copies
     prefetch_factor: int = 2  # batches each worker loads ahead
@@ -191,6 +193,7 @@ _CHOICES = {
     "dataset": ("landcover-synth", "digits", "imagefolder", "eurosat", "cifar10"),
     "bad_images": ("fail", "skip"),
     "validation_from": ("folder", "train"),
+    "compile_mode": ("default", "reduce-overhead", "max-autotune"),
     "decoder": DECODER_NAMES,
     "storage": STORAGE_NAMES,
     "augmentation": AUGMENTATION_PLACES,

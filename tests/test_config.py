@@ -63,7 +63,7 @@ def test_bad_values_are_refused(name, value):
 
 
 @pytest.mark.parametrize("name,valid", [("decoder", "pil, opencv, torchvision, nvjpeg"),
-                                        ("storage", "files, cache, shards"), ("augmentation", "cpu, device, none")])
+                                        ("storage", "files, cache, shards, device"), ("augmentation", "cpu, device, none")])
 def test_data_switches_name_their_valid_values_in_one_line(name, valid):
     with pytest.raises(ConfigError) as error:
         make_config("smoke", **{name: "nonsense"})

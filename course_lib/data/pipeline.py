@@ -30,6 +30,7 @@ from course_lib.data.datasets import (
 from course_lib.data.decode import FileDecoder, get_decoder
 from course_lib.data.device_augment import DeviceAugment, DeviceStage, batch_normalize
 from course_lib.data.loaders import resolved_num_workers
+from course_lib.data.resident import ResidentSplit
 from course_lib.paths import project_root
 
 # Encoded samples each shard reader holds to shuffle (webdataset's default size); the shards
@@ -224,13 +225,21 @@ def image_folder_bundle(root: Path, config: Config, source: str | None = None) -
         raise ConfigError(f"decoder=nvjpeg decodes on the GPU, which DataLoader workers cannot use, so it serves "
                           f"storage=cache (decoded once, when the cache is built); with storage={config.storage} "
                           "use decoder=opencv, torchvision or pil")
+    if config.storage == "device" and config.augmentation != "device":
+        raise ConfigError(f"storage=device batches uint8 images on the training device, where only augmentation=device "
+                          f"can augment and normalise them; with augmentation={config.augmentation} use storage=cache")
     listing = FolderListings(config)
     plans = plan_splits(Path(root), config.seed, config.max_train_images, listing, config.validation_from)
     train_tf, eval_tf, stage = split_transforms(config)
     transform_of = {"train": train_tf, "val": eval_tf, "test": eval_tf}
     where = ""
-    if config.storage == "cache":
+    if config.storage in ("cache", "device"):
         splits, where = _cached_splits(plans, transform_of, config, listing)
+        if config.storage == "device":  # one uint8 tensor per split, moved to the device by the engine
+            classes = list(listing(plans["train"].folder).classes)
+            splits = {name: ResidentSplit.from_dataset(split, classes) if split is not None else None
+                      for name, split in splits.items()}
+            where += f"; resident, {sum(s.nbytes for s in splits.values() if s is not None) / 1e6:.0f} MB"
     else:
         splits = _file_splits(plans, transform_of, listing)
         if config.storage == "shards":

@@ -117,7 +117,7 @@ def race(config: Config, *, budget_seconds: float | None = None, label: str = ""
     if state.bundle.test is not None and len(state.bundle.test):
         with clock.paused():
             test_state = dataclasses.replace(state, val_loader=train.validation_loader(state.bundle.test, config,
-                                                                                      state.distributed))
+                                                                                      state.distributed, state.device))
             test_top1 = train.validate(_weights(state), test_state, views=config.tta_views)["top1"]
     result = RaceResult(label or config.recipe or config.model, config, curve, setup_seconds, clock.seconds(),
                         final["top1"], test_top1, state.precision,

@@ -159,16 +159,21 @@ def wrap_model(raw_model: torch.nn.Module, config: Config, distributed: Distribu
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
     if config.compile:
-        model = torch.compile(model)  # compiles on the first step (slow once; see notebook 03)
+        model = torch.compile(model, mode=config.compile_mode)  # compiles on the first step (slow once; notebook 03)
     return model
 
 
-def _training_data(dataset, config: Config, distributed: Distributed):
+def _training_data(dataset, config: Config, distributed: Distributed, device: torch.device):
     """(sampler or None, loader, optimizer steps per epoch) for the training split."""
     from torch.utils.data import DistributedSampler
 
     from course_lib.data.loaders import make_loader
+    from course_lib.data.resident import ResidentBatches, ResidentSplit
 
+    if isinstance(dataset, ResidentSplit):  # storage=device: batches cut on the device, no DataLoader
+        batches = ResidentBatches(dataset, config.batch_size, device, shuffle=True, drop_last=True,
+                                  seed=config.seed, rank=distributed.rank, world_size=distributed.world_size)
+        return batches, batches, _capped(len(batches) // config.accumulation_steps, config)
     if isinstance(dataset, torch.utils.data.IterableDataset):
         # A stream (tar shards) splits itself across ranks and workers: no sampler, and its len()
         # is what this rank's part yields. Its order comes from the stream's own shuffling, not
@@ -187,13 +192,17 @@ def _capped(steps: int, config: Config) -> int:
     return min(steps, config.max_steps) if config.max_steps else steps
 
 
-def validation_loader(dataset, config: Config, distributed: Distributed):
+def validation_loader(dataset, config: Config, distributed: Distributed, device: torch.device | None = None):
     from torch.utils.data import Subset
 
     from course_lib.data.loaders import make_loader
+    from course_lib.data.resident import ResidentBatches, ResidentSplit
 
     if dataset is None:
         return None
+    if isinstance(dataset, ResidentSplit):
+        return ResidentBatches(dataset, config.batch_size, device or dataset.images.device, shuffle=False, drop_last=False,
+                               rank=distributed.rank, world_size=distributed.world_size) if len(dataset) else None
     if isinstance(dataset, torch.utils.data.IterableDataset):  # a stream splits itself across ranks
         return make_loader(dataset, config, train=False)
     if not len(dataset):
@@ -220,9 +229,15 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
         distributed, device = setup_distributed(config)
     log = print if (verbose and distributed.is_main) else _quiet
     seed_everything(config.seed)  # the same initial weights on every rank
+    if config.cudnn_benchmark:
+        # cuDNN times each convolution's algorithms on the first batch of every new shape, then keeps the
+        # fastest; it only pays when shapes repeat (fixed image_size, drop_last). Nothing to tune elsewhere.
+        torch.backends.cudnn.benchmark = device.type == "cuda"
+        if device.type != "cuda":
+            log(f"cudnn_benchmark: no effect on {device.type} (cuDNN is CUDA's convolution library)")
     bundle = bundle or datasets.build_datasets(config)
     log(f"data: {bundle.source}, {bundle.pipeline}")
-    sampler, train_loader, steps_per_epoch = _training_data(bundle.train, config, distributed)
+    sampler, train_loader, steps_per_epoch = _training_data(bundle.train, config, distributed, device)
     global_batch = config.batch_size * config.accumulation_steps * distributed.world_size
     if steps_per_epoch < 1:
         raise ConfigError(f"the training split has {len(bundle.train)} images, fewer than one optimizer step "
@@ -245,7 +260,7 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
         scheduler=make_scheduler(optimizer, config, steps_per_epoch), scaler=grad_scaler(precision, device),
         ema=make_ema(raw_model, config), criterion=make_criterion(config, mixing=mixup is not None),
         mixup=mixup, eraser=make_random_erasing(config, device), train_loader=train_loader, sampler=sampler,
-        val_loader=validation_loader(bundle.val, config, distributed), steps_per_epoch=steps_per_epoch,
+        val_loader=validation_loader(bundle.val, config, distributed, device), steps_per_epoch=steps_per_epoch,
         global_batch=global_batch, freezer=freeze.BackboneFreezer(config.freeze_backbone_epochs),
         checkpoints=CheckpointSaver(config.output_dir, distributed.is_main), log=log,
         teacher=teacher.to(device) if teacher is not None else None)

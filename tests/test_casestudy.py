@@ -124,7 +124,7 @@ def test_case_study_runs_records_and_tabulates(config):
     # No fastest-recipe stage, no data_loader stage; ddp was skipped with a reason.
     assert found[0].verdict == found[1].verdict == found[3].verdict == claims.NOT_MEASURABLE
     assert found[3].reason == "skipped: test" and "data_loader was not run" in found[1].reason
-    assert found[5].verdict in (claims.HOLDS, claims.REFUTED) and "points vs the baseline" in found[5].reason
+    assert found[5].verdict in (claims.HOLDS, claims.REFUTED, claims.NOT_SHOWN) and "points vs the baseline" in found[5].reason
     assert set(table["top1_vs_baseline_seeds"].dropna()) <= {"higher", "lower", "within noise"}
     with pytest.raises(ConfigError, match="unknown stage"):
         study.run("turbo")

@@ -1,7 +1,6 @@
 """The articles' claims: the registry, verdicts from intervals, the ledger round trip and the scoreboard."""
 import dataclasses
 import json
-import os
 
 import pytest
 from conftest import ROOT
@@ -161,12 +160,3 @@ def test_rows_without_a_profile_read_unknown_and_old_verdicts_are_reworded():
     assert board["amp_speedup"]["verdict"] == claims.NOT_SHOWN
     assert board["amp_accuracy"]["verdict"] == claims.REFUTED
 
-
-def test_the_runner_tells_the_kernel_its_profile(monkeypatch):
-    from course_lib import ledger as ledger_module
-    from course_lib import runner
-
-    monkeypatch.delenv(ledger_module.PROFILE_ENV, raising=False)
-    with runner.profile_for_kernels("smoke"):
-        assert ledger_module.make_row("claim", "x")["profile"] == "smoke"
-    assert ledger_module.PROFILE_ENV not in os.environ

@@ -493,8 +493,9 @@ def claims_table(study: CaseStudy, hardware: str | None = None) -> list:
         test = study.top1_test(row.get("val_top1"))
         if test is None:
             return None, f"top-1 {row['val_top1']:.1%} {after} (fewer than 2 baseline seeds: no noise band)"
-        return {1: True, -1: False, 0: None}[test["beyond"]], (f"top-1 {row['val_top1']:.1%} {after}, {100 * test['delta']:+.1f} points vs the "
-                                    f"baseline seeds' mean (noise band ±{100 * test['band']:.1f})")
+        holds = {1: True, -1: False, 0: None}[test["beyond"]]
+        return holds, (f"top-1 {row['val_top1']:.1%} {after}, {100 * test['delta']:+.1f} points vs the "
+                       f"baseline seeds' mean (noise band ±{100 * test['band']:.1f})")
 
     found = []
     speedup = speedup_interval(study)

@@ -270,27 +270,40 @@ every images/s figure was measured on the hardware named here.</p>
 
 
 def scoreboard_html(book=None) -> str:
-    """The claims scoreboard section: every article claim with claimed, measured, interval, verdict
-    and the notebook that measured it, newest measurement per machine (`workbook claims`)."""
+    """The claims scoreboard section: every article claim with claimed, measured, interval, verdict,
+    the notebook that measured it and the profile it ran in, newest measurement per machine
+    (`workbook claims`). Smoke-profile measurements follow in a table of their own, marked
+    "smoke: not evidence" and left out of the counts."""
     from course_lib.analysis import claims
 
     try:
         board = claims.scoreboard(book)
     except ledger.LedgerError as error:
         return f"<h2>Claims scoreboard</h2><p>{html.escape(str(error))}</p>"
-    colours = {claims.HOLDS: "#1a7f37", claims.DOES_NOT_HOLD: "#cf222e"}
-    rows = "".join(
-        f"<tr><td>{html.escape(item['notebook'])}</td><td>{html.escape(item['statement'])}</td>"
-        f"<td>{html.escape(item['source'])}</td><td>{html.escape(item['claimed'])}</td>"
-        f"<td>{html.escape(item['measured'])}</td><td>{html.escape(item['interval'])}</td>"
-        f"<td style='color:{colours.get(item['verdict'], '#57606a')}'>{html.escape(item['verdict'])}</td>"
-        f"<td>{html.escape(item['reason'])}</td><td>{html.escape(item['hardware'])}</td></tr>" for item in board)
-    counts = ", ".join(f"{sum(item['verdict'] == verdict for item in board)} {verdict}"
-                       for verdict in (*claims.VERDICTS, claims.NOT_MEASURED))
+    colours = {claims.HOLDS: "#1a7f37", claims.REFUTED: "#cf222e", claims.NOT_SHOWN: "#9a6700"}
+    header = ("<tr><th>notebook</th><th>claim</th><th>source</th><th>claimed</th><th>measured</th><th>interval</th>"
+              "<th>verdict</th><th>how / why</th><th>hardware</th><th>profile</th></tr>")
+
+    def rows(items, verdict_of):
+        return "".join(
+            f"<tr><td>{html.escape(item['notebook'])}</td><td>{html.escape(item['statement'])}</td>"
+            f"<td>{html.escape(item['source'])}</td><td>{html.escape(item['claimed'])}</td>"
+            f"<td>{html.escape(item['measured'])}</td><td>{html.escape(item['interval'])}</td>"
+            f"<td style='color:{colours.get(item['verdict'], '#57606a')}'>{html.escape(verdict_of(item))}</td>"
+            f"<td>{html.escape(item['reason'])}</td><td>{html.escape(item['hardware'])}</td>"
+            f"<td>{html.escape(item.get('profile', claims.UNKNOWN_PROFILE))}</td></tr>" for item in items)
+
+    evidence = [item for item in board if item.get("evidence", True)]
+    smoke = [item for item in board if not item.get("evidence", True)]
+    counts = ", ".join(f"{count} {verdict}" for verdict, count in claims.verdict_counts(board).items())
+    smoke_rows = rows(smoke, lambda item: f"{claims.SMOKE} (as measured: {item['verdict_as_measured']})")
+    smoke_section = "" if not smoke else (
+        f"<details><summary>{html.escape(claims.SMOKE)}: {len(smoke)} measurement(s) of the smoke profile (a "
+        f"few steps on tiny inputs, to check that the notebooks run), left out of the counts</summary><table>"
+        f"{header}{smoke_rows}</table></details>")
     return (f"<h2>Claims scoreboard</h2><p>Every claim of the two articles, newest measurement per machine from "
-            f"the ledger (<code>workbook claims</code>): {html.escape(counts)}.</p><table><tr><th>notebook</th>"
-            f"<th>claim</th><th>source</th><th>claimed</th><th>measured</th><th>interval</th><th>verdict</th>"
-            f"<th>how / why</th><th>hardware</th></tr>{rows}</table>")
+            f"the ledger (<code>workbook claims</code>): {html.escape(counts)}.</p><table>{header}"
+            f"{rows(evidence, lambda item: item['verdict'])}</table>{smoke_section}")
 
 
 def run_folder(run: str) -> Path:

@@ -280,10 +280,27 @@ def kernel_transport():
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def profile_for_kernels(profile: str | None):
+    """Export the notebook's profile (`auto` resolved) as WORKBOOK_PROFILE while a kernel runs, so the
+    ledger rows it writes (claims above all) say which profile they were measured in; restored after."""
+    before = os.environ.get(ledger.PROFILE_ENV)
+    if profile is not None:
+        os.environ[ledger.PROFILE_ENV] = resolve_profile(profile)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ledger.PROFILE_ENV, None)
+        else:
+            os.environ[ledger.PROFILE_ENV] = before
+
+
 def execute_notebook(path: Path, output: Path, parameters: dict, cell_timeout: int = CELL_TIMEOUT_SECONDS,
                      on_cell=None) -> NotebookResult:
     """Run one notebook with papermill; a failure is caught and described, not raised.
-    `on_cell(number)` is called as each code cell starts (1-based, the injected parameters cell included)."""
+    `on_cell(number)` is called as each code cell starts (1-based, the injected parameters cell included).
+    The kernel sees `parameters["profile"]` as WORKBOOK_PROFILE (`profile_for_kernels`)."""
     import papermill
 
     started = time.perf_counter()
@@ -294,7 +311,7 @@ def execute_notebook(path: Path, output: Path, parameters: dict, cell_timeout: i
         # nbclient calls on_cell_execute just before it sends a non-empty code cell to the kernel.
         hooks["on_cell_execute"] = lambda cell, cell_index: on_cell(next(numbers))
     try:
-        with kernel_transport() as transport:
+        with kernel_transport() as transport, profile_for_kernels(parameters.get("profile")):
             papermill.execute_notebook(str(path), str(output), parameters=parameters, kernel_name=KERNEL_NAME,
                                        cwd=str(path.parent), progress_bar=False, execution_timeout=cell_timeout,
                                        **transport, **hooks)

@@ -1,4 +1,5 @@
 """The articles' claims: the registry, verdicts from intervals, the ledger round trip and the scoreboard."""
+import dataclasses
 import json
 
 import pytest
@@ -22,16 +23,18 @@ def test_the_registry_holds_the_articles_twenty_numeric_claims():
 @pytest.mark.parametrize("value, interval, verdict", [
     (2.0, (1.8, 2.2), claims.HOLDS),            # inside 1.5-2.5x
     (1.4, (1.2, 1.55), claims.HOLDS),           # the interval meets the range: cannot be told apart
-    (1.2, (1.1, 1.3), claims.DOES_NOT_HOLD),    # wholly below
-    (3.0, None, claims.DOES_NOT_HOLD),          # a point above
+    (1.2, (1.1, 1.3), claims.REFUTED),          # wholly below
+    (3.0, None, claims.REFUTED),                # a point above
+    (1.2, (0.9, 1.3), claims.REFUTED),          # wholly below, though it contains 1x: the range is excluded
+    (1.3, (0.9, 1.6), claims.NOT_SHOWN),        # meets the range and contains 1x: inconclusive
     (1.6, None, claims.HOLDS),
 ])
 def test_range_claims_hold_when_the_interval_meets_the_range(value, interval, verdict):
     assert claims.measured("opencv_decode", value, interval, hardware="h").verdict == verdict
 
 
-@pytest.mark.parametrize("interval, verdict", [((0.2, 1.5), claims.HOLDS), ((-0.3, 1.5), claims.DOES_NOT_HOLD),
-                                               ((-2.0, -0.5), claims.DOES_NOT_HOLD)])
+@pytest.mark.parametrize("interval, verdict", [((0.2, 1.5), claims.HOLDS), ((-0.3, 1.5), claims.NOT_SHOWN),
+                                               ((-2.0, -0.5), claims.REFUTED)])
 def test_beats_claims_need_the_whole_interval_beyond_noise(interval, verdict):
     claim = claims.measured("adamw_vs_sgd", sum(interval) / 2, interval, hardware="h")
     assert claim.verdict == verdict
@@ -61,7 +64,7 @@ def test_show_records_every_claim_and_the_scoreboard_reads_the_newest_per_machin
                          claims.measured("opencv_decode", 1.1, (1.0, 1.2), "64 px", hardware="machine B"),
                          claims.not_measurable("pin_memory", "no CUDA device", hardware="machine A")])
     assert "measured on: machine A; machine B" in capsys.readouterr().out
-    assert list(table.verdict) == [claims.HOLDS, claims.DOES_NOT_HOLD, claims.NOT_MEASURABLE]
+    assert list(table.verdict) == [claims.HOLDS, claims.REFUTED, claims.NOT_MEASURABLE]
     assert len(ledger.Ledger().rows(kind=claims.LEDGER_KIND)) == 4
     board = claims.scoreboard()
     decode = [item for item in board if item["key"] == "opencv_decode"]
@@ -77,7 +80,7 @@ def test_workbook_claims_prints_text_and_json(capsys):
     claims.record([claims.measured("tar_shards", 6.0, (5.5, 6.5), "warm cache", hardware="machine A")])
     assert cli.main(["claims"]) == 0
     text = capsys.readouterr().out
-    assert "[02] tar_shards (A1 §3.4): holds" in text and "1 holds, 0 does not hold" in text
+    assert "[02] tar_shards (A1 §3.4): holds" in text and "1 holds, 0 refuted, 0 not shown beyond noise, 0 not measurable here, 19 not measured yet" in text
     assert cli.main(["claims", "--json"]) == 0
     board = json.loads(capsys.readouterr().out)
     assert len(board) == 20 and {item["verdict"] for item in board} == {claims.HOLDS, claims.NOT_MEASURED}
@@ -86,14 +89,74 @@ def test_workbook_claims_prints_text_and_json(capsys):
 def test_the_run_report_has_the_scoreboard():
     claims.record([claims.measured("amp_speedup", 1.1, (1.0, 1.2), hardware="machine A")])
     page = report.scoreboard_html()
-    assert "Claims scoreboard" in page and "does not hold" in page and page.count("<tr>") == 21
+    assert "Claims scoreboard" in page and claims.NOT_SHOWN in page and page.count("<tr>") == 21
+    assert "does not hold" not in page and "smoke" not in page
 
 
 def test_an_interval_that_contains_no_effect_has_not_shown_the_claim():
     wide = claims.measured("regularization_remote_sensing", 0.5, (-9.0, 9.0), "3 seeds", hardware="h")
-    assert wide.verdict == claims.DOES_NOT_HOLD
+    assert wide.verdict == claims.NOT_SHOWN
     assert "contains 0.00 points (no effect): not shown beyond noise" in wide.reason
     speed = claims.measured("amp_speedup", 1.3, (0.9, 1.6), hardware="h")
-    assert speed.verdict == claims.DOES_NOT_HOLD and "contains 1.00x (no effect)" in speed.reason
+    assert speed.verdict == claims.NOT_SHOWN and "contains 1.00x (no effect)" in speed.reason
+    refuted = claims.measured("amp_speedup", 1.1, (0.9, 1.3), hardware="h")  # below 1.5x, whatever the noise
+    assert refuted.verdict == claims.REFUTED and "not shown beyond noise" not in refuted.reason
     level = claims.measured("resnet50_amp_memory", 14.0, (11.0, 17.0), hardware="h")  # a level, not an effect
     assert level.verdict == claims.HOLDS and "no effect" not in level.reason
+
+
+def test_every_verdict_is_one_of_four_and_checks_read_holds_refuted_or_not_shown():
+    assert claims.VERDICTS == ("holds", "refuted", "not shown beyond noise", "not measurable here")
+    assert [claims.checked("channels_last", holds, "a check", hardware="h").verdict for holds in (True, False, None)] \
+        == [claims.HOLDS, claims.REFUTED, claims.NOT_SHOWN]
+    assert [claims.beyond_noise(*interval, 1.0) for interval in ((1.1, 1.3), (0.7, 0.9), (0.9, 1.2))] == [
+        True, False, None]
+
+
+def test_smoke_profile_verdicts_are_kept_apart_and_not_counted(capsys, monkeypatch):
+    from course_lib import ledger as ledger_module
+
+    claims.show([claims.measured("tar_shards", 6.0, (5.5, 6.5), "cpu run", hardware="machine A")], profile="cpu")
+    monkeypatch.setenv(ledger_module.PROFILE_ENV, "smoke")  # what the runner exports for a smoke run
+    claims.record([claims.measured("tar_shards", 0.8, (0.7, 0.9), "4 steps", hardware="machine A"),
+                   claims.measured("amp_speedup", 0.3, (0.2, 0.4), "4 steps", hardware="machine A")])
+    monkeypatch.delenv(ledger_module.PROFILE_ENV)
+    assert [row["profile"] for row in ledger.Ledger().rows(kind=claims.LEDGER_KIND)] == ["smoke", "smoke", "cpu"]
+    board = claims.scoreboard()
+    shards = [item for item in board if item["key"] == "tar_shards"]
+    # The newer smoke run does not hide the cpu run: each has its own newest per machine.
+    assert [(item["verdict"], item["profile"], item["evidence"]) for item in shards] == [
+        (claims.HOLDS, "cpu", True), (claims.SMOKE, "smoke", False)]
+    assert shards[1]["verdict_as_measured"] == claims.REFUTED
+    amp = [item for item in board if item["key"] == "amp_speedup"]
+    assert [item["verdict"] for item in amp] == [claims.NOT_MEASURED, claims.SMOKE]
+    assert claims.verdict_counts(board) == {claims.HOLDS: 1, claims.REFUTED: 0, claims.NOT_SHOWN: 0,
+                                            claims.NOT_MEASURABLE: 0, claims.NOT_MEASURED: 19}
+    assert cli.main(["claims"]) == 0
+    text = capsys.readouterr().out
+    assert "1 holds, 0 refuted" in text and "profile cpu" in text
+    assert "smoke: not evidence (2 measurement(s) of the smoke profile, left out of the counts)" in text
+    assert "[03] amp_speedup: measured 0.30x [0.20x, 0.40x] (refuted as measured)" in text
+    assert cli.main(["claims", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert sum(item["verdict"] == claims.SMOKE for item in listed) == 2
+    page = report.scoreboard_html()
+    assert "smoke: not evidence: 2 measurement(s)" in page and "(as measured: refuted)" in page
+    assert page.split("<details>")[0].count("smoke: not evidence") == 0  # the main table has no smoke row
+
+
+def test_rows_without_a_profile_read_unknown_and_old_verdicts_are_reworded():
+    book = ledger.Ledger()
+    old = claims.measured("amp_speedup", 1.3, (0.9, 1.6), hardware="machine A")
+    fields = {k: v for k, v in dataclasses.asdict(old).items() if k not in ("key", "hardware")}
+    book.record(claims.LEDGER_KIND, "amp_speedup", parameters={"hardware_line": "machine A"},
+                metrics={**fields, "verdict": claims.LEGACY_DOES_NOT_HOLD})
+    failed_check = claims.checked("amp_accuracy", False, "top-1 fell", hardware="machine A")
+    book.record(claims.LEDGER_KIND, "amp_accuracy", parameters={"hardware_line": "machine A"},
+                metrics={**{k: v for k, v in dataclasses.asdict(failed_check).items() if k not in ("key", "hardware")},
+                         "verdict": claims.LEGACY_DOES_NOT_HOLD})
+    board = {item["key"]: item for item in claims.scoreboard(book) if item["hardware"] == "machine A"}
+    assert board["amp_speedup"]["profile"] == claims.UNKNOWN_PROFILE and board["amp_speedup"]["evidence"]
+    assert board["amp_speedup"]["verdict"] == claims.NOT_SHOWN
+    assert board["amp_accuracy"]["verdict"] == claims.REFUTED
+

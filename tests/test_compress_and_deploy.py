@@ -62,5 +62,5 @@ def test_claims_table_decides_the_five_claims(monkeypatch):
     # A distilled student worse on every seed, no faster channel pruning, a cure that forgets as much as naive.
     failing = study.claims_table(*_tables(distilled_top1=(0.70, 0.71, 0.69), channel_ms=99.0,
                                           rehearsal_forgetting=80.0))
-    assert failing[0].verdict == failing[1].verdict == claims.DOES_NOT_HOLD
-    assert failing[4].verdict == claims.DOES_NOT_HOLD and failing[2].verdict == claims.HOLDS
+    assert failing[0].verdict == failing[1].verdict == claims.REFUTED
+    assert failing[4].verdict == claims.REFUTED and failing[2].verdict == claims.HOLDS

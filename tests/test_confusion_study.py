@@ -32,10 +32,12 @@ def test_mixup_holds_only_when_its_interval_clears_zero():
     gain = {"top1": {"delta": 0.02, "low": 0.005, "high": 0.035}}
     noise = {"top1": {"delta": 0.02, "low": -0.01, "high": 0.05}}
     assert confusion_study.claims(SUMMARY, CLASSES, PAIRS, 0.6, 0.2, after, gain, 0.2)[-1].verdict == claims.HOLDS
-    assert confusion_study.claims(SUMMARY, CLASSES, PAIRS, 0.6, 0.2, after, noise, 0.2)[-1].verdict == claims.DOES_NOT_HOLD
+    assert confusion_study.claims(SUMMARY, CLASSES, PAIRS, 0.6, 0.2, after, noise, 0.2)[-1].verdict == claims.NOT_SHOWN
+    worse = {"top1": {"delta": -0.03, "low": -0.05, "high": -0.01}}
+    assert confusion_study.claims(SUMMARY, CLASSES, PAIRS, 0.6, 0.2, after, worse, 0.2)[-1].verdict == claims.REFUTED
 
 
 def test_close_recalls_are_not_called_different():
     close = pd.DataFrame({"recall": [0.88, 0.9], "support": [50, 50]}, index=["a", "b"])
     found = confusion_study.claims(SUMMARY, close, PAIRS.assign(true="a"), 0.6, 0.2)
-    assert found[1].verdict == claims.DOES_NOT_HOLD and found[2].verdict == claims.HOLDS  # designed share 60% > 20%
+    assert found[1].verdict == claims.NOT_SHOWN and found[2].verdict == claims.HOLDS  # designed share 60% > 20%

@@ -69,7 +69,7 @@ def test_claims_on_a_gpu_measure_pinning_and_cores(monkeypatch):
 
 def test_a_slow_tuned_loader_does_not_hold():
     claim = data_pipeline.tuning_claim(training_rows(100.0, 105.0))
-    assert claim.verdict == claims.DOES_NOT_HOLD
+    assert claim.verdict == claims.REFUTED
 
 
 def test_training_rate_table_one_row_per_loader():

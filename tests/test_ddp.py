@@ -275,7 +275,7 @@ def four_gpu_report(t4_seconds, t1_seconds=(1.0, 1.02, 0.98)):
 
 
 @pytest.mark.parametrize("t4_seconds, verdict", [((0.27, 0.28, 0.275), "holds"),  # about 91%
-                                                 ((0.40, 0.41, 0.39), "does not hold")])  # about 62%
+                                                 ((0.40, 0.41, 0.39), "refuted")])  # about 62%
 def test_claims_measure_the_85_percent_rule_on_four_gpus(t4_seconds, verdict):
     report = four_gpu_report(t4_seconds)
     interval = ddp.efficiency_interval(report)
@@ -285,4 +285,4 @@ def test_claims_measure_the_85_percent_rule_on_four_gpus(t4_seconds, verdict):
     assert found["ddp_efficiency"].verdict == verdict
     assert found["ddp_efficiency"].measured == pytest.approx(100 * interval["efficiency"])
     assert found["ddp_efficiency"].low is not None and found["ddp_equivalence"].verdict == "holds"
-    assert found["ddp_stage3_speedup"].verdict in ("holds", "does not hold")
+    assert found["ddp_stage3_speedup"].verdict in ("holds", "refuted")

@@ -38,7 +38,7 @@ def test_every_claim_of_notebook_01_with_its_verdict():
     found = {c.key: c for c in hardware_memory.claims(r50(), "resnet18 64 px 16->32: +80%", FACTS, MATMUL, 8)}
     assert list(found) == ["resnet50_amp_memory", "batch_doubling_memory", "amp_memory_estimate", "card_24gb_batch256",
                            "cores_and_ram_per_gpu", "workers_half_the_cores", "random_reads_slower", "tensor_cores_fp16"]
-    assert found["batch_doubling_memory"].verdict == claims.DOES_NOT_HOLD  # +92% estimated
+    assert found["batch_doubling_memory"].verdict == claims.REFUTED  # +92% estimated
     assert found["amp_memory_estimate"].verdict == claims.HOLDS  # 12 / 22 GB
     assert found["card_24gb_batch256"].verdict == claims.HOLDS
     assert found["cores_and_ram_per_gpu"].verdict == claims.HOLDS  # 16 cores, 128 GB per GPU

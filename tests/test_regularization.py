@@ -292,7 +292,7 @@ def test_article_claims_with_a_control_measure_every_claim(known_peak):
     assert _verdicts(result) == {
         "regularization_remote_sensing": claims.HOLDS, "regularization_cifar10": claims.HOLDS,
         "mixup_remote_sensing": claims.HOLDS, "ema_steady_gain": claims.HOLDS, "combo_training_time": claims.HOLDS,
-        "too_many_tricks": claims.HOLDS, "label_smoothing_alone": claims.DOES_NOT_HOLD,
+        "too_many_tricks": claims.HOLDS, "label_smoothing_alone": claims.REFUTED,
         "label_smoothing_calibration": claims.HOLDS}
     assert all(claims.article_claim(claim.key).notebook == "07" for claim in result)
 
@@ -326,7 +326,7 @@ def test_article_claims_when_variants_were_left_out(known_peak):
 def test_combo_training_time_fails_when_the_combo_is_much_slower(known_peak):
     slow = _fake_study(ALL_TRICKS, speeds={"baseline": [100.0, 101.0, 99.0], "article_combo": [50.0, 51.0, 49.0]})
     claim = {c.key: c for c in regularization_study.article_claims(slow, "absent", True)}["combo_training_time"]
-    assert claim.verdict == "does not hold" and claim.measured == pytest.approx(100.0)
+    assert claim.verdict == "refuted" and claim.measured == pytest.approx(100.0)
 
 
 def test_plot_comparison_draws_both_panels(known_peak):

@@ -384,3 +384,13 @@ def test_cli_reports_an_interrupted_run_in_one_line(tmp_path, monkeypatch, capsy
     assert cli.main(["run", "--profile", "smoke"]) == 130
     err = capsys.readouterr().err.strip()
     assert err == f"workbook run: interrupted; the notebooks run so far are listed in {tmp_path / 'index.html'}"
+
+
+def test_kernels_see_the_notebooks_profile_so_their_claims_record_it(monkeypatch):
+    monkeypatch.setenv(ledger.PROFILE_ENV, "cpu")
+    with runner.profile_for_kernels("smoke"):
+        assert ledger.make_row("claim", "amp_speedup")["profile"] == "smoke"
+    assert ledger.make_row("claim", "amp_speedup")["profile"] == "cpu"  # restored after the notebook
+    monkeypatch.delenv(ledger.PROFILE_ENV)
+    with runner.profile_for_kernels(None):
+        assert ledger.make_row("claim", "amp_speedup")["profile"] is None  # no profile given: "unknown" later

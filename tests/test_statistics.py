@@ -67,3 +67,34 @@ def test_compare_variants_gives_interval_and_verdict_per_variant():
     assert table.loc["baseline", "low"] < 0.823 < table.loc["baseline", "high"]
     with pytest.raises(ValueError, match="no 'control' rows"):
         statistics.compare_variants(frame, "top1", baseline="control")
+
+
+def _paired_timings(rng, repeats, ratio=1.5, noise=0.02):
+    """images/s of a baseline and of a variant `ratio` times as fast, timed in turns: a shared slowdown
+    per turn (up to 30%, common to both) times each run's own small lognormal noise."""
+    machine = rng.uniform(0.7, 1.0, repeats)
+    baseline = 100 * machine * np.exp(rng.normal(0, noise, repeats))
+    return ratio * 100 * machine * np.exp(rng.normal(0, noise, repeats)), baseline
+
+
+def test_paired_ratio_interval_holds_a_known_ratio_with_its_stated_coverage():
+    rng = np.random.default_rng(2)
+    variant, baseline = _paired_timings(rng, 5)
+    result = statistics.paired_ratio_interval(variant, baseline)
+    assert result["ratio"] == pytest.approx(np.median(variant) / np.median(baseline))
+    assert result["low"] <= 1.5 <= result["high"] and result["high"] / result["low"] < 1.1  # narrow: pairing cancels
+    # the machine's slowdown, which an unpaired bootstrap of the same timings cannot do
+    unpaired = statistics.ratio_interval(variant, baseline)
+    assert unpaired["high"] - unpaired["low"] > 2 * (result["high"] - result["low"])
+    covered = sum(interval["low"] <= 1.5 <= interval["high"] for interval in
+                  (statistics.paired_ratio_interval(*_paired_timings(rng, 5)) for _ in range(400)))
+    assert 0.92 <= covered / 400 <= 0.99
+
+
+def test_a_variant_paired_with_itself_is_exactly_one():
+    speeds = [26.5, 3.0, 310.0]  # however noisy the repeats
+    assert statistics.paired_ratio_interval(speeds, speeds) == {"ratio": 1.0, "low": 1.0, "high": 1.0, "pairs": 3}
+    with pytest.raises(ValueError, match="side by side"):
+        statistics.paired_ratio_interval([1.0, 2.0], [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="at least 2 pairs"):
+        statistics.paired_ratio_interval([1.0], [1.0])

@@ -362,7 +362,7 @@ def test_transfer_claims_measure_the_share_saved_with_an_interval(monkeypatch):
     assert share.measured == pytest.approx(80.0) and share.low <= 80.0 <= share.high
     assert share.verdict == claims.HOLDS and "fine-tune all" in share.reason and "30 s of source" in share.reason
     assert found[1].verdict == claims.HOLDS  # 0.95 vs 0.90 on every seed
-    assert found[2].verdict == claims.DOES_NOT_HOLD  # 5 points worse than fine-tune all on every seed
-    # Fine-tuning that learns as slowly as from scratch saves nothing: the claim does not hold.
+    assert found[2].verdict == claims.REFUTED  # 5 points worse than fine-tune all on every seed
+    # Fine-tuning that learns as slowly as from scratch saves nothing: the claim is refuted.
     slow, verdict = _grid((0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.88, 0.88, 0.89, 0.9), [0.2] * 10)
-    assert transfer_plans.claims_table(slow, verdict)[0].verdict == claims.DOES_NOT_HOLD
+    assert transfer_plans.claims_table(slow, verdict)[0].verdict == claims.REFUTED

@@ -158,4 +158,4 @@ def test_claims_from_the_reproduced_failures(monkeypatch):
                            "set_epoch_reshuffles", "driver_matches_cuda", "workers0_starves"]
     assert all(c.verdict == claims.HOLDS for c in found.values())
     skipped = troubleshoot.claims(breaks, None, "not measured in smoke", reports, orders, [], starve, 10.0)
-    assert skipped[1].verdict == claims.NOT_MEASURABLE and skipped[4].verdict == claims.DOES_NOT_HOLD
+    assert skipped[1].verdict == claims.NOT_MEASURABLE and skipped[4].verdict == claims.REFUTED

@@ -7,18 +7,35 @@ range) or `not_measurable(key, reason)`, and `show([...])` writes each claim to 
 the table. `scoreboard()` reads the newest measurement of every claim per machine back from the ledger
 (`workbook claims`, and a section of the run report).
 
-Verdicts: "holds" when the measured interval (or value, without one) meets the claimed range,
-"does not hold" when it lies wholly outside it, "not measurable here" with the reason (no GPU,
-one disk, data absent ...). An interval that only touches the range still counts as holding: the
-measurement cannot tell it apart from the claim, which is what an honest reader wants to know.
+Verdicts (exactly one per measurement, `VERDICTS`):
+- "holds": the measured interval (or the value, without one) meets the claimed range and, for a claim
+  of an effect, excludes "no effect" (`ArticleClaim.no_effect`: 1.0x, 0 points). An interval that only
+  touches the range counts as meeting it: the measurement cannot tell it apart from the claim.
+- "refuted": the interval lies wholly outside the claimed range (whether or not it contains "no
+  effect": a speed-up of [0.9x, 1.3x] refutes "1.5-3x").
+- "not shown beyond noise" (inconclusive): the interval overlaps the claimed range but also contains
+  "no effect", so this measurement cannot tell the claim from nothing having changed.
+- "not measurable here", with the reason (no GPU, one disk, data absent ...).
+A claim the notebook checks itself (`checked`: a qualitative claim, or a test that is not a range)
+holds when the check passes and is refuted when it fails; a check that was inconclusive (the
+notebook's interval contains "no effect", see `beyond_noise`) passes None and reads "not shown beyond
+noise".
+
+Each measurement is recorded with the profile it ran in (the ledger's profile column: the runner's
+`WORKBOOK_PROFILE`, or `show(..., profile=)`; rows without one read "unknown"). A smoke-profile run is
+a check that the notebook runs, with a few steps on tiny inputs: `scoreboard` lists its verdicts apart
+as "smoke: not evidence" and leaves them out of the counts.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
 
-HOLDS, DOES_NOT_HOLD, NOT_MEASURABLE, NOT_MEASURED = "holds", "does not hold", "not measurable here", "not measured yet"
-VERDICTS = (HOLDS, DOES_NOT_HOLD, NOT_MEASURABLE)
+HOLDS, REFUTED, NOT_SHOWN, NOT_MEASURABLE = "holds", "refuted", "not shown beyond noise", "not measurable here"
+VERDICTS = (HOLDS, REFUTED, NOT_SHOWN, NOT_MEASURABLE)
+NOT_MEASURED = "not measured yet"  # scoreboard only: no measurement in the ledger
+SMOKE = "smoke: not evidence"  # scoreboard only: a smoke-profile measurement, listed apart and not counted
+SMOKE_PROFILE, UNKNOWN_PROFILE = "smoke", "unknown"
 LEDGER_KIND = "claim"
 
 ARTICLES = {
@@ -289,19 +306,29 @@ def article_claim(key: str) -> ArticleClaim:
 
 
 def judge(claim: ArticleClaim, value: float, low: float | None = None, high: float | None = None) -> str:
-    """HOLDS when [low, high] (or the value alone) meets the claimed range and, for a claim of an
-    effect, excludes "no effect" (the effect is beyond noise), else DOES_NOT_HOLD."""
+    """REFUTED when [low, high] (or the value alone) lies wholly outside the claimed range; else HOLDS
+    when, for a claim of an effect, it also excludes "no effect", and NOT_SHOWN when it contains it."""
     if claim.low is None and claim.high is None:
         raise ValueError(f"claim {claim.key} has no number to compare with; use checked(key, holds, reason)")
     low, high = (value if low is None else low), (value if high is None else high)
+    # A range bound that equals "no effect" is open ("beats": > 0); any other bound is closed.
     above = claim.low is None or (high > claim.low if claim.low == claim.no_effect else high >= claim.low)
     below = claim.high is None or (low < claim.high if claim.high == claim.no_effect else low <= claim.high)
-    return HOLDS if above and below and not contains_no_effect(claim, low, high) else DOES_NOT_HOLD
+    if not (above and below):
+        return REFUTED
+    return NOT_SHOWN if contains_no_effect(claim, low, high) else HOLDS
 
 
 def contains_no_effect(claim: ArticleClaim, low: float, high: float) -> bool:
     """Whether [low, high] contains the claim's "no effect" value (never, for a claim of a level)."""
     return claim.no_effect is not None and low <= claim.no_effect <= high
+
+
+def beyond_noise(low: float, high: float, no_effect: float = 0.0) -> bool | None:
+    """For `checked`: True when the interval [low, high] of a claimed gain lies wholly above
+    `no_effect` (shown), False when wholly below it (the opposite shown: refuted), None when it
+    contains it (not shown beyond noise)."""
+    return True if low > no_effect else False if high < no_effect else None
 
 
 def measured(key: str, value: float, interval: tuple[float, float] | None = None, reason: str = "",
@@ -314,24 +341,28 @@ def measured(key: str, value: float, interval: tuple[float, float] | None = None
     low, high = interval if interval is not None else (None, None)
     if low is not None and not low <= value <= high:
         raise ValueError(f"claim {key}: the interval [{low}, {high}] must contain the value {value}")
-    if low is not None and contains_no_effect(claim, low, high):
+    verdict = judge(claim, value, low, high)
+    if verdict == NOT_SHOWN:
         no_effect = format_value(claim.no_effect, claim.unit).replace("+", "")
         reason = f"{reason}; the interval contains {no_effect} (no effect): not shown beyond noise".lstrip("; ")
     return Claim(key, claim.statement, f"{claim.article} §{claim.section}", claim.claimed, claim.unit, float(value),
                  None if low is None else float(low), None if high is None else float(high),
-                 judge(claim, value, low, high), reason, hardware or _hardware(), claim.notebook)
+                 verdict, reason, hardware or _hardware(), claim.notebook)
 
 
-def checked(key: str, holds: bool, reason: str, value: float | None = None,
+def checked(key: str, holds: bool | None, reason: str, value: float | None = None,
             interval: tuple[float, float] | None = None, hardware: str | None = None) -> Claim:
     """A claim whose verdict the notebook decides itself (a qualitative claim, or a test that is not a
-    range: "within seed noise", "bit-identical"); `reason` says what was tested."""
+    range: "within seed noise", "bit-identical"); `reason` says what was tested. `holds`: True ->
+    HOLDS, False -> REFUTED (the check failed), None -> NOT_SHOWN (the check was inconclusive, e.g.
+    `beyond_noise` of an interval that contains "no effect")."""
     claim = article_claim(key)
     if not reason:
         raise ValueError(f"claim {key}: say what was measured to decide it")
     low, high = interval if interval is not None else (None, None)
     return Claim(key, claim.statement, f"{claim.article} §{claim.section}", claim.claimed, claim.unit,
-                 None if value is None else float(value), low, high, HOLDS if holds else DOES_NOT_HOLD, reason,
+                 None if value is None else float(value), low, high,
+                 NOT_SHOWN if holds is None else HOLDS if holds else REFUTED, reason,
                  hardware or _hardware(), claim.notebook)
 
 
@@ -350,13 +381,24 @@ def _hardware() -> str:
     return ledger.describe_hardware()
 
 
-def record(claims: list[Claim]) -> None:
-    """Write each claim to the ledger (kind "claim", name = its key)."""
+def record(claims: list[Claim], profile: str | None = None) -> None:
+    """Write each claim to the ledger (kind "claim", name = its key), with the profile it was measured
+    in: `profile`, else the runner's WORKBOOK_PROFILE (the ledger's own default), else none ("unknown")."""
     from course_lib import ledger
 
+    profile = _resolved(profile)
     for claim in claims:
         ledger.record(LEDGER_KIND, claim.key, status="ok", parameters={"hardware_line": claim.hardware},
-                      metrics={k: v for k, v in asdict(claim).items() if k not in ("key", "hardware")})
+                      metrics={k: v for k, v in asdict(claim).items() if k not in ("key", "hardware")},
+                      profile=profile)
+
+
+def _resolved(profile: str | None) -> str | None:
+    if profile is None:
+        return None
+    from course_lib.config import resolve_profile
+
+    return resolve_profile(profile)  # "auto" -> the cpu or gpu it stands for
 
 
 def table(claims: list[Claim]):
@@ -366,54 +408,99 @@ def table(claims: list[Claim]):
     return pd.DataFrame([c.row() for c in claims]).set_index("claim")
 
 
-def show(claims: list[Claim]):
-    """Record the claims in the ledger, print the machine they were measured on, return the table."""
-    record(claims)
+def show(claims: list[Claim], profile: str | None = None):
+    """Record the claims in the ledger (with `profile`, see `record`), print the machine they were
+    measured on, return the table."""
+    record(claims, profile)
     hardware = sorted({c.hardware for c in claims})
     print("measured on: " + "; ".join(hardware))
     return table(claims)
 
 
+LEGACY_DOES_NOT_HOLD = "does not hold"  # the one negative verdict of ledgers written before issue 24
+
+
+def _current_verdict(claim: ArticleClaim, item: dict) -> str:
+    """The verdict of a ledger row in today's words. Rows written before issue 24 said "does not hold"
+    both for a refuted claim and for an interval that contained "no effect": a measured numeric claim
+    is judged again from its value and interval; a failed check (no number to judge) was refuted."""
+    verdict = item["verdict"]
+    if verdict != LEGACY_DOES_NOT_HOLD:
+        return verdict
+    if (claim.low is None and claim.high is None) or item.get("measured") is None:
+        return REFUTED
+    again = judge(claim, item["measured"], item.get("low"), item.get("high"))
+    return REFUTED if again == HOLDS else again  # HOLDS again: a numeric claim the notebook's check failed
+
+
 def scoreboard(book=None) -> list[dict]:
     """Every article claim with its newest measurement per machine (from the ledger), in the
     registry's order: the numeric claims (one without a measurement yet appears once as NOT_MEASURED),
-    then the qualitative ones that were measured."""
+    then the qualitative ones that were measured. Each item names its `profile` ("unknown" for rows
+    without one); a smoke-profile measurement is kept apart from the others (its own newest per
+    machine, so it never hides a real run), with verdict SMOKE, `evidence` False and the verdict it
+    would have had as `verdict_as_measured`."""
     from course_lib import ledger
 
     book = book or ledger.Ledger()
-    newest: dict[tuple[str, str], dict] = {}
+    newest: dict[tuple[str, str, bool], dict] = {}
     for row in book.rows(kind=LEDGER_KIND):  # newest first
         hardware = row["parameters"].get("hardware_line") or ledger.describe_hardware(row["hardware"])
-        newest.setdefault((row["name"], hardware), {**row["metrics"], "hardware": hardware,
-                                                     "created_at": row["created_at"], "run_id": row["run_id"]})
+        profile = row.get("profile") or UNKNOWN_PROFILE
+        newest.setdefault((row["name"], hardware, profile == SMOKE_PROFILE),
+                          {**row["metrics"], "hardware": hardware, "profile": profile,
+                           "created_at": row["created_at"], "run_id": row["run_id"]})
     board = []
     for key, claim in {**ARTICLE_CLAIMS, **QUALITATIVE_CLAIMS}.items():
-        found = [value for (name, _), value in newest.items() if name == key]
+        found = [value for (name, _, smoke), value in newest.items() if name == key and not smoke]
+        smoke_runs = [value for (name, _, smoke), value in newest.items() if name == key and smoke]
         if not found and key in ARTICLE_CLAIMS:
             board.append({"key": key, "source": f"{claim.article} §{claim.section}", "statement": claim.statement,
                           "claimed": claim.claimed, "measured": "-", "interval": "-", "verdict": NOT_MEASURED,
-                          "reason": f"run notebook {claim.notebook}", "notebook": claim.notebook, "hardware": "-",
+                          "reason": f"run notebook {claim.notebook}" + (" outside the smoke profile (only smoke "
+                                                                         "runs so far)" if smoke_runs else ""),
+                          "notebook": claim.notebook, "hardware": "-", "profile": "-", "evidence": True,
                           "created_at": None, "run_id": None})
-        for item in found:
-            fields = {k: v for k, v in item.items() if k not in ("hardware", "created_at", "run_id")}
-            board.append({"key": key, **Claim(key=key, hardware=item["hardware"], **fields).row(),
-                          "statement": claim.statement, "reason": item["reason"], "notebook": claim.notebook,
-                          "hardware": item["hardware"], "created_at": item["created_at"], "run_id": item["run_id"]})
+        for item in [*found, *smoke_runs]:
+            fields = {k: v for k, v in item.items() if k not in ("hardware", "profile", "created_at", "run_id")}
+            fields["verdict"] = _current_verdict(claim, fields)
+            entry = {"key": key, **Claim(key=key, hardware=item["hardware"], **fields).row(),
+                     "statement": claim.statement, "reason": item["reason"], "notebook": claim.notebook,
+                     "hardware": item["hardware"], "profile": item["profile"],
+                     "evidence": item["profile"] != SMOKE_PROFILE,
+                     "created_at": item["created_at"], "run_id": item["run_id"]}
+            if not entry["evidence"]:
+                entry.update(verdict=SMOKE, verdict_as_measured=fields["verdict"])
+            board.append(entry)
     return board
 
 
+def verdict_counts(board: list[dict]) -> dict[str, int]:
+    """How many scoreboard items have each verdict, smoke-profile ones left out (they are not evidence)."""
+    counted = [item for item in board if item.get("evidence", True)]
+    return {verdict: sum(item["verdict"] == verdict for item in counted) for verdict in (*VERDICTS, NOT_MEASURED)}
+
+
 def format_scoreboard(board: list[dict]) -> str:
-    """Plain text for `workbook claims`: one block per claim and machine, and a count of verdicts."""
+    """Plain text for `workbook claims`: one block per claim and machine, a count of verdicts, then the
+    smoke-profile measurements apart (not counted: a smoke run checks that a notebook runs)."""
     lines = []
-    for item in board:
+    evidence = [item for item in board if item.get("evidence", True)]
+    smoke = [item for item in board if not item.get("evidence", True)]
+    for item in evidence:
         lines.append(f"[{item['notebook']}] {item['key']} ({item['source']}): {item['verdict']}")
         if item["verdict"] == NOT_MEASURED:
             lines.append(f"    claimed {item['claimed']}; {item['reason']}")
             continue
         lines.append(f"    claimed {item['claimed']}; measured {item['measured']}"
-                     + (f" {item['interval']}" if item["interval"] != "-" else "") + f" on {item['hardware']}")
+                     + (f" {item['interval']}" if item["interval"] != "-" else "")
+                     + f" on {item['hardware']}, profile {item.get('profile', UNKNOWN_PROFILE)}")
         if item["reason"]:
             lines.append(f"    {item['reason']}")
-    counts = {verdict: sum(item["verdict"] == verdict for item in board) for verdict in (*VERDICTS, NOT_MEASURED)}
-    lines.append(", ".join(f"{count} {verdict}" for verdict, count in counts.items()))
+    lines.append(", ".join(f"{count} {verdict}" for verdict, count in verdict_counts(board).items()))
+    if smoke:
+        lines.append(f"{SMOKE} ({len(smoke)} measurement(s) of the smoke profile, left out of the counts):")
+        lines += [f"    [{item['notebook']}] {item['key']}: measured {item['measured']}"
+                  + (f" {item['interval']}" if item["interval"] != "-" else "")
+                  + f" ({item['verdict_as_measured']} as measured) on {item['hardware']}" for item in smoke]
     return "\n".join(lines)

@@ -35,8 +35,9 @@ class ResidentSplit(torch.utils.data.Dataset):
                 raise TypeError(f"storage=device reads the pre-decoded cache, not {type(dataset).__name__}")
             rows = np.asarray(dataset.indices) if rows is None else np.asarray(dataset.indices)[rows]
             dataset = dataset.dataset
-        pixels = np.asarray(dataset.pixels) if rows is None else dataset.pixels[rows]  # one copy into memory
-        images = torch.from_numpy(np.ascontiguousarray(pixels)).permute(0, 3, 1, 2)
+        # One copy out of the read-only memmap into memory torch owns (fancy indexing copies too).
+        pixels = np.array(dataset.pixels) if rows is None else dataset.pixels[rows]
+        images = torch.from_numpy(pixels).permute(0, 3, 1, 2)
         labels = np.asarray(dataset.targets) if rows is None else np.asarray(dataset.targets)[rows]
         return cls(images.contiguous(), torch.as_tensor(labels), classes)
 

@@ -33,7 +33,7 @@ from course_lib.data import (
     shards,
     transforms,
 )
-from course_lib.measure import bench  # noqa: E402
+from course_lib.measure import bench, loader_sweep  # noqa: E402
 
 
 def log(message: str) -> None:
@@ -57,12 +57,12 @@ def decode_section(eurosat: Path, land512: Path, quick: bool) -> list[dict]:
 def sweep_section(label: str, folder: Path, image_size: int, images: int, grid: dict, base, quick: bool) -> dict:
     dataset = loaders.first_images(loaders.image_folder_dataset(folder, image_size, augmentation="cpu"), images)
     config = base.replace(image_size=image_size)
-    settings = loaders.setting_grid(**grid)
-    rows = loaders.sweep_loader(dataset, config, settings, epochs=1 if quick else 2,
+    settings = loader_sweep.setting_grid(**grid)
+    rows = loader_sweep.sweep_loader(dataset, config, settings, epochs=1 if quick else 2,
                                 device=devices.transfer_device(config.device),
                                 on_result=lambda r: log(f"  {label} {r['setting']}: {r['images_per_second']:.0f}/s"))
-    knee, best = loaders.find_knee(rows), max(rows, key=lambda r: r["images_per_second"])
-    one_core = loaders.single_process_rate(dataset, images=min(images, 64 if quick else 256))
+    knee, best = loader_sweep.find_knee(rows), max(rows, key=lambda r: r["images_per_second"])
+    one_core = loader_sweep.single_process_rate(dataset, images=min(images, 64 if quick else 256))
     cores = devices.usable_cores()
     return {"label": label, "folder": str(folder), "image_size": image_size, "images": len(dataset),
             "pipeline": "PIL decode + RandomResizedCrop + flip + ColorJitter per sample in workers",
@@ -86,13 +86,13 @@ def cache_section(label: str, folder: Path, image_size: int, cpu_images: int, ba
     for workers in (0, 2):
         config = base.replace(image_size=image_size, num_workers=workers)
         for path, dataset in (("JPEG files", jpeg), ("pre-decoded memmap", cached)):
-            row = loaders.time_dataset(dataset, config, epochs=epochs)
+            row = loader_sweep.time_dataset(dataset, config, epochs=epochs)
             rows.append({"path": path, "augmentation": "none (uint8 batches: the loader alone)", **row})
             log(f"  {label} {path} workers={workers}: {row['images_per_second']:.0f}/s")
         cpu_transform = transforms.sample_transform(image_size, "cpu")
         for path, dataset in (("JPEG files", loaders.image_folder_dataset(folder, image_size, augmentation="cpu")),
                               ("pre-decoded memmap", cache.PreDecodedDataset(info.folder, cpu_transform))):
-            row = loaders.time_dataset(loaders.first_images(dataset, cpu_images), config, epochs=epochs)
+            row = loader_sweep.time_dataset(loaders.first_images(dataset, cpu_images), config, epochs=epochs)
             rows.append({"path": path, "augmentation": "per-sample CPU (crop, flip, jitter)", **row})
             log(f"  {label} {path} + CPU augmentation workers={workers}: {row['images_per_second']:.0f}/s")
     speedups = {}
@@ -125,7 +125,7 @@ def shards_section(folder: Path, images: int, base, quick: bool) -> dict:
     for workers in (0, 2):
         config = base.replace(image_size=64, num_workers=workers)
         for path, dataset in (("loose files", loose), ("tar shards", streamed)):
-            row = loaders.time_dataset(dataset, config, epochs=1 if quick else 2)
+            row = loader_sweep.time_dataset(dataset, config, epochs=1 if quick else 2)
             rows.append({"path": path, **row})
             log(f"  {path} workers={workers}: {row['images_per_second']:.0f}/s")
     return {"images": images, "shards": len(written.urls), "shard_bytes": written.shard_bytes,
@@ -143,7 +143,7 @@ def augment_section(folder: Path, images: int, base, quick: bool) -> dict:
         batched = loaders.first_images(loaders.image_folder_dataset(folder, 64, augmentation="device"), images)
         for place, dataset, transform in (("per-sample, CPU workers (torchvision v2)", cpu, None),
                                           (f"per-batch on {device or 'cpu'} (DeviceAugment)", batched, batch_augment)):
-            row = loaders.time_dataset(dataset, config, epochs=1 if quick else 2, batch_transform=transform,
+            row = loader_sweep.time_dataset(dataset, config, epochs=1 if quick else 2, batch_transform=transform,
                                        device=device)
             rows.append({"augmentation": place, **row})
             log(f"  {place} workers={workers}: {row['images_per_second']:.0f}/s")
@@ -253,7 +253,7 @@ def main(argv=None) -> int:
     # they save on a busy machine (measured below as the "threads pitfall").
     default_threads = torch.get_num_threads()
     pitfall_dataset = loaders.first_images(loaders.image_folder_dataset(eurosat, 64, augmentation="cpu"), 64)
-    pitfall = {f"threads={n}": loaders.single_process_rate(pitfall_dataset, 64, threads=n)["images_per_second"]
+    pitfall = {f"threads={n}": loader_sweep.single_process_rate(pitfall_dataset, 64, threads=n)["images_per_second"]
                for n in (default_threads, 1)}
     log(f"threads pitfall (one process, CPU augmentation, images/s): {pitfall}")
     torch.set_num_threads(1)

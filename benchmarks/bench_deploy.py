@@ -24,7 +24,7 @@ from _shared import argument_parser  # noqa: E402
 from course_lib import ledger, paths  # noqa: E402
 from course_lib.chapters import compress_and_deploy as study  # noqa: E402
 from course_lib.config import make_config, parse_assignments  # noqa: E402
-from course_lib.data.datasets import build_datasets  # noqa: E402
+from course_lib.data.pipeline import build_datasets  # noqa: E402
 from course_lib.measure.inventory import cpu_isa  # noqa: E402
 
 COLUMNS = ["val top-1", "MB", "ms@1", "images/s@1", "ms@64", "images/s@64"]

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from _shared import argument_parser, eurosat_or_skip  # noqa: E402
 from course_lib import devices, ledger  # noqa: E402
 from course_lib.config import make_config, parse_assignments  # noqa: E402
-from course_lib.data import datasets  # noqa: E402
+from course_lib.data import datasets, pipeline  # noqa: E402
 from course_lib.engine import auto_precision, train  # noqa: E402
 from course_lib.engine.label_smoothing import make_criterion  # noqa: E402
 from course_lib.engine.precision import DTYPES, grad_scaler  # noqa: E402
@@ -176,7 +176,7 @@ def main(argv=None) -> int:
         storage, decoder, augmentation, workers = key
         config = base.replace(storage=storage, decoder=decoder, augmentation=augmentation, num_workers=workers)
         start = time.perf_counter()
-        bundle = datasets.build_datasets(config)
+        bundle = pipeline.build_datasets(config)
         build_seconds[key] = time.perf_counter() - start
         bundles[key] = (config, dataclasses.replace(bundle, val=None, test=None))
     memory_bundle = datasets.DataBundle(MemoryImages(len(bundles[SETTINGS[0]][1].train), base.image_size, classes),

@@ -175,10 +175,10 @@ def _data_get(args) -> int:
 
 
 def _data_info(args) -> int:
-    from course_lib.data import datasets
+    from course_lib.data import datasets, pipeline
 
     config = make_config(args.profile, **parse_assignments(args.param))
-    bundle = datasets.build_datasets(config)
+    bundle = pipeline.build_datasets(config)
     sizes = {s: len(getattr(bundle, s)) if getattr(bundle, s) is not None else 0 for s in datasets.SPLITS}
     print(f"{config.dataset} from {bundle.source}: {bundle.num_classes} classes {bundle.classes}; sizes {sizes}")
     return 0

@@ -5,7 +5,7 @@ from course_lib import ledger
 from course_lib.analysis import claims
 from course_lib.chapters import casestudy
 from course_lib.config import ConfigError, make_config
-from course_lib.data import datasets
+from course_lib.data import pipeline
 
 
 @pytest.fixture
@@ -90,7 +90,7 @@ def test_fastest_recipe_stage_brings_the_speedrun_ingredients(config):
 
 
 def test_case_study_runs_records_and_tabulates(config):
-    bundle = datasets.build_datasets(config)
+    bundle = pipeline.build_datasets(config)
     study = casestudy.CaseStudy(casestudy.baseline_config(config), profile="smoke", bundle=bundle)
     baseline = study.run("baseline")
     assert baseline["kept"] and baseline["speedup_vs_baseline"] == pytest.approx(1.0)

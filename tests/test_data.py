@@ -8,7 +8,7 @@ from conftest import SAMPLE_DIR
 from PIL import Image
 
 from course_lib.config import ConfigError, make_config
-from course_lib.data import datasets, landcover
+from course_lib.data import datasets, images, landcover, pipeline
 
 
 def test_generator_is_deterministic_and_sized():
@@ -53,7 +53,7 @@ def test_committed_sample_is_small_and_complete():
 
 
 def test_smoke_bundle_from_sample():
-    bundle = datasets.build_datasets(make_config("smoke"))
+    bundle = pipeline.build_datasets(make_config("smoke"))
     image, label = bundle.train[0]
     assert image.shape == (3, 32, 32) and image.dtype == torch.float32
     assert bundle.classes == list(landcover.LANDCOVER_CLASSES)
@@ -61,7 +61,7 @@ def test_smoke_bundle_from_sample():
 
 
 def test_digits_bundle_is_stratified():
-    bundle = datasets.build_datasets(make_config("smoke", dataset="digits", max_train_images=0))
+    bundle = pipeline.build_datasets(make_config("smoke", dataset="digits", max_train_images=0))
     assert len(bundle.train) + len(bundle.val) + len(bundle.test) == 1797
     assert bundle.classes == [str(d) for d in range(10)]
     assert set(bundle.val.targets) == set(range(10))
@@ -70,12 +70,12 @@ def test_digits_bundle_is_stratified():
 
 def test_imagefolder_needs_data_dir():
     with pytest.raises(ConfigError, match="data_dir"):
-        datasets.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=""))
+        pipeline.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=""))
 
 
 def test_missing_folder_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        datasets.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=str(tmp_path / "nope")))
+        pipeline.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=str(tmp_path / "nope")))
 
 
 def test_imagefolder_without_splits_is_split(tmp_path):
@@ -83,7 +83,7 @@ def test_imagefolder_without_splits_is_split(tmp_path):
         (tmp_path / name).mkdir()
         for i in range(10):
             Image.fromarray(np.full((8, 8, 3), i * 20, np.uint8)).save(tmp_path / name / f"{i}.png")
-    bundle = datasets.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=str(tmp_path),
+    bundle = pipeline.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=str(tmp_path),
                                              max_train_images=0))
     assert (len(bundle.train), len(bundle.val), len(bundle.test)) == (16, 2, 2)
     assert bundle.classes == ["a", "b"]
@@ -99,7 +99,7 @@ def _fake_eurosat(root, per_class=3):
 
 def test_torchvision_eurosat_on_a_fake_copy(tmp_path):
     _fake_eurosat(tmp_path)
-    bundle = datasets.build_datasets(make_config("smoke", dataset="eurosat", data_dir=str(tmp_path), max_train_images=0))
+    bundle = pipeline.build_datasets(make_config("smoke", dataset="eurosat", data_dir=str(tmp_path), max_train_images=0))
     assert bundle.classes == ["AnnualCrop", "Forest", "River"]
     assert len(bundle.train) + len(bundle.val) + len(bundle.test) == 36
     assert bundle.train[0][0].shape == (3, 32, 32)
@@ -107,7 +107,7 @@ def test_torchvision_eurosat_on_a_fake_copy(tmp_path):
 
 def test_torchvision_eurosat_missing_says_how_to_fix(tmp_path):
     with pytest.raises(FileNotFoundError, match="download=true"):
-        datasets.build_datasets(make_config("smoke", dataset="eurosat", data_dir=str(tmp_path)))
+        pipeline.build_datasets(make_config("smoke", dataset="eurosat", data_dir=str(tmp_path)))
 
 
 def test_torchvision_cifar10_on_a_fake_copy(tmp_path, monkeypatch):
@@ -126,14 +126,14 @@ def test_torchvision_cifar10_on_a_fake_copy(tmp_path, monkeypatch):
     pickle.dump({"label_names": [f"class{i}" for i in range(10)]}, open(folder / "batches.meta", "wb"))
     # The fake files cannot match CIFAR-10's published md5 sums; everything else is torchvision's code.
     monkeypatch.setattr(cifar, "check_integrity", lambda path, md5=None: True)
-    bundle = datasets.build_datasets(make_config("smoke", dataset="cifar10", data_dir=str(tmp_path), max_train_images=0))
+    bundle = pipeline.build_datasets(make_config("smoke", dataset="cifar10", data_dir=str(tmp_path), max_train_images=0))
     assert len(bundle.train) == 90 and len(bundle.val) == 10 and len(bundle.test) == 20
     assert bundle.classes[0] == "class0"
     assert bundle.train[0][0].shape == (3, 32, 32)
 
 
 def test_real_eurosat_folder_loads(eurosat_dir):
-    bundle = datasets.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=str(eurosat_dir)))
+    bundle = pipeline.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=str(eurosat_dir)))
     assert bundle.num_classes == 10 and len(bundle.val) == 4050
     image, label = bundle.val[0]
     assert image.shape == (3, 32, 32) and label == 0
@@ -146,7 +146,7 @@ def test_bad_image_fail_and_skip(tmp_path):
     (folder / "bad.jpg").write_bytes(b"not a jpeg")
     failing = datasets.ImageFolderDataset(tmp_path, None, "fail")
     bad_index = [p for p, _ in failing.samples].index(str(folder / "bad.jpg"))
-    with pytest.raises(datasets.BadImageError, match="bad.jpg.*bad_images=skip"):
+    with pytest.raises(images.BadImageError, match="bad.jpg.*bad_images=skip"):
         failing[bad_index]
     skipping = datasets.ImageFolderDataset(tmp_path, None, "skip")
     image, _ = skipping[bad_index]
@@ -154,7 +154,7 @@ def test_bad_image_fail_and_skip(tmp_path):
 
 
 def test_sample_grid_draws_every_class():
-    bundle = datasets.build_datasets(make_config("smoke"))
+    bundle = pipeline.build_datasets(make_config("smoke"))
     figure = datasets.sample_grid(bundle.val, bundle.classes, per_class=2)
     assert len(figure.axes) == 2 * len(bundle.classes)
 
@@ -197,7 +197,7 @@ def test_follow_links_follows_them_once_even_a_link_to_an_ancestor(linked_classe
 def test_a_broken_link_fails_in_one_line_or_is_left_out_with_skip(linked_classes, tmp_path):
     broken = linked_classes / "dog" / "gone.png"
     broken.symlink_to(tmp_path / "deleted.png")
-    with pytest.raises(datasets.BadImageError) as error:
+    with pytest.raises(images.BadImageError) as error:
         datasets.ImageFolderDataset(linked_classes)
     message = str(error.value)
     assert message.startswith(f"{broken}: symbolic link to ") and "\n" not in message
@@ -208,9 +208,9 @@ def test_a_16_bit_png_loads_scaled_to_8_bits_not_clipped_white(tmp_path):
     path = tmp_path / "depth.png"
     values = np.array([[0, 257, 32896, 65535]], dtype=np.uint16)
     Image.fromarray(values).save(path)
-    assert np.asarray(datasets.load_rgb(path))[0, :, :].tolist() == [[0] * 3, [1] * 3, [128] * 3, [255] * 3]
+    assert np.asarray(images.load_rgb(path))[0, :, :].tolist() == [[0] * 3, [1] * 3, [128] * 3, [255] * 3]
     gradient = np.linspace(0, 65535, 64 * 64).astype(np.uint16).reshape(64, 64)
     Image.fromarray(gradient).save(path)
-    loaded = np.asarray(datasets.load_rgb(path)).astype(int)
+    loaded = np.asarray(images.load_rgb(path)).astype(int)
     assert (loaded == 255).mean() < 0.01  # PIL's convert("RGB") makes over 99% of them white
     assert np.abs(loaded[..., 0] - np.round(gradient / 257)).max() == 0

@@ -7,7 +7,7 @@ from PIL import Image
 
 from course_lib.config import ConfigError
 from course_lib.data import decode
-from course_lib.data.datasets import BadImageError
+from course_lib.data.images import BadImageError
 from course_lib.data.landcover import landcover_image
 
 CPU_DECODERS = ["pil", "opencv", "torchvision"]

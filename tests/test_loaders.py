@@ -3,7 +3,7 @@ import torch
 
 from course_lib.config import ConfigError, make_config
 from course_lib.data import loaders
-from course_lib.data.datasets import BadImageError
+from course_lib.data.images import BadImageError
 from course_lib.data.landcover import make_landcover
 
 BAD_NAME = "forest_99999.jpg"
@@ -90,38 +90,6 @@ def test_skipped_images_are_counted_across_workers_printed_and_recorded(run_fold
     assert ledger.Ledger().rows(kind="train")[0]["metrics"]["skipped_images"] == 1
 
 
-def rows(table):
-    return [{"num_workers": w, "prefetch_factor": p, "images_per_second": r} for w, p, r in table]
-
-
-def test_knee_is_the_cheapest_setting_within_five_percent_of_the_best():
-    table = rows([(0, 2, 100), (1, 2, 180), (2, 2, 290), (4, 2, 300), (8, 2, 298)])
-    assert loaders.find_knee(table)["num_workers"] == 2  # 290 >= 0.95 * 300
-    assert loaders.find_knee(table, tolerance=0.01)["num_workers"] == 4
-
-
-def test_knee_prefers_less_prefetching_at_equal_workers_and_reaches_the_best():
-    table = rows([(4, 8, 1000), (4, 2, 960), (2, 2, 700)])
-    assert loaders.find_knee(table)["prefetch_factor"] == 2
-    assert loaders.find_knee(rows([(0, 2, 50), (1, 2, 100)]))["num_workers"] == 1
-
-
-def test_setting_grid_drops_knobs_that_do_nothing_without_workers():
-    grid = loaders.setting_grid((0, 2), (False,), (2, 4), (False, True))
-    assert [s for s in grid if s.num_workers == 0] == [loaders.LoaderSetting(0)]
-    assert len(grid) == 1 + 2 * 2
-
-
-def test_sweep_times_every_setting_on_the_real_pipeline(folder_with_corrupt_file):
-    dataset = loaders.first_images(loaders.image_folder_dataset(folder_with_corrupt_file, 32, bad_images="skip"), 8)
-    config = make_config("smoke", batch_size=4)
-    settings = loaders.setting_grid((0, 1))
-    table = loaders.sweep_loader(dataset, config, settings, epochs=1, warmup_epochs=0)
-    assert [r["num_workers"] for r in table] == [0, 1]
-    assert all(r["images"] == 8 and r["images_per_second"] > 0 for r in table)
-    assert loaders.find_knee(table) in table
-
-
 class FakeClock:
     def __init__(self):
         self.now = 0.0
@@ -198,36 +166,6 @@ def test_a_stream_takes_no_sampler_unless_it_splits_itself_across_ranks():
     Stream.splits_by_rank = True
     loader = loaders.make_loader(Stream(), config.replace(batch_size=2), train=True, sampler=sampler)
     assert [batch.tolist() for batch in loader] == [[0, 1], [2, 3]]
-
-
-def test_decode_limit_share_counts_the_cores_a_loader_uses():
-    from course_lib.data import loaders
-
-    assert loaders.cores_used(0, 8) == 1 and loaders.cores_used(4, 8) == 4 and loaders.cores_used(16, 8) == 8
-    assert loaders.decode_limit_share(400.0, 100.0, 4, 8) == pytest.approx(1.0)
-    assert loaders.decode_limit_share(50.0, 100.0, 0, 8) == pytest.approx(0.5)
-    with pytest.raises(ValueError):
-        loaders.decode_limit_share(1.0, 0.0, 1, 1)
-
-
-def test_with_decode_share_adds_a_column_after_mfu():
-    import pandas as pd
-
-    from course_lib.data import loaders
-
-    table = pd.DataFrame({"num_workers": [0, 2], "images_per_second": [100.0, 300.0], "MFU": [0.1, 0.3]})
-    shared = loaders.with_decode_share(table, 100.0, cores=2)
-    assert list(shared.columns) == ["num_workers", "images_per_second", "MFU", "share of decode limit"]
-    assert shared["share of decode limit"].tolist() == pytest.approx([1.0, 1.5])
-
-
-def test_cores_per_accelerator_and_setting_of():
-    from course_lib.data import loaders
-
-    assert loaders.cores_per_accelerator(3000.0, 200.0) == pytest.approx(15.0)
-    setting = loaders.setting_of({"num_workers": 0, "pin_memory": True, "setting": "x", "images_per_second": 1.0},
-                                 min_workers=1)
-    assert setting == loaders.LoaderSetting(1, pin_memory=True)
 
 
 def test_data_wait_timer_speeds():

@@ -322,7 +322,7 @@ def test_tta_averages_exactly_the_views_it_names(views):
     import torch
 
     from course_lib.data import overhead_augment
-    from course_lib.data.datasets import build_datasets
+    from course_lib.data.pipeline import build_datasets
 
     config = make_config("smoke", image_size=16, batch_size=16)
     torch.manual_seed(0)

@@ -8,7 +8,7 @@ from test_augment import cpu_steps
 
 from course_lib.config import ConfigError, make_config
 from course_lib.data import cache, datasets, pipeline, shards, transforms
-from course_lib.data.datasets import BadImageError
+from course_lib.data.images import BadImageError
 from course_lib.data.device_augment import DeviceAugment
 from course_lib.data.landcover import make_landcover
 from course_lib.data.loaders import make_loader
@@ -46,7 +46,7 @@ VAL_TYPES = {"files": datasets.ImageFolderDataset, "cache": cache.PreDecodedData
 @pytest.mark.parametrize("storage", ["files", "cache", "shards"])
 def test_each_switch_builds_its_datasets_and_batch_types(storage, augmentation):
     setting = config(storage=storage, augmentation=augmentation, decoder="opencv")
-    bundle = datasets.build_datasets(setting)
+    bundle = pipeline.build_datasets(setting)
     assert type(bundle.train) is TRAIN_TYPES[storage] and type(bundle.val) is VAL_TYPES[storage]
     assert bundle.pipeline.startswith(f"decoder opencv, storage {storage}")
     assert bundle.pipeline.endswith(f"augmentation {augmentation} (light)")
@@ -69,7 +69,7 @@ def test_each_switch_builds_its_datasets_and_batch_types(storage, augmentation):
 
 @pytest.mark.timeout(60)
 def test_device_stage_augments_uint8_to_normalised_images_of_image_size():
-    bundle = datasets.build_datasets(config(augmentation="device", image_size=24))
+    bundle = pipeline.build_datasets(config(augmentation="device", image_size=24))
     images = torch.randint(0, 256, (6, 3, 40, 40), dtype=torch.uint8)  # bigger than image_size
     out = bundle.device_stage(images, CPU, train=True)
     assert out.shape == (6, 3, 24, 24) and out.dtype == torch.float32
@@ -81,30 +81,30 @@ def test_device_stage_augments_uint8_to_normalised_images_of_image_size():
 
 
 def test_the_same_training_files_whatever_the_storage():
-    files = datasets.build_datasets(config(storage="files"))
+    files = pipeline.build_datasets(config(storage="files"))
     chosen = {files.train.dataset.samples[i][0] for i in files.train.indices}
-    shard_bundle = datasets.build_datasets(config(storage="shards"))
+    shard_bundle = pipeline.build_datasets(config(storage="shards"))
     listing = datasets.ImageFolderDataset(SAMPLE_DIR / "train")
     packed = {listing.samples[int(key)][0] for key, _, _, _ in shards.read_samples(shard_bundle.train.urls)}
     assert packed == chosen and len(chosen) == 256
-    cached = datasets.build_datasets(config(storage="cache")).train
+    cached = pipeline.build_datasets(config(storage="cache")).train
     assert sorted(cached.targets) == sorted(files.train.targets)
 
 
 @pytest.mark.timeout(60)
 def test_cache_and_shards_are_reused_on_a_second_build(cache_root):
     for storage in ("cache", "shards"):
-        datasets.build_datasets(config(storage=storage))
+        pipeline.build_datasets(config(storage=storage))
     built = {path: path.stat().st_mtime_ns for path in cache_root.rglob("*") if path.is_file()
              and path.suffix != ".lock"}
     assert len([p for p in built if p.name == cache.META_FILE]) == 3  # train, val and test caches
     assert len([p for p in built if p.name == shards.INDEX_FILE]) == 1
     for storage in ("cache", "shards"):
-        datasets.build_datasets(config(storage=storage))
+        pipeline.build_datasets(config(storage=storage))
     again = {path: path.stat().st_mtime_ns for path in cache_root.rglob("*") if path.is_file()
              and path.suffix != ".lock"}
     assert again == built  # nothing rewritten, nothing added
-    datasets.build_datasets(config(storage="cache", max_train_images=128))  # another selection: a new cache
+    pipeline.build_datasets(config(storage="cache", max_train_images=128))  # another selection: a new cache
     assert len(list(cache_root.rglob(cache.META_FILE))) == 4
 
 
@@ -120,16 +120,16 @@ def folder_with_bad_file(tmp_path):
 def test_bad_images_and_max_train_images_work_with_cache_and_shards(folder_with_bad_file, storage):
     base = dict(dataset="imagefolder", data_dir=str(folder_with_bad_file), storage=storage, batch_size=4)
     with pytest.raises(BadImageError, match="road_bad.jpg.*bad_images=skip"):
-        datasets.build_datasets(config(**base, max_train_images=0))
-    bundle = datasets.build_datasets(config(**base, max_train_images=0, bad_images="skip"))
+        pipeline.build_datasets(config(**base, max_train_images=0))
+    bundle = pipeline.build_datasets(config(**base, max_train_images=0, bad_images="skip"))
     assert len(bundle.train) == 32  # the unreadable file is left out
     images = torch.cat([batch for batch, _ in make_loader(bundle.train, config(**base), train=True)])
     assert len(images) == 32
     # A cache or shard set built under skip lacks the file; under fail that is an error, not a silence.
     with pytest.raises(BadImageError, match="leaves out 1 unreadable"):
-        datasets.build_datasets(config(**base, max_train_images=0))
-    limited = datasets.build_datasets(config(**base, max_train_images=12, bad_images="skip"))
-    files = datasets.build_datasets(config(**{**base, "storage": "files"}, max_train_images=12, bad_images="skip"))
+        pipeline.build_datasets(config(**base, max_train_images=0))
+    limited = pipeline.build_datasets(config(**base, max_train_images=12, bad_images="skip"))
+    files = pipeline.build_datasets(config(**{**base, "storage": "files"}, max_train_images=12, bad_images="skip"))
     assert len(files.train) == 12
     assert len(limited.train) in (11, 12)  # 11 when the unreadable file is among the 12 chosen
 
@@ -139,7 +139,7 @@ def test_shard_length_counts_the_loaders_batches_exactly(tmp_path):
     root = make_landcover(tmp_path / "set", image_size=16, per_class={"train": 13, "val": 1})
     setting = config(dataset="imagefolder", data_dir=str(root), storage="shards", batch_size=5, num_workers=2,
                      image_size=16)
-    bundle = datasets.build_datasets(setting)
+    bundle = pipeline.build_datasets(setting)
     assert len(bundle.train.urls) == 2  # one shard per reader (104 small images)
     loader = make_loader(bundle.train, setting, train=True)
     # 104 images in 2 shards of 52: each worker yields 10 whole batches of 5 (2 images left over each).
@@ -156,7 +156,7 @@ def test_shard_readers_split_ranks_then_workers():
 
 def test_sized_shards_refuse_a_loader_with_another_worker_count(tmp_path):
     setting = config(storage="shards", num_workers=1)
-    bundle = datasets.build_datasets(setting)
+    bundle = pipeline.build_datasets(setting)
     with pytest.raises(ConfigError, match="sized for 1 reader"):
         next(iter(make_loader(bundle.train, setting.replace(num_workers=2), train=True)))
 
@@ -164,7 +164,7 @@ def test_sized_shards_refuse_a_loader_with_another_worker_count(tmp_path):
 def test_nvjpeg_without_cuda_is_one_line(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ConfigError, match="needs a CUDA GPU") as error:
-        datasets.build_datasets(config(decoder="nvjpeg", storage="cache"))
+        pipeline.build_datasets(config(decoder="nvjpeg", storage="cache"))
     assert "\n" not in str(error.value)
 
 
@@ -172,12 +172,12 @@ def test_nvjpeg_serves_only_the_cache(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine
     for storage in ("files", "shards"):
         with pytest.raises(ConfigError, match=f"nvjpeg.*storage={storage}.*opencv"):
-            datasets.build_datasets(config(decoder="nvjpeg", storage=storage))
+            pipeline.build_datasets(config(decoder="nvjpeg", storage=storage))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="nvJPEG needs a CUDA GPU")
 def test_nvjpeg_builds_a_cache():
-    bundle = datasets.build_datasets(config(decoder="nvjpeg", storage="cache", max_train_images=64))
+    bundle = pipeline.build_datasets(config(decoder="nvjpeg", storage="cache", max_train_images=64))
     assert len(bundle.train) == 64 and bundle.train[0][0].device.type == "cpu"
 
 
@@ -186,11 +186,11 @@ def test_nvjpeg_builds_a_cache():
 def test_in_memory_datasets_refuse_file_switches(dataset, switch):
     name, value = next(iter(switch.items()))
     with pytest.raises(ConfigError, match=f"{name}={value} does not apply to dataset={dataset}.*{name}="):
-        datasets.build_datasets(config(dataset=dataset, **switch))
+        pipeline.build_datasets(config(dataset=dataset, **switch))
 
 
 def test_digits_with_device_augmentation_is_only_normalised_on_the_device():
-    bundle = datasets.build_datasets(config(dataset="digits", augmentation="device", max_train_images=0))
+    bundle = pipeline.build_datasets(config(dataset="digits", augmentation="device", max_train_images=0))
     image, _ = bundle.train[0]
     assert image.dtype == torch.uint8 and image.shape == (3, 32, 32)
     batch = image.unsqueeze(0).repeat(4, 1, 1, 1)
@@ -201,10 +201,10 @@ def test_digits_with_device_augmentation_is_only_normalised_on_the_device():
 def test_build_datasets_trains_with_the_light_recipe_on_either_side():
     from torchvision.transforms import v2
 
-    on_cpu = datasets.build_datasets(config(augmentation="cpu"))
+    on_cpu = pipeline.build_datasets(config(augmentation="cpu"))
     crop = cpu_steps(on_cpu.train.transform)[v2.RandomResizedCrop]
     assert tuple(crop.scale) == (0.6, 1.0) and v2.ColorJitter not in cpu_steps(on_cpu.train.transform)
-    on_device = datasets.build_datasets(config(augmentation="device"))
+    on_device = pipeline.build_datasets(config(augmentation="device"))
     assert on_device.device_stage.train_transform.recipe == transforms.LIGHT == transforms.AugmentRecipe()
 
 
@@ -212,7 +212,7 @@ def test_build_datasets_trains_with_the_light_recipe_on_either_side():
 def test_real_eurosat_cache_holds_max_train_images(eurosat_dir, cache_root):
     setting = make_config("smoke", dataset="imagefolder", data_dir=str(eurosat_dir), storage="cache",
                           max_train_images=200, image_size=32, num_workers=1)
-    bundle = datasets.build_datasets(setting)
+    bundle = pipeline.build_datasets(setting)
     train_cache = next(p.parent for p in cache_root.rglob(cache.META_FILE) if p.parent.name.startswith("train-"))
     info = cache.PreDecodedDataset(train_cache).info
     assert info.images == len(bundle.train) == 200 and info.image_size == 32 and len(info.classes) == 10
@@ -227,7 +227,7 @@ def test_imagefolder_files_without_splits_keep_their_split(tmp_path):
         (root / name).mkdir(parents=True)
         for i in range(10):
             Image.fromarray(np.full((8, 8, 3), i * 20, np.uint8)).save(root / name / f"{i}.png")
-    by_storage = {storage: datasets.build_datasets(config(dataset="imagefolder", data_dir=str(root),
+    by_storage = {storage: pipeline.build_datasets(config(dataset="imagefolder", data_dir=str(root),
                                                           storage=storage, max_train_images=0, batch_size=2))
                   for storage in ("files", "cache")}
     for split in ("train", "val", "test"):
@@ -240,7 +240,7 @@ def test_the_overhead_recipe_applies_the_symmetries_of_the_square_on_either_side
     """augment_recipe=overhead: no crop; every training image is one of the eight symmetries of its
     source (then shifted), whichever side runs the augmentation."""
     config = make_config("smoke", augmentation=place, augment_recipe="overhead", image_size=32)
-    bundle = datasets.build_datasets(config)
+    bundle = pipeline.build_datasets(config)
     assert bundle.pipeline.endswith(f"augmentation {place} (overhead)")
     recipe = transforms.RECIPES["overhead"]
     assert recipe.dihedral and not recipe.crop and recipe.shift_pixels(64) == 4

@@ -4,7 +4,7 @@ import torch
 from conftest import tiny_config
 
 from course_lib.config import SAMPLE_DATA_DIR
-from course_lib.data.datasets import build_datasets
+from course_lib.data.pipeline import build_datasets
 from course_lib.deploy import export, quantization
 from course_lib.engine import train
 

@@ -8,7 +8,7 @@ import torch
 from course_lib.analysis import calibration, statistics
 from course_lib.chapters import regularization_study
 from course_lib.config import ConfigError, make_config
-from course_lib.data import datasets
+from course_lib.data import pipeline
 
 
 def test_select_variants_keeps_run_order_and_always_the_baseline():
@@ -159,7 +159,7 @@ def test_fit_variant_trains_without_the_engines_validation_and_scores_once(tmp_p
 
 def _fit_and_score(tmp_path):
     config = make_config("smoke", model="test_resnet", max_steps=1, batch_size=8, output_dir=str(tmp_path))
-    bundle = datasets.build_datasets(config)
+    bundle = pipeline.build_datasets(config)
     result = regularization_study.fit_variant(config, "article_combo_ema", 0.5, bundle)
     assert "val_top1" not in result.history[-1] and result.ema_model is not None
     assert (tmp_path / "07_article_combo_ema" / "last.pt").exists()

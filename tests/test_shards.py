@@ -5,7 +5,8 @@ from PIL import Image
 
 from course_lib.config import ConfigError, make_config
 from course_lib.data import shards
-from course_lib.data.datasets import BadImageError, ImageFolderDataset
+from course_lib.data.datasets import ImageFolderDataset
+from course_lib.data.images import BadImageError
 from course_lib.data.landcover import make_landcover
 from course_lib.data.loaders import make_loader
 

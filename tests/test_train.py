@@ -14,7 +14,8 @@ from conftest import TensorImages, tiny_config
 
 from course_lib import ledger
 from course_lib.config import ConfigError, make_config
-from course_lib.data.datasets import DataBundle, build_datasets
+from course_lib.data.datasets import DataBundle
+from course_lib.data.pipeline import build_datasets
 from course_lib.data.device_augment import DeviceStage
 from course_lib.engine import train
 from course_lib.models import checkpoint, factory
@@ -363,9 +364,9 @@ RECORDING_SCRIPT = textwrap.dedent('''
     """Runs `workbook train` under torchrun, recording which images each rank reads."""
     import json, os, sys
     from course_lib import cli
-    from course_lib.data import datasets
+    from course_lib.data import pipeline
 
-    build = datasets.build_datasets
+    build = pipeline.build_datasets
     out = sys.argv.pop(1)
 
     class Recording:
@@ -384,7 +385,7 @@ RECORDING_SCRIPT = textwrap.dedent('''
         recorders.append(bundle.train)
         return bundle
 
-    datasets.build_datasets = recording_build
+    pipeline.build_datasets = recording_build
     code = cli.main(["train", *sys.argv[1:]])
     with open(os.path.join(out, f"rank{os.environ['RANK']}.json"), "w") as handle:
         json.dump({"code": code, "seen": recorders[0].seen}, handle)

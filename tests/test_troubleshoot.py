@@ -3,7 +3,7 @@ import torch
 
 from course_lib.chapters import troubleshoot
 from course_lib.config import ConfigError, make_config
-from course_lib.data import datasets, scan
+from course_lib.data import datasets, pipeline, scan
 from course_lib.models import checkpoint
 
 
@@ -57,7 +57,7 @@ def test_error_message():
 
 
 def test_wrong_normalization_is_visible_in_input_statistics(config):
-    bundle = datasets.build_datasets(config)
+    bundle = pipeline.build_datasets(config)
     good = troubleshoot.input_statistics(bundle.train, images=8)
     raw = troubleshoot.input_statistics(troubleshoot.Renormalized(bundle.train, "raw"), images=8)
     unit = troubleshoot.input_statistics(troubleshoot.Renormalized(bundle.train, "unit"), images=8)
@@ -130,7 +130,7 @@ def test_epoch_orders_repeat_without_set_epoch():
 
 
 def test_plain_losses_diverge_on_raw_pixels_without_batchnorm(config):
-    bundle = datasets.build_datasets(config)
+    bundle = pipeline.build_datasets(config)
     good = troubleshoot.plain_sgd_losses(bundle.train, lr=0.05, steps=6)
     raw = troubleshoot.plain_sgd_losses(troubleshoot.Renormalized(bundle.train, "raw"), lr=0.05, steps=6)
     assert len(good) == 6 and max(good) < 5

@@ -94,7 +94,7 @@ class Evaluation:
         ref = self.image_refs[index]
         if ref.startswith("index:"):
             return _as_pil(_raw_image(self._base_dataset(), int(ref.split(":", 1)[1])))
-        from course_lib.data.datasets import load_rgb
+        from course_lib.data.images import load_rgb
 
         return load_rgb(ref)
 
@@ -106,7 +106,7 @@ class Evaluation:
                 raise FileNotFoundError(f"evaluation {self.name!r} stores image indices but no config to rebuild "
                                         "the dataset from; pass image_loader=")
             from course_lib.config import FIELD_NAMES, make_config
-            from course_lib.data.datasets import build_datasets
+            from course_lib.data.pipeline import build_datasets
 
             known = {k: v for k, v in config_values.items() if k in FIELD_NAMES}
             bundle = build_datasets(make_config(None, **known))
@@ -249,7 +249,8 @@ def evaluate_model(model, config, split: str = "val", classes=None, name: str | 
     """Run `model` on `split` of the dataset `config` names; save the evaluation and (by default)
     record a ledger row of kind "eval". `bundle` reuses already-built datasets; `tta_views` > 1
     averages the predictions over that many symmetries of the square (see `predict`)."""
-    from course_lib.data.datasets import SPLITS, build_datasets
+    from course_lib.data.datasets import SPLITS
+    from course_lib.data.pipeline import build_datasets
 
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is not one of {', '.join(SPLITS)}")

@@ -185,13 +185,13 @@ class CaseStudy:
 
     def bundle_for(self, config: Config):
         """The bundle for `config`'s data fields: the one given for the first, else one built once."""
-        from course_lib.data import datasets
+        from course_lib.data import pipeline
 
         key = tuple(getattr(config, name) for name in DATA_FIELDS)
         if not self.bundles and self.bundle is not None:
             self.bundles[tuple(getattr(self.config, name) for name in DATA_FIELDS)] = self.bundle
         if key not in self.bundles:
-            self.bundles[key] = datasets.build_datasets(config)
+            self.bundles[key] = pipeline.build_datasets(config)
         return self.bundles[key]
 
     def repeat_baseline(self, seeds, echo=print) -> dict:

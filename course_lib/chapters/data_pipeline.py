@@ -1,6 +1,6 @@
 """Notebook 02's measurements turned into the articles' claims (`analysis.claims`): decoders, tar
 shards, the DataLoader knee, pinned memory, the starved accelerator, DataLoader tuning, the disk and
-CPU cores per GPU. The measuring lives in `data.loaders`, `data.decode`, `data.shards` and
+CPU cores per GPU. The measuring lives in `measure.loader_sweep`, `data.decode`, `data.shards` and
 `measure.disk`; this module only compares what they measured with what the article says."""
 from __future__ import annotations
 
@@ -11,18 +11,18 @@ import torch
 
 from course_lib.analysis import claims as claim_records
 from course_lib.analysis import statistics
-from course_lib.data import loaders
+from course_lib.measure import loader_sweep
 
 DEFAULT_LOADER = "default DataLoader"  # num_workers=0, no pinning, no prefetch, no persistent workers
 
 
-def pin_memory_rows(dataset, config, setting: loaders.LoaderSetting, epochs: int, device, repeats: int = 3):
+def pin_memory_rows(dataset, config, setting: loader_sweep.LoaderSetting, epochs: int, device, repeats: int = 3):
     """On CUDA: the sweep of `setting` without and with pin_memory (batches copied to the GPU),
     `repeats` interleaved timings each. None without CUDA, where pinning has nothing to speed up."""
     if device is None or torch.device(device).type != "cuda":
         return None
     pair = [dataclasses.replace(setting, pin_memory=pin) for pin in (False, True)]
-    return loaders.sweep_loader(dataset, config, pair, epochs=epochs, repeats=repeats, device=device)
+    return loader_sweep.sweep_loader(dataset, config, pair, epochs=epochs, repeats=repeats, device=device)
 
 
 def _rates(rows, **match) -> list[float]:
@@ -117,13 +117,13 @@ def cores_claim(training_rows: list[dict], images_per_second_per_core: float, cu
     """cpu_cores_per_gpu: the GPU's compute-only training images/s over one core's loader images/s."""
     tuned = [r["compute_images_per_second"] for r in training_rows if r["loader"] != DEFAULT_LOADER]
     if not cuda:
-        examples = ", ".join(f"{rate:,} images/s -> {loaders.cores_per_accelerator(rate, images_per_second_per_core):.1f}"
+        examples = ", ".join(f"{rate:,} images/s -> {loader_sweep.cores_per_accelerator(rate, images_per_second_per_core):.1f}"
                              for rate in (1000, 3000))
         return claim_records.not_measurable(
             "cpu_cores_per_gpu", f"no GPU: one core delivers {images_per_second_per_core:.0f} images/s of this pipeline "
             f"({pipeline}); a GPU training at N images/s needs N / {images_per_second_per_core:.0f} cores ({examples} "
             "cores); the CPU's own training rate here is no GPU's")
-    needed = [loaders.cores_per_accelerator(rate, images_per_second_per_core) for rate in tuned]
+    needed = [loader_sweep.cores_per_accelerator(rate, images_per_second_per_core) for rate in tuned]
     interval = statistics.confidence_interval(needed) if len(needed) > 1 else None
     return claim_records.measured(
         "cpu_cores_per_gpu", stats.mean(needed), None if interval is None else
@@ -178,5 +178,5 @@ def with_ceilings(table, model, image_size: int, device, flops_per_image: float,
     table = flops.with_mfu(table, model, image_size, device, images_per_second=images_per_second,
                            flops_per_image=flops_per_image)
     if "num_workers" in table.columns:
-        table = loaders.with_decode_share(table, decode_per_core, cores, images_per_second=images_per_second)
+        table = loader_sweep.with_decode_share(table, decode_per_core, cores, images_per_second=images_per_second)
     return table

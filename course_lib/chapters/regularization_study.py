@@ -315,7 +315,7 @@ def plot_comparison(summary, title: str = ""):
 
 def find_cifar10(folder: str = "") -> Path | None:
     """The root holding torchvision's extracted `cifar-10-batches-py`: `folder` when given, else the
-    place `datasets.cifar10_bundle` looks by default (data_cache/torchvision) or a shared copy beside
+    place `pipeline.cifar10_bundle` looks by default (data_cache/torchvision) or a shared copy beside
     the project (../shared/datasets/cifar10). None when absent: nothing is downloaded."""
     candidates = [folder] if folder else [str(paths.CACHE_DIR / "torchvision"),
                                           str(paths.project_root().parent / "shared" / "datasets" / "cifar10")]
@@ -331,7 +331,7 @@ def cifar10_control(config: Config, seeds: list[int], ema_decay: float, folder: 
     """The same study on CIFAR-10 (real photographs, not remote sensing: the control the claims
     need), for `CONTROL_VARIANTS` at 32 px, read with `torchvision.datasets.CIFAR10(download=False)`;
     or, when the data is not on this machine, the reason as a string."""
-    from course_lib.data import datasets
+    from course_lib.data import pipeline
 
     root = find_cifar10(folder)
     if root is None:
@@ -341,7 +341,7 @@ def cifar10_control(config: Config, seeds: list[int], ema_decay: float, folder: 
     control = config.replace(dataset="cifar10", data_dir=str(root), image_size=CONTROL_IMAGE_SIZE, storage="files",
                              decoder="pil", download=False, output_dir=f"{config.output_dir.rstrip('/')}/07_cifar10")
     try:
-        bundle = datasets.build_datasets(control)
+        bundle = pipeline.build_datasets(control)
     except FileNotFoundError as error:  # present but incomplete or corrupted (torchvision checks md5 sums)
         return str(error)
     return run_study(control, list(CONTROL_VARIANTS), seeds, ema_decay, bundle, data="CIFAR-10", progress=progress)

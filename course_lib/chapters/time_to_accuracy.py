@@ -51,7 +51,7 @@ def ablate(config: Config, seeds: list[int], ingredients: list[str] | None = Non
     epochs (no budget: the same training length, so accuracy differences are the ingredient's).
     `validation_per_class` (0: all) scores every run on the same validation images per class
     (`data.class_split.subset_bundle`), the shared bundle and each one a data ingredient rebuilds."""
-    from course_lib.data import class_split, datasets
+    from course_lib.data import class_split, pipeline
 
     def scored(data):
         return class_split.subset_bundle(data, data.classes, val_per_class=validation_per_class) \
@@ -62,14 +62,14 @@ def ablate(config: Config, seeds: list[int], ingredients: list[str] | None = Non
     if unknown:
         raise ValueError(f"unknown ingredient {unknown[0]!r}; choose from: {', '.join(ABLATIONS)}")
     runs = [("full recipe", {})] + [(name, ABLATIONS[name]) for name in chosen]
-    shared = scored(bundle if bundle is not None else datasets.build_datasets(config)) \
+    shared = scored(bundle if bundle is not None else pipeline.build_datasets(config)) \
         if validation_per_class or bundle is not None else None
     out = []
     for ingredient, changes in runs:
         results = []
         # The data pipeline changes with storage/augmentation: only reuse the bundle when it cannot.
         same_data = not {"storage", "augmentation", "augment_recipe", "num_workers"} & set(changes)
-        own = shared if same_data else (scored(datasets.build_datasets(config.replace(**changes)))
+        own = shared if same_data else (scored(pipeline.build_datasets(config.replace(**changes)))
                                         if validation_per_class else None)
         for seed in seeds:
             variant = config.replace(**changes, seed=seed)

@@ -22,7 +22,7 @@ import torch
 
 from course_lib import paths
 from course_lib.config import Config, ConfigError, WorkbookError
-from course_lib.data import datasets, transforms
+from course_lib.data import datasets, pipeline, transforms
 from course_lib.measure.timing import stopwatch, time_repeats
 
 
@@ -56,7 +56,7 @@ def tiny_bundle(config: Config, images: int, bundle=None, repeats: int = 1):
     (so every class is present), listed `repeats` times, and no validation split."""
     from torch.utils.data import Subset
 
-    bundle = bundle or datasets.build_datasets(config)
+    bundle = bundle or pipeline.build_datasets(config)
     targets = _targets(bundle.train)
     by_class: dict[int, list[int]] = {}
     for index, target in enumerate(targets):

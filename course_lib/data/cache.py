@@ -5,7 +5,6 @@ Docs: https://numpy.org/doc/stable/reference/generated/numpy.memmap.html
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -18,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from course_lib.data.build_lock import exclusive_build
 from course_lib.paths import CACHE_DIR, project_root
 
 log = logging.getLogger(__name__)
@@ -75,25 +75,6 @@ def selection_key(folder, indices, extra: str = "") -> str:
     for index in indices:
         digest.update(b"\n" + os.path.relpath(folder.samples[index][0], root).encode())
     return digest.hexdigest()[:16]
-
-
-@contextlib.contextmanager
-def exclusive_build(folder: Path):
-    """Hold an exclusive lock on `<folder>.lock` while building `folder`, so DDP ranks (or two
-    notebooks) asking for the same cache or shards wait for one builder instead of racing.
-    POSIX file locks (fcntl); where there is none, no lock."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        yield
-        return
-    with open(folder.with_name(folder.name + ".lock"), "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _read_info(folder: Path) -> CacheInfo:

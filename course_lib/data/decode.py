@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from course_lib.config import DECODER_NAMES
-from course_lib.data.datasets import IMAGE_EXTENSIONS, BadImageError, to_rgb
+from course_lib.data.images import IMAGE_EXTENSIONS, BadImageError, to_rgb
 
 # torchvision 0.29 warns on every decode call that its image I/O moves to TorchCodec; it still
 # works and is what this module measures, so the per-call warning is silenced (this message only).

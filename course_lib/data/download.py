@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from course_lib.config import WorkbookError
+from course_lib.data.build_lock import exclusive_build
 from course_lib.data.fixed_splits import LAYOUT_SPLITS, carve_out, load_eurosat_split
 from course_lib.paths import CACHE_DIR, check_writable, resolve_path
 
@@ -302,9 +303,7 @@ def get(name: str, root: str | os.PathLike | None = None, archive: str | os.Path
         progress: bool = True, say: Callable[[str], None] = print, timeout: float = TIMEOUT_SECONDS) -> Result:
     """Download (or take `archive`, a file the user already has) the release `name`, check its md5 and
     lay it out in `root` (default data_cache/<name>/). A finished layout is left as it is; two runs
-    for the same folder take turns (cache.exclusive_build), the second finding the first's layout."""
-    from course_lib.data.cache import exclusive_build
-
+    for the same folder take turns (build_lock.exclusive_build), the second finding the first's layout."""
     spec = release(name)
     target = resolve_path(root) if root else default_folder(name)
     source = None

@@ -1,15 +1,19 @@
-"""Config's data switches for image-folder datasets (landcover-synth, imagefolder, eurosat): where
-training images are read from (`storage`: loose files, the pre-decoded uint8 cache of `cache.py`,
-or the WebDataset tar shards of `shards.py`), which library decodes them (`decoder`, `decode.py`)
-and where training augmentation runs (`augmentation`: per image in the DataLoader workers, per
-batch on the training device with `device_augment.DeviceAugment`, or not at all).
-`datasets.build_datasets` calls `image_folder_bundle`; `DataBundle.pipeline` names every choice.
+"""Builds the datasets a Config names (`build_datasets`): digits, CIFAR-10, EuroSAT, landcover-synth
+or any image folder, split into train / val / test, with the config's data switches for image
+folders: where training images are read from (`storage`: loose files, the pre-decoded uint8 cache
+of `cache.py`, or the WebDataset tar shards of `shards.py`), which library decodes them (`decoder`,
+`decode.py`) and where training augmentation runs (`augmentation`: per image in the DataLoader
+workers, per batch on the training device with `device_augment.DeviceAugment`, or not at all).
+`DataBundle.pipeline` names every choice. The dataset classes themselves live in `datasets.py`.
 
 Rules: `max_train_images` keeps the same seeded choice of files whatever the storage
 (`datasets.limit_indices`); a cache or shard set is keyed by its folder, image size, decoder and
 exact file list, built once under a lock and reused; validation and test are map-style (from
 the cache with storage=cache, else from files); nvjpeg decodes on the GPU, which DataLoader
 workers cannot use, so it serves storage=cache only (decoded once, when the cache is built).
+
+EuroSAT: Helber et al., "EuroSAT: A Novel Dataset and Deep Learning Benchmark for Land
+Use and Land Cover Classification", IEEE JSTARS 2019. CIFAR-10: Krizhevsky, 2009.
 """
 from __future__ import annotations
 
@@ -17,10 +21,12 @@ import dataclasses
 import os
 from pathlib import Path
 
+import numpy as np
+
 from course_lib.config import Config, ConfigError
 from course_lib.data import cache, shards, transforms
 from course_lib.data.datasets import (
-    BadImageError,
+    ArrayImageDataset,
     DataBundle,
     ImageFolderDataset,
     TransformedSubset,
@@ -29,13 +35,17 @@ from course_lib.data.datasets import (
 )
 from course_lib.data.decode import FileDecoder, get_decoder
 from course_lib.data.device_augment import DeviceAugment, DeviceStage, batch_normalize
+from course_lib.data.images import BadImageError
+from course_lib.data.landcover import landcover_cache_dir
 from course_lib.data.loaders import resolved_num_workers
 from course_lib.data.resident import ResidentSplit
-from course_lib.paths import project_root
+from course_lib.paths import CACHE_DIR, project_root, resolve_path
 
 # Encoded samples each shard reader holds to shuffle (webdataset's default size); the shards
 # were also shuffled once when written, so this only has to mix neighbours.
 SHUFFLE_BUFFER = 1000
+# Datasets held as decoded arrays in memory: no files for `decoder` or `storage` to act on.
+IN_MEMORY_DATASETS = ("digits", "cifar10")
 SPLIT_FOLDER_NAMES = {"train": ("train",), "val": ("val", "valid", "validation"), "test": ("test",)}
 
 
@@ -248,3 +258,113 @@ def image_folder_bundle(root: Path, config: Config, source: str | None = None) -
     classes = list(listing(plans["train"].folder).classes)
     return DataBundle(splits["train"], splits["val"], splits["test"], classes, source or str(root), stage,
                       describe(config, where))
+
+
+def _limit(dataset, max_images: int, seed: int):
+    keep = limit_indices(len(dataset), max_images, seed)
+    return dataset if keep is None else _Subset(dataset, keep)
+
+
+class _Subset(TransformedSubset):
+    """A subset keeping the parent's transform."""
+
+    def __getitem__(self, index):
+        return self.dataset[self.indices[index]]
+
+
+def _refuse_file_switches(config: Config) -> None:
+    """digits and CIFAR-10 are decoded arrays in memory: decoder and storage have nothing to act on,
+    and their validation split is carved by their own rule (validation_from=train is for folders)."""
+    for name, default in (("decoder", "pil"), ("storage", "files"), ("validation_from", "folder")):
+        value = getattr(config, name)
+        if value != default:
+            raise ConfigError(f"{name}={value} does not apply to dataset={config.dataset}: its images are decoded "
+                              f"arrays in memory; use {name}={default} (decoder and storage act on image folders: "
+                              "landcover-synth, imagefolder, eurosat)")
+
+
+def digits_bundle(config: Config) -> DataBundle:
+    """scikit-learn's handwritten digits (1,797 real 8x8 scans), upscaled and split 70/15/15.
+    Flips and crops would turn digits into other symbols: training is not augmented, wherever
+    augmentation runs (with augmentation=device the device stage only normalises)."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    pixels = (digits.images * (255.0 / 16.0)).astype(np.uint8)  # 0..16 grey levels -> 0..255
+    images = np.repeat(pixels[..., None], 3, axis=-1)
+    classes = [str(d) for d in digits.target_names]
+    whole = ArrayImageDataset(images, digits.target, classes)
+    tr, va, te = split_indices(digits.target, (0.7, 0.15, 0.15), config.seed)
+    train_tf, eval_tf, stage = split_transforms(config, augment=False)
+    return DataBundle(TransformedSubset(whole, tr, train_tf), TransformedSubset(whole, va, eval_tf),
+                      TransformedSubset(whole, te, eval_tf), classes, "sklearn.datasets.load_digits", stage)
+
+
+# After `workbook data get NAME`, the images are an ImageFolder with train/ valid/ test/.
+_USE_THE_LAYOUT = ", then train with -p dataset=imagefolder -p data_dir=data_cache/{}"
+
+
+def eurosat_folder(root: Path, download: bool) -> Path:
+    """torchvision.datasets.EuroSAT's image folder (root/eurosat/2750/<class>/*.jpg), downloaded
+    when allowed; the workbook then reads it as an image folder, so every data switch applies."""
+    from torchvision.datasets import EuroSAT
+
+    from course_lib.data import download as downloads
+
+    try:
+        EuroSAT(str(root), download=download)  # checks the files (and downloads them when allowed)
+    except downloads.NETWORK_ERRORS as error:  # offline: one line naming the URL and `workbook data get --from`
+        raise downloads.unreachable("eurosat", downloads.EUROSAT_URL, error,
+                                    _USE_THE_LAYOUT.format("eurosat")) from None
+    except RuntimeError as error:
+        raise FileNotFoundError(f"EuroSAT not found under {root} ({error}); set download=true when online, "
+                                "or point dataset=imagefolder data_dir=... at an extracted copy") from None
+    return Path(root) / "eurosat" / "2750"  # where torchvision.datasets.EuroSAT keeps the images
+
+
+def cifar10_bundle(root: Path, config: Config) -> DataBundle:
+    """torchvision.datasets.CIFAR10: its train set split 90/10 into train/val, its test set as test."""
+    from torchvision.datasets import CIFAR10
+
+    from course_lib.data import download as downloads
+
+    train_tf, eval_tf, stage = split_transforms(config)
+    try:
+        train_whole = CIFAR10(str(root), train=True, download=config.download)
+        test = CIFAR10(str(root), train=False, download=config.download, transform=eval_tf)
+    except downloads.NETWORK_ERRORS as error:
+        raise downloads.unreachable("cifar10", CIFAR10.url, error, _USE_THE_LAYOUT.format("cifar10")) from None
+    except RuntimeError as error:
+        raise FileNotFoundError(f"CIFAR-10 not found under {root} ({error}); set download=true when online") from None
+    tr, va = split_indices(train_whole.targets, (0.9, 0.1), config.seed)
+    return DataBundle(TransformedSubset(train_whole, tr, train_tf), TransformedSubset(train_whole, va, eval_tf),
+                      test, list(train_whole.classes), str(root), stage)
+
+
+def build_datasets(config: Config) -> DataBundle:
+    """The train/val/test datasets that `config.dataset` and `config.data_dir` name, read, decoded
+    and augmented as `config.storage`, `config.decoder` and `config.augmentation` say (image
+    folders: `image_folder_bundle`); `bundle.pipeline` names the choices and `bundle.device_stage` finishes each
+    batch on the training device."""
+    name = config.dataset
+    if name in IN_MEMORY_DATASETS:
+        _refuse_file_switches(config)
+    if name == "landcover-synth":
+        root = resolve_path(config.data_dir) if config.data_dir else landcover_cache_dir(seed=0)
+        return image_folder_bundle(root, config)
+    if name == "imagefolder":
+        if not config.data_dir:
+            raise ConfigError("dataset=imagefolder needs data_dir=<folder with train/ and val/ subfolders>")
+        return image_folder_bundle(resolve_path(config.data_dir), config)
+    if name == "eurosat":
+        root = resolve_path(config.data_dir or str(CACHE_DIR / "torchvision"))
+        return image_folder_bundle(eurosat_folder(root, config.download), config, source=str(root))
+    if name == "digits":
+        bundle = digits_bundle(config)
+    elif name == "cifar10":
+        bundle = cifar10_bundle(resolve_path(config.data_dir or str(CACHE_DIR / "torchvision")), config)
+    else:  # make_config already refuses other names
+        raise ConfigError(f"unknown dataset {name!r}")
+    bundle.train = _limit(bundle.train, config.max_train_images, config.seed)
+    bundle.pipeline = describe(config)
+    return bundle

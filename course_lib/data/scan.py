@@ -6,7 +6,7 @@ symbolic links (broken, looping, links to folders, links out of the dataset).
 Links matter because torchvision's ImageFolder walks with `os.walk(followlinks=True)`: a link to a
 folder inside a class folder adds every image behind it to that class, and a link to an ancestor
 never ends. Scan does not follow folder links unless asked (`follow_links=True`), and says how many
-images each one would add; the workbook's loader (`datasets.list_image_folder`) keeps the same rules. Pillow's decompression-bomb limit: https://pillow.readthedocs.io/en/stable/reference/Image.html#PIL.Image.open
+images each one would add; the workbook's loader (`images.list_image_folder`) keeps the same rules. Pillow's decompression-bomb limit: https://pillow.readthedocs.io/en/stable/reference/Image.html#PIL.Image.open
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from course_lib.data.datasets import IMAGE_EXTENSIONS
+from course_lib.data.images import IMAGE_EXTENSIONS
 
 _USUAL_MODES = ("RGB", "L")
 # More than 8 bits per channel: PIL's convert("RGB") clips every value above 255 (to white).

@@ -21,7 +21,9 @@ from pathlib import Path
 import torch
 
 from course_lib.config import ConfigError
-from course_lib.data.datasets import BadImageError, ImageFolderDataset
+from course_lib.data.build_lock import exclusive_build
+from course_lib.data.datasets import ImageFolderDataset
+from course_lib.data.images import BadImageError
 from course_lib.paths import CACHE_DIR, project_root
 
 log = logging.getLogger(__name__)
@@ -71,7 +73,7 @@ def write_shards(source: str | os.PathLike, out_dir: str | os.PathLike, shard_co
     image count is exact. An out_dir already holding the same packing is reused unless `rebuild`."""
     import webdataset as wds
 
-    from course_lib.data.cache import exclusive_build, selection_key
+    from course_lib.data.cache import selection_key
     from course_lib.data.decode import FileDecoder, decode_once
 
     if shard_count < 1:

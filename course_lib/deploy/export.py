@@ -177,7 +177,7 @@ def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", 
     (the median is reported). Returns the JSON's content."""
     from course_lib import ledger
     from course_lib.config import ConfigError, make_config
-    from course_lib.data.datasets import build_datasets
+    from course_lib.data.pipeline import build_datasets
     from course_lib.models import checkpoint, factory
 
     if export_format not in FORMATS:

@@ -655,7 +655,7 @@ def measure_scaling(nproc: int, params: dict | None = None, profile: str | None 
     if not metrics.get("rows"):
         raise LaunchError(f"the scaling probe recorded no measurements (run id {result.run_id})")
     if epoch_images is None:
-        from course_lib.data.datasets import build_datasets
+        from course_lib.data.pipeline import build_datasets
 
         # Counting only: loose files, so storage=cache/shards in the config builds nothing here.
         epoch_images = len(build_datasets(config.replace(storage="files", decoder="pil")).train)

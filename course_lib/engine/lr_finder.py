@@ -39,7 +39,7 @@ def lr_range_test(config: Config, bundle=None, *, start_lr: float = 1e-5, end_lr
                   smoothing: float = 0.8, divergence_factor: float = 4.0) -> RangeTestResult:
     """Run `steps` optimizer steps with the learning rate growing from `start_lr` to `end_lr`
     (a fresh model from `config`; nothing is saved). Stops early once the loss diverges."""
-    from course_lib.data import datasets
+    from course_lib.data import pipeline
     from course_lib.data.loaders import make_loader
     from course_lib.devices import resolve_device
     from course_lib.engine import auto_precision
@@ -52,7 +52,7 @@ def lr_range_test(config: Config, bundle=None, *, start_lr: float = 1e-5, end_lr
 
     device = resolve_device(config.device)
     seed_everything(config.seed)
-    bundle = bundle or datasets.build_datasets(config)
+    bundle = bundle or pipeline.build_datasets(config)
     model = build_model(config, len(bundle.classes)).to(
         device, memory_format=torch.channels_last if config.channels_last else torch.preserve_format).train()
     precision = auto_precision.resolve(config.precision, model, config.image_size, len(bundle.classes), device,

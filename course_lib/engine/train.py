@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from course_lib import ledger, paths
 from course_lib.config import Config, ConfigError
-from course_lib.data import datasets
+from course_lib.data import datasets, pipeline
 from course_lib.engine import auto_precision, freeze
 from course_lib.engine.checkpoint_saver import CheckpointSaver
 from course_lib.engine.distributed import Distributed, setup_distributed
@@ -235,7 +235,7 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
         torch.backends.cudnn.benchmark = device.type == "cuda"
         if device.type != "cuda":
             log(f"cudnn_benchmark: no effect on {device.type} (cuDNN is CUDA's convolution library)")
-    bundle = bundle or datasets.build_datasets(config)
+    bundle = bundle or pipeline.build_datasets(config)
     log(f"data: {bundle.source}, {bundle.pipeline}")
     sampler, train_loader, steps_per_epoch = _training_data(bundle.train, config, distributed, device)
     global_batch = config.batch_size * config.accumulation_steps * distributed.world_size

@@ -108,19 +108,20 @@ def run_loader(args, config: Config) -> BenchResult:
 
     from course_lib import devices
     from course_lib.data import loaders
+    from course_lib.measure import loader_sweep
 
     folder = args.folder or loaders.default_image_folder(config)
     dataset = loaders.image_folder_dataset(folder, config.image_size, decoder=args.decoder,
                                            augmentation=args.augmentation, bad_images=config.bad_images)
     dataset = loaders.first_images(dataset, args.images)
     pins = (False, True) if torch.cuda.is_available() else (False,)
-    settings = loaders.setting_grid(_int_list(args.workers), pins, _int_list(args.prefetch),
+    settings = loader_sweep.setting_grid(_int_list(args.workers), pins, _int_list(args.prefetch),
                                     [bool(v) for v in _int_list(args.persistent)])
     device = devices.transfer_device(config.device)
-    rows = loaders.sweep_loader(dataset, config, settings, epochs=args.epochs, repeats=args.repeats, device=device)
-    knee = loaders.find_knee(rows)
+    rows = loader_sweep.sweep_loader(dataset, config, settings, epochs=args.epochs, repeats=args.repeats, device=device)
+    knee = loader_sweep.find_knee(rows)
     best = max(rows, key=lambda r: r["images_per_second"])
-    one_core = loaders.single_process_rate(dataset, images=min(256, len(dataset)))
+    one_core = loader_sweep.single_process_rate(dataset, images=min(256, len(dataset)))
     cores = devices.usable_cores()
     summary = {
         "best_images_per_second": best["images_per_second"], "best_setting": best["setting"],

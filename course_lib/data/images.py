@@ -1,0 +1,94 @@
+"""Image basics every data module shares: the image file extensions, the bad-image error, 8-bit RGB
+from any mode (16-bit grey scaled, not clipped), and the listing of an ImageFolder tree with the
+workbook's rules for links (the ones `workbook scan` reports). Imports no other data module.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from course_lib.config import WorkbookError
+
+log = logging.getLogger(__name__)
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+
+
+class BadImageError(WorkbookError, RuntimeError):
+    """An image that cannot be decoded; the message names the file and the fix."""
+
+
+# Modes holding more than 8 bits per channel, which PIL's convert("RGB") clips to 255 (white)
+# instead of scaling: a 16-bit PNG opens as I;16 or as I (32-bit integers holding 0-65535).
+SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """`image` as 8-bit RGB; 16-bit grey is scaled (0-65535 to 0-255, rounded) rather than clipped."""
+    if image.mode not in SIXTEEN_BIT_MODES:
+        return image.convert("RGB")
+    pixels = np.asarray(image).astype(np.int64)
+    if pixels.min(initial=0) < 0 or pixels.max(initial=0) > 65535:
+        raise ValueError(f"mode {image.mode} with values outside 0-65535 (a 32-bit image); convert it to 8 bits")
+    grey = ((pixels * 255 + 32767) // 65535).astype(np.uint8)  # 65535 -> 255, 257 -> 1: round(v / 257)
+    return Image.fromarray(grey, "L").convert("RGB")
+
+
+def load_rgb(path: str | os.PathLike) -> Image.Image:
+    """Open an image as RGB (16-bit scaled to 8, see `to_rgb`), turning any decode failure into a
+    BadImageError with the path."""
+    try:
+        with Image.open(path) as image:
+            return to_rgb(image)
+    except (OSError, ValueError, Image.DecompressionBombError) as error:
+        raise BadImageError(f"{path}: cannot decode image ({error}); remove or replace it, "
+                            "or set bad_images=skip") from None
+
+
+def list_image_folder(root: Path, *, follow_links: bool = False,
+                      bad_images: str = "fail") -> tuple[list[str], list[tuple[str, int]]]:
+    """(classes, samples) of an ImageFolder tree in torchvision's order (sorted class folders, then
+    sorted folders and files in each), agreeing with `workbook scan`: links to folders inside a
+    class folder are not followed unless `follow_links` (then each real folder once, so a link to
+    an ancestor ends); a broken or looping file link raises BadImageError (bad_images=fail) or is
+    left out with a warning (skip). torchvision's own walk follows every folder link, forever."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes
+
+    classes, class_to_index = find_classes(str(root))
+    samples = []
+    for name in classes:
+        folders, visited = [], set()
+        for folder, subfolders, files in os.walk(root / name, followlinks=follow_links):
+            real = os.path.realpath(folder)
+            if real in visited:  # a link back to a folder already walked
+                subfolders[:] = []
+                continue
+            visited.add(real)
+            subfolders.sort()  # which link reaches a real folder first must not depend on listing order
+            if not follow_links:
+                for linked in (d for d in subfolders if os.path.islink(os.path.join(folder, d))):
+                    log.warning("not following the folder link %s (class %s); copy the images in, or pass "
+                                "follow_links=True (`workbook scan` counts what it would add)",
+                                os.path.join(folder, linked), name)
+            folders.append((folder, files))
+        for folder, files in sorted(folders):
+            for file_name in sorted(files):
+                path = os.path.join(folder, file_name)
+                if not file_name.lower().endswith(IMG_EXTENSIONS):
+                    continue
+                if os.path.islink(path) and not os.path.isfile(path):  # isfile follows the link
+                    message = (f"{path}: symbolic link to {os.readlink(path)}, which does not exist or loops back; "
+                               "remove the link or restore its target (`workbook scan` lists every link)")
+                    if bad_images == "fail":
+                        raise BadImageError(message)
+                    log.warning("skipping %s", message)
+                    continue
+                samples.append((path, class_to_index[name]))
+    empty = sorted(set(classes) - {classes[target] for _, target in samples})
+    if empty:  # torchvision's ImageFolder refuses these too (allow_empty=False)
+        raise FileNotFoundError(f"no image files ({', '.join(IMG_EXTENSIONS)}) in the class folder(s) "
+                                f"{', '.join(empty)} of {root}; add images or remove the folder")
+    return classes, samples

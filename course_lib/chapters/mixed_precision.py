@@ -4,13 +4,12 @@ articles' claims about them as `analysis.claims.Claim`s.
 Mixed precision: Micikevicius et al., "Mixed Precision Training", ICLR 2018 (arXiv:1710.03740);
 torch.compile: Ansel et al., "PyTorch 2", ASPLOS 2024. Each variant trains the same model copy with
 the engine's own step (`engine.step`); the variants take turns, repeat after repeat, so that a
-shared machine's slow moments fall on all of them alike, and the speed-up's interval comes from
+shared machine's slow moments fall on all of them alike (`engine.step_bench` builds and times each), and the speed-up's interval comes from
 those pairs of repeats (`statistics.paired_ratio_interval`: repeat i of a variant over repeat i of the
 baseline, point estimate the ratio of the medians the table shows).
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import torch
@@ -55,42 +54,26 @@ def time_training_steps(config: Config, variants: dict[str, dict], num_classes: 
     The first step of each variant (allocations, kernel choice, the compile) is timed and thrown
     away with a second one; then the variants take turns, `repeats` times, `steps` steps each."""
     from course_lib.devices import resolve_device
-    from course_lib.engine.precision import grad_scaler
-    from course_lib.engine.step import optimizer_step, training_step
-    from course_lib.measure.timing import stopwatch
+    from course_lib.engine.step_bench import StepBench
     from course_lib.models.factory import build_model
 
     device = torch.device(device) if device is not None else resolve_device(config.device)
-    generator = torch.Generator().manual_seed(config.seed)
-    images = torch.randn(config.batch_size, 3, config.image_size, config.image_size, generator=generator)
-    targets = torch.randint(num_classes, (config.batch_size,), generator=generator).to(device)
     base = model if model is not None else build_model(config, num_classes)
-    criterion = torch.nn.CrossEntropyLoss()
-    steppers, first, settings = {}, {}, {}
+    bench = StepBench(base, config.image_size, config.batch_size, device, num_classes, seed=config.seed)
+    timed_steps, first, settings = {}, {}, {}
     for label, changes in variants.items():
         setting = {"precision": config.precision, "channels_last": config.channels_last,
                    "compile": config.compile, **changes}
         if setting["precision"] == "auto":
             raise ValueError(f"variant {label!r}: give a precision (off, fp16, bf16), not auto")
-        memory_format = torch.channels_last if setting["channels_last"] else torch.contiguous_format
-        module = copy.deepcopy(base).to(device, memory_format=memory_format).train()
-        trained = torch.compile(module) if setting["compile"] else module
-        optimizer = torch.optim.SGD(module.parameters(), lr=1e-3, momentum=0.9)
-        scaler = grad_scaler(setting["precision"], device)
-        batch = images.to(device, memory_format=memory_format)
-
-        def step(trained=trained, optimizer=optimizer, scaler=scaler, batch=batch, precision=setting["precision"]):
-            training_step(trained, batch, targets, criterion, scaler, precision)
-            optimizer_step(optimizer, scaler)
-
-        first[label], _ = stopwatch(step, device)
-        stopwatch(step, device)  # a second warm-up step: fp16's scale and the allocator settle
-        steppers[label], settings[label] = step, setting
+        timed = bench.variant(setting["precision"], setting["channels_last"], setting["compile"])
+        first[label] = timed.first_step()
+        timed.step()  # a second warm-up step: fp16's scale and the allocator settle
+        timed_steps[label], settings[label] = timed, setting
     speeds = {label: [] for label in variants}
     for _ in range(repeats):
-        for label, step in steppers.items():
-            seconds, _ = stopwatch(step, device, calls=steps)
-            speeds[label].append(config.batch_size / seconds)
+        for label, timed in timed_steps.items():
+            speeds[label].append(timed.time(repeats=1, warmup=0, calls=steps).images_per_second)
     return StepSpeeds(speeds, first, settings, config.batch_size, str(device))
 
 

@@ -99,7 +99,8 @@ def faster_reduced_precision(speeds) -> str:
 
 def precision_advice(speeds, best: str, recommended: str) -> str:
     """One sentence on what the measured speed-ups mean on this device: whether reduced precision helps
-    (the faster one's whole interval above 1x) and what precision='auto' chose."""
+    (the faster one's whole interval above 1x) and what precision='auto' chose (`auto_precision.decide`
+    on the same step times)."""
     row = speeds.loc[best]
     if row["high"] < 1.0:
         return (f"On this device reduced precision does not help: bf16 runs at {speeds.loc['bf16', 'speed-up']:.2f}x "
@@ -107,7 +108,7 @@ def precision_advice(speeds, best: str, recommended: str) -> str:
                 "NVIDIA GPU with tensor cores; a CPU without native bf16/fp16 matrix units emulates them, so "
                 "precision='auto' keeps fp32 here.")
     return (f"On this device {best} autocast runs at {row['speed-up']:.2f}x fp32's speed [{row['low']:.2f}, "
-            f"{row['high']:.2f}]; the matmul probe's precision='auto' choice is {recommended!r}.")
+            f"{row['high']:.2f}]; precision='auto''s rule on these step times chooses {recommended!r}.")
 
 
 def accuracy_rows(runs: dict) -> list[dict]:

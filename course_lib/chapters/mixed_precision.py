@@ -2,10 +2,10 @@
 articles' claims about them as `analysis.claims.Claim`s.
 
 Mixed precision: Micikevicius et al., "Mixed Precision Training", ICLR 2018 (arXiv:1710.03740);
-torch.compile: Ansel et al., "PyTorch 2", ASPLOS 2024. Each variant trains the same model copy with
-the engine's own step (`engine.step`); the variants take turns, repeat after repeat, so that a
-shared machine's slow moments fall on all of them alike (`engine.step_bench` builds and times each), and the speed-up's interval comes from
-those pairs of repeats (`statistics.paired_ratio_interval`: repeat i of a variant over repeat i of the
+torch.compile: Ansel et al., "PyTorch 2", ASPLOS 2024. Each variant trains its own copy of the model
+with the engine's step, built and timed by the step harness (`engine.step_bench`); the variants take
+turns, repeat after repeat, so that a shared machine's slow moments fall on all of them alike, and
+the speed-up's interval comes from those pairs of repeats (`statistics.paired_ratio_interval`: repeat i of a variant over repeat i of the
 baseline, point estimate the ratio of the medians the table shows).
 """
 from __future__ import annotations

@@ -11,7 +11,6 @@ DDP: Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Data Para
 """
 from __future__ import annotations
 
-import copy
 import gc
 import json
 import os

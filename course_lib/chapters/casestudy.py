@@ -74,18 +74,12 @@ def loader_workers(gpus: int = 0) -> int:
 
 
 def amp_precision(device) -> str:
-    """What the AMP stage switches on: the format `hardware` measures fastest on this device; where
-    none beats fp32 (precision='auto' would keep fp32), the usual format is still measured: fp16
-    with GradScaler on CUDA (the article's), bf16 on a CPU."""
-    import torch
+    """What the AMP stage switches on: `auto_precision.reduced_precision`, the one rule (bf16 where the
+    device runs it, fp16 with GradScaler otherwise). The stage always measures a reduced precision,
+    even where precision='auto' would keep fp32."""
+    from course_lib.engine.auto_precision import reduced_precision
 
-    from course_lib.measure.peak import recommended_precision
-
-    device = torch.device(device)
-    choice = recommended_precision(device)
-    if choice != "off":
-        return choice
-    return "fp16" if device.type == "cuda" else "bf16"
+    return reduced_precision(device)
 
 
 def pretrained_weights_cached(model: str) -> tuple[bool, str]:

@@ -2,15 +2,14 @@
 articles' claims about them as `analysis.claims.Claim`s.
 
 Mixed precision: Micikevicius et al., "Mixed Precision Training", ICLR 2018 (arXiv:1710.03740);
-torch.compile: Ansel et al., "PyTorch 2", ASPLOS 2024. Each variant trains the same model copy with
-the engine's own step (`engine.step`); the variants take turns, repeat after repeat, so that a
-shared machine's slow moments fall on all of them alike, and the speed-up's interval comes from
-those pairs of repeats (`statistics.paired_ratio_interval`: repeat i of a variant over repeat i of the
+torch.compile: Ansel et al., "PyTorch 2", ASPLOS 2024. Each variant trains its own copy of the model
+with the engine's step, built and timed by the step harness (`engine.step_bench`); the variants take
+turns, repeat after repeat, so that a shared machine's slow moments fall on all of them alike, and
+the speed-up's interval comes from those pairs of repeats (`statistics.paired_ratio_interval`: repeat i of a variant over repeat i of the
 baseline, point estimate the ratio of the medians the table shows).
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import torch
@@ -55,42 +54,26 @@ def time_training_steps(config: Config, variants: dict[str, dict], num_classes: 
     The first step of each variant (allocations, kernel choice, the compile) is timed and thrown
     away with a second one; then the variants take turns, `repeats` times, `steps` steps each."""
     from course_lib.devices import resolve_device
-    from course_lib.engine.precision import grad_scaler
-    from course_lib.engine.step import optimizer_step, training_step
-    from course_lib.measure.timing import stopwatch
+    from course_lib.engine.step_bench import StepBench
     from course_lib.models.factory import build_model
 
     device = torch.device(device) if device is not None else resolve_device(config.device)
-    generator = torch.Generator().manual_seed(config.seed)
-    images = torch.randn(config.batch_size, 3, config.image_size, config.image_size, generator=generator)
-    targets = torch.randint(num_classes, (config.batch_size,), generator=generator).to(device)
     base = model if model is not None else build_model(config, num_classes)
-    criterion = torch.nn.CrossEntropyLoss()
-    steppers, first, settings = {}, {}, {}
+    bench = StepBench(base, config.image_size, config.batch_size, device, num_classes, seed=config.seed)
+    timed_steps, first, settings = {}, {}, {}
     for label, changes in variants.items():
         setting = {"precision": config.precision, "channels_last": config.channels_last,
                    "compile": config.compile, **changes}
         if setting["precision"] == "auto":
             raise ValueError(f"variant {label!r}: give a precision (off, fp16, bf16), not auto")
-        memory_format = torch.channels_last if setting["channels_last"] else torch.contiguous_format
-        module = copy.deepcopy(base).to(device, memory_format=memory_format).train()
-        trained = torch.compile(module) if setting["compile"] else module
-        optimizer = torch.optim.SGD(module.parameters(), lr=1e-3, momentum=0.9)
-        scaler = grad_scaler(setting["precision"], device)
-        batch = images.to(device, memory_format=memory_format)
-
-        def step(trained=trained, optimizer=optimizer, scaler=scaler, batch=batch, precision=setting["precision"]):
-            training_step(trained, batch, targets, criterion, scaler, precision)
-            optimizer_step(optimizer, scaler)
-
-        first[label], _ = stopwatch(step, device)
-        stopwatch(step, device)  # a second warm-up step: fp16's scale and the allocator settle
-        steppers[label], settings[label] = step, setting
+        timed = bench.variant(setting["precision"], setting["channels_last"], setting["compile"])
+        first[label] = timed.first_step()
+        timed.step()  # a second warm-up step: fp16's scale and the allocator settle
+        timed_steps[label], settings[label] = timed, setting
     speeds = {label: [] for label in variants}
     for _ in range(repeats):
-        for label, step in steppers.items():
-            seconds, _ = stopwatch(step, device, calls=steps)
-            speeds[label].append(config.batch_size / seconds)
+        for label, timed in timed_steps.items():
+            speeds[label].append(timed.time(repeats=1, warmup=0, calls=steps).images_per_second)
     return StepSpeeds(speeds, first, settings, config.batch_size, str(device))
 
 
@@ -116,7 +99,8 @@ def faster_reduced_precision(speeds) -> str:
 
 def precision_advice(speeds, best: str, recommended: str) -> str:
     """One sentence on what the measured speed-ups mean on this device: whether reduced precision helps
-    (the faster one's whole interval above 1x) and what precision='auto' chose."""
+    (the faster one's whole interval above 1x) and what precision='auto' chose (`auto_precision.decide`
+    on the same step times)."""
     row = speeds.loc[best]
     if row["high"] < 1.0:
         return (f"On this device reduced precision does not help: bf16 runs at {speeds.loc['bf16', 'speed-up']:.2f}x "
@@ -124,7 +108,7 @@ def precision_advice(speeds, best: str, recommended: str) -> str:
                 "NVIDIA GPU with tensor cores; a CPU without native bf16/fp16 matrix units emulates them, so "
                 "precision='auto' keeps fp32 here.")
     return (f"On this device {best} autocast runs at {row['speed-up']:.2f}x fp32's speed [{row['low']:.2f}, "
-            f"{row['high']:.2f}]; the matmul probe's precision='auto' choice is {recommended!r}.")
+            f"{row['high']:.2f}]; precision='auto''s rule on these step times chooses {recommended!r}.")
 
 
 def accuracy_rows(runs: dict) -> list[dict]:

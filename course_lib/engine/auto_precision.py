@@ -6,16 +6,17 @@ Why not a matmul benchmark: a CPU can run bf16 matmuls fast (AMX) while bf16 con
 their backward are slower than fp32, or the reverse; an AVX2-only CPU runs bf16 hundreds of times
 slower. Only a measured step of the model being trained answers the question. On CUDA GPUs with
 tensor cores bf16/fp16 win by a wide margin, and the probe costs a few seconds once per run.
+
+This module is the workbook's only "which precision" rule: `supported` says what a device can run,
+`resolve` / `choose_precision` decide `auto` by timing (`engine.step_bench`), and
+`reduced_precision` names the reduced format to switch on where one must be (a case-study stage,
+gpu-check's channels_last and compile rows).
 """
 from __future__ import annotations
 
-import copy
-
 import torch
 
-from course_lib.engine.precision import grad_scaler
-from course_lib.engine.step import optimizer_step, training_step
-from course_lib.measure.timing import stopwatch, time_repeats
+from course_lib.engine.step_bench import StepBench
 
 CANDIDATES = ("off", "bf16", "fp16")
 MARGIN = 1.10  # a reduced precision must be this much faster than fp32 to be worth autocast's casts
@@ -25,31 +26,50 @@ PROBE_BATCH = 32  # images per probed step (at most the run's batch)
 _cache: dict[tuple, tuple[str, dict]] = {}
 
 
-def _supported(precision: str, device: torch.device) -> bool:
-    if precision == "bf16" and device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return device.type in ("cpu", "cuda", "mps") or precision == "off"
+def supported(precision: str, device) -> bool:
+    """Whether `device` can run `precision` ("off", "fp16", "bf16") at all; the one such check.
+    fp32 runs anywhere; the CPU autocasts to both; CUDA needs a GPU, and bf16 one that supports it
+    (Ampere or newer); MPS runs fp16, and bf16 from macOS 14 (older versions raise when asked)."""
+    if precision not in CANDIDATES:
+        raise ValueError(f"precision={precision!r} is not one of {', '.join(CANDIDATES)}")
+    device = torch.device(device)
+    if precision == "off":
+        return True
+    if device.type == "cpu":
+        return True
+    if device.type == "cuda":
+        return torch.cuda.is_available() and (precision == "fp16" or torch.cuda.is_bf16_supported())
+    if device.type == "mps":
+        if not torch.backends.mps.is_available():
+            return False
+        return precision == "fp16" or torch.backends.mps.is_macos_or_newer(14, 0)
+    return False
+
+
+def reduced_precision(device, seconds: dict | None = None) -> str:
+    """bf16 or fp16, for a measurement that must run in a reduced precision: the faster of the two in
+    `seconds` (`choose_precision`'s measurement) when given; else bf16 where the device runs it (no
+    GradScaler, fp32's exponent range), fp16 otherwise."""
+    if seconds:
+        timed = {p: seconds[p] for p in ("bf16", "fp16") if seconds.get(p) is not None}
+        if timed:
+            return min(timed, key=timed.get)
+    return "bf16" if supported("bf16", device) else "fp16"
 
 
 def step_seconds(model: torch.nn.Module, images: torch.Tensor, targets: torch.Tensor, precision: str,
                  *, repeats: int = 3, give_up_after: float | None = None) -> float | None:
     """Median seconds of one training step (forward, backward, SGD update) of a copy of `model`
-    in `precision`, after a thrown-away first step. None when the first step alone took longer
-    than `give_up_after` seconds (the candidate is hopeless; no need to wait for more)."""
-    device = images.device
-    probe = copy.deepcopy(model).train()  # the run's own weights and BatchNorm statistics stay untouched
-    optimizer = torch.optim.SGD(probe.parameters(), lr=0.0, momentum=0.9)
-    scaler = grad_scaler(precision, device)
-    criterion = torch.nn.CrossEntropyLoss()
-
-    def step():
-        training_step(probe, images, targets, criterion, scaler, precision)
-        optimizer_step(optimizer, scaler)
-
-    first, _ = stopwatch(step, device)  # first call: allocations, kernel choice (thrown away)
+    in `precision` (`StepBench`), after a thrown-away first step. None when the first step alone took
+    longer than `give_up_after` seconds (the candidate is hopeless; no need to wait for more)."""
+    channels_last = images.is_contiguous(memory_format=torch.channels_last) and not images.is_contiguous()
+    bench = StepBench(model, images.shape[-1], images.shape[0], images.device, 1, lr=0.0)
+    timed = bench.variant(precision, channels_last)  # the run's own weights and BatchNorm statistics stay untouched
+    timed.use_batch(images, targets)  # the batch chosen by the caller
+    first = timed.first_step()  # first call: allocations, kernel choice (thrown away)
     if give_up_after is not None and first > give_up_after:
         return None
-    return time_repeats(step, repeats=repeats, warmup=0, device=device).median
+    return timed.time(repeats=repeats, warmup=0).median
 
 
 def _candidate_seconds(model, images, targets, precision: str, give_up_after: float) -> float | None:
@@ -73,14 +93,13 @@ def choose_precision(model: torch.nn.Module, image_size: int, num_classes: int, 
            channels_last)
     if key in _cache:
         return _cache[key]
-    generator = torch.Generator().manual_seed(0)
+    bench = StepBench(model, image_size, batch, device, num_classes, seed=0)  # its fixed random batch
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
-    images = torch.randn(batch, 3, image_size, image_size, generator=generator).to(device, memory_format=memory_format)
-    targets = torch.randint(num_classes, (batch,), generator=generator).to(device)
+    images, targets = bench.images.to(device, memory_format=memory_format), bench.targets.to(device)
     seconds = {"off": step_seconds(model, images, targets, "off")}
     for precision in CANDIDATES[1:]:
         seconds[precision] = _candidate_seconds(model, images, targets, precision, SLOW_FACTOR * seconds["off"]) \
-            if _supported(precision, device) else None
+            if supported(precision, device) else None
     # fp32 again, last: the first measurement also paid for one-time set-up (thread pools, kernel
     # caches), and a shared machine's slow moment should not decide the contest by itself.
     seconds["off"] = min(seconds["off"], step_seconds(model, images, targets, "off"))

@@ -11,7 +11,6 @@ DDP: Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Data Para
 """
 from __future__ import annotations
 
-import copy
 import gc
 import json
 import os
@@ -29,6 +28,7 @@ from course_lib import ledger
 from course_lib.config import ConfigError
 from course_lib.engine.precision import grad_scaler
 from course_lib.engine.step import optimizer_step, training_step
+from course_lib.engine.step_bench import StepBench, TimedStep
 
 TASKS = ("scaling", "equivalence", "fail")
 # Environment hook for tests and the notebook: this rank raises right after the rendezvous.
@@ -116,27 +116,6 @@ def _equivalence_worker(config, rank: int, world_size: int, steps: int, out: Pat
             "seen_images": len(batches) * len(batches[0])}
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # finish queued work before reading the clock
-
-
-def _timed_steps(model, optimizer, scaler, images, targets, precision, device, steps: int, warmup: int,
-                 sync: bool = True) -> list[float]:
-    """Seconds per optimizer step of the engine's step (warm-up steps thrown away). sync=False runs
-    the backward under DDP's no_sync(): the same work without the gradient all-reduce."""
-    times = []
-    for step in range(warmup + steps):
-        _synchronize(device)
-        started = time.perf_counter()
-        training_step(model, images, targets, F.cross_entropy, scaler, precision, sync_gradients=sync)
-        optimizer_step(optimizer, scaler)
-        _synchronize(device)
-        if step >= warmup:
-            times.append(time.perf_counter() - started)
-    return times
-
-
 def communication_events(profiler) -> dict:
     """Sum the durations of the profiler's all-reduce events. On CPU the backend's own span
     (`gloo:all_reduce`, from enqueue to completion) is used, not the enclosing `c10d::allreduce_`
@@ -173,65 +152,53 @@ def _scaling_worker(config, rank: int, world_size: int, device: torch.device, st
     raw_model.train()
     precision = auto_precision.resolve(config.precision, raw_model, config.image_size, 8, device,
                                        batch_size=config.batch_size, channels_last=config.channels_last)
-    generator = torch.Generator().manual_seed(config.seed + rank)
-
-    def batch(size):
-        images = torch.randn(size, 3, config.image_size, config.image_size, generator=generator)
-        memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
-        images = images.to(device, memory_format=memory_format)
-        return images, torch.randint(0, 8, (size,), generator=generator).to(device)
+    # The step harness: a fresh copy per world size, with its own optimizer and scaler, on this rank's
+    # random batches (seeded per rank, as DDP's shards differ).
+    bench = StepBench(raw_model, config.image_size, config.batch_size, device, 8, seed=config.seed + rank)
 
     rows, communication = [], None
     for n in worker_counts:
         if rank < n:
             # A fresh copy per world size: DDP hooks the parameters it wraps, and a previous wrapper's
             # hooks must not fire into another group's all-reduce.
-            replica = copy.deepcopy(raw_model)
-            model = replica if n == 1 else torch.nn.parallel.DistributedDataParallel(
-                replica, device_ids=[device.index] if device.type == "cuda" else None, process_group=groups[n])
-            optimizer = torch.optim.SGD(replica.parameters(), lr=1e-3, momentum=0.9)
-            scaler = grad_scaler(precision, device)
+            wrap = None if n == 1 else (lambda replica, group=groups[n]: torch.nn.parallel.DistributedDataParallel(
+                replica, device_ids=[device.index] if device.type == "cuda" else None, process_group=group))
+            timed = bench.variant(precision, config.channels_last, wrap=wrap)
             measured: dict[int, list[float]] = {}  # per-worker batch -> step times (strong and weak can coincide)
             for mode, per_worker in (("strong", global_batch // n), ("weak", config.batch_size)):
                 if per_worker < 1:
                     continue
                 if per_worker not in measured:
-                    images, targets = batch(per_worker)
-                    measured[per_worker] = _timed_steps(model, optimizer, scaler, images, targets, precision,
-                                                        device, steps, warmup)
+                    measured[per_worker] = timed.redraw(per_worker).time(repeats=steps, warmup=warmup).seconds
                 times = measured[per_worker]
                 rows.append({"mode": mode, "workers": n, "per_worker_batch": per_worker,
                              "global_batch": per_worker * n, "step_seconds": statistics.median(times),
                              "step_seconds_all": times})
             if n == max(worker_counts) and n > 1:
-                communication = _communication_share(model, optimizer, scaler, batch(config.batch_size), precision,
-                                                     device, steps, warmup, profile_steps,
+                communication = _communication_share(timed.redraw(config.batch_size), steps, warmup, profile_steps,
                                                      with_sync=measured.get(config.batch_size))
-            del model, optimizer, replica
+            del timed
             gc.collect()
         dist.barrier(group=coordination)
     return {"rows": rows, "communication": communication, "precision": precision, "device": str(device),
             "parameters": sum(p.numel() for p in raw_model.parameters())}
 
 
-def _communication_share(model, optimizer, scaler, data, precision, device, steps, warmup, profile_steps,
-                         with_sync: list[float] | None = None) -> dict:
-    """Two views of the all-reduce's cost at the largest world size:
+def _communication_share(timed: TimedStep, steps, warmup, profile_steps, with_sync: list[float] | None = None) -> dict:
+    """Two views of the all-reduce's cost at the largest world size (`timed` wraps its model in DDP):
     - profiled: time inside all-reduce events / step time (torch.profiler); on CPU/gloo the
       all-reduce runs on gloo's threads while backward continues, so this counts overlapped time;
     - exposed: 1 - (step time without all-reduce, under no_sync) / (step time with it): the part
       of the step that communication adds, which is what scaling efficiency loses."""
     from torch.profiler import ProfilerActivity, profile
 
-    images, targets = data
-    with_sync = statistics.median(with_sync or _timed_steps(model, optimizer, scaler, images, targets, precision,
-                                                            device, steps, warmup))
-    without_sync = statistics.median(_timed_steps(model, optimizer, scaler, images, targets, precision, device,
-                                                  steps, warmup, sync=False))
+    device = timed.device
+    with_sync = statistics.median(with_sync or timed.time(repeats=steps, warmup=warmup).seconds)
+    without_sync = timed.time(repeats=steps, warmup=warmup, sync_gradients=False).median
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as profiler:
         started = time.perf_counter()
-        _timed_steps(model, optimizer, scaler, images, targets, precision, device, profile_steps, 0)
+        timed.time(repeats=profile_steps, warmup=0)
         profiled_seconds = time.perf_counter() - started
     events = communication_events(profiler)
     communication_seconds = events["device_seconds"] if device.type == "cuda" else events["cpu_seconds"]
@@ -243,7 +210,7 @@ def _communication_share(model, optimizer, scaler, data, precision, device, step
         "profiled_steps": profile_steps,
         "allreduce_seconds_per_step": communication_seconds / profile_steps,
         "event_names": events["event_names"],
-        "gradient_bytes": sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad),
+        "gradient_bytes": sum(p.numel() * p.element_size() for p in timed.model.parameters() if p.requires_grad),
     }
 
 

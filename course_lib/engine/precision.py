@@ -21,18 +21,14 @@ DTYPES = {"off": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 def resolve_precision(requested: str, device: torch.device) -> str:
     """An explicit choice, checked: one the device cannot run at all is refused with the fix.
-    `auto` here, with no model to time (memory estimates and other probes), falls back to the
-    dtype `course_lib.measure.peak` measured fastest for a matmul; wherever a model exists, the
-    engine and the probes call `auto_precision.resolve`, which times real training steps."""
+    `auto` is decided in one place, `auto_precision.resolve`, by timing training steps of the model;
+    here, with no model, it is only answered on `meta` (shapes only, no speed: fp32)."""
     device = torch.device(device)
     if requested == "auto":
         if device.type == "meta":  # shapes only (memory estimates): no speed to measure, keep fp32
             return "off"
-        from course_lib.measure import (
-            peak,  # measured per device; imported here to keep startup light
-        )
-
-        return peak.recommended_precision(device)
+        raise ConfigError("precision=auto is decided by timing the model: call "
+                          "course_lib.engine.auto_precision.resolve(precision, model, image_size, num_classes, device)")
     if requested not in PRECISIONS:
         raise ConfigError(f"precision={requested!r} is not one of off, fp16, bf16, auto")
     if requested == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():

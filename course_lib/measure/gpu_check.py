@@ -24,10 +24,8 @@ from typing import Callable
 import torch
 
 from course_lib import devices, ledger, paths
-from course_lib.engine.precision import grad_scaler
-from course_lib.engine.step import optimizer_step, training_step
+from course_lib.engine.step_bench import StepBench
 from course_lib.measure import flops, memory
-from course_lib.measure.timing import stopwatch, time_repeats
 
 TOTAL_BUDGET_SECONDS = 480  # the whole check: 8 minutes, so it fits a GPU lent for 15
 REPORT_RESERVE_SECONDS = 15  # kept back for writing the report after the last part
@@ -161,10 +159,11 @@ def decode_part(budget_seconds: float = BUDGETS["decode"], sizes: str = "64,256,
 
 
 def amp_precision(device) -> str:
-    """The reduced precision to compare layouts and compile in: bf16 where the GPU runs it, else fp16."""
-    from course_lib.measure import peak
+    """The reduced precision to compare layouts and compile in: `auto_precision.reduced_precision`
+    (bf16 where the GPU runs it, else fp16)."""
+    from course_lib.engine.auto_precision import reduced_precision
 
-    return "bf16" if peak.dtype_supported(device, "bf16") else "fp16"
+    return reduced_precision(device)
 
 
 def precision_variants(device, compile_model: bool = True) -> list[dict]:
@@ -200,28 +199,18 @@ def measure_variant(model_name: str, image_size: int, batch_size: int, device, *
     import timm
 
     device = devices.as_device(device)
-    memory_format = torch.channels_last if channels_last else torch.contiguous_format
-    raw_model = timm.create_model(model_name, num_classes=num_classes).to(device, memory_format=memory_format).train()
+    bench = StepBench(timm.create_model(model_name, num_classes=num_classes), image_size, batch_size, device,
+                      num_classes, optimizer=lambda module: memory.make_optimizer(module, "sgd", lr=0.01))
+    timed = bench.variant(precision, channels_last, compile)
+    raw_model, optimizer = timed.model, timed.optimizer
     if flops_per_image is None:
         flops_per_image = flops.training_flops_per_image(raw_model, image_size, num_classes)
-    model = torch.compile(raw_model) if compile else raw_model
-    optimizer = memory.make_optimizer(raw_model, "sgd", lr=0.01)
-    scaler = grad_scaler(precision, device)
-    criterion = torch.nn.CrossEntropyLoss()
-    generator = torch.Generator().manual_seed(0)
-    images = torch.randn(batch_size, 3, image_size, image_size, generator=generator).to(device, memory_format=memory_format)
-    targets = torch.randint(num_classes, (batch_size,), generator=generator).to(device)
-
-    def step():
-        training_step(model, images, targets, criterion, scaler, precision)
-        optimizer_step(optimizer, scaler)
-
-    first_step_seconds, _ = stopwatch(step, device)  # allocations, cuDNN autotuning, compilation
-    timing = time_repeats(step, repeats=steps, warmup=warmup, device=device)
+    first_step_seconds = timed.first_step()  # allocations, cuDNN autotuning, compilation
+    timing = timed.time(repeats=steps, warmup=warmup)
     live = torch.cuda.memory_allocated(device) if device.type == "cuda" else \
         memory.parameter_bytes(raw_model) + memory.measured_optimizer_state_bytes(optimizer)
-    peak_bytes = live + memory.peak_bytes_during(step, device)
-    images_per_second = timing.per_second(batch_size)
+    peak_bytes = live + memory.peak_bytes_during(timed.step, device)
+    images_per_second = timing.images_per_second
     dtype = mfu_dtype(precision, device)
     utilization = flops.model_flops_utilization(flops_per_image, images_per_second, device, dtype)
     return {"precision": precision, "channels_last": channels_last, "compile": compile,

@@ -18,20 +18,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 from course_lib.engine import auto_precision
 
 # Precision choice, autocast and the GradScaler live in precision.py, optimizer construction in
-# schedule.py, the training step in step.py: the memory probe measures the step the engine runs.
+# schedule.py, the training step in step.py (run through step_bench.py): the memory probe measures
+# the step the engine runs.
 from course_lib.engine.precision import (  # noqa: F401
     DTYPES,
     PRECISIONS,
     autocast,
     grad_scaler,
-    resolve_precision,
 )
-from course_lib.engine.step import optimizer_step, training_step
+from course_lib.engine.step_bench import StepBench
 
 FP32_BYTES = 4
 
@@ -117,7 +116,8 @@ def measure_activations(model: torch.nn.Module, image_size: int, precision: str 
     reduced precision is then emulated by casting the model to fp16/bf16 and adding autocast's
     2-byte weight copies. Use it to predict for hardware you do not have."""
     device = torch.device(device)
-    precision = resolve_precision(precision, device)
+    # precision=auto times a few steps; any class count serves as targets for that (timm models say theirs).
+    precision = auto_precision.resolve(precision, model, image_size, getattr(model, "num_classes", 2), device)
     was_training = model.training
     model.train()
     try:
@@ -201,9 +201,9 @@ def estimate_training_memory(model, batch_size: int, image_size: int, precision:
     fp32 parameters + fp32 gradients + optimizer state (closed forms) + activations measured on
     `probe_batches` on `device` and scaled linearly to `batch_size` + the fp32 input batch."""
     module, name = _model_and_name(model, num_classes)
-    precision = resolve_precision(precision, device)
     if str(device) != "meta":
         module = module.to(device)
+    precision = auto_precision.resolve(precision, module, image_size, num_classes, device)
     fixed, per_image = measure_activations(module, image_size, precision, device, probe_batches)
     trainable = [p for p in module.parameters() if p.requires_grad]
     return MemoryEstimate(
@@ -350,29 +350,28 @@ class TrainingStepProbe:
 
     def __init__(self, model, image_size: int, precision: str = "off", optimizer: str = "sgd",
                  momentum: float = 0.9, device="cpu", num_classes: int = 10):
-        self.module, self.name = _model_and_name(model, num_classes)
+        model, self.name = _model_and_name(model, num_classes)
         self.device = torch.device(device)
         # CUDA's peak counter covers the whole process: remember what other objects already hold.
         self.other_cuda_bytes = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else 0
-        self.module = self.module.to(self.device).train()
         self.image_size = image_size
         self.num_classes = num_classes
-        self.precision = auto_precision.resolve(precision, self.module, image_size, num_classes, self.device)
+        self.precision = auto_precision.resolve(precision, model, image_size, num_classes, self.device)
         self.optimizer_name = optimizer
         self.momentum = momentum
-        self.optimizer = make_optimizer(self.module, optimizer, momentum=momentum)
-        # Enabled only for fp16, as in train.fit; disabled it is a no-op (one code path).
-        self.scaler = grad_scaler(self.precision, self.device)
-        # Creates the optimizer state, so every measured step starts alike. Batch 2: BatchNorm needs
-        # more than one value per channel, and small images end in 1x1 feature maps.
-        self._step(2)
+        # The step harness's copy of the model on the device, with the optimizer train.fit builds and a
+        # GradScaler enabled only for fp16 (disabled it is a no-op: one code path). Batch 2: BatchNorm
+        # needs more than one value per channel, and small images end in 1x1 feature maps.
+        self.timed = StepBench(model, image_size, 2, self.device, num_classes,
+                               optimizer=lambda module: make_optimizer(module, optimizer, momentum=momentum)
+                               ).variant(self.precision)
+        self.module, self.optimizer, self.scaler = self.timed.model, self.timed.optimizer, self.timed.scaler
+        self.timed.images = self.timed.targets = None  # each measured step draws its own batch
+        self._step(2)  # creates the optimizer state, so every measured step starts alike
 
     def _step(self, batch_size: int) -> None:
-        images = torch.randn(batch_size, 3, self.image_size, self.image_size, device=self.device)
-        labels = torch.randint(0, self.num_classes, (batch_size,), device=self.device)
         try:
-            training_step(self.module, images, labels, F.cross_entropy, self.scaler, self.precision)
-            optimizer_step(self.optimizer, self.scaler)
+            self.timed.step(*self.timed.random_batch(batch_size))
         finally:
             # set_to_none frees the gradients: the next step starts from parameters + state only,
             # also after an OOM halfway through backward.

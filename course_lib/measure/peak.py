@@ -204,22 +204,19 @@ def peak_flops(device, dtype) -> float | None:
 
 @functools.lru_cache(maxsize=None)
 def _recommended_precision(device_name: str) -> str:
-    fp32 = measure_matmul_tflops(device_name, "fp32")
-    speeds = {name: measure_matmul_tflops(device_name, name) for name in ("bf16", "fp16")}
-    # A reduced dtype must beat fp32 clearly (10 %) to be worth autocast's casts.
-    faster = {name: tflops for name, tflops in speeds.items() if tflops and fp32 and tflops > 1.1 * fp32}
-    if not faster:
-        return "off"
-    # bf16 has fp32's exponent range (no GradScaler, no overflow): prefer it unless fp16 is
-    # clearly faster.
-    if "bf16" in faster and faster["bf16"] >= 0.9 * max(faster.values()):
-        return "bf16"
-    return "fp16" if "fp16" in faster else "bf16"
+    from course_lib.engine.auto_precision import decide
+
+    # The one rule (a reduced dtype must beat fp32 by 10%; bf16 preferred when close), applied to
+    # seconds per unit of matmul work instead of seconds per training step.
+    seconds = {"off" if name == "fp32" else name: (1.0 / tflops if tflops else None)
+               for name, tflops in ((n, measure_matmul_tflops(device_name, n)) for n in ("fp32", "bf16", "fp16"))}
+    return decide(seconds)
 
 
 def recommended_precision(device) -> str:
-    """"fp16" | "bf16" | "off" for `precision="auto"`, from measured matmul throughput on `device`:
-    "off" when no reduced-precision dtype is faster than fp32 there (e.g. most CPUs). Cached."""
+    """"fp16" | "bf16" | "off": the doctor's advice from measured matmul throughput on `device`
+    (`auto_precision.decide` on matmul times); "off" when no reduced-precision dtype is faster than
+    fp32 there (e.g. most CPUs). The engine's precision=auto times training steps instead. Cached."""
     return _recommended_precision(str(as_device(device)))
 
 

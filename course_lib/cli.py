@@ -151,10 +151,19 @@ def _data_make(args) -> int:
     return 0
 
 
+def run_config(profile: str, params: dict, **fixed):
+    """(Config, DataChoice) that `workbook train`, `data info` and `speedrun` run with: the profile, the
+    data `paths.choose_data` picks unless -p dataset or data_dir say, the -p values, then `fixed`."""
+    from course_lib.data import datasets
+
+    return datasets.config_with_data(profile, **{**params, **fixed})
+
+
 def _data_info(args) -> int:
     from course_lib.data import datasets
 
-    config = make_config(args.profile, **parse_assignments(args.param))
+    config, choice = run_config(args.profile, parse_assignments(args.param))
+    print(choice.line)
     bundle = datasets.build_datasets(config)
     sizes = {s: len(getattr(bundle, s)) if getattr(bundle, s) is not None else 0 for s in datasets.SPLITS}
     print(f"{config.dataset} from {bundle.source}: {bundle.num_classes} classes {bundle.classes}; sizes {sizes}")
@@ -225,7 +234,9 @@ def _add_train(subparsers) -> None:
 def _train(args) -> int:
     from course_lib.engine import train
 
-    config = make_config(args.profile, **parse_assignments(args.param))
+    config, choice = run_config(args.profile, parse_assignments(args.param))
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(choice.line, flush=True)
     try:
         result = train.fit(config, progress=not args.no_progress)
     except train.NonFiniteLossError as error:
@@ -240,8 +251,9 @@ def _train(args) -> int:
 
 def _add_speedrun(subparsers) -> None:
     parser = subparsers.add_parser("speedrun", help="train a recipe against the clock: validation accuracy vs seconds",
-                                   description="Train the speed-run recipe (or another) on EuroSAT when it is beside "
-                                               "the project (else the profile's data), printing validation top-1 "
+                                   description="Train the speed-run recipe (or another) on the data every command picks "
+                                               "(paths.choose_data: WORKBOOK_DATA, data_cache/, EuroSAT beside the "
+                                               "project, else landcover-synth), printing validation top-1 "
                                                "against wall-clock seconds, then the held-out split's top-1.")
     _add_config_arguments(parser, "-p epochs=8 -p tta_views=1")
     parser.add_argument("--recipe", default="speedrun", help="speedrun | best (default speedrun)")
@@ -252,13 +264,11 @@ def _add_speedrun(subparsers) -> None:
 
 
 def _speedrun(args) -> int:
-    from course_lib import ledger, paths
-    from course_lib.config import resolve_profile
+    from course_lib import ledger
     from course_lib.engine import speedrun
 
-    params = parse_assignments(args.param)
-    data = {} if "dataset" in params else paths.choose_data(resolve_profile(args.profile), params.pop("data_dir", None))
-    config = make_config(args.profile, **{**data, **params, "recipe": args.recipe})
+    config, choice = run_config(args.profile, parse_assignments(args.param), recipe=args.recipe)
+    print(choice.line, flush=True)
     print(f"recipe {args.recipe}: {config.model} at {config.image_size} px, {config.epochs} epochs, data "
           f"{config.data_dir or config.dataset}; {ledger.describe_hardware()}", flush=True)
 

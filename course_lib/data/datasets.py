@@ -18,11 +18,11 @@ import numpy as np
 import torch
 from PIL import Image
 
-from course_lib.config import Config, ConfigError, WorkbookError
+from course_lib.config import Config, ConfigError, WorkbookError, make_config, resolve_profile
 from course_lib.data.device_augment import DeviceStage
 from course_lib.data.landcover import SPLITS, landcover_cache_dir  # noqa: F401 (SPLITS: every bundle has these)
 from course_lib.data.transforms import denormalize
-from course_lib.paths import CACHE_DIR, resolve_path
+from course_lib.paths import CACHE_DIR, DataChoice, choose_data, resolve_path
 
 log = logging.getLogger(__name__)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
@@ -348,6 +348,26 @@ def build_datasets(config: Config) -> DataBundle:
     bundle.train = _limit(bundle.train, config.max_train_images, config.seed)
     bundle.pipeline = describe(config)
     return bundle
+
+
+def config_with_data(profile: str | None, *, find_real: bool = True, **values) -> tuple[Config, DataChoice]:
+    """(Config, DataChoice) for `profile` and `values` (Config fields; None and "" for dataset or
+    data_dir mean not given): the data `paths.choose_data` picks, under the values. `workbook train`,
+    `data info`, `speedrun`, `ddp` and the notebooks build their configs here, so they agree on the data."""
+    given = {name: value for name, value in values.items()
+             if value is not None and not (name in ("dataset", "data_dir") and value == "")}
+    choice = choose_data(resolve_profile(profile), given.get("data_dir"), given.get("dataset"), find_real=find_real)
+    return make_config(profile, **{**choice.overrides, **given}), choice
+
+
+def image_folder_root(config: Config) -> Path:
+    """The folder an image-folder config reads (data_dir, or the generated landcover-synth, made on
+    first use), for code that reads the files itself, such as notebook 12's hand-written loop."""
+    if config.data_dir:
+        return resolve_path(config.data_dir)
+    if config.dataset == "landcover-synth":
+        return landcover_cache_dir(seed=0)
+    raise ConfigError(f"dataset={config.dataset} is not an image folder; set data_dir=<folder with train/ and valid/>")
 
 
 def sample_grid(dataset, classes, per_class: int = 6, seed: int = 0):

@@ -251,9 +251,9 @@ def _train(args) -> int:
 
 def _add_speedrun(subparsers) -> None:
     parser = subparsers.add_parser("speedrun", help="train a recipe against the clock: validation accuracy vs seconds",
-                                   description="Train the speed-run recipe (or another) on the data every command picks "
-                                               "(paths.choose_data: WORKBOOK_DATA, data_cache/, EuroSAT beside the "
-                                               "project, else landcover-synth), printing validation top-1 "
+                                   description="Train the speed-run recipe (or another) on the data every "
+                                               "command picks (paths.choose_data: WORKBOOK_DATA, data_cache/, EuroSAT "
+                                               "beside the project, else landcover-synth), printing validation top-1 "
                                                "against wall-clock seconds, then the held-out split's top-1.")
     _add_config_arguments(parser, "-p epochs=8 -p tta_views=1")
     parser.add_argument("--recipe", default="speedrun", help="speedrun | best (default speedrun)")

@@ -87,7 +87,8 @@ def test_a_workbook_data_value_that_is_not_a_folder_is_one_line(project, monkeyp
     with pytest.raises(NotADirectoryError) as caught:
         paths.choose_data("cpu")
     message = str(caught.value)
-    assert message.startswith(f"{paths.DATA_ENV}={value} is not a folder; set it to an image folder") and "\n" not in message
+    assert message.startswith(f"{paths.DATA_ENV}={value} is not a folder; set it to an image folder")
+    assert "\n" not in message
     assert "none" in message
 
 

@@ -42,8 +42,8 @@ def study_setup(profile: str, data_dir: str | None = None, *, val_per_class: int
     profile = resolve_profile(profile)
     sizes = {"cpu": {"max_train_images": 1000}, "smoke": {"max_steps": 2}}.get(profile, {})
     given = {**sizes, **{k: v for k, v in given.items() if v is not None}}
-    config, data = datasets.config_with_data(profile, data_dir=data_dir, output_dir="runs/checkpoints/13_compress_and_deploy",
-                                             **given)
+    config, data = datasets.config_with_data(profile, data_dir=data_dir,
+                                             **{"output_dir": "runs/checkpoints/13_compress_and_deploy", **given})
     bundle = datasets.build_datasets(config)
     val_per_class = (100 if profile == "cpu" else 0) if val_per_class < 0 else val_per_class
     if val_per_class:

@@ -367,7 +367,8 @@ def image_folder_root(config: Config) -> Path:
         return resolve_path(config.data_dir)
     if config.dataset == "landcover-synth":
         return landcover_cache_dir(seed=0)
-    raise ConfigError(f"dataset={config.dataset} is not an image folder; set data_dir=<folder with train/ and valid/>")
+    raise ConfigError(f"dataset={config.dataset} is not an image folder; set data_dir=<folder with train/ and valid/> "
+                      "(workbook bench: or pass --folder)")
 
 
 def sample_grid(dataset, classes, per_class: int = 6, seed: int = 0):

@@ -1,5 +1,5 @@
 """What the benchmark scripts share: the command-line arguments every one takes (profile, config
-overrides, results folder) and the skip, with its reason, when the real EuroSAT folder is absent."""
+overrides, results folder) and the skip, with its reason, when no real EuroSAT folder is found."""
 from __future__ import annotations
 
 import argparse
@@ -23,8 +23,11 @@ def argument_parser(doc: str) -> argparse.ArgumentParser:
 
 
 def eurosat_or_skip(why: str) -> Path | None:
-    """The real EuroSAT folder, or None after printing one line saying the benchmark is skipped and why."""
-    folder = paths.eurosat_shared_dir()
+    """The real EuroSAT folder, found in the order every run looks (`paths.eurosat_dir`: WORKBOOK_DATA,
+    data_cache/eurosat/, ../shared/datasets/eurosat_rgb), or None after printing one line saying the
+    benchmark is skipped and why."""
+    folder = paths.eurosat_dir()
     if folder is None:
-        print(f"skipped: ../shared/datasets/eurosat_rgb is not here; {why}")
+        print(f"skipped: no EuroSAT in {paths.DATA_ENV}, data_cache/eurosat/ or ../shared/datasets/eurosat_rgb "
+              f"(`{paths.GET_REAL_DATA}` fetches it); {why}")
     return folder

@@ -243,9 +243,10 @@ def main(argv=None) -> int:
     quick = args.quick
     start, started = time.perf_counter(), time.strftime("%Y-%m-%dT%H:%M:%S")
     load_before = [round(x, 2) for x in os.getloadavg()]
-    shared = paths.eurosat_shared_dir()
+    shared = paths.eurosat_dir()
     if shared is None:
-        raise SystemExit("the real EuroSAT folder ../shared/datasets/eurosat_rgb is absent; this benchmark needs it")
+        raise SystemExit(f"no real EuroSAT folder ({paths.DATA_ENV}, data_cache/eurosat/ or ../shared/datasets/"
+                         f"eurosat_rgb); this benchmark needs it: `{paths.GET_REAL_DATA}`")
     eurosat = shared / "train"
     land512 = landcover.landcover_cache_dir(512, {"train": 8 if quick else 40}) / "train"
     # One intra-op thread in this process, as in every DataLoader worker: at num_workers=0 the

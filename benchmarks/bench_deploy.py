@@ -21,9 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from _shared import argument_parser  # noqa: E402
-from course_lib import ledger, paths  # noqa: E402
+from course_lib import ledger  # noqa: E402
 from course_lib.chapters import compress_and_deploy as study  # noqa: E402
-from course_lib.config import make_config, parse_assignments  # noqa: E402
+from course_lib.config import parse_assignments  # noqa: E402
+from course_lib.data.datasets import config_with_data  # noqa: E402
 from course_lib.data.pipeline import build_datasets  # noqa: E402
 from course_lib.measure.inventory import cpu_isa  # noqa: E402
 
@@ -41,12 +42,12 @@ def main(argv=None) -> int:
     parser.add_argument("--student", default="speedrun_resnet_small")
     args = parser.parse_args(argv)
     _wait_for_quiet()
-    data = paths.choose_data(args.profile)
-    config = make_config(args.profile, **data, output_dir="runs/checkpoints/13_compress_and_deploy",
-                         **parse_assignments(args.param))
+    config, data = config_with_data(args.profile, **{"output_dir": "runs/checkpoints/13_compress_and_deploy",
+                                                     **parse_assignments(args.param)})
+    print(data.line, flush=True)
     bundle = build_datasets(config)
     hardware, started, load_before = ledger.describe_hardware(), time.strftime("%Y-%m-%d %H:%M"), os.getloadavg()[0]
-    where = bundle.source if data else f"{bundle.source} (EuroSAT is not here)"
+    where = bundle.source if data.real else f"{bundle.source} (synthetic: no real data here)"
     print(f"{config.model} on {where}; {hardware}; load average {load_before:.1f}", flush=True)
     quiet = dict(progress=False, verbose=False)
     teacher, _, how = study.cached_fit(config.replace(output_dir=f"{config.output_dir}/teacher"), bundle, **quiet)

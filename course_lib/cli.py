@@ -174,10 +174,19 @@ def _data_get(args) -> int:
     return 0
 
 
+def run_config(profile: str, params: dict, **fixed):
+    """(Config, DataChoice) that `workbook train`, `data info` and `speedrun` run with: the profile, the
+    data `paths.choose_data` picks unless -p dataset or data_dir say, the -p values, then `fixed`."""
+    from course_lib.data import datasets
+
+    return datasets.config_with_data(profile, **{**params, **fixed})
+
+
 def _data_info(args) -> int:
     from course_lib.data import datasets, pipeline
 
-    config = make_config(args.profile, **parse_assignments(args.param))
+    config, choice = run_config(args.profile, parse_assignments(args.param))
+    print(choice.line)
     bundle = pipeline.build_datasets(config)
     sizes = {s: len(getattr(bundle, s)) if getattr(bundle, s) is not None else 0 for s in datasets.SPLITS}
     print(f"{config.dataset} from {bundle.source}: {bundle.num_classes} classes {bundle.classes}; sizes {sizes}")
@@ -248,7 +257,9 @@ def _add_train(subparsers) -> None:
 def _train(args) -> int:
     from course_lib.engine import train
 
-    config = make_config(args.profile, **parse_assignments(args.param))
+    config, choice = run_config(args.profile, parse_assignments(args.param))
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(choice.line, flush=True)
     try:
         result = train.fit(config, progress=not args.no_progress)
     except train.NonFiniteLossError as error:
@@ -263,11 +274,12 @@ def _train(args) -> int:
 
 def _add_speedrun(subparsers) -> None:
     parser = subparsers.add_parser("speedrun", help="train a recipe against the clock: validation accuracy vs seconds",
-                                   description="Train the speed-run recipe (or another) on the data the profile "
-                                               "chooses (real data when found, else the synthetic sample), printing "
-                                               "validation top-1 (one view) against wall-clock seconds, then the "
-                                               "final top-1 with and without test-time augmentation. With --seeds N: "
-                                               "N races and their means with 95% intervals.")
+                                   description="Train the speed-run recipe (or another) on the data every "
+                                               "command picks (paths.choose_data: WORKBOOK_DATA, data_cache/, EuroSAT "
+                                               "beside the project, else landcover-synth), printing validation top-1 "
+                                               "(one view) against wall-clock seconds, then the final top-1 with and "
+                                               "without test-time augmentation. With --seeds N: N races and their means "
+                                               "with 95% intervals.")
     _add_config_arguments(parser, "-p epochs=8 -p tta_views=1")
     parser.add_argument("--recipe", default="speedrun", help="speedrun | best (default speedrun)")
     parser.add_argument("--seeds", type=int, default=1, help="races with seeds 0..N-1 (default 1)")
@@ -278,15 +290,14 @@ def _add_speedrun(subparsers) -> None:
 
 
 def _speedrun(args) -> int:
-    from course_lib import ledger, paths
-    from course_lib.config import ConfigError, resolve_profile
+    from course_lib import ledger
+    from course_lib.config import ConfigError
     from course_lib.engine import speedrun
 
     if args.seeds < 1:
         raise ConfigError(f"--seeds must be at least 1, got {args.seeds}")
-    params = parse_assignments(args.param)
-    data = {} if "dataset" in params else paths.choose_data(resolve_profile(args.profile), params.pop("data_dir", None))
-    config = make_config(args.profile, **{**data, **params, "recipe": args.recipe})
+    config, choice = run_config(args.profile, parse_assignments(args.param), recipe=args.recipe)
+    print(choice.line, flush=True)
     print(f"recipe {args.recipe}: {config.model} at {config.image_size} px, {config.epochs} epochs, data "
           f"{config.data_dir or config.dataset}; {ledger.describe_hardware()}", flush=True)
     seeds = [config.seed + offset for offset in range(args.seeds)]

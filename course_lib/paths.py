@@ -1,10 +1,12 @@
-"""Where things live: the project root, the committed sample, the data cache, the runs folder,
-and the real EuroSAT copy beside the project. A leaf: it imports nothing of the project, so
-every module can ask for a path without pulling in datasets or the ledger.
+"""Where things live: the project root, the committed sample, the data cache, the runs folder, the
+real EuroSAT copy beside the project, and the one rule for which data a run uses (`choose_data`).
+A leaf: it imports nothing of the project, so every module can ask for a path without pulling in
+datasets or the ledger.
 """
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 SAMPLE_DIR = Path("data_samples") / "landcover-synth"  # the committed landcover-synth sample
@@ -81,14 +83,126 @@ def eurosat_shared_dir() -> Path | None:
     return candidate if (candidate / "train").is_dir() else None
 
 
-def choose_data(profile: str | None, data_dir: str | None = None) -> dict:
-    """The one rule for "which data does this run train on", as Config overrides: an explicit
-    `data_dir` (an ImageFolder) wins; else the real EuroSAT tiles when they are beside the project,
-    except in the smoke profile (CI-sized: it stays on the committed sample); else {} (the
-    profile's own data, landcover-synth)."""
+DATA_ENV = "WORKBOOK_DATA"  # a folder of images every run uses, or "none" to hide all real data
+NO_REAL_DATA = "none"  # the DATA_ENV value that hides every real dataset (the synthetic fallback then)
+CACHED_DATASETS = ("eurosat", "cifar10", "imagenette")  # data_cache/<name>/: what `workbook data get NAME` writes
+GET_REAL_DATA = "workbook data get eurosat"  # the command the synthetic fallback's line suggests
+
+
+@dataclass(frozen=True)
+class DataChoice:
+    """What `choose_data` found: the Config overrides for it, and one line for a reader saying what
+    the data is and where it came from."""
+
+    overrides: dict  # Config fields: {"dataset": ..., "data_dir": ...}, or {} for the profile's own data
+    name: str  # what the data is: "eurosat", "cifar10", a folder's name, "landcover-synth" ...
+    origin: str  # how it was found (data_dir, WORKBOOK_DATA, data_cache/eurosat/ ...) or why it is synthetic
+    synthetic: bool  # generated images (landcover-synth), not real ones
+    folder: Path | None = None  # the folder read; None: the dataset's default place (landcover-synth: generated)
+
+    @property
+    def real(self) -> bool:
+        return not self.synthetic
+
+    @property
+    def line(self) -> str:
+        """One line naming the data and where it came from; on synthetic data, the command that gets real data."""
+        if not self.synthetic:
+            return f"data: {self.name}" + (f" ({self.folder})" if self.folder else "") + f", from {self.origin}"
+        if self.folder is None:
+            made = f"made in {CACHE_DIR}/ on first use"
+        elif self.folder == resolve_path(SAMPLE_DIR):
+            made = f"the committed sample {SAMPLE_DIR}"
+        else:
+            made = str(self.folder)
+        return (f"data: {self.name} (SYNTHETIC generated images, {made}): {self.origin}; "
+                f"for real data run `{GET_REAL_DATA}`")
+
+
+def _data_env() -> str | None:
+    """WORKBOOK_DATA's value: None when unset or empty, "none" to hide real data, else a folder
+    (raises NotADirectoryError, one line, when it is not one)."""
+    value = os.environ.get(DATA_ENV, "").strip()
+    if not value:
+        return None
+    if value.lower() == NO_REAL_DATA:
+        return NO_REAL_DATA
+    if not resolve_path(value).is_dir():
+        raise NotADirectoryError(f"{DATA_ENV}={value} is not a folder; set it to an image folder (train/ and valid/ "
+                                 f"of class folders), to {NO_REAL_DATA} for the synthetic data, or unset it")
+    return value
+
+
+def _folder_choice(folder: str | Path, origin: str) -> DataChoice:
+    """An image folder as the data; a landcover-synth copy (its dataset.json says so) counts as synthetic."""
+    path = resolve_path(folder)
+    try:
+        synthetic = '"landcover-synth"' in (path / "dataset.json").read_text()
+    except OSError:
+        synthetic = False
+    return DataChoice({"dataset": "imagefolder", "data_dir": str(path)}, "landcover-synth" if synthetic else path.name,
+                      origin, synthetic, path)
+
+
+def find_real_data(names: tuple[str, ...] = CACHED_DATASETS) -> DataChoice | None:
+    """The real data this machine has, in the order every run looks: the WORKBOOK_DATA folder
+    (WORKBOOK_DATA=none: nothing), then data_cache/<name>/ with a train/ folder for each of `names`,
+    then EuroSAT beside the project (../shared/datasets/eurosat_rgb, when "eurosat" is in `names`)."""
+    named = _data_env()
+    if named == NO_REAL_DATA:
+        return None
+    if named:
+        return _folder_choice(named, f"{DATA_ENV}={named}")
+    for name in names:
+        cached = project_root() / CACHE_DIR / name
+        if (cached / "train").is_dir():
+            return DataChoice({"dataset": "imagefolder", "data_dir": str(cached)}, name, f"{CACHE_DIR}/{name}/",
+                              False, cached)
+    shared = eurosat_shared_dir() if "eurosat" in names else None
+    if shared is not None:
+        return DataChoice({"dataset": "imagefolder", "data_dir": str(shared)}, "eurosat",
+                          "../shared/datasets/eurosat_rgb beside the project", False, shared)
+    return None
+
+
+def eurosat_dir() -> Path | None:
+    """The real EuroSAT folder found in `find_real_data`'s order (a WORKBOOK_DATA folder counts as
+    the reader's word that it is the data to use), or None; for what is about EuroSAT itself."""
+    found = find_real_data(("eurosat",))
+    return found.folder if found is not None else None
+
+
+def choose_data(profile: str | None, data_dir: str | None = None, dataset: str | None = None, *,
+                find_real: bool = True) -> DataChoice:
+    """The one rule for "which data does this run use", for `workbook train`, `data info`, `speedrun`
+    and the notebooks alike: an explicit `dataset` (with its `data_dir`) or `data_dir` wins; then a
+    WORKBOOK_DATA folder; then, outside the smoke profile (CI-sized: it stays on the committed
+    sample) and when `find_real`, data_cache/eurosat, cifar10 or imagenette, then EuroSAT beside the
+    project; else the profile's own synthetic landcover-synth (the committed sample in smoke,
+    generated on first use otherwise), whose line says how to get real data."""
+    if dataset and not (dataset == "imagefolder" and data_dir):
+        # without data_dir: the profile's (smoke: the committed sample) or the dataset's default place
+        sample = dataset == "landcover-synth" and profile == "smoke"
+        folder = resolve_path(data_dir) if data_dir else resolve_path(SAMPLE_DIR) if sample else None
+        return DataChoice({"dataset": dataset, **({"data_dir": str(data_dir)} if data_dir else {})}, dataset,
+                          "the dataset parameter", dataset == "landcover-synth", folder)
     if data_dir:
-        return {"dataset": "imagefolder", "data_dir": str(data_dir)}
-    eurosat = eurosat_shared_dir()
-    if profile != "smoke" and eurosat is not None:
-        return {"dataset": "imagefolder", "data_dir": str(eurosat)}
-    return {}
+        return _folder_choice(data_dir, "the data_dir parameter")
+    named = _data_env()
+    if named and named != NO_REAL_DATA:
+        return _folder_choice(named, f"{DATA_ENV}={named}")
+    if profile != "smoke" and find_real and named != NO_REAL_DATA:
+        found = find_real_data()
+        if found is not None:
+            return found
+    if profile == "smoke":
+        why = "the smoke profile stays on the committed sample"
+    elif named == NO_REAL_DATA:
+        why = f"{DATA_ENV}={NO_REAL_DATA} hides real data"
+    elif not find_real:
+        why = "this notebook uses the profile's own data"
+    else:
+        why = (f"no real data found in {DATA_ENV}, {', '.join(f'{CACHE_DIR}/{n}/' for n in CACHED_DATASETS)} "
+               "or ../shared/datasets/eurosat_rgb")
+    sample = resolve_path(SAMPLE_DIR) if profile == "smoke" else None
+    return DataChoice({}, "landcover-synth", why, True, sample)

@@ -45,10 +45,11 @@ def isolated_ledger(tmp_path, monkeypatch):
 
 @pytest.fixture
 def eurosat_dir():
-    """The real EuroSAT RGB folder, or a skip with the reason."""
-    from course_lib.paths import eurosat_shared_dir
+    """The real EuroSAT RGB folder (`paths.eurosat_dir`), or a skip with the reason."""
+    from course_lib.paths import eurosat_dir
 
-    folder = eurosat_shared_dir()
+    folder = eurosat_dir()
     if folder is None:
-        pytest.skip("real EuroSAT folder ../shared/datasets/eurosat_rgb is absent on this machine")
+        pytest.skip("no real EuroSAT folder (WORKBOOK_DATA, data_cache/eurosat/, ../shared/datasets/eurosat_rgb) "
+                    "on this machine")
     return folder

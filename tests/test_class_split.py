@@ -41,8 +41,11 @@ def test_sample_per_class_takes_exactly_that_many_of_each_wanted_class(per_class
     assert chosen == sorted(set(chosen))
     assert chosen != class_split.sample_per_class(targets, [2, 5, 9], per_class, seed=4) or per_class == 20
     assert len(class_split.sample_per_class(targets, [2, 5], 0)) == 40  # 0: every image of those classes
-    with pytest.raises(ConfigError, match="fewer than the 21 labels"):
+    with pytest.raises(ConfigError, match=r"^per_class=21 asks for more .* than class 2 has \(20\); "
+                                          r"set -p per_class=N with N <= 20$"):
         class_split.sample_per_class(targets, [2], 21)
+    with pytest.raises(ConfigError, match=r"^source_per_class=21 .* set -p source_per_class=N with N <= 20$"):
+        class_split.sample_per_class(targets, [2], 21, parameter="source_per_class")
 
 
 def test_subset_bundle_relabels_and_keeps_validation_whole():

@@ -182,7 +182,7 @@ def test_decode_part_on_cpu_names_what_it_skipped():
 
 
 def test_speedrun_and_ddp_say_why_they_skip(monkeypatch):
-    monkeypatch.setattr(paths, "eurosat_shared_dir", lambda: None)
+    monkeypatch.setenv(paths.DATA_ENV, "none")  # hides every real dataset from paths.eurosat_dir
     assert "EuroSAT" in gpu_check.speedrun_skip_reason()
     fake_cuda(monkeypatch, count=1)
     assert gpu_check.ddp_skip_reason() == "DDP scaling needs 2 or more GPUs; torch sees 1"

@@ -18,13 +18,142 @@ def test_relative_paths_are_relative_to_the_project_root():
     assert (paths.project_root() / paths.SAMPLE_DIR / "train").is_dir()
 
 
-def test_choose_data_prefers_an_explicit_folder_then_eurosat_outside_smoke(monkeypatch, tmp_path):
-    monkeypatch.setattr(paths, "eurosat_shared_dir", lambda: tmp_path)
-    assert paths.choose_data("cpu", "some/folder") == {"dataset": "imagefolder", "data_dir": "some/folder"}
-    assert paths.choose_data("cpu") == {"dataset": "imagefolder", "data_dir": str(tmp_path)}
-    assert paths.choose_data("smoke") == {}  # CI stays on the committed sample
-    monkeypatch.setattr(paths, "eurosat_shared_dir", lambda: None)
-    assert paths.choose_data("gpu") == {}
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """An empty project at tmp_path/project (its data_cache/ and ../shared beside it under tmp_path),
+    with WORKBOOK_DATA unset: nothing real to find until a test puts it there."""
+    root = tmp_path / "project"
+    root.mkdir()
+    monkeypatch.setattr(paths, "project_root", lambda: root)
+    monkeypatch.delenv(paths.DATA_ENV, raising=False)
+    return root
+
+
+def _image_folder(folder: Path) -> Path:
+    (folder / "train" / "a").mkdir(parents=True)
+    (folder / "valid" / "a").mkdir(parents=True)
+    return folder
+
+
+def _found(profile, *args, **kwargs):
+    choice = paths.choose_data(profile, *args, **kwargs)
+    return choice.overrides.get("data_dir"), choice.synthetic
+
+
+def test_choose_data_looks_in_order_env_then_data_cache_then_shared_then_synthetic(project, monkeypatch, tmp_path):
+    assert _found("cpu") == (None, True)  # nothing here: the profile's generated landcover-synth
+    shared = _image_folder(tmp_path / "shared" / "datasets" / "eurosat_rgb")
+    assert _found("cpu") == (str(shared), False)
+    (project / "data_cache" / "eurosat").mkdir(parents=True)  # no train/ yet: a download in progress, skipped
+    assert _found("gpu") == (str(shared), False)
+    imagenette = _image_folder(project / "data_cache" / "imagenette")
+    assert _found("gpu") == (str(imagenette), False)
+    cifar10 = _image_folder(project / "data_cache" / "cifar10")
+    assert _found("cpu") == (str(cifar10), False)  # eurosat, cifar10, imagenette: in that order
+    eurosat = _image_folder(project / "data_cache" / "eurosat")
+    choice = paths.choose_data("cpu")
+    assert (choice.overrides, choice.name) == ({"dataset": "imagefolder", "data_dir": str(eurosat)}, "eurosat")
+    assert choice.line == f"data: eurosat ({eurosat}), from data_cache/eurosat/"
+    assert paths.eurosat_dir() == eurosat
+    assert _found("smoke") == (None, True)  # CI stays on the committed sample
+    mine = _image_folder(tmp_path / "mine")
+    monkeypatch.setenv(paths.DATA_ENV, str(mine))
+    for profile in ("smoke", "cpu", "gpu"):  # a folder named explicitly wins, in smoke too
+        assert _found(profile) == (str(mine), False)
+    assert paths.choose_data("cpu").line == f"data: mine ({mine}), from {paths.DATA_ENV}={mine}"
+    assert _found("cpu", "some/folder") == (str(project / "some" / "folder"), False)  # data_dir wins over everything
+    assert paths.choose_data("cpu", dataset="digits").overrides == {"dataset": "digits"}
+    monkeypatch.setenv(paths.DATA_ENV, "none")  # hides every real dataset
+    assert _found("cpu") == _found("gpu") == _found("smoke") == (None, True)
+    assert paths.eurosat_dir() is None and paths.find_real_data() is None
+    assert _found("cpu", "some/folder") == (str(project / "some" / "folder"), False)
+
+
+def test_the_synthetic_fallback_says_what_it_is_and_how_to_get_real_data(project, monkeypatch):
+    line = paths.choose_data("cpu").line
+    assert line.startswith("data: landcover-synth (SYNTHETIC") and "no real data found" in line
+    assert line.endswith("for real data run `workbook data get eurosat`") and "\n" not in line
+    monkeypatch.setenv(paths.DATA_ENV, "None")
+    assert f"{paths.DATA_ENV}=none hides real data" in paths.choose_data("gpu").line
+    smoke = paths.choose_data("smoke")
+    assert smoke.overrides == {} and "the committed sample data_samples/landcover-synth" in smoke.line
+    sample = paths.choose_data("cpu", str(ROOT / paths.SAMPLE_DIR))  # a landcover-synth folder given by name
+    assert sample.synthetic and sample.overrides["dataset"] == "imagefolder"
+
+
+@pytest.mark.parametrize("value", ["no/such/folder", "pyproject.toml"])
+def test_a_workbook_data_value_that_is_not_a_folder_is_one_line(project, monkeypatch, tmp_path, value):
+    monkeypatch.setenv(paths.DATA_ENV, value)
+    with pytest.raises(NotADirectoryError) as caught:
+        paths.choose_data("cpu")
+    message = str(caught.value)
+    assert message.startswith(f"{paths.DATA_ENV}={value} is not a folder; set it to an image folder")
+    assert "\n" not in message
+    assert "none" in message
+
+
+def test_a_bad_workbook_data_stops_the_cli_with_one_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), LEDGER_ENV: str(tmp_path / "ledger.sqlite"),
+           paths.DATA_ENV: str(tmp_path / "missing")}
+    process = subprocess.run([sys.executable, "-m", "course_lib", "data", "info", "--profile", "cpu"],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 2 and process.stdout == ""
+    assert process.stderr == (f"workbook data: error: {paths.DATA_ENV}={tmp_path / 'missing'} is not a folder; set it "
+                              "to an image folder (train/ and valid/ of class folders), to none for the synthetic "
+                              "data, or unset it\n")
+
+
+def _captured(monkeypatch):
+    """Stand-ins for the work each command does, keeping the Config it was handed."""
+    from course_lib.data import pipeline
+    from course_lib.engine import speedrun, train
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def keep(name):
+        def stand_in(config, *args, **kwargs):
+            seen[name] = config
+            raise Stop
+        return stand_in
+
+    monkeypatch.setattr(train, "fit", keep("train"))
+    monkeypatch.setattr(speedrun, "race", keep("speedrun"))
+    monkeypatch.setattr(pipeline, "build_datasets", keep("data info"))
+    return seen, Stop
+
+
+@pytest.mark.parametrize("profile", ["smoke", "cpu", "gpu"])
+@pytest.mark.parametrize("where", ["env", "data_cache", "shared", "none"])
+def test_train_data_info_speedrun_and_ddp_workers_pick_the_same_data(project, monkeypatch, tmp_path, capsys,
+                                                                     profile, where):
+    from course_lib import cli
+    from course_lib.engine import ddp
+
+    folder = {"env": tmp_path / "mine", "data_cache": project / "data_cache" / "eurosat",
+              "shared": tmp_path / "shared" / "datasets" / "eurosat_rgb", "none": None}[where]
+    if folder is not None:
+        _image_folder(folder)
+    if where in ("env", "none"):
+        monkeypatch.setenv(paths.DATA_ENV, str(folder) if folder else "none")
+    seen, stop = _captured(monkeypatch)
+    for argv in (["train"], ["data", "info"], ["speedrun"]):
+        with pytest.raises(stop):
+            cli.main([*argv, "--profile", profile, "-p", "device=cpu"])
+    expected = paths.choose_data(profile)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines.count(expected.line) == 3  # each command names its data first
+    workers = ddp._resolve({"batch_size": 8}, profile)
+    for config in (*seen.values(), workers[0], cli.run_config(profile, {})[0]):
+        assert (config.dataset, config.data_dir) == (expected.overrides.get("dataset", config.dataset),
+                                                    expected.overrides.get("data_dir", config.data_dir))
+    assert len({(c.dataset, c.data_dir) for c in seen.values()}) == 1
+    real = where == "env" or (profile != "smoke" and where != "none")
+    assert (seen["train"].data_dir == str(folder)) is real
+    assert workers[1].get("data_dir", "") == workers[0].data_dir  # passed on to every worker, never chosen there
+    assert ddp.config_overrides(seen["train"], profile).get("data_dir", "") == seen["train"].data_dir
 
 
 def test_outside_any_project_the_root_is_the_project_the_package_came_from(tmp_path, monkeypatch):

@@ -219,7 +219,7 @@ def test_time_to_target_counts_training_seconds_until_first_reached():
 
 def test_plan_without_weights_or_eurosat_pretrains_on_the_samples_other_classes(tmp_path, monkeypatch):
     monkeypatch.setattr(hub, "pretrained_available", lambda name: False)
-    monkeypatch.setattr(paths, "eurosat_shared_dir", lambda: None)
+    monkeypatch.setenv(paths.DATA_ENV, "none")  # hides every real dataset
     plan = transfer_plans.plan_transfer(tiny_config(tmp_path), source_epochs=2)
     assert (plan.source, plan.target, plan.synthetic) == ("classes", "landcover-synth", True)
     assert plan.source_config.dataset == "landcover-synth" and plan.source_config.epochs == 2
@@ -229,6 +229,8 @@ def test_plan_without_weights_or_eurosat_pretrains_on_the_samples_other_classes(
     assert digits.source_config.dataset == "digits" and digits.source_config.storage == "files"
     with pytest.raises(ConfigError, match="source='landcover-synth' is not one of"):
         transfer_plans.plan_transfer(tiny_config(tmp_path), source="landcover-synth")
+    with pytest.raises(FileNotFoundError, match="target=eurosat needs real EuroSAT .*workbook data get eurosat"):
+        transfer_plans.plan_transfer(tiny_config(tmp_path), target="eurosat")
 
 
 def test_plan_with_eurosat_is_real_data(tmp_path, eurosat_dir, monkeypatch):

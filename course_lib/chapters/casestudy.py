@@ -1,5 +1,5 @@
-"""The article's staged remote-sensing case study (its section 6), re-run on real EuroSAT tiles when
-they are beside the project (landcover-synth otherwise): the same model at every stage, one change
+"""The article's staged remote-sensing case study (its section 6), re-run on the real data every run
+finds (`paths.choose_data`: EuroSAT when present; landcover-synth otherwise): the same model at every stage, one change
 per stage, each measured with the workbook's engine (`train.fit`, or `ddp.launch` for several
 processes) and recorded in the ledger; a last stage runs the workbook's fastest recipe.
 
@@ -56,6 +56,37 @@ ARTICLE_LR = 2e-4  # AdamW learning rate of the article's stage 3
 ARTICLE_WARMUP_FRACTION = 5 / 100  # 5 warmup epochs of 100
 ARTICLE_WORKERS = 16  # num_workers of the article's stage 1
 ARTICLE_TOTAL_TIME_FRACTION = 1 / 16
+
+
+# landcover-synth's generated file size where the source_image_size parameter is 0: the article's tiles are
+# large, so the resize to image_size costs what it costs there.
+SOURCE_IMAGE_SIZE = {"cpu": 256, "gpu": 512}  # pixels per side (smoke: the committed 64 px sample)
+
+
+def case_config(profile: str, dataset: str | None = None, data_dir: str | None = None, source_image_size: int = 0,
+                **given):
+    """(Config, paths.DataChoice) of the study: `dataset`/`data_dir`, else the data `paths.choose_data`
+    picks; without real data (off smoke), landcover-synth generated at `source_image_size` pixels
+    (0: SOURCE_IMAGE_SIZE). Then the study's sizes (speedrun_resnet_small at 64 px, batch 128, 2
+    epochs; cpu: 4,500 training images, a quarter of EuroSAT's split, so the nine trainings fit in
+    minutes on 2 cores), then `given` (None: not given)."""
+    from course_lib import paths
+    from course_lib.config import make_config, resolve_profile
+    from course_lib.data import landcover
+
+    resolved = resolve_profile(profile)
+    smoke = resolved == "smoke"
+    data = paths.choose_data(resolved, data_dir, dataset)
+    overrides = data.overrides
+    if data.synthetic and not smoke and not data.overrides.get("data_dir"):
+        folder = landcover.landcover_cache_dir(source_image_size or SOURCE_IMAGE_SIZE[resolved])
+        overrides = {"dataset": "landcover-synth", "data_dir": str(folder)}
+        data = dataclasses.replace(data, overrides=overrides, folder=folder)
+    fast = {} if smoke else {"model": "speedrun_resnet_small", "batch_size": 128, "image_size": 64, "epochs": 2,
+                             "max_train_images": 4500 if resolved == "cpu" else 0}
+    given = {k: v for k, v in {"max_steps": 3 if smoke else None, **given}.items() if v is not None}
+    config = make_config(profile, **{**overrides, **fast, "output_dir": "runs/checkpoints/10_case_study", **given})
+    return config, data
 
 
 def baseline_config(config: Config) -> Config:

@@ -7,6 +7,7 @@ and decides the article's claims (`claims_table`; their words are in `analysis.c
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -18,6 +19,36 @@ from course_lib.deploy.latency import forward_flops_per_image, speed_row
 from course_lib.engine import continual, train
 from course_lib.engine.distillation import Distiller
 from course_lib.models import checkpoint, factory
+
+
+@dataclasses.dataclass
+class DeploySetup:
+    """Notebook 13's data, config and datasets (`study_setup`)."""
+
+    data: object  # paths.DataChoice: what the notebook prints first
+    config: Config
+    bundle: object  # DataBundle every study trains and scores on
+    val_per_class: int  # validation images per class in every evaluation; 0: all
+
+
+def study_setup(profile: str, data_dir: str | None = None, *, val_per_class: int = -1, **given) -> DeploySetup:
+    """The data `datasets.config_with_data` picks (data_dir, else real data when found, not in smoke,
+    else the profile's landcover-synth), the notebook's sizes and `given` (None: not given): cpu 1,000
+    training images (about 15 fits in 3 minutes) and every evaluation on the same 100 validation
+    images per class (`val_per_class=-1`; fewer when a class has fewer); smoke 2 steps per fit."""
+    from course_lib.config import resolve_profile
+    from course_lib.data import class_split, datasets, pipeline
+
+    profile = resolve_profile(profile)
+    sizes = {"cpu": {"max_train_images": 1000}, "smoke": {"max_steps": 2}}.get(profile, {})
+    given = {**sizes, **{k: v for k, v in given.items() if v is not None}}
+    config, data = datasets.config_with_data(profile, data_dir=data_dir,
+                                             **{"output_dir": "runs/checkpoints/13_compress_and_deploy", **given})
+    bundle = pipeline.build_datasets(config)
+    val_per_class = (100 if profile == "cpu" else 0) if val_per_class < 0 else val_per_class
+    if val_per_class:
+        bundle = class_split.subset_bundle(bundle, bundle.classes, val_per_class=val_per_class)
+    return DeploySetup(data, config, bundle, val_per_class)
 
 
 def cached_fit(config: Config, bundle=None, **fit_options):

@@ -1,13 +1,27 @@
 """Notebook 09's evaluation turned into the articles' claims (`analysis.claims`): top-1/top-5 as the
 metrics, classes that score differently beyond binomial noise, the confusion matrix pointing at
 specific pairs, and MixUp's gain with its bootstrap interval. The numbers come from
-`analysis.evaluation`, `analysis.confusion` and `analysis.comparison`; this module compares."""
+`analysis.evaluation`, `analysis.confusion` and `analysis.comparison`; this module compares, and
+builds the notebook's config (`study_config`)."""
 from __future__ import annotations
 
 import math
 
 from course_lib.analysis import claims as claim_records
 from course_lib.analysis import statistics
+
+
+def study_config(profile: str, data_dir: str | None = None, **values):
+    """(Config, paths.DataChoice) of the notebook's two trainings: the data `datasets.config_with_data`
+    picks (data_dir, else real data when found, not in smoke, else the profile's landcover-synth) and
+    `values` (None: the profile's). cpu: one epoch (not the profile's two) keeps both trainings within
+    the notebook's time budget; the analysis needs a model that makes mistakes, not a good one."""
+    from course_lib.config import resolve_profile
+    from course_lib.data import datasets
+
+    if values.get("epochs") is None and resolve_profile(profile) == "cpu":
+        values["epochs"] = 1
+    return datasets.config_with_data(profile, data_dir=data_dir, **values)
 
 
 def claims(summary: dict, classes_only, pairs, designed_share: float, even_share: float,

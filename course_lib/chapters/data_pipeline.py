@@ -1,7 +1,8 @@
 """Notebook 02's measurements turned into the articles' claims (`analysis.claims`): decoders, tar
 shards, the DataLoader knee, pinned memory, the starved accelerator, DataLoader tuning, the disk and
 CPU cores per GPU. The measuring lives in `measure.loader_sweep`, `data.decode`, `data.shards` and
-`measure.disk`; this module only compares what they measured with what the article says."""
+`measure.disk`; this module only compares what they measured with what the article says, and picks
+the notebook's data and sizes (`pipeline_setup`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,9 +12,35 @@ import torch
 
 from course_lib.analysis import claims as claim_records
 from course_lib.analysis import statistics
+from course_lib.data import loaders
 from course_lib.measure import loader_sweep
 
 DEFAULT_LOADER = "default DataLoader"  # num_workers=0, no pinning, no prefetch, no persistent workers
+
+
+@dataclasses.dataclass
+class PipelineSetup:
+    """Notebook 02's data and sizes (`pipeline_setup`)."""
+
+    data: object  # paths.DataChoice: what the notebook prints first
+    config: object  # Config, num_workers resolved to this machine's number
+    folder: object  # Path: the training image folder every section reads
+    images: int  # images per timed epoch: max_train_images, at most what the folder holds
+
+
+def pipeline_setup(profile: str, data_dir: str | None = None, **values) -> PipelineSetup:
+    """The data `datasets.config_with_data` picks (data_dir, else real data when found, not in smoke,
+    else the profile's landcover-synth), the config with `values` (None: the profile's), and the images
+    per timed epoch cut to what the training folder has."""
+    from course_lib import devices
+    from course_lib.data import datasets
+
+    config, data = datasets.config_with_data(profile, data_dir=data_dir, **values)
+    # num_workers=-1 (the profile's "recommended") becomes this machine's number: the comparisons print it
+    config = config.replace(num_workers=devices.resolve_num_workers(config.num_workers))
+    folder = loaders.default_image_folder(config)
+    available = len(datasets.ImageFolderDataset(folder))
+    return PipelineSetup(data, config, folder, min(config.max_train_images or available, available))
 
 
 def pin_memory_rows(dataset, config, setting: loader_sweep.LoaderSetting, epochs: int, device, repeats: int = 3):

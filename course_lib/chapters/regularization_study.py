@@ -73,6 +73,31 @@ def study_config(profile: str, **values) -> Config:
                                    **{k: v for k, v in values.items() if v is not None}})
 
 
+@dataclasses.dataclass
+class StudySetup:
+    """Notebook 07's data, baseline config and the training split built once (`study_setup`)."""
+
+    data: object  # paths.DataChoice: what the notebook prints first
+    config: Config
+    bundle: object  # DataBundle every variant trains on
+    steps_per_epoch: int  # optimizer steps per epoch (the engine drops the last partial batch)
+
+
+def study_setup(profile: str, data_dir: str | None = None, **values) -> StudySetup:
+    """`study_config` on the data `paths.choose_data` picks (data_dir, else real data when found, not
+    in smoke, else the profile's landcover-synth), its datasets, and the steps per epoch; a batch
+    larger than the training split is cut to half of it, so every epoch has steps."""
+    from course_lib.data import pipeline
+
+    data = paths.choose_data(profile, data_dir)
+    config = study_config(profile, **{**data.overrides, **values})
+    bundle = pipeline.build_datasets(config)
+    if len(bundle.train) < config.batch_size:
+        config = config.replace(batch_size=max(1, len(bundle.train) // 2))
+    steps = len(bundle.train) // config.batch_size
+    return StudySetup(data, config, bundle, min(steps, config.max_steps) if config.max_steps else steps)
+
+
 def study_seeds(config: Config, profile: str, count: int = 0) -> list[int]:
     """The seeds every variant runs with: config.seed and the next ones; `count` 0 means 2 in
     smoke and 3 elsewhere. At least 2: an interval needs two runs."""

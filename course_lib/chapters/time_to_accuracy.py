@@ -29,6 +29,58 @@ ABLATIONS: dict[str, dict] = {
 }
 
 
+BUDGET_SECONDS = {"smoke": 5.0, "cpu": 210.0, "gpu": 120.0}  # the speed-run racer's wall clock
+CPU_RIVAL_SECONDS = 60.0  # the naive and default racers' clock on cpu (elsewhere: the racer's)
+# The smoke profile is a check that the notebook runs: tiny images, few steps, a quarter-size net.
+SMOKE_SIZES = dict(image_size=32, max_train_images=128, max_steps=2, epochs=2, batch_size=16, precision="off")
+
+
+@dataclasses.dataclass
+class RaceSetup:
+    """Notebook 12's racers and clocks on the data every run finds (`race_setup`)."""
+
+    data: object  # paths.DataChoice: what the notebook prints first
+    recipe: Config  # the speed-run racer
+    default: Config  # the profile's own recipe, whole split, the same data
+    budget: float  # seconds on the speed-run racer's clock
+    rivals: float  # seconds on the naive and default racers' clocks
+    seeds: int  # seeds per ablation run
+    profile: str
+
+
+def race_setup(profile: str, data_dir: str | None = None, budget_seconds: float = 0.0, rival_seconds: float = 0.0,
+               recipe_epochs: int = 0, seeds: int = 0) -> RaceSetup:
+    """The notebook's parameters (0 and None: the profile's choice) as racers on the data
+    `datasets.config_with_data` picks. Their data_dir is always a folder, the generated landcover-synth
+    included, because the hand-written loop reads its train/ and val/ folders itself."""
+    from course_lib.config import resolve_profile
+    from course_lib.data import datasets
+
+    profile = resolve_profile(profile)
+    small = SMOKE_SIZES if profile == "smoke" else {}
+    recipe, data = datasets.config_with_data(profile, data_dir=data_dir, recipe="speedrun", **small)
+    pinned = {"dataset": recipe.dataset, "data_dir": str(datasets.image_folder_root(recipe))}
+    recipe = recipe.replace(**pinned)
+    if recipe_epochs or profile == "cpu":  # cpu: 10 epochs, so the recipe's schedule ends within the budget
+        recipe = recipe.replace(epochs=recipe_epochs or 10)
+    default, _ = datasets.config_with_data(profile, **{**pinned, "max_train_images": 0, **small})
+    budget = budget_seconds or BUDGET_SECONDS[profile]
+    rivals = rival_seconds or (CPU_RIVAL_SECONDS if profile == "cpu" and not budget_seconds else budget)
+    return RaceSetup(data, recipe, default, budget, rivals, seeds or (1 if profile == "smoke" else 3), profile)
+
+
+def ablation_config(setup: RaceSetup, epochs: int = 0, images: int = -1, validation: int = -1) -> tuple[Config, int]:
+    """(config of every ablation run, validation images per class scoring each; 0: all). cpu: what each
+    ingredient changes, not the final figure: 3 short epochs of at most 2,000 images at batch 64 with
+    the learning rate scaled with it (about 110 steps on EuroSAT), a fixed 100 images per class."""
+    recipe, cpu = setup.recipe, setup.profile == "cpu"
+    images = (2000 if cpu else recipe.max_train_images) if images < 0 else images
+    validation = (100 if cpu else 0) if validation < 0 else validation
+    small_batch = dict(batch_size=64, lr=recipe.lr * 64 / recipe.batch_size) if cpu else {}
+    epochs = epochs or (1 if setup.profile == "smoke" else 3 if cpu else recipe.epochs)
+    return recipe.replace(epochs=epochs, max_train_images=images, **small_batch), validation
+
+
 @dataclasses.dataclass
 class Ablation:
     ingredient: str  # "full recipe" for the reference runs

@@ -1,7 +1,7 @@
 """Notebook 08's transfer-learning plan and its measurements. The source of the pretrained weights
 is timm's ImageNet weights when they are cached, else a model pre-trained here on classes of the
-same dataset that the target never sees (EuroSAT when present, the committed landcover-synth sample
-otherwise; `data.class_split`), or scikit-learn's digits as an unrelated source. The target is
+same dataset that the target never sees (the real data every run finds, `paths.choose_data`, such as
+EuroSAT; landcover-synth otherwise; `data.class_split`), or scikit-learn's digits as an unrelated source. The target is
 the remaining classes with a few labels per class (Kornblith et al. 2019, arXiv:1805.08974).
 The pre-trained source is cached under runs/ by a digest of its config (`models.checkpoint`) and
 reused while the digest matches. The mechanics live in `models.factory` (a new head on a loaded
@@ -26,33 +26,49 @@ SOURCE_META = "source.json"  # beside the source checkpoint: its digest, classes
 @dataclasses.dataclass
 class TransferPlan:
     source: str  # imagenet | classes (other classes of the target's dataset) | digits
-    target: str  # eurosat | landcover-synth
+    target: str  # the target data's name: eurosat (or another real dataset found) | landcover-synth
     data_config: Config  # the whole labelled dataset: source classes and target classes
     source_config: Config | None  # the source pretraining run; None for timm's ImageNet weights
     target_config: Config  # the target runs' data, model and schedule (strategies change lr/start/freezing)
-    synthetic: bool  # True when the target is the generated landcover-synth sample, not real images
+    synthetic: bool  # True when the target is generated landcover-synth, not real images
     reason: str  # one line: why this source and target on this machine
 
 
 def plan_transfer(config: Config, source: str | None = None, target: str | None = None,
-                  source_epochs: int = 6, real_data: bool = True) -> TransferPlan:
+                  source_epochs: int = 6, data: "paths.DataChoice | None" = None) -> TransferPlan:
     """Pick a source of pretrained weights and a target dataset that exist on this machine.
 
-    target: real EuroSAT (`paths.eurosat_shared_dir()`) when present and `real_data`, else the
-    committed landcover-synth sample. source: timm's ImageNet weights when cached (or downloadable),
-    else `classes`: the same architecture pre-trained here on the dataset's other classes."""
+    target: None or "auto": `data` (default: the real data `paths.find_real_data` finds), else
+    landcover-synth; "eurosat": real EuroSAT (`paths.eurosat_dir`); "landcover-synth": the config's
+    own landcover-synth (the committed sample in smoke, generated otherwise), or the sample. source:
+    timm's ImageNet weights when cached (or downloadable), else `classes`: the same architecture
+    pre-trained here on the dataset's other classes."""
     from course_lib import paths
 
-    eurosat = paths.eurosat_shared_dir()
-    target = target or ("eurosat" if eurosat is not None and real_data else "landcover-synth")
-    if target == "eurosat":
-        if eurosat is None:
-            raise FileNotFoundError("target=eurosat needs ../shared/datasets/eurosat_rgb; use target=landcover-synth")
-        data_config = config.replace(dataset="imagefolder", data_dir=str(eurosat), max_train_images=0)
-    elif target == "landcover-synth":  # the committed sample: 8 generated classes, 40 training images each
-        data_config = config.replace(dataset="landcover-synth", data_dir=SAMPLE_DATA_DIR, max_train_images=0)
+    if target in (None, "auto"):
+        data = data if data is not None else paths.find_real_data()
+        found = data if data is not None and data.real else None
+    elif target == "eurosat":
+        folder = paths.eurosat_dir()
+        if folder is None:
+            raise FileNotFoundError(f"target=eurosat needs real EuroSAT ({paths.DATA_ENV}, data_cache/eurosat/ or "
+                                    f"../shared/datasets/eurosat_rgb): run `{paths.GET_REAL_DATA}`, or use "
+                                    "target=landcover-synth")
+        found = paths.DataChoice({"dataset": "imagefolder", "data_dir": str(folder)}, "eurosat", "target=eurosat",
+                                 False, folder)
+    elif target == "landcover-synth":
+        found = None
     else:
-        raise ConfigError(f"target={target!r} is not one of eurosat, landcover-synth")
+        raise ConfigError(f"target={target!r} is not one of auto, eurosat, landcover-synth")
+    if found is not None:
+        target = found.name
+        data_config = config.replace(**found.overrides, max_train_images=0)
+    elif config.dataset == "landcover-synth":  # the profile's own: the sample in smoke, else generated on first use
+        target, data_config = "landcover-synth", config.replace(max_train_images=0)
+    else:  # the committed sample: 8 generated classes, 40 training images each
+        target = "landcover-synth"
+        data_config = config.replace(dataset="landcover-synth", data_dir=SAMPLE_DATA_DIR, max_train_images=0)
+    synthetic = found is None
     reasons = []
     if source is None:
         source = "imagenet" if hub.pretrained_available(config.model) else "classes"
@@ -70,9 +86,94 @@ def plan_transfer(config: Config, source: str | None = None, target: str | None 
         source_config = source_config.replace(pretrained=False, checkpoint="", freeze_backbone_epochs=0,
                                               backbone_lr_scale=1.0, output_dir=str(Path(config.output_dir) / "source"))
     reasons.append(f"source {source}, target {target}" + (" (generated images: synthetic data)"
-                                                         if target == "landcover-synth" else " (real satellite tiles)"))
-    return TransferPlan(source, target, data_config, source_config, data_config, target == "landcover-synth",
-                        "; ".join(reasons))
+                                                         if synthetic else " (real images)"))
+    return TransferPlan(source, target, data_config, source_config, data_config, synthetic, "; ".join(reasons))
+
+
+# The notebook's sizes where its parameters say 0 or []: (smoke, cpu, gpu).
+LABELS_PER_CLASS = {"smoke": [5], "cpu": [10, 50, 200], "gpu": [10, 50, 200]}  # labelled target images per class
+SOURCE_PER_CLASS = {"smoke": 0, "cpu": 1000, "gpu": 0}  # source training images per class; 0: all
+
+
+@dataclasses.dataclass
+class TransferSetup:
+    """Notebook 08's setup: the data, the plan, the whole labelled dataset, and the sizes, each fitted
+    to what the data has (`notebook_setup`)."""
+
+    data: object  # paths.DataChoice: what the notebook prints first
+    config: Config
+    plan: TransferPlan
+    whole: object  # DataBundle: every class, built (and cached) once
+    source_classes: list[str]
+    held_out: list[str]
+    epochs: int
+    freeze_backbone_epochs: int
+    source_epochs: int
+    source_per_class: int  # 0: every image of the source classes
+    labels_per_class: list[int]
+    seeds: list[int]
+    notes: list[str]  # sizes the data could not hold, and what they became
+
+    def describe(self) -> str:
+        counts = (f"data {self.whole.source}: {len(self.whole.train)} training / {len(self.whole.val)} validation "
+                  f"images, {self.whole.num_classes} classes\nsource classes {self.source_classes}"
+                  f"{f' ({self.source_per_class} images each)' if self.source_per_class else ''}\n"
+                  f"target classes {self.held_out}, {self.labels_per_class} labels per class, seeds {self.seeds}")
+        return "\n".join([self.plan.reason, *self.notes, counts])
+
+
+def _fitted(parameter: str, asked: int, available: int, given: bool, notes: list[str]) -> int:
+    """`asked` when the data holds it; a value the notebook chose itself is cut to `available` (noted);
+    one the reader gave is a ConfigError naming the parameter and the largest value that fits."""
+    if asked <= available:
+        return asked
+    if given:
+        raise ConfigError(f"{parameter}={asked} asks for more training images per class than the data has "
+                          f"({available}); set -p {parameter}=N with N <= {available}")
+    notes.append(f"{parameter}: {asked} -> {available} (what the smallest class has)")
+    return available
+
+
+def notebook_setup(profile: str, *, model: str | None = None, batch_size: int | None = None,
+                   image_size: int | None = None, epochs: int | None = None, freeze_backbone_epochs: int | None = None,
+                   source: str = "auto", target: str = "auto", source_epochs: int = 0, source_per_class: int = 0,
+                   target_classes: int = 3, labels_per_class=(), seeds: int = 0, **fields) -> TransferSetup:
+    """Notebook 08's data choice and sizes, from its parameters (0, [] and None: the profile's choice):
+    the data `paths.choose_data` picks (real data when found, not in smoke), then the source images
+    per class and the labels per class cut to what the smallest class of the data has. `fields`:
+    other Config fields (e.g. max_steps, storage), applied last."""
+    from course_lib import paths
+    from course_lib.config import make_config, resolve_profile
+    from course_lib.data import class_split, pipeline
+
+    profile = resolve_profile(profile)
+    smoke = profile == "smoke"
+    # Off smoke: the workbook's fast path (config.RECIPES["speedrun"]): a small residual net, the split
+    # pre-decoded in memory, the square's symmetries as augmentation on the device, no loader workers.
+    fast = {} if smoke else {"recipe": "speedrun", "model": "speedrun_resnet_small", "batch_size": 128, "tta_views": 1}
+    given = {k: v for k, v in {"model": model, "batch_size": batch_size, "image_size": image_size}.items() if v}
+    config = make_config(profile, **{**fast, **given, "output_dir": "runs/checkpoints/08_transfer", **fields})
+    data = paths.choose_data(profile)  # the smoke profile: the committed sample, unless WORKBOOK_DATA names a folder
+    plan = plan_transfer(config, source=None if source == "auto" else source, target=target,
+                         source_epochs=source_epochs or (1 if smoke else 4), data=data if data.real else None)
+    if target != "auto":  # what the target parameter chose instead
+        folder = paths.resolve_path(plan.data_config.data_dir) if plan.data_config.data_dir else None
+        data = paths.DataChoice({"dataset": plan.data_config.dataset, "data_dir": plan.data_config.data_dir},
+                                plan.target, f"the target parameter ({target})", plan.synthetic, folder)
+    whole = pipeline.build_datasets(plan.data_config)
+    source_classes, held_out = class_split.split_classes(whole.classes, target_classes, seed=0)
+    notes: list[str] = []
+    targets = class_split.targets_of(whole.train)
+    largest_source = class_split.smallest_class(targets, [whole.classes.index(c) for c in source_classes])
+    largest_target = class_split.smallest_class(targets, [whole.classes.index(c) for c in held_out])
+    per_source = _fitted("source_per_class", source_per_class or SOURCE_PER_CLASS[profile], largest_source,
+                         bool(source_per_class), notes)
+    labels = sorted({_fitted("labels_per_class", count, largest_target, bool(labels_per_class), notes)
+                     for count in (list(labels_per_class) or LABELS_PER_CLASS[profile])})
+    return TransferSetup(data, config, plan, whole, source_classes, held_out, epochs or (2 if smoke else 10),
+                         freeze_backbone_epochs if freeze_backbone_epochs is not None else (1 if smoke else 3),
+                         plan.source_config.epochs if plan.source_config else 0, per_source, labels,
+                         list(range(seeds or (2 if smoke else 3))), notes)
 
 
 def source_checkpoint(source_config: Config, bundle, *, extra: dict | None = None, progress: bool = False) -> dict:
@@ -120,7 +221,7 @@ def label_grid(strategies: dict, bundle, classes: list[str], labels_per_class, s
     for labels in labels_per_class:
         for seed in seeds:
             target = class_split.subset_bundle(bundle, classes, per_class=labels, seed=seed,
-                                               val_per_class=val_per_class)
+                                               val_per_class=val_per_class, parameter="labels_per_class")
             batch = target_batch_size(len(target.train), next(iter(strategies.values())).batch_size)
             for index, (name, config) in enumerate(strategies.items()):
                 run = config.replace(seed=seed, batch_size=batch, output_dir=f"{config.output_dir}/target{index}")

@@ -28,24 +28,46 @@ def split_classes(classes, target_count: int, seed: int = 0) -> tuple[list[str],
             [name for i, name in enumerate(classes) if i in picked])
 
 
-def _targets(dataset) -> np.ndarray:
+def targets_of(dataset) -> np.ndarray:
+    """The class index of every item of `dataset` (its `.targets` when it has them), as an array."""
     targets = getattr(dataset, "targets", None)
     if targets is None:
         targets = [dataset[i][1] for i in range(len(dataset))]
     return np.asarray(targets, dtype=np.int64)
 
 
-def sample_per_class(targets, wanted: list[int], per_class: int = 0, seed: int = 0) -> list[int]:
-    """Indices of `per_class` images of each class in `wanted` (class indices), drawn with `seed`;
-    per_class=0: every image of those classes. Sorted. A class with fewer images is an error."""
+def smallest_class(targets, wanted: list[int]) -> int:
+    """Images of the smallest class in `wanted` (class indices): the most `per_class` can ask for."""
     targets = np.asarray(targets)
+    return min(int((targets == label).sum()) for label in wanted)
+
+
+def check_per_class(targets, wanted: list[int], per_class: int, parameter: str = "per_class",
+                    classes: list[str] | None = None) -> None:
+    """Raise ConfigError (one line naming `parameter` and the largest value that fits) when a class in
+    `wanted` has fewer than `per_class` training images."""
+    if not per_class:
+        return
+    targets = np.asarray(targets)
+    counts = {label: int((targets == label).sum()) for label in wanted}
+    short = min(counts, key=counts.get)
+    if counts[short] < per_class:
+        name = classes[short] if classes is not None else f"class {short}"
+        raise ConfigError(f"{parameter}={per_class} asks for more training images per class than {name} has "
+                          f"({counts[short]}); set -p {parameter}=N with N <= {counts[short]}")
+
+
+def sample_per_class(targets, wanted: list[int], per_class: int = 0, seed: int = 0, parameter: str = "per_class",
+                     classes: list[str] | None = None) -> list[int]:
+    """Indices of `per_class` images of each class in `wanted` (class indices), drawn with `seed`;
+    per_class=0: every image of those classes. Sorted. A class with fewer images is an error naming
+    `parameter` (`check_per_class`)."""
+    targets = np.asarray(targets)
+    check_per_class(targets, wanted, per_class, parameter, classes)
     rng = np.random.default_rng(seed)
     chosen = []
     for label in wanted:
         members = np.flatnonzero(targets == label)
-        if per_class and len(members) < per_class:
-            raise ConfigError(f"class {label} has {len(members)} training images, fewer than the {per_class} "
-                              "labels per class asked for; ask for fewer")
         chosen += (rng.choice(members, per_class, replace=False) if per_class else members).tolist()
     return sorted(chosen)
 
@@ -55,7 +77,7 @@ class ClassSubset:
 
     def __init__(self, dataset, indices, relabel: dict[int, int], classes: list[str]):
         self.dataset, self.indices, self.relabel, self.classes = dataset, list(indices), dict(relabel), list(classes)
-        parent = _targets(dataset)
+        parent = targets_of(dataset)
         self.targets = [self.relabel[int(parent[i])] for i in self.indices]
 
     def __len__(self):
@@ -67,9 +89,10 @@ class ClassSubset:
 
 
 def subset_bundle(bundle: DataBundle, classes: list[str], per_class: int = 0, seed: int = 0,
-                  val_per_class: int = 0) -> DataBundle:
+                  val_per_class: int = 0, parameter: str = "per_class") -> DataBundle:
     """`bundle` restricted to `classes` (relabelled 0..len-1 in that order): `per_class` training
-    images per class drawn with `seed` (0: all); `val_per_class` validation and test images per class
+    images per class drawn with `seed` (0: all; more than a class has: a ConfigError naming
+    `parameter`, the caller's name for it); `val_per_class` validation and test images per class
     drawn with seed 0, the same for every run (0: all of them)."""
     unknown = [name for name in classes if name not in bundle.classes]
     if unknown:
@@ -80,10 +103,11 @@ def subset_bundle(bundle: DataBundle, classes: list[str], per_class: int = 0, se
     def part(dataset, count, draw, evaluation=False):
         if dataset is None:
             return None
-        targets = _targets(dataset)
+        targets = targets_of(dataset)
         if evaluation:  # at most what the smallest class has: evaluation never refuses a count
-            count = min(count, min(int((targets == label).sum()) for label in wanted))
-        return ClassSubset(dataset, sample_per_class(targets, wanted, count, draw), relabel, classes)
+            count = min(count, smallest_class(targets, wanted))
+        return ClassSubset(dataset, sample_per_class(targets, wanted, count, draw, parameter, bundle.classes), relabel,
+                           classes)
 
     described = f"{bundle.source} [{len(classes)} classes" + (f", {per_class} labels per class" if per_class else "") + "]"
     return dataclasses.replace(bundle, train=part(bundle.train, per_class, seed),

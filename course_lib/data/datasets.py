@@ -15,10 +15,12 @@ import numpy as np
 import torch
 from PIL import Image
 
+from course_lib.config import Config, ConfigError, make_config, resolve_profile
 from course_lib.data.device_augment import DeviceStage
 from course_lib.data.images import BadImageError, list_image_folder, load_rgb
-from course_lib.data.landcover import SPLITS  # noqa: F401 (every bundle has these splits)
+from course_lib.data.landcover import SPLITS, landcover_cache_dir  # noqa: F401 (SPLITS: every bundle has these)
 from course_lib.data.transforms import denormalize
+from course_lib.paths import DataChoice, choose_data, resolve_path
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +164,27 @@ def limit_indices(count: int, max_images: int, seed: int) -> list[int] | None:
     if not max_images or max_images >= count:
         return None
     return sorted(np.random.default_rng(seed).permutation(count)[:max_images].tolist())
+
+
+def config_with_data(profile: str | None, *, find_real: bool = True, **values) -> tuple[Config, DataChoice]:
+    """(Config, DataChoice) for `profile` and `values` (Config fields; None and "" for dataset or
+    data_dir mean not given): the data `paths.choose_data` picks, under the values. `workbook train`,
+    `data info`, `speedrun`, `ddp` and the notebooks build their configs here, so they agree on the data."""
+    given = {name: value for name, value in values.items()
+             if value is not None and not (name in ("dataset", "data_dir") and value == "")}
+    choice = choose_data(resolve_profile(profile), given.get("data_dir"), given.get("dataset"), find_real=find_real)
+    return make_config(profile, **{**choice.overrides, **given}), choice
+
+
+def image_folder_root(config: Config) -> Path:
+    """The folder an image-folder config reads (data_dir, or the generated landcover-synth, made on
+    first use), for code that reads the files itself, such as notebook 12's hand-written loop."""
+    if config.data_dir:
+        return resolve_path(config.data_dir)
+    if config.dataset == "landcover-synth":
+        return landcover_cache_dir(seed=0)
+    raise ConfigError(f"dataset={config.dataset} is not an image folder; set data_dir=<folder with train/ and valid/> "
+                      "(workbook bench: or pass --folder)")
 
 
 def sample_grid(dataset, classes, per_class: int = 6, seed: int = 0):

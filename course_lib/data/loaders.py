@@ -80,16 +80,9 @@ def image_folder_dataset(folder, image_size: int, *, decoder: str = "pil", augme
 def default_image_folder(config: Config):
     """The training ImageFolder a config points at: data_dir's train/ (or data_dir itself), or the
     cached landcover-synth for dataset=landcover-synth without data_dir."""
-    from course_lib.data.landcover import landcover_cache_dir
-    from course_lib.paths import resolve_path
+    from course_lib.data.datasets import image_folder_root
 
-    if config.data_dir:
-        root = resolve_path(config.data_dir)
-    elif config.dataset == "landcover-synth":
-        root = landcover_cache_dir(seed=0)
-    else:
-        raise ConfigError(f"dataset={config.dataset} is not an image folder; set data_dir=<ImageFolder> "
-                          "or pass --folder")
+    root = image_folder_root(config)
     return root / "train" if (root / "train").is_dir() else root
 
 

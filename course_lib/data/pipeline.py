@@ -368,3 +368,4 @@ def build_datasets(config: Config) -> DataBundle:
     bundle.train = _limit(bundle.train, config.max_train_images, config.seed)
     bundle.pipeline = describe(config)
     return bundle
+

@@ -229,22 +229,30 @@ def default_workers(config) -> int:
     return 2
 
 
+# Always passed on: a worker given no data would choose its own (`paths.choose_data`).
+DATA_FIELDS = ("dataset", "data_dir")
+
+
 def config_overrides(config, profile: str | None) -> dict:
-    """The fields where `config` differs from `profile`: what the workers need as -p flags."""
+    """The fields where `config` differs from `profile`, and its data: what the workers need as -p flags."""
     from course_lib.config import make_config
 
     base = make_config(profile).to_dict()
-    return {name: value for name, value in config.to_dict().items() if base.get(name) != value}
+    return {name: value for name, value in config.to_dict().items()
+            if base.get(name) != value or (name in DATA_FIELDS and value)}
 
 
 def _resolve(params, profile: str | None):
-    """(Config the workers will build, the -p overrides that build it) from a dict or a Config."""
-    from course_lib.config import Config, make_config
+    """(Config the workers will build, the -p overrides that build it) from a dict or a Config; a
+    dict without data gets the data `datasets.config_with_data` picks, passed on explicitly."""
+    from course_lib.config import Config
+    from course_lib.data.datasets import config_with_data
 
     if isinstance(params, Config):
         return params, config_overrides(params, profile)
+    config, _ = config_with_data(profile, **(params or {}))
     params = {k: v for k, v in (params or {}).items() if v is not None}
-    return make_config(profile, **params), params
+    return config, {**{name: getattr(config, name) for name in DATA_FIELDS if getattr(config, name)}, **params}
 
 
 def _command_args(command: str, params, profile: str | None, args: list[str]) -> list[str]:
@@ -314,8 +322,8 @@ def launch(nproc: int, params: dict | Config | None = None, profile: str | None 
     if host not in ("127.0.0.1", "localhost"):
         raise ConfigError(f"launch() starts every node on this machine, so host must be 127.0.0.1, got {host!r}; "
                           "for real clusters see docs/slurm_example.sh")
+    config, params = _resolve(params, profile)  # a bad value stops here, once, instead of in every worker
     if timeout is None:
-        config, _ = _resolve(params, profile)  # a bad value stops here, once, instead of in every worker
         timeout = fitting_timeout(config, command, nproc * nnodes)
     root = paths.project_root()
     run_id = new_run_id()

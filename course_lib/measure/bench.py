@@ -78,9 +78,9 @@ def decode_inputs(image_size: int, folder=None, images: int | None = None) -> tu
 
 def run_decode(args, config: Config) -> BenchResult:
     from course_lib.data import decode
-    from course_lib.paths import eurosat_shared_dir
+    from course_lib.paths import eurosat_dir
 
-    folder = args.folder or eurosat_shared_dir()
+    folder = args.folder or eurosat_dir()
     decoders = args.decoders.split(",") if args.decoders else decode.available_decoders()
     rows = []
     if folder:  # the real images at their own size

@@ -34,10 +34,12 @@ MIN_DRIVER_FOR_CUDA = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 
 
 def default_data_folder() -> Path:
-    """The folder the disk probe reads: the real EuroSAT when present, else the committed sample."""
-    from course_lib.paths import SAMPLE_DIR, eurosat_shared_dir
+    """The folder the disk probe reads: the real data every run finds (`paths.find_real_data`), else
+    the committed sample."""
+    from course_lib.paths import SAMPLE_DIR, find_real_data
 
-    return eurosat_shared_dir() or paths.project_root() / SAMPLE_DIR
+    found = find_real_data()
+    return found.folder if found is not None else paths.project_root() / SAMPLE_DIR
 
 
 def collect_facts(data_dir=None, measure: bool = True) -> dict:

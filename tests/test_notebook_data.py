@@ -1,0 +1,116 @@
+"""Every notebook that picks its data does it through a chapter function; here each runs for the cpu
+and gpu profiles with real data hidden (WORKBOOK_DATA=none), at tiny image sizes, and the sizes it
+chose must fit the synthetic data it fell back to: what a fresh clone without ../shared meets."""
+import nbformat
+import pytest
+from conftest import ROOT
+
+from course_lib import paths
+from course_lib.chapters import (casestudy, compress_and_deploy, confusion_study, data_pipeline, regularization_study,
+                                 time_to_accuracy, transfer_plans)
+from course_lib.config import ConfigError
+from course_lib.data import cache, class_split, datasets, landcover, pipeline, shards
+
+PROFILES = ("cpu", "gpu")
+
+
+@pytest.fixture
+def no_real_data(monkeypatch, tmp_path_factory):
+    """Real data hidden; generated landcover-synth, pre-decoded caches and shards under one temporary
+    project for the whole session (generated once), never in the project's data_cache/."""
+    monkeypatch.setenv(paths.DATA_ENV, "none")
+    root = tmp_path_factory.getbasetemp() / "no-real-data-project"
+    root.mkdir(exist_ok=True)
+    for module in (landcover, cache, shards, pipeline):
+        monkeypatch.setattr(module, "project_root", lambda: root)
+    return root
+
+
+def _setup_cell(stem: str) -> str:
+    notebook = nbformat.read(str(next((ROOT / "notebooks").glob(f"{stem}_*.ipynb"))), as_version=4)
+    return "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "code")
+
+
+@pytest.mark.parametrize("stem, call", [
+    ("00", "config_with_data(profile"), ("02", "data_pipeline.pipeline_setup("), ("03", "config_with_data(profile"),
+    ("04", "config_with_data(profile"), ("05", "config_with_data(profile"), ("06", "config_with_data(profile"),
+    ("07", "regularization_study.study_setup("), ("08", "transfer_plans.notebook_setup("),
+    ("09", "confusion_study.study_config("), ("10", "casestudy.case_config("), ("11", "config_with_data(profile"),
+    ("12", "time_to_accuracy.race_setup("), ("13", "study.study_setup(")])
+def test_each_notebook_chooses_its_data_through_the_function_tested_here_and_prints_its_line(stem, call):
+    code = _setup_cell(stem)
+    assert call in code, f"notebook {stem} no longer calls {call}: the tests below would not cover its data choice"
+    assert ".line)" in code.split(call, 1)[1].split("\n\n", 1)[0] or "data.line)" in code, \
+        f"notebook {stem} does not print the data line"
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_02_times_no_more_images_than_the_folder_holds(no_real_data, profile):
+    setup = data_pipeline.pipeline_setup(profile, image_size=32)
+    assert setup.data.synthetic and "workbook data get eurosat" in setup.data.line
+    assert 0 < setup.images <= len(datasets.ImageFolderDataset(setup.folder))
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_07_every_epoch_has_steps_on_the_synthetic_data(no_real_data, profile):
+    setup = regularization_study.study_setup(profile, image_size=32)
+    assert setup.data.synthetic and setup.config.dataset == "landcover-synth"
+    assert setup.steps_per_epoch >= 1 and len(setup.bundle.val) > 0
+    regularization_study.ema_decay_for(setup.steps_per_epoch * setup.config.epochs)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_08_source_and_label_counts_fit_the_smallest_class(no_real_data, profile):
+    setup = transfer_plans.notebook_setup(profile, image_size=32)
+    assert setup.plan.synthetic and setup.data.synthetic
+    # What the notebook's cells cut from the whole dataset: the source, then every target run.
+    class_split.subset_bundle(setup.whole, setup.source_classes, per_class=setup.source_per_class, val_per_class=200,
+                              parameter="source_per_class")
+    for labels in setup.labels_per_class:
+        target = class_split.subset_bundle(setup.whole, setup.held_out, per_class=labels, seed=setup.seeds[-1],
+                                           val_per_class=100, parameter="labels_per_class")
+        assert len(target.train) == labels * len(setup.held_out)
+    with pytest.raises(ConfigError, match=r"^source_per_class=100000 asks for more .*; "
+                                          r"set -p source_per_class=N with N <= \d+$"):
+        transfer_plans.notebook_setup(profile, image_size=32, source_per_class=100_000)
+    with pytest.raises(ConfigError, match=r"^labels_per_class=100000 .* set -p labels_per_class=N with N <= \d+$"):
+        transfer_plans.notebook_setup(profile, image_size=32, labels_per_class=[10, 100_000])
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_09_trains_on_the_synthetic_data(no_real_data, profile):
+    config, data = confusion_study.study_config(profile, image_size=32)
+    assert data.synthetic and config.dataset == "landcover-synth"
+    bundle = pipeline.build_datasets(config)
+    assert len(bundle.train) >= config.batch_size and bundle.test is not None and len(bundle.val) > 0
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_10_generates_its_landcover_synth_and_trains_on_it(no_real_data, profile):
+    config, data = casestudy.case_config(profile, source_image_size=32, image_size=32)
+    assert data.synthetic and "landcover-synth-32px" in config.data_dir
+    bundle = pipeline.build_datasets(casestudy.baseline_config(config))
+    assert len(bundle.train) >= config.batch_size and len(bundle.val) > 0
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_12_racers_read_a_real_folder_the_naive_loop_can_open(no_real_data, profile):
+    race = time_to_accuracy.race_setup(profile)
+    assert race.data.synthetic
+    for config in (race.recipe, race.default):  # the hand-written loop reads data_dir's train/ and val/ itself
+        root = paths.resolve_path(config.data_dir)
+        assert config.data_dir and (root / "train").is_dir()
+        assert any((root / name).is_dir() for name in ("val", "valid"))
+    short, validation = time_to_accuracy.ablation_config(race)
+    bundle = pipeline.build_datasets(short.replace(storage="files", augmentation="cpu", num_workers=0))
+    assert len(bundle.train) >= short.batch_size
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_13_every_study_has_images_to_train_and_score(no_real_data, profile):
+    setup = compress_and_deploy.study_setup(profile, image_size=32)
+    assert setup.data.synthetic
+    bundle = setup.bundle
+    assert len(bundle.train) >= setup.config.batch_size and len(bundle.val) >= len(bundle.classes)
+    every_class = list(range(len(bundle.classes)))  # the continual study needs old and new classes to train on
+    assert class_split.smallest_class(class_split.targets_of(bundle.train), every_class) >= 1

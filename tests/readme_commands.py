@@ -23,11 +23,15 @@ class ReadmeCommand:
 
 
 CONTAINERS = "needs a container runtime, a registry and a GPU; tests/test_containers.py checks the files"
+DOWNLOAD = ("fetches the real 90 MB archive (no network here); tests/test_download.py runs the same command "
+            "end to end against a loopback server, --from included")
 SPEEDRUN_SUMMARY = r"^\s*seconds in all\s"
 
 COMMANDS = [
     ReadmeCommand("make workbook", "workbook run --profile smoke --only 00", r"^index: .*index\.html$"),
     ReadmeCommand("make test", skip="the command that runs these tests"),
+    ReadmeCommand("workbook data get eurosat", skip=DOWNLOAD),
+    ReadmeCommand("workbook data get eurosat --from EuroSAT.zip", skip=DOWNLOAD),
     ReadmeCommand("workbook doctor", "workbook doctor", r"problem\(s\); doctor took", exit_codes=(0, 1)),
     ReadmeCommand("workbook doctor --json", "workbook doctor --json --no-measure", r"^}$", exit_codes=(0, 1)),
     ReadmeCommand("workbook doctor --data-dir PATH", "workbook doctor --data-dir data_samples/landcover-synth",

@@ -30,9 +30,11 @@ def test_resize_keeps_the_layout_and_leaves_full_size_batches_alone():
     assert torch.allclose(resize_batch(flat, 40), torch.full((1, 3, 40, 40), 0.25))  # a constant stays constant
 
 
-def test_a_minimum_above_the_image_size_is_refused_in_one_line():
+def test_a_minimum_outside_the_pixel_range_is_refused_in_one_line_and_one_above_the_size_does_nothing():
     with pytest.raises(ConfigError, match="min_image_size"):
-        make_config("smoke", image_size=32, min_image_size=48)
+        make_config("smoke", min_image_size=4)
+    assert make_config("smoke", image_size=16, recipe="speedrun").min_image_size == 32  # the recipe's start: no effect
+    assert image_size_for_epoch(0, 18, 32, 16) == 16
 
 
 def test_the_engine_trains_the_first_epoch_at_the_minimum(tmp_path, monkeypatch):

@@ -150,7 +150,10 @@ def notebook_setup(profile: str, *, model: str | None = None, batch_size: int | 
     smoke = profile == "smoke"
     # Off smoke: the workbook's fast path (config.RECIPES["speedrun"]): a small residual net, the split
     # pre-decoded in memory, the square's symmetries as augmentation on the device, no loader workers.
-    fast = {} if smoke else {"recipe": "speedrun", "model": "speedrun_resnet_small", "batch_size": 128, "tta_views": 1}
+    # The memmapped cache (class subsets of it are DataLoader datasets) and full-size images every epoch:
+    # fine-tuning from a 64 px source keeps the size it was trained at.
+    fast = {} if smoke else {"recipe": "speedrun", "model": "speedrun_resnet_small", "batch_size": 128, "tta_views": 1,
+                             "storage": "cache", "min_image_size": 0}
     given = {k: v for k, v in {"model": model, "batch_size": batch_size, "image_size": image_size}.items() if v}
     config = make_config(profile, **{**fast, **given, "output_dir": "runs/checkpoints/08_transfer", **fields})
     data = paths.choose_data(profile)  # the smoke profile: the committed sample, unless WORKBOOK_DATA names a folder

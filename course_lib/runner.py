@@ -258,6 +258,14 @@ def code_cell_count(path: Path) -> int:
                    and "injected-parameters" not in c.metadata.get("tags", []))
 
 
+# jupyter_client interrupts every kernel before shutting it down (KernelManager.shutdown_kernel sends
+# SIGINT first); when that lands while the kernel is still handling a message, ipykernel logs "KeyboardInterrupt
+# caught in kernel" on the stderr the kernel shares with `workbook run`, after the notebook has finished. The
+# kernel's own log is therefore kept to critical messages: a cell's error reaches papermill as a message, not
+# through this log, so no failure is hidden.
+KERNEL_ARGUMENTS = ("--IPKernelApp.log_level=CRITICAL",)
+
+
 @contextlib.contextmanager
 def kernel_transport():
     """papermill engine options that connect to the kernel over Unix sockets in a private folder.
@@ -314,7 +322,7 @@ def execute_notebook(path: Path, output: Path, parameters: dict, cell_timeout: i
         with kernel_transport() as transport, profile_for_kernels(parameters.get("profile")):
             papermill.execute_notebook(str(path), str(output), parameters=parameters, kernel_name=KERNEL_NAME,
                                        cwd=str(path.parent), progress_bar=False, execution_timeout=cell_timeout,
-                                       **transport, **hooks)
+                                       extra_arguments=list(KERNEL_ARGUMENTS), **transport, **hooks)
     except papermill.PapermillExecutionError as failure:
         status, error = "failed", f"cell {failure.exec_count}: {failure.ename}: {failure.evalue}"
     except Exception as failure:  # kernel died, timeout, bad notebook JSON ...

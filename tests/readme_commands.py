@@ -44,8 +44,9 @@ COMMANDS = [
     ReadmeCommand("workbook train --profile cpu -p model=resnet18 -p epochs=3 -p optimizer=adamw -p lr=1e-3",
                   "workbook train --profile smoke --no-progress -p model=resnet18 -p epochs=3 -p optimizer=adamw "
                   "-p lr=1e-3", r"^checkpoint: "),
-    ReadmeCommand("workbook train --profile cpu -p epochs=5 -p resume=true",
-                  "workbook train --profile smoke --no-progress -p model=resnet18 -p epochs=5 -p resume=true",
+    ReadmeCommand("workbook train --profile cpu -p model=resnet18 -p optimizer=adamw -p lr=1e-3 -p epochs=5 -p resume=true",
+                  "workbook train --profile smoke --no-progress -p model=resnet18 -p optimizer=adamw -p lr=1e-3 -p epochs=5 "
+                  "-p resume=true",
                   r"^checkpoint: "),
     ReadmeCommand("torchrun --standalone --nproc-per-node 2 -m course_lib train --profile gpu -p epochs=5",
                   "torchrun --standalone --nproc-per-node 2 -m course_lib train --profile smoke --no-progress "

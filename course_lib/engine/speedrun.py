@@ -139,9 +139,9 @@ def _weights(state):
 def race_seeds(config: Config, seeds: list[int], *, budget_seconds: float | None = None, label: str = "",
                on_epoch: Callable[[int, dict], None] | None = None, progress: bool = False,
                record: bool = True) -> list[RaceResult]:
-    """The same race once per seed (data built once and shared: its decoding is timed in the first
-    race only when no cache exists yet, so each race builds its own bundle to keep decoding inside
-    every clock). `on_epoch(seed, point)` sees each curve point."""
+    """The same race once per seed, each building its own data inside its own clock (a pre-decoded
+    cache left by an earlier race is reused; `benchmarks/bench_speedrun.py` removes it first, so that
+    every clock includes decoding). `on_epoch(seed, point)` sees each curve point."""
     results = []
     for seed in seeds:
         shown = (lambda point, seed=seed: on_epoch(seed, point)) if on_epoch else None

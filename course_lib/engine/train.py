@@ -52,7 +52,7 @@ from course_lib.engine.random_erasing import make_random_erasing
 from course_lib.engine.run_record import RunRecorder
 from course_lib.engine.schedule import make_optimizer, make_scheduler
 from course_lib.engine.step import optimizer_step, training_step
-from course_lib.measure.memory import (
+from course_lib.instruments.peak_memory import (
     peak_memory_bytes,
     peak_memory_kind,
     reset_peak_memory,

@@ -180,3 +180,19 @@ def test_no_import_circle_inside_a_subpackage(subpackage):
               for module, targets in IMPORTS.items() if _matches(module, (prefix,))}
     cycle = import_cycle(inside)
     assert not cycle, f"import circle in {prefix}: " + " -> ".join(cycle)
+
+
+def floor(module: str) -> str:
+    """The subpackage or top-level module `module` belongs to: course_lib.engine.train -> course_lib.engine."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_import_circle_between_subpackages():
+    """The floors (leaves, instruments, data, models, engine, measure, analysis, deploy, chapters, the
+    command line) import one another in one direction only: measure sits wholly above the engine."""
+    floors: dict[str, set[str]] = {}
+    for module, targets in IMPORTS.items():
+        floors.setdefault(floor(module), set()).update(floor(t) for t in targets if floor(t) != floor(module))
+    cycle = import_cycle(floors)
+    assert not cycle, "import circle between floors: " + " -> ".join(cycle)
+    assert "course_lib.engine" in floors["course_lib.measure"]  # the checker sees the floors it is about

@@ -57,12 +57,14 @@ def test_scaling_table_efficiency_is_t1_over_n_times_tn():
 
 # --- real torchrun launches (CPU, gloo) -----------------------------------------------------------
 
+@pytest.mark.torchrun
 def test_two_worker_ddp_equals_one_worker_training_on_gloo():
     result = ddp.check_equivalence(2, {"batch_size": 8}, "smoke", steps=3, echo=None, timeout=120)
     assert result["equal"], result["max_abs_difference"]
     assert result["weights_moved"] > 100 * result["tolerance"]  # training really changed the weights
 
 
+@pytest.mark.torchrun
 def test_scaling_probe_measures_every_worker_count_and_the_all_reduce():
     report = ddp.measure_scaling(2, {"model": "test_resnet", "image_size": 16, "batch_size": 4}, "smoke", steps=1,
                                  warmup=1, profile_steps=1, epoch_images=64, echo=None, timeout=180)

@@ -85,6 +85,7 @@ def test_failure_classification_from_torchrun_summaries(tmp_path):
 
 # --- real torchrun launches (CPU, gloo) -----------------------------------------------------------
 
+@pytest.mark.torchrun
 def test_launcher_names_the_failing_rank_with_its_last_lines():
     lines = []
     result = torchrun.launch(2, {"batch_size": 8}, "smoke", command="ddp-probe", args=["--task", "equivalence"],
@@ -100,6 +101,7 @@ def test_launcher_names_the_failing_rank_with_its_last_lines():
         result.raise_for_failure()
 
 
+@pytest.mark.torchrun
 def test_two_nodes_on_loopback_train_with_the_engine_and_record_world_size_2(tmp_path):
     result = torchrun.launch(1, {**TINY, "output_dir": str(tmp_path / "checkpoints")}, "smoke", nnodes=2, echo=None,
                         timeout=180)
@@ -119,6 +121,7 @@ def fault_environment(fault: str, **extra) -> dict:
     return {"WORKBOOK_TEST_FAULT": fault, "PYTHONPATH": os.pathsep.join([str(FAULTS), str(ROOT)]), **extra}
 
 
+@pytest.mark.torchrun
 def test_the_rank_with_a_handled_error_is_named_first_not_the_peer_it_left_waiting(tmp_path):
     """Rank 1 fails with a one-line error (exit 2) after closing its connections; rank 0, in an
     all-reduce, fails at once with "Connection closed by peer" and torchrun calls rank 0 the root cause."""
@@ -137,6 +140,7 @@ def test_the_rank_with_a_handled_error_is_named_first_not_the_peer_it_left_waiti
     assert "rank 0 (local rank 0) then failed with exit code 1 because another rank went away" in report
 
 
+@pytest.mark.torchrun
 def test_a_timeout_stops_every_process_even_a_worker_that_ignores_sigterm(tmp_path, monkeypatch):
     monkeypatch.setattr(torchrun, "STOP_GRACE_SECONDS", 2)
     pids = tmp_path / "pids"

@@ -128,3 +128,13 @@ def test_ddp_workers_asked_for_mps_train_on_the_cpu(monkeypatch, capsys):
     state, device = distributed.setup_distributed(make_config("auto"))
     assert device == torch.device("cpu") and backends == ["gloo"] and state.world_size == 2
     assert "no NCCL for Apple GPUs" in capsys.readouterr().out
+
+
+def test_recommended_num_workers_is_one_rule():
+    assert devices.recommended_num_workers(1, cores=32) == 16  # half the physical cores
+    assert devices.recommended_num_workers(4, cores=32) == 4  # shared by four GPU processes
+    assert devices.recommended_num_workers(0, cores=1) == 1
+    assert devices.resolve_num_workers(-1) == devices.recommended_num_workers()  # Config's "auto"
+    assert devices.resolve_num_workers(3) == 3
+    physical, logical = devices.machine_cores()
+    assert 1 <= devices.physical_cores() <= physical <= logical

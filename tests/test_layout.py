@@ -196,3 +196,17 @@ def test_no_import_circle_between_subpackages():
     cycle = import_cycle(floors)
     assert not cycle, "import circle between floors: " + " -> ".join(cycle)
     assert "course_lib.engine" in floors["course_lib.measure"]  # the checker sees the floors it is about
+
+
+# Test files about the project rather than one module: the notebooks, the README, the install files.
+PROJECT_CHECKS = {"browser", "containers", "launch_recipes", "layout", "notebook_data", "notebooks", "packaging",
+                  "readme_commands"}
+
+
+def test_each_test_file_is_named_after_a_module():
+    """tests/test_<name>.py tests course_lib's module or subpackage <name> (STYLE rule 1), so the tests
+    of a module are found from its name, and a renamed module takes its tests' file along."""
+    names = {p.stem for p in MODULES} | set(SUBPACKAGES)
+    orphans = sorted(p.name for p in (ROOT / "tests").glob("test_*.py")
+                     if p.stem[len("test_"):] not in names | PROJECT_CHECKS)
+    assert orphans == []

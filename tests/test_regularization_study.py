@@ -342,6 +342,31 @@ def test_cifar10_control_reads_a_cifar10_folder_without_downloading(tmp_path, mo
     assert control.seeds == [0, 1] and control.val_images == 10  # 10% of the 100 training images
 
 
+def test_cifar10_control_reads_the_folder_that_data_get_writes(tmp_path, monkeypatch):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 4), ("valid", 1), ("test", 1)):
+        for label in range(10):
+            folder = tmp_path / "data_cache" / "cifar10" / split / f"class{label}"
+            folder.mkdir(parents=True)
+            for index in range(count):
+                Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / f"{index}.png")
+    monkeypatch.setattr(regularization_study.paths, "CACHE_DIR", tmp_path / "data_cache")
+    assert regularization_study.find_cifar10() == (tmp_path / "data_cache" / "cifar10", "imagefolder")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        config = regularization_study.study_config("smoke", max_steps=1, batch_size=8,
+                                                   output_dir=str(tmp_path / "out"))
+        control = regularization_study.cifar10_control(config, [0, 1], 0.5, progress=False)
+    finally:
+        torch.set_num_threads(previous)
+    assert isinstance(control, regularization_study.Study), control
+    assert control.config.dataset == "imagefolder" and control.config.storage == "cache"  # the study's own path
+    assert control.val_images == 10  # valid/, the fixed carve-out, not a split drawn from train
+
+
 def test_cifar10_control_with_corrupted_files_gives_the_reason(tmp_path):
     _fake_cifar10(tmp_path)  # torchvision's real md5 sums do not match these files
     reason = regularization_study.cifar10_control(make_config("smoke"), [0, 1], 0.5, folder=str(tmp_path))

@@ -32,6 +32,8 @@ def test_registered_with_timm_with_the_documented_parameter_count():
     assert "1,941,066" in speedrun.__doc__
     small = timm.create_model("speedrun_resnet_small", num_classes=10)
     assert sum(p.numel() for p in small.parameters()) == 486_698
+    tiny = timm.create_model("speedrun_resnet_tiny", num_classes=10)
+    assert sum(p.numel() for p in tiny.parameters()) == 122_394  # 0.12 M, as its docstring says
 
 
 def test_forward_shapes_and_head_interface():

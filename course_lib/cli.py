@@ -329,7 +329,7 @@ def _add_ddp(subparsers) -> None:
     parser.add_argument("--threads", type=int, default=1, help="OMP threads per process (default 1)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds before the launch and all its processes are stopped (default: sized from "
-                             "the run's epochs and images, see ddp.fitting_timeout)")
+                             "the run's epochs and images, see torchrun.fitting_timeout)")
     parser.set_defaults(func=_ddp)
 
     probe = subparsers.add_parser("ddp-probe", help="one worker of `workbook ddp --scaling` (run under torchrun)")
@@ -345,18 +345,19 @@ def _add_ddp(subparsers) -> None:
 
 
 def _ddp(args) -> int:
-    from course_lib.engine import ddp
+    from course_lib.chapters import ddp_scaling
+    from course_lib.engine import ddp, torchrun
 
     params = parse_assignments(args.param)
     if args.scaling:
         report = ddp.measure_scaling(args.nproc_per_node, params, args.profile, timeout=args.timeout)
         print(report.table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-        for line in ddp.scaling_advice(report, threads_per_process=args.threads):
+        for line in ddp_scaling.scaling_advice(report, threads_per_process=args.threads):
             print("-", line)
         print(f"hardware: {report.hardware}")
         return 0
-    result = ddp.launch(args.nproc_per_node, params, args.profile, nnodes=args.nnodes,
-                        threads_per_process=args.threads, timeout=args.timeout, check=False)
+    result = torchrun.launch(args.nproc_per_node, params, args.profile, nnodes=args.nnodes,
+                             threads_per_process=args.threads, timeout=args.timeout, check=False)
     if not result.ok:
         print(result.failure_report(), file=sys.stderr)
         return 1

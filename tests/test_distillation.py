@@ -53,6 +53,18 @@ def test_weight_mixes_soft_and_hard_terms():
         assert loss.item() == pytest.approx(weight * soft + (1 - weight) * hard, rel=1e-5)
 
 
+@pytest.mark.parametrize("precision, dtype", [("off", torch.float32), ("bf16", torch.bfloat16)])
+def test_the_teacher_runs_under_the_students_autocast(precision, dtype):
+    """CPU autocast to bf16 (the same call as on a GPU): the teacher's Linear computes in bf16, the
+    soft term still in fp32."""
+    teacher = torch.nn.Linear(4, 3)
+    seen = []
+    teacher.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
+    loss = Distiller(teacher, temperature=2.0, weight=1.0).bind(torch.randn(2, 4), None, precision)(
+        torch.randn(2, 3), torch.zeros(2, dtype=torch.long))
+    assert seen == [dtype] and loss.dtype == torch.float32
+
+
 def test_a_teacher_with_fewer_classes_distills_only_its_classes():
     """Learning without Forgetting: the old model's outputs hold the first classes only."""
     student, teacher = torch.randn(3, 5), torch.randn(3, 2)

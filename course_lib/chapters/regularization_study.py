@@ -75,27 +75,60 @@ def study_config(profile: str, **values) -> Config:
 
 @dataclasses.dataclass
 class StudySetup:
-    """Notebook 07's data, baseline config and the training split built once (`study_setup`)."""
+    """Notebook 07's data, baseline config and the training split built once (`study_setup`), with the
+    values its parameters left to the study: variants, seeds, EMA decay and what the data is."""
 
     data: object  # paths.DataChoice: what the notebook prints first
     config: Config
     bundle: object  # DataBundle every variant trains on
     steps_per_epoch: int  # optimizer steps per epoch (the engine drops the last partial batch)
+    variants: list = dataclasses.field(default_factory=list)  # in run order, baseline first
+    seeds: list = dataclasses.field(default_factory=list)  # every variant runs each
+    ema_decay: float = 0.0  # per step
+    data_name: str = ""  # "EuroSAT", else the folder's name
+    remote_sensing: bool = False  # is the training data remote-sensing evidence?
+
+    def lines(self, hardware: str) -> list[str]:
+        """What the notebook prints after the data line: the baseline, the data path and the plan."""
+        import torch
+
+        config, bundle = self.config, self.bundle
+        evidence = "remote sensing" if self.remote_sensing else "not remote-sensing evidence"
+        return [f"{config.model} at {config.image_size} px, batch {config.batch_size}, {config.epochs} epoch(s) x "
+                f"{self.steps_per_epoch} steps, lr {config.lr:g}; {len(bundle.train)} training / {len(bundle.val)} "
+                f"validation images of {self.data_name} ({evidence})",
+                f"data path: {bundle.pipeline}",
+                f"variants: {', '.join(self.variants)}; seeds {self.seeds} for every variant; EMA decay "
+                f"{self.ema_decay:.4g}; {torch.get_num_threads()} torch thread(s); hardware: {hardware}"]
 
 
-def study_setup(profile: str, data_dir: str | None = None, **values) -> StudySetup:
+def study_setup(profile: str, data_dir: str | None = None, *, variants: str | list[str] = "all", seeds: int = 0,
+                ema_decay: float | None = None, remote_sensing: str | bool = "auto", **values) -> StudySetup:
     """`study_config` on the data `paths.choose_data` picks (data_dir, else real data when found, not
     in smoke, else the profile's landcover-synth), its datasets, and the steps per epoch; a batch
-    larger than the training split is cut to half of it, so every epoch has steps."""
+    larger than the training split is cut to half of it, so every epoch has steps. Then the notebook's
+    other choices: `select_variants`, `study_seeds`, the EMA decay (None: `ema_decay_for` the run) and
+    whether the data is remote sensing (`is_remote_sensing`). In smoke, torch uses one thread: handing
+    each small op of a tiny model at 32 px to 2 threads costs more than it saves."""
+    import torch
+
+    from course_lib.config import resolve_profile
     from course_lib.data import pipeline
 
+    profile = resolve_profile(profile)
+    if profile == "smoke":
+        torch.set_num_threads(1)
     data = paths.choose_data(profile, data_dir)
     config = study_config(profile, **{**data.overrides, **values})
     bundle = pipeline.build_datasets(config)
     if len(bundle.train) < config.batch_size:
         config = config.replace(batch_size=max(1, len(bundle.train) // 2))
     steps = len(bundle.train) // config.batch_size
-    return StudySetup(data, config, bundle, min(steps, config.max_steps) if config.max_steps else steps)
+    steps = min(steps, config.max_steps) if config.max_steps else steps
+    return StudySetup(data, config, bundle, steps, variants=select_variants(variants),
+                      seeds=study_seeds(config, profile, seeds),
+                      ema_decay=ema_decay or ema_decay_for(steps * config.epochs), data_name=data_name(bundle.source),
+                      remote_sensing=is_remote_sensing(remote_sensing, bundle.source))
 
 
 def study_seeds(config: Config, profile: str, count: int = 0) -> list[int]:

@@ -30,6 +30,31 @@ class DeploySetup:
     config: Config  # every later fit (students, pruning fine-tunes, continual steps): the recipe's data path, shorter
     bundle: object  # DataBundle every study trains and scores on
     val_per_class: int  # validation images per class in every evaluation; 0: all
+    profile: str = "cpu"  # resolved
+    seeds: list = dataclasses.field(default_factory=list)  # of every student
+    speed: dict | None = None  # options of deploy.latency.speed_row (None: its defaults)
+    calibration_batches: int = 8  # training batches that set the int8 ranges
+    sparsities: list = dataclasses.field(default_factory=list)  # unstructured pruning, each a fine-tune
+    channel_ratios: list = dataclasses.field(default_factory=list)  # channel pruning, each a fine-tune
+    memory_per_class: int = 20  # continual learning: old images kept per class, replayed in balance
+
+    def line(self, hardware: str) -> str:
+        bundle = self.bundle
+        return (f"profile {self.profile}: {bundle.source}, {len(bundle.classes)} classes, {len(bundle.train)} "
+                f"training, {len(bundle.val)} validation images; {hardware}")
+
+
+# What each profile measures beyond its sizes. smoke: one timing repeat (a check, not a measurement),
+# two calibration batches, one sparsity and ratio; cpu: medians of 3 repeats (about 18 models are
+# timed), one sparsity and one channel ratio; gpu: the whole sweeps with the timing defaults.
+PROFILE_CHOICES = {
+    "smoke": {"seeds": 1, "speed": {"repeats": 1, "warmup": 1, "min_images": 1}, "calibration_batches": 2,
+              "sparsities": [0.8], "channel_ratios": [0.5], "memory_per_class": 4},
+    "cpu": {"seeds": 3, "speed": {"repeats": 3, "warmup": 1}, "calibration_batches": 8, "sparsities": [0.9],
+            "channel_ratios": [0.5], "memory_per_class": 20},
+    "gpu": {"seeds": 3, "speed": None, "calibration_batches": 8, "sparsities": [0.3, 0.5, 0.7, 0.9],
+            "channel_ratios": [0.25, 0.5, 0.75], "memory_per_class": 20},
+}
 
 
 OUTPUT_DIR = "runs/checkpoints/13_compress_and_deploy"
@@ -40,14 +65,15 @@ FIT_SIZES = {"cpu": {"max_train_images": 1000, "epochs": 8}, "smoke": {"max_step
 
 
 def study_setup(profile: str, data_dir: str | None = None, *, val_per_class: int = -1, model: str | None = None,
-                epochs: int | None = None, **given) -> DeploySetup:
+                epochs: int | None = None, seeds: int = 0, **given) -> DeploySetup:
     """The data `datasets.config_with_data` picks (data_dir, else real data when found, not in smoke,
     else the profile's landcover-synth), with the teacher worth compressing: the speed-run recipe
     (`recipe=speedrun`, about 97% on EuroSAT) on the whole training split, `model` and `epochs`
     replacing its own when given (smoke: `time_to_accuracy.SMOKE_SIZES` and the profile's test_resnet). Every later fit uses the
     recipe's values on `FIT_SIZES` (stored pre-decoded: `storage=cache`, `augmentation=device`, no
     progressive resizing) and `given` (None: not given), and every evaluation the same 100 validation
-    images per class on cpu (`val_per_class=-1`; fewer when a class has fewer; 0: all)."""
+    images per class on cpu (`val_per_class=-1`; fewer when a class has fewer; 0: all), and the
+    profile's choices (`PROFILE_CHOICES`; `seeds` 0: the profile's number of students per method)."""
     from course_lib.chapters.time_to_accuracy import SMOKE_SIZES
     from course_lib.config import resolve_profile
     from course_lib.data import class_split, datasets, pipeline
@@ -67,7 +93,9 @@ def study_setup(profile: str, data_dir: str | None = None, *, val_per_class: int
     val_per_class = (100 if profile == "cpu" else 0) if val_per_class < 0 else val_per_class
     if val_per_class:
         bundle = class_split.subset_bundle(bundle, bundle.classes, val_per_class=val_per_class)
-    return DeploySetup(data, teacher, config, bundle, val_per_class)
+    choices = dict(PROFILE_CHOICES.get(profile, PROFILE_CHOICES["gpu"]))
+    choices["seeds"] = list(range(seeds or choices["seeds"]))
+    return DeploySetup(data, teacher, config, bundle, val_per_class, profile, **choices)
 
 
 def cached_fit(config: Config, bundle=None, classes: list | None = None, **fit_options):
@@ -100,7 +128,7 @@ def top1(model, bundle, config) -> float:
 
 # Timing settings for `deploy.latency.speed_row` in the smoke profile: one repeat, so the notebook
 # checks that everything runs without spending its minute on clocks.
-SMOKE_SPEED = {"repeats": 1, "warmup": 1, "min_images": 1}
+SMOKE_SPEED = PROFILE_CHOICES["smoke"]["speed"]
 
 
 def describe(model, bundle, config, speed: dict | None = None, *, flops_of=None, peak_precision: str = "fp32",

@@ -50,6 +50,28 @@ class RaceSetup:
     seeds: int  # seeds per ablation run
     profile: str
 
+    @property
+    def device(self) -> str:
+        """Where the racers trained, for the MFU of the tables: cuda in the gpu profile on a CUDA machine."""
+        import torch
+
+        return "cuda" if self.profile == "gpu" and torch.cuda.is_available() else "cpu"
+
+    def ingredients(self, choice: str = "auto") -> list[str]:
+        """The ablation's ingredients (names of ABLATIONS): "all"; "auto" (smoke: the first two; cpu: all
+        but the resnet18 swap, a slow net on 2 cores; gpu: all); or comma-separated names."""
+        everything = list(ABLATIONS)
+        if choice == "all":
+            return everything
+        if choice == "auto":
+            return everything[:2] if self.profile == "smoke" else [
+                name for name in everything if "resnet18" not in name] if self.profile == "cpu" else everything
+        return [name.strip() for name in choice.split(",") if name.strip()]
+
+    def line(self, hardware: str) -> str:
+        return (f"profile {self.profile}: budget {self.budget:.0f} s for the speed-run racer, {self.rivals:.0f} s "
+                f"for the others; {hardware}")
+
 
 def race_setup(profile: str, data_dir: str | None = None, budget_seconds: float = 0.0, rival_seconds: float = 0.0,
                recipe_epochs: int = 0, seeds: int = 0) -> RaceSetup:

@@ -33,7 +33,7 @@ def _setup_cell(stem: str) -> str:
 
 @pytest.mark.parametrize("stem, call", [
     ("00", "config_with_data(profile"), ("02", "data_pipeline.pipeline_setup("), ("03", "config_with_data(profile"),
-    ("04", "config_with_data(profile"), ("05", "config_with_data(profile"), ("06", "config_with_data(profile"),
+    ("04", "config_with_data(profile"), ("05", "config_with_data(profile"), ("06", "optimizer_study.notebook_setup("),
     ("07", "regularization_study.study_setup("), ("08", "transfer_plans.notebook_setup("),
     ("09", "confusion_study.study_config("), ("10", "casestudy.case_config("), ("11", "config_with_data(profile"),
     ("12", "time_to_accuracy.race_setup("), ("13", "study.study_setup(")])
@@ -49,6 +49,16 @@ def test_02_times_no_more_images_than_the_folder_holds(no_real_data, profile):
     setup = data_pipeline.pipeline_setup(profile, image_size=32)
     assert setup.data.synthetic and "workbook data get eurosat" in setup.data.line
     assert 0 < setup.images <= len(datasets.ImageFolderDataset(setup.folder))
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_06_the_grid_and_its_seeds_fit_the_synthetic_data(no_real_data, profile):
+    from course_lib.chapters import optimizer_study
+
+    setup = optimizer_study.notebook_setup(profile, image_size=32)
+    assert setup.data.synthetic and setup.steps_per_epoch >= 1 and len(setup.seeds) >= 2
+    assert setup.grid_config.storage == "cache" and setup.grid_config.image_size <= 64
+    assert len(setup.grid_factors) >= 2 and setup.range_test_steps >= 12
 
 
 @pytest.mark.parametrize("profile", PROFILES)

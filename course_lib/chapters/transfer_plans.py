@@ -12,9 +12,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from course_lib.config import SAMPLE_DATA_DIR, Config, ConfigError
 from course_lib.models import hub
+
+if TYPE_CHECKING:
+    from course_lib import paths
 
 # What the article reports (section 5.4): an industrial inspection task, ResNet-50.
 ARTICLE = {"scratch_epochs": 350, "scratch_top1": 0.92, "finetune_epochs": 40, "finetune_top1": 0.935,

@@ -214,3 +214,61 @@ def test_a_16_bit_png_loads_scaled_to_8_bits_not_clipped_white(tmp_path):
     loaded = np.asarray(images.load_rgb(path)).astype(int)
     assert (loaded == 255).mean() < 0.01  # PIL's convert("RGB") makes over 99% of them white
     assert np.abs(loaded[..., 0] - np.round(gradient / 257)).max() == 0
+
+
+# --- issue 30 point 1: every split holds train/'s classes -------------------------------------------
+
+@pytest.fixture
+def small_landcover(tmp_path):
+    return landcover.make_landcover(tmp_path / "lc", image_size=16, per_class={"train": 2, "val": 1, "test": 1})
+
+
+@pytest.mark.parametrize("change, expected", [
+    ("remove", r"val/ lacks forest\b"),  # every later class would shift by one in val/
+    ("add", r"test/ has zzz-extra, which train/ lacks"),  # an index train's model has no output for
+])
+def test_splits_with_other_classes_are_refused_before_training(small_landcover, change, expected):
+    import shutil
+
+    if change == "remove":
+        shutil.rmtree(small_landcover / "val" / "forest")
+    else:
+        shutil.copytree(small_landcover / "test" / "forest", small_landcover / "test" / "zzz-extra")
+    config = make_config("smoke", dataset="imagefolder", data_dir=str(small_landcover))
+    with pytest.raises(images.SplitClassesError, match=expected):
+        pipeline.build_datasets(config)
+
+
+def test_workbook_train_refuses_mismatched_splits_in_one_line_and_records_nothing(small_landcover, tmp_path, capsys):
+    import shutil
+
+    from course_lib import cli, ledger
+
+    shutil.rmtree(small_landcover / "val" / "forest")
+    code = cli.main(["train", "--profile", "smoke", "--no-progress", "-p", "dataset=imagefolder",
+                     "-p", f"data_dir={small_landcover}", "-p", f"output_dir={tmp_path / 'out'}"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(errors) == 1 and "val/ lacks forest" in errors[0], errors
+    rows = ledger.Ledger().rows(kind="train")  # a failed row naming the cause, and no checkpoint
+    assert [row["status"] for row in rows] == ["failed"] and "SplitClassesError" in rows[0]["metrics"]["error"]
+    assert not (tmp_path / "out" / "last.pt").exists()
+
+
+# --- issue 30 point 8: FIFOs, and splits of 0 images -------------------------------------------------
+
+def test_a_fifo_named_like_an_image_is_one_line_not_a_hang(small_landcover):
+    fifo = small_landcover / "train" / "forest" / "pipe.jpg"
+    os.mkfifo(fifo)
+    with pytest.raises(images.BadImageError, match=r"pipe\.jpg: not a regular file \(a FIFO\)"):
+        datasets.ImageFolderDataset(small_landcover / "train")
+    skipping = datasets.ImageFolderDataset(small_landcover / "train", bad_images="skip")
+    assert str(fifo) not in [path for path, _ in skipping.samples]
+
+
+def test_data_make_with_no_test_images_writes_no_test_folder(tmp_path):
+    out = landcover.make_landcover(tmp_path / "lc", image_size=16, per_class={"train": 1, "val": 1, "test": 0})
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["train", "val"]
+    bundle = pipeline.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=str(out)))
+    assert bundle.test is None and len(bundle.train) == len(landcover.LANDCOVER_CLASSES)
+    with pytest.raises(ConfigError, match="train needs at least 1"):
+        landcover.make_landcover(tmp_path / "none", image_size=16, per_class={"train": 0, "val": 1, "test": 1})

@@ -187,7 +187,7 @@ def test_a_fifo_named_like_an_image_is_reported_without_opening_it(tmp_path):
     save_image(tmp_path / "dog" / "0.png")
     os.mkfifo(tmp_path / "cat" / "pipe.jpg")  # opening it would block until a writer comes
     (tmp_path / "dog" / "link.png").symlink_to(tmp_path / "cat" / "pipe.jpg")
-    checked, problems = scan.scan_folder(tmp_path)
+    _, problems = scan.scan_folder(tmp_path)
     assert [(p.path.split("/")[-1], p.kind) for p in problems] == [("pipe.jpg", "not-a-file"),
                                                                    ("link.png", "not-a-file")]
     assert "a FIFO, not a regular file" in problems[0].detail

@@ -6,6 +6,8 @@ datasets or the ledger.
 from __future__ import annotations
 
 import os
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +22,53 @@ PACKAGE_DIR = Path(__file__).resolve().parent  # course_lib/ itself
 class NotWritableError(OSError):
     """A folder the run must write to cannot be created or written; the message says which and why."""
 
+
+class FolderInUseError(NotWritableError):
+    """Another run holds the output folder (`OutputLock`); the message names its process."""
+
+
+class OutputLock:
+    """An exclusive lock on an output folder for one run, so two `workbook train` runs on one
+    `output_dir` cannot both write `last.pt` (each would record a checkpoint holding the other's
+    weights). An advisory POSIX lock (fcntl.flock) on `<folder>/.workbook-run.lock`, which says who
+    holds it: the kernel drops the lock when its process dies, so a lock file left by a killed
+    run is simply taken over. Where there is no fcntl (Windows), no lock."""
+
+    NAME = ".workbook-run.lock"
+
+    def __init__(self, folder: str | os.PathLike, what: str = "workbook train"):
+        self.folder, self.what, self._handle = resolve_path(folder), what, None
+
+    def acquire(self) -> OutputLock:
+        """Take the lock, or raise FolderInUseError naming the holder's PID."""
+        try:
+            import fcntl
+        except ImportError:
+            return self
+        self.folder.mkdir(parents=True, exist_ok=True)
+        # "a+", not "w": the holder's line must survive a failed attempt. Kept open: the open file holds the lock.
+        handle = open(self.folder / self.NAME, "a+")  # noqa: SIM115
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "a process that has not written its PID yet"
+            handle.close()
+            raise FolderInUseError(f"{self.folder} is in use by another run ({holder}); wait for it to end, "
+                                   "or set output_dir to another folder") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"PID {os.getpid()} on {socket.gethostname()}, {self.what}, since "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        handle.flush()
+        self._handle = handle
+        return self
+
+    def release(self) -> None:
+        """Drop the lock (the file stays: deleting it would let two later runs lock two files)."""
+        if self._handle is not None:
+            self._handle.close()  # closing the file releases the flock
+            self._handle = None
 
 def _is_project(folder: Path) -> bool:
     return (folder / "pyproject.toml").exists() and (folder / "course_lib").is_dir()

@@ -330,6 +330,8 @@ def _add_ddp(subparsers) -> None:
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds before the launch and all its processes are stopped (default: sized from "
                              "the run's epochs and images, see ddp.fitting_timeout)")
+    parser.add_argument("--port", type=int, default=0,
+                        help="rendezvous port on 127.0.0.1 (default 0: a free one); a taken port is refused")
     parser.set_defaults(func=_ddp)
 
     probe = subparsers.add_parser("ddp-probe", help="one worker of `workbook ddp --scaling` (run under torchrun)")
@@ -356,7 +358,7 @@ def _ddp(args) -> int:
         print(f"hardware: {report.hardware}")
         return 0
     result = ddp.launch(args.nproc_per_node, params, args.profile, nnodes=args.nnodes,
-                        threads_per_process=args.threads, timeout=args.timeout, check=False)
+                        threads_per_process=args.threads, timeout=args.timeout, check=False, port=args.port)
     if not result.ok:
         print(result.failure_report(), file=sys.stderr)
         return 1

@@ -67,7 +67,12 @@ class OutputLock:
     def release(self) -> None:
         """Drop the lock (the file stays: deleting it would let two later runs lock two files)."""
         if self._handle is not None:
-            self._handle.close()  # closing the file releases the flock
+            import fcntl
+
+            # Unlock before closing: DataLoader workers forked during the run share this open file,
+            # and a close alone would leave the lock held until the last of them exits.
+            fcntl.flock(self._handle, fcntl.LOCK_UN)
+            self._handle.close()
             self._handle = None
 
 def _is_project(folder: Path) -> bool:

@@ -32,9 +32,10 @@ class OutputLock:
     `output_dir` cannot both write `last.pt` (each would record a checkpoint holding the other's
     weights). An advisory POSIX lock (fcntl.flock) on `<folder>/.workbook-run.lock`, which says who
     holds it: the kernel drops the lock when its process dies, so a lock file left by a killed
-    run is simply taken over. Where there is no fcntl (Windows), no lock."""
+    run is simply taken over; a finished run removes it. Where there is no fcntl (Windows), no lock."""
 
     NAME = ".workbook-run.lock"
+    ATTEMPTS = 10  # a holder removing its file as another run opens it sends that run round again
 
     def __init__(self, folder: str | os.PathLike, what: str = "workbook train"):
         self.folder, self.what, self._handle = resolve_path(folder), what, None
@@ -46,16 +47,28 @@ class OutputLock:
         except ImportError:
             return self
         self.folder.mkdir(parents=True, exist_ok=True)
-        # "a+", not "w": the holder's line must survive a failed attempt. Kept open: the open file holds the lock.
-        handle = open(self.folder / self.NAME, "a+")  # noqa: SIM115
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "a process that has not written its PID yet"
-            handle.close()
-            raise FolderInUseError(f"{self.folder} is in use by another run ({holder}); wait for it to end, "
-                                   "or set output_dir to another folder") from None
+        path = self.folder / self.NAME
+        for _ in range(self.ATTEMPTS):
+            # "a+", not "w": the holder's line must survive a failed attempt. Kept open: the open file holds the lock.
+            handle = open(path, "a+")  # noqa: SIM115
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "a process that has not written its PID yet"
+                handle.close()
+                raise FolderInUseError(f"{self.folder} is in use by another run ({holder}); wait for it to end, "
+                                       "or set output_dir to another folder") from None
+            try:
+                current = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+            except FileNotFoundError:
+                current = False
+            if current:
+                break
+            handle.close()  # locked a file its finishing holder had just removed: lock the new one
+        else:
+            raise FolderInUseError(f"{self.folder}: its lock file {self.NAME} keeps being replaced; "
+                                   "is another run starting and stopping there?")
         handle.seek(0)
         handle.truncate()
         handle.write(f"PID {os.getpid()} on {socket.gethostname()}, {self.what}, since "
@@ -65,15 +78,21 @@ class OutputLock:
         return self
 
     def release(self) -> None:
-        """Drop the lock (the file stays: deleting it would let two later runs lock two files)."""
+        """Remove the lock file, then drop the lock (in that order: a run that opened the old file
+        meanwhile sees that it was removed and locks a new one)."""
         if self._handle is not None:
             import fcntl
 
+            try:
+                (self.folder / self.NAME).unlink()
+            except FileNotFoundError:
+                pass
             # Unlock before closing: DataLoader workers forked during the run share this open file,
             # and a close alone would leave the lock held until the last of them exits.
             fcntl.flock(self._handle, fcntl.LOCK_UN)
             self._handle.close()
             self._handle = None
+
 
 def _is_project(folder: Path) -> bool:
     return (folder / "pyproject.toml").exists() and (folder / "course_lib").is_dir()

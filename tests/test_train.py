@@ -464,5 +464,5 @@ def test_a_second_run_on_the_same_output_folder_refuses_naming_the_first_runs_pi
     # The holder is gone and its line is still in the file: a stale lock, taken over by the next run.
     assert f"PID {holder.pid}" in (out / paths.OutputLock.NAME).read_text()
     train.fit(tiny_config(tmp_path), bundle=tensor_bundle(), progress=False, verbose=False)
-    assert (out / "last.pt").exists()
+    assert (out / "last.pt").exists() and not (out / paths.OutputLock.NAME).exists()  # a finished run removes it
     train.fit(tiny_config(tmp_path), bundle=tensor_bundle(), progress=False, verbose=False)  # released at the end

@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PROFILE ?= auto
 STAMP := $(VENV)/.installed
 
-.PHONY: workbook test lab venv clean-venv
+.PHONY: workbook test test-fast lab venv clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -24,6 +24,11 @@ workbook: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# Everything but the slow kinds (pytest markers in pyproject.toml): no notebook runs, no browser, no torchrun.
+FAST_MARKERS := not notebook and not browser and not torchrun
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "$(FAST_MARKERS)"
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/

@@ -33,7 +33,9 @@ from course_lib.data import (
     shards,
     transforms,
 )
-from course_lib.measure import bench, loader_sweep  # noqa: E402
+from course_lib.engine.precision import grad_scaler  # noqa: E402
+from course_lib.engine.step import optimizer_step, training_step  # noqa: E402
+from course_lib.measure import bench, disk, loader_sweep  # noqa: E402
 
 
 def log(message: str) -> None:
@@ -46,10 +48,10 @@ def decode_section(eurosat: Path, land512: Path, quick: bool) -> list[dict]:
     for label, folder, count in ((f"EuroSAT files ({eurosat.name})", eurosat, 64 if quick else 512),
                                  ("landcover-synth 512 px files", land512, 16 if quick else 64)):
         blobs = [path.read_bytes() for path in decode.image_files(folder, count)]
-        rows += decode.benchmark_decoders(blobs, repeats=repeats, label=label)
+        rows += bench.benchmark_decoders(blobs, repeats=repeats, label=label)
     for size in (256, 1024):
         count = 8 if quick else bench.images_for_size(size)
-        rows += decode.benchmark_decoders(decode.jpeg_samples(size, count), repeats=repeats,
+        rows += bench.benchmark_decoders(decode.jpeg_samples(size, count), repeats=repeats,
                                           label=f"generated {size} px JPEGs")
     return rows
 
@@ -115,7 +117,7 @@ def shards_section(folder: Path, images: int, base, quick: bool) -> dict:
     written = shards.write_shards(folder, out, shard_count, max_images=images)
     files = [path for path, _ in datasets.ImageFolderDataset(folder).samples]
     files = [files[int(i * len(files) / images)] for i in range(images)]
-    raw = shards.time_raw_reads(files, written.urls, repeats=2 if quick else 3)
+    raw = disk.time_raw_reads(files, written.urls, repeats=2 if quick else 3)
     log(f"  raw reads: loose {raw['loose_files_per_second']:.0f} files/s, "
         f"shards {raw['shards_files_per_second']:.0f} files/s")
     loose = loaders.image_folder_dataset(folder, 64, augmentation="device")
@@ -157,17 +159,17 @@ def data_wait_section(folder: Path, base, quick: bool) -> list[dict]:
     dataset = loaders.image_folder_dataset(folder, 64, augmentation="cpu")
     model = timm.create_model("resnet18", num_classes=10).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = grad_scaler("off", device)  # disabled: the fp32 step the engine runs with precision=off
 
-    def step(batch):
+    def step(batch):  # the engine's own step (engine/step.py), so the data wait is the engine's
         images, labels = (t.to(device, non_blocking=True) for t in batch)
-        optimizer.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(model(images), labels).backward()
-        optimizer.step()
+        training_step(model, images, labels, torch.nn.functional.cross_entropy, scaler)
+        optimizer_step(optimizer, scaler)
 
     rows = []
     for workers in (0, 2):
         loader = loaders.make_loader(dataset, base.replace(num_workers=workers, batch_size=64), train=True)
-        timer = loaders.measure_data_wait(loader, step, max_batches=3 if quick else 8, device=device)
+        timer = loader_sweep.measure_data_wait(loader, step, max_batches=3 if quick else 8, device=device)
         rows.append({"num_workers": workers, "model": "resnet18", "batch_size": 64, **timer.summary()})
         log(f"  data wait workers={workers}: {timer.data_wait_fraction:.0%}")
     return rows

@@ -1,6 +1,8 @@
 """After training, side by side: accuracy, size and CPU latency of the fp32 teacher, bf16, int8 (PT2E
 compiled by Inductor, and onnxruntime's static int8), a pruned model (unstructured and channels) and a
-distilled student. Notebook 13's studies, one seed, on EuroSAT when present (else the landcover-synth
+distilled student. Notebook 13's studies, one seed, set up as the notebook sets them up
+(`compress_and_deploy.study_setup`: the speed-run recipe's teacher on the whole training split, every
+later fit on 1,000 images in the cpu profile), on EuroSAT when present (else the landcover-synth
 sample, said in the output).
 
     .venv/bin/python benchmarks/bench_deploy.py [--profile cpu] [-p name=value ...]
@@ -24,8 +26,6 @@ from _shared import argument_parser  # noqa: E402
 from course_lib import ledger  # noqa: E402
 from course_lib.chapters import compress_and_deploy as study  # noqa: E402
 from course_lib.config import parse_assignments  # noqa: E402
-from course_lib.data.datasets import config_with_data  # noqa: E402
-from course_lib.data.pipeline import build_datasets  # noqa: E402
 from course_lib.measure.inventory import cpu_isa  # noqa: E402
 
 COLUMNS = ["val top-1", "MB", "ms@1", "images/s@1", "ms@64", "images/s@64"]
@@ -39,28 +39,27 @@ def _wait_for_quiet() -> None:
 
 def main(argv=None) -> int:
     parser = argument_parser(__doc__)
-    parser.add_argument("--student", default="speedrun_resnet_small")
+    parser.add_argument("--student", default=study.STUDENT_MODEL)
     args = parser.parse_args(argv)
     _wait_for_quiet()
-    config, data = config_with_data(args.profile, **{"output_dir": "runs/checkpoints/13_compress_and_deploy",
-                                                     **parse_assignments(args.param)})
+    setup = study.study_setup(args.profile, **parse_assignments(args.param))
+    config, data, bundle = setup.config, setup.data, setup.bundle
     print(data.line, flush=True)
-    bundle = build_datasets(config)
     hardware, started, load_before = ledger.describe_hardware(), time.strftime("%Y-%m-%d %H:%M"), os.getloadavg()[0]
     where = bundle.source if data.real else f"{bundle.source} (synthetic: no real data here)"
-    print(f"{config.model} on {where}; {hardware}; load average {load_before:.1f}", flush=True)
+    print(f"{setup.teacher.model} on {where}; {hardware}; load average {load_before:.1f}", flush=True)
     quiet = dict(progress=False, verbose=False)
-    teacher, _, how = study.cached_fit(config.replace(output_dir=f"{config.output_dir}/teacher"), bundle, **quiet)
+    teacher, _, how = study.cached_fit(setup.teacher, classes=bundle.classes, **quiet)
     print(f"teacher: {how}", flush=True)
     rows = []
     quantized, int8_graph = study.quantization_study(teacher, config, bundle, compile_int8=True)
-    rows += [{"model": config.model, "variant": row["precision"], **row} for row in quantized]
+    rows += [{"model": setup.teacher.model, "variant": row["precision"], **row} for row in quantized]
     served = study.export_study(teacher, int8_graph, config, bundle, f"{config.output_dir}/exported")
-    rows += [{"model": config.model, "variant": row["served as"], **row, "MB": row["file MB"]}
+    rows += [{"model": setup.teacher.model, "variant": row["served as"], **row, "MB": row["file MB"]}
              for row in served if row["served as"].startswith("onnxruntime")]
     _write(rows, Path(args.out), hardware, where, how, started, load_before, config)
     pruned = study.pruning_study(teacher, config, bundle, [0.7], [0.5], **quiet)
-    rows += [{"model": config.model, "variant": f"{row['method']} {row['requested']:.0%}, fine-tuned 1 epoch", **row}
+    rows += [{"model": setup.teacher.model, "variant": f"{row['method']} {row['requested']:.0%}, fine-tuned 1 epoch", **row}
              for row in pruned[1:]]
     _write(rows, Path(args.out), hardware, where, how, started, load_before, config)
     students = study.distillation_study(teacher, config.replace(model=args.student,

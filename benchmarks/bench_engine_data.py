@@ -41,7 +41,7 @@ from course_lib.engine.precision import DTYPES, grad_scaler  # noqa: E402
 from course_lib.engine.schedule import make_optimizer  # noqa: E402
 from course_lib.engine.step import optimizer_step, training_step  # noqa: E402
 from course_lib.measure import flops  # noqa: E402
-from course_lib.measure.timing import time_repeats  # noqa: E402
+from course_lib.instruments.timing import time_repeats  # noqa: E402
 from course_lib.models import factory  # noqa: E402
 
 # (storage, decoder, augmentation, num_workers): every decoder on loose files, the cache and the

@@ -329,7 +329,7 @@ def _add_ddp(subparsers) -> None:
     parser.add_argument("--threads", type=int, default=1, help="OMP threads per process (default 1)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds before the launch and all its processes are stopped (default: sized from "
-                             "the run's epochs and images, see ddp.fitting_timeout)")
+                             "the run's epochs and images, see torchrun.fitting_timeout)")
     parser.add_argument("--port", type=int, default=0,
                         help="rendezvous port on 127.0.0.1 (default 0: a free one); a taken port is refused")
     parser.set_defaults(func=_ddp)
@@ -347,18 +347,20 @@ def _add_ddp(subparsers) -> None:
 
 
 def _ddp(args) -> int:
-    from course_lib.engine import ddp
+    from course_lib.chapters import ddp_scaling
+    from course_lib.engine import ddp, torchrun
 
     params = parse_assignments(args.param)
     if args.scaling:
         report = ddp.measure_scaling(args.nproc_per_node, params, args.profile, timeout=args.timeout)
         print(report.table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-        for line in ddp.scaling_advice(report, threads_per_process=args.threads):
+        for line in ddp_scaling.scaling_advice(report, threads_per_process=args.threads):
             print("-", line)
         print(f"hardware: {report.hardware}")
         return 0
-    result = ddp.launch(args.nproc_per_node, params, args.profile, nnodes=args.nnodes,
-                        threads_per_process=args.threads, timeout=args.timeout, check=False, port=args.port)
+    result = torchrun.launch(args.nproc_per_node, params, args.profile, nnodes=args.nnodes,
+                             threads_per_process=args.threads, timeout=args.timeout, check=False,
+                             port=args.port)
     if not result.ok:
         print(result.failure_report(), file=sys.stderr)
         return 1
@@ -535,6 +537,42 @@ def _claims(args) -> int:
     return 0
 
 
+# --- reference --------------------------------------------------------------------------------
+
+def _add_reference(subparsers) -> None:
+    from course_lib.ledger import LEDGER_ENV
+
+    parser = subparsers.add_parser("reference", help="reference results: a finished run's claims committed as data "
+                                                     "(results/reference/<hardware>/<NN>.json), shown beside yours")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    save = actions.add_parser("save", help="make the reference of every notebook of a finished cpu or gpu run")
+    save.add_argument("run_id", help="the run's id (its folder under runs/, printed by `workbook run`)")
+    save.add_argument("--path", help=f"ledger file (default: ${LEDGER_ENV} or runs/ledger.sqlite)")
+    save.add_argument("--to", help="folder to write into (default: results/reference under the project)")
+    actions.add_parser("list", help="the committed references: notebook, machine, date, command")
+    parser.set_defaults(func=_reference)
+
+
+def _reference(args) -> int:
+    from course_lib import ledger
+    from course_lib.analysis import reference
+
+    if args.action == "list":
+        found = sorted(reference.folder().glob("*/*.json"))
+        for path in found:
+            item = reference.load(path)
+            print(f"{item.notebook}: {len(item.claims)} claim(s), {item.hardware}, profile {item.profile}, "
+                  f"{item.date}: `{item.command}` ({path})")
+        if not found:
+            print(f"no reference results in {reference.folder()}")
+        return 0
+    made = reference.from_run(args.run_id, ledger.Ledger(args.path) if args.path else None)
+    for item in made:
+        print(f"wrote {reference.save(item, Path(args.to) if args.to else None)}: notebook {item.notebook}, "
+              f"{len(item.claims)} claim(s)")
+    return 0
+
+
 # --- ledger -----------------------------------------------------------------------------------
 
 def _add_ledger(subparsers) -> None:
@@ -601,7 +639,7 @@ def _ledger_check(path: Path) -> int:
 
 # Subcommands, in the order `workbook --help` lists them.
 SUBCOMMANDS = (_add_run, _add_doctor, _add_gpu_check, _add_data, _add_bench, _add_train, _add_speedrun, _add_ddp,
-               _add_eval, _add_compare, _add_export, _add_report, _add_claims, _add_ledger)
+               _add_eval, _add_compare, _add_export, _add_report, _add_claims, _add_reference, _add_ledger)
 
 
 def build_parser() -> argparse.ArgumentParser:

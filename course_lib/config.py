@@ -63,7 +63,7 @@ class Config:
     min_lr: float = 0.0  # learning rate at the end of cosine decay
     grad_clip_norm: float = 0.0  # max global gradient L2 norm; 0 = no clipping
     # --- regularisation ---
-    label_smoothing: float = 0.0  # probability mass spread over the other classes
+    label_smoothing: float = 0.0  # eps, 0-1: target = (1 - eps) on the true class + eps / classes on every class
     mixup_alpha: float = 0.0  # Beta(alpha, alpha) for MixUp; 0 = off
     cutmix_alpha: float = 0.0  # Beta(alpha, alpha) for CutMix; 0 = off
     random_erasing: float = 0.0  # probability of erasing a random box per image
@@ -241,7 +241,7 @@ def _check_ranges(values: dict) -> None:
     if values["min_lr"] > values["lr"]:
         refuse("min_lr", f"at most lr ({values['lr']!r}), where the cosine decay ends")
     for name, meaning in (("momentum", "0 (plain SGD) up to, not including, 1"),
-                          ("label_smoothing", "0 (off) up to, not including, 1 (all mass on the wrong classes)"),
+                          ("label_smoothing", "0 (off) up to, not including, 1 (a uniform target: the labels ignored)"),
                           ("ema_decay", "0 (off) or between 0 and 1 (e.g. 0.999)")):
         if not 0 <= values[name] < 1:
             refuse(name, meaning)

@@ -282,7 +282,14 @@ def scoreboard_html(book=None) -> str:
         return f"<h2>Claims scoreboard</h2><p>{html.escape(str(error))}</p>"
     colours = {claims.HOLDS: "#1a7f37", claims.REFUTED: "#cf222e", claims.NOT_SHOWN: "#9a6700"}
     header = ("<tr><th>notebook</th><th>claim</th><th>source</th><th>claimed</th><th>measured</th><th>interval</th>"
-              "<th>verdict</th><th>how / why</th><th>hardware</th><th>profile</th></tr>")
+              "<th>verdict</th><th>how / why</th><th>hardware</th><th>profile</th><th>reference (not yours)</th></tr>")
+
+    def reference_of(item) -> str:
+        figure = item.get("reference")
+        if not figure:
+            return "-"
+        interval = f" {figure['interval']}" if figure["interval"] != "-" else ""
+        return f"{figure['verdict']}: {figure['measured']}{interval} on {figure['hardware']}, {figure['date']}"
 
     def rows(items, verdict_of):
         return "".join(
@@ -291,7 +298,8 @@ def scoreboard_html(book=None) -> str:
             f"<td>{html.escape(item['measured'])}</td><td>{html.escape(item['interval'])}</td>"
             f"<td style='color:{colours.get(item['verdict'], '#57606a')}'>{html.escape(verdict_of(item))}</td>"
             f"<td>{html.escape(item['reason'])}</td><td>{html.escape(item['hardware'])}</td>"
-            f"<td>{html.escape(item.get('profile', claims.UNKNOWN_PROFILE))}</td></tr>" for item in items)
+            f"<td>{html.escape(item.get('profile', claims.UNKNOWN_PROFILE))}</td>"
+            f"<td>{html.escape(reference_of(item))}</td></tr>" for item in items)
 
     evidence = [item for item in board if item.get("evidence", True)]
     smoke = [item for item in board if not item.get("evidence", True)]

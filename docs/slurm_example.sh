@@ -3,7 +3,7 @@
 #
 # One torchrun per node (srun starts one task per node); each torchrun starts one worker per GPU,
 # and the nodes find each other through torchrun's c10d rendezvous on the first node of the job.
-# This is what `course_lib.engine.ddp.launch(..., nnodes=2)` rehearses on one machine over 127.0.0.1.
+# This is what `course_lib.engine.torchrun.launch(..., nnodes=2)` rehearses on one machine over 127.0.0.1.
 # Each torchrun runs inside the project's Apptainer image (containers/workbook.def) with the
 # checkout bound over /workbook; without the image it falls back to the checkout's .venv.
 #

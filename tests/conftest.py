@@ -1,10 +1,12 @@
 from pathlib import Path
 
 import pytest
+import timm
 import torch
 
 from course_lib import ledger
 from course_lib.config import make_config
+from course_lib.models import checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = ROOT / "data_samples" / "landcover-synth"
@@ -53,3 +55,40 @@ def eurosat_dir():
         pytest.skip("no real EuroSAT folder (WORKBOOK_DATA, data_cache/eurosat/, ../shared/datasets/eurosat_rgb) "
                     "on this machine")
     return folder
+
+
+# --- transfer learning: a source checkpoint and state comparisons (test_factory, test_freeze, test_transfer_plans)
+
+SOURCE_CLASSES = [f"source{i}" for i in range(5)]
+TARGET_CLASSES = [f"target{i}" for i in range(3)]
+
+
+def save_source_checkpoint(tmp_path, classes=SOURCE_CLASSES, model_name="test_resnet"):
+    """A checkpoint of a model with `len(classes)` outputs and non-default weights and BN statistics."""
+    torch.manual_seed(1)
+    model = timm.create_model(model_name, num_classes=len(classes))
+    with torch.no_grad():  # as if trained: moved weights, running statistics that are not 0 and 1
+        for name, tensor in model.state_dict().items():
+            if name.endswith("running_var"):
+                tensor.mul_(1 + torch.rand_like(tensor))
+            elif tensor.is_floating_point():
+                tensor.add_(0.01 * torch.randn_like(tensor))
+    config = tiny_config(tmp_path, model=model_name)
+    path = checkpoint.save_checkpoint({"model": model.state_dict(), "config": config.to_dict(),
+                                       "classes": list(classes), "epoch": 1}, tmp_path / "source.pt")
+    return path, {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def split_state(model):
+    """(backbone state incl. BatchNorm statistics, head state), cloned."""
+    head_names = {name for name, _ in model.get_classifier().named_parameters()}
+    prefix = next(n for n, m in model.named_modules() if m is model.get_classifier())
+    head_keys = {f"{prefix}.{name}" for name in head_names}
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return ({k: v for k, v in state.items() if k not in head_keys}, {k: v for k, v in state.items() if k in head_keys})
+
+
+def assert_equal_states(first, second):
+    assert first.keys() == second.keys()
+    for name in first:
+        assert torch.equal(first[name], second[name]), name

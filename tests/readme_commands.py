@@ -32,6 +32,7 @@ COMMANDS = [
     ReadmeCommand("make test", skip="the command that runs these tests"),
     ReadmeCommand("workbook data get eurosat", skip=DOWNLOAD),
     ReadmeCommand("workbook data get eurosat --from EuroSAT.zip", skip=DOWNLOAD),
+    ReadmeCommand("workbook reference list", "workbook reference list", r"^(no reference results in |\d\d: )"),
     ReadmeCommand("workbook doctor", "workbook doctor", r"problem\(s\); doctor took", exit_codes=(0, 1)),
     ReadmeCommand("workbook doctor --json", "workbook doctor --json --no-measure", r"^}$", exit_codes=(0, 1)),
     ReadmeCommand("workbook doctor --data-dir PATH", "workbook doctor --data-dir data_samples/landcover-synth",

@@ -1,10 +1,14 @@
 import json
 
+import pytest
+
 from course_lib import ledger
 from course_lib.cli import main
+from course_lib.data import decode
 from course_lib.measure import bench
 
 SAMPLE = "data_samples/landcover-synth/train"
+CPU_DECODERS = ["pil", "opencv", "torchvision"]
 
 
 def test_bench_decode_json_records_a_ledger_row(capsys):
@@ -38,3 +42,14 @@ def test_new_benchmarks_plug_in_through_register(capsys, monkeypatch):
 def test_bad_worker_list_is_a_one_line_error(capsys):
     assert main(["bench", "loader", "--workers", "a,b", "--folder", SAMPLE]) == 2
     assert "comma-separated integers" in capsys.readouterr().err
+
+
+def test_benchmark_reports_every_decoder_on_the_same_inputs():
+    rows = bench.benchmark_decoders([decode.jpeg_samples(64, 1)[0]] * 4, CPU_DECODERS, repeats=1, warmup=0, label="x")
+    assert [r["decoder"] for r in rows] == CPU_DECODERS
+    for row in rows:
+        assert row["images"] == 4 and row["image_size"] == 64
+        assert row["images_per_second"] > 0
+        assert row["megabytes_per_second"] == pytest.approx(row["megabytes"] / row["seconds_median"])
+        assert row["images_per_second_repeats"] == [pytest.approx(row["images_per_second"])]  # one per repeat
+    assert rows[0]["speedup_vs_pil"] == 1.0

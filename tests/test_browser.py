@@ -23,6 +23,8 @@ import urllib.request
 import pytest
 from conftest import ROOT
 
+pytestmark = pytest.mark.browser
+
 NOTEBOOK = "09_confusion_matrix_analysis.ipynb"
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 # Headless Chromium on a server without a display, a GPU or internet access (root needs --no-sandbox).

@@ -4,8 +4,7 @@ import torch
 from course_lib import ledger
 from course_lib.analysis import claims
 from course_lib.chapters import casestudy
-from course_lib.config import RECIPES
-from course_lib.config import ConfigError, make_config
+from course_lib.config import RECIPES, ConfigError, make_config
 from course_lib.data import pipeline
 
 
@@ -38,18 +37,37 @@ def test_stage_changes(config):
         casestudy.stage_changes("turbo", config, device="cpu")
 
 
-def test_ddp_world_size_by_profile():
-    assert casestudy.ddp_world_size("smoke", "cpu")[0] == 0
-    assert casestudy.ddp_world_size("cpu", "cpu") == (2, casestudy.ddp_world_size("cpu", "cpu")[1])
-    if not torch.cuda.is_available():
-        assert casestudy.ddp_world_size("gpu", "cpu")[0] == 0
+def test_ddp_world_size_by_profile_and_gpu_count(monkeypatch):
+    assert casestudy.ddp_world_size("smoke", "cuda")[0] == 0  # smoke never launches, whatever the machine
+    processes, reason = casestudy.ddp_world_size("cpu", "cpu")
+    assert processes == 2 and "gloo" in reason
+    assert casestudy.ddp_world_size("gpu", "cpu") == (0, "skipped in the gpu profile")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)  # what a 4-GPU machine reports
+    assert casestudy.ddp_world_size("gpu", "cuda") == (4, "4 GPUs, NCCL")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    processes, reason = casestudy.ddp_world_size("gpu", "cuda")
+    assert processes == 0 and "1 GPU visible" in reason
 
 
-def test_pretrained_weights_check_never_downloads():
+def test_pretrained_weights_check_reads_only_the_local_cache(tmp_path, monkeypatch):
+    """An empty cache says how to fetch the weights; a cache holding the file finds it; a model
+    without pretrained weights says so. No network: the cache is a folder of the test's own."""
+    from huggingface_hub import constants
+
+    import course_lib.models.speedrun  # noqa: F401  (registers speedrun_resnet, which has no weights)
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
     available, reason = casestudy.pretrained_weights_cached("test_resnet")
-    assert isinstance(available, bool) and reason
-    if not available:
-        assert "cache" in reason or "no pretrained" in reason
+    assert not available and "timm/test_resnet.r160_in1k is not in the Hugging Face cache" in reason
+    snapshot = tmp_path / "models--timm--test_resnet.r160_in1k" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "models--timm--test_resnet.r160_in1k" / "refs").mkdir()
+    (tmp_path / "models--timm--test_resnet.r160_in1k" / "refs" / "main").write_text("abc123")
+    assert casestudy.pretrained_weights_cached("test_resnet") == (
+        True, f"timm/test_resnet.r160_in1k cached at {snapshot / 'model.safetensors'}")
+    assert casestudy.pretrained_weights_cached("speedrun_resnet") == (
+        False, "timm has no pretrained weights for speedrun_resnet")
 
 
 def _row(stage, rate, kept=True, rates=None):

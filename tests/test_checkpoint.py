@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_config
 
 from course_lib.models import checkpoint
 from course_lib.models.checkpoint import (
@@ -191,3 +192,11 @@ def test_non_finite_weights_are_refused_naming_the_first_bad_tensor(tmp_path):
     finite = save_checkpoint({"model": {"w": torch.ones(2)}, "history": [{"loss": float("nan")}]},
                              tmp_path / "ok.pt")
     load_checkpoint(finite)  # a NaN in plain values (the history) is not a damaged weight
+
+
+def test_config_digest_ignores_bookkeeping_only(tmp_path):
+    config = tiny_config(tmp_path)
+    digest = checkpoint.config_digest(config.to_dict())
+    assert digest == checkpoint.config_digest(config.replace(output_dir="elsewhere", num_workers=1).to_dict())
+    assert digest != checkpoint.config_digest(config.replace(lr=0.01).to_dict())
+    assert digest != checkpoint.config_digest({**config.to_dict(), "classes": ["a"]})

@@ -76,17 +76,6 @@ def test_nvjpeg_without_cuda_is_a_clear_error():
         decode.get_decoder("nvjpeg")
 
 
-def test_benchmark_reports_every_decoder_on_the_same_inputs(jpegs):
-    rows = decode.benchmark_decoders([jpegs[64]] * 4, CPU_DECODERS, repeats=1, warmup=0, label="x")
-    assert [r["decoder"] for r in rows] == CPU_DECODERS
-    for row in rows:
-        assert row["images"] == 4 and row["image_size"] == 64
-        assert row["images_per_second"] > 0
-        assert row["megabytes_per_second"] == pytest.approx(row["megabytes"] / row["seconds_median"])
-        assert row["images_per_second_repeats"] == [pytest.approx(row["images_per_second"])]  # one per repeat
-    assert rows[0]["speedup_vs_pil"] == 1.0
-
-
 def test_image_files_spreads_over_classes(tmp_path):
     for name in ("a", "b"):
         (tmp_path / name).mkdir()

@@ -9,7 +9,8 @@ import torch
 from course_lib import devices
 from course_lib.config import ConfigError, make_config
 from course_lib.engine import auto_precision
-from course_lib.measure import doctor, inventory, memory, peak
+from course_lib.instruments import peak_memory
+from course_lib.measure import doctor, inventory, peak
 
 
 def fake_machine(monkeypatch, *, cuda: bool, mps: bool) -> None:
@@ -95,9 +96,9 @@ def test_mps_peak_memory_is_the_allocator_growth_across_the_step(monkeypatch):
     monkeypatch.setattr(torch.mps, "synchronize", lambda: calls.append("sync"))
     monkeypatch.setattr(torch.mps, "empty_cache", lambda: calls.append("empty"))
     monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: next(allocated))
-    assert memory.peak_bytes_during(lambda: calls.append("step"), "mps") == 4000
+    assert peak_memory.peak_bytes_during(lambda: calls.append("step"), "mps") == 4000
     assert calls == ["sync", "empty", "step", "sync"]  # the cache is emptied before, the work waited for
-    assert memory.peak_memory_kind("mps") == "mps_driver_allocated_growth"
+    assert peak_memory.peak_memory_kind("mps") == "mps_driver_allocated_growth"
 
 
 def test_the_doctor_reports_the_mps_gpu_and_advice(monkeypatch):
@@ -127,3 +128,13 @@ def test_ddp_workers_asked_for_mps_train_on_the_cpu(monkeypatch, capsys):
     state, device = distributed.setup_distributed(make_config("auto"))
     assert device == torch.device("cpu") and backends == ["gloo"] and state.world_size == 2
     assert "no NCCL for Apple GPUs" in capsys.readouterr().out
+
+
+def test_recommended_num_workers_is_one_rule():
+    assert devices.recommended_num_workers(1, cores=32) == 16  # half the physical cores
+    assert devices.recommended_num_workers(4, cores=32) == 4  # shared by four GPU processes
+    assert devices.recommended_num_workers(0, cores=1) == 1
+    assert devices.resolve_num_workers(-1) == devices.recommended_num_workers()  # Config's "auto"
+    assert devices.resolve_num_workers(3) == 3
+    physical, logical = devices.machine_cores()
+    assert 1 <= devices.physical_cores() <= physical <= logical

@@ -53,6 +53,18 @@ def test_weight_mixes_soft_and_hard_terms():
         assert loss.item() == pytest.approx(weight * soft + (1 - weight) * hard, rel=1e-5)
 
 
+@pytest.mark.parametrize("precision, dtype", [("off", torch.float32), ("bf16", torch.bfloat16)])
+def test_the_teacher_runs_under_the_students_autocast(precision, dtype):
+    """CPU autocast to bf16 (the same call as on a GPU): the teacher's Linear computes in bf16, the
+    soft term still in fp32."""
+    teacher = torch.nn.Linear(4, 3)
+    seen = []
+    teacher.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
+    loss = Distiller(teacher, temperature=2.0, weight=1.0).bind(torch.randn(2, 4), None, precision)(
+        torch.randn(2, 3), torch.zeros(2, dtype=torch.long))
+    assert seen == [dtype] and loss.dtype == torch.float32
+
+
 def test_a_teacher_with_fewer_classes_distills_only_its_classes():
     """Learning without Forgetting: the old model's outputs hold the first classes only."""
     student, teacher = torch.randn(3, 5), torch.randn(3, 2)
@@ -79,3 +91,32 @@ def test_fit_with_a_teacher_moves_the_student_towards_it(tmp_path):
         distance = F.kl_div(F.log_softmax(result.model(images), 1), F.log_softmax(teacher(images), 1),
                             reduction="batchmean", log_target=True).item()
     assert distance < 0.5
+
+
+def test_a_good_teacher_makes_a_better_student_than_labels_alone(tmp_path):
+    """A small fixed task where distillation must pay: scikit-learn's digits, a 99% teacher
+    (speedrun_resnet_small on the whole training split), and timm's test_resnet as the student on
+    150 labelled images. The distilled student beats the same student trained on labels, seed by
+    seed, through the chapter's own `distillation_study` (notebook 13)."""
+    from course_lib.chapters import compress_and_deploy
+    from course_lib.config import make_config
+    from course_lib.data import pipeline
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        config = make_config("smoke", dataset="digits", image_size=16, batch_size=32, max_steps=0, max_train_images=0,
+                             epochs=5, lr=0.1, model="speedrun_resnet_small", output_dir=str(tmp_path / "teacher"))
+        teacher = train.fit(config, bundle=pipeline.build_datasets(config), progress=False, verbose=False)
+        assert teacher.history[-1]["val_top1"] > 0.95
+        student = config.replace(model="test_resnet", max_train_images=150, epochs=15,
+                                 output_dir=str(tmp_path / "students"))
+        rows = compress_and_deploy.distillation_study(teacher.model, student, pipeline.build_datasets(student),
+                                                      range(2), speed=compress_and_deploy.SMOKE_SPEED,
+                                                      progress=False, verbose=False)
+    finally:
+        torch.set_num_threads(previous)
+    top1 = {(row["method"] == "labels only", row["seed"]): row["val top-1"] for row in rows}
+    gains = [top1[False, seed] - top1[True, seed] for seed in range(2)]
+    print("distillation gains (points):", [round(100 * g, 1) for g in gains])
+    assert min(gains) > 0 and sum(gains) / 2 >= 0.015, gains

@@ -1,5 +1,5 @@
 """The cluster launch recipes in docs/ (SLURM, SkyPilot, Kubeflow Trainer) start the project's one
-entry point the way `engine.ddp.torchrun_command` does: their torchrun arguments parse with torch's own
+entry point the way `engine.torchrun.torchrun_command` does: their torchrun arguments parse with torch's own
 parser, carry the rendezvous flags the code uses, and end in `-m course_lib train` with flags the
 workbook CLI accepts."""
 import re
@@ -13,11 +13,11 @@ from torch.distributed.run import get_args_parser
 
 from course_lib import cli
 from course_lib.config import parse_assignments
-from course_lib.engine import ddp
+from course_lib.engine import torchrun
 
 # What the code launches: the flags torchrun_command passes, and the train command's own flags.
-CODE_COMMAND = ddp.torchrun_command("train", ddp._command_args("train", {}, "gpu", []), 4, nnodes=2,
-                                    rdzv_endpoint="head:29500", rdzv_id="run", log_dir=Path("logs"))
+CODE_COMMAND = torchrun.torchrun_command("train", torchrun.command_args("train", {}, "gpu", []), 4, nnodes=2,
+                                         rdzv_endpoint="head:29500", rdzv_id="run", log_dir=Path("logs"))
 CODE_TORCHRUN = get_args_parser().parse_args(CODE_COMMAND[CODE_COMMAND.index("torch.distributed.run") + 1:])
 # Flags that only make sense on one machine (the loopback address, console prefixes) or are optional.
 LOCAL_ONLY = {"--local-addr", "--log-line-prefix-template", "--tee", "--log-dir"}
@@ -105,11 +105,11 @@ def test_slurm_takes_the_head_node_from_the_job():
 
 
 def test_the_notebooks_mapping_names_what_each_recipe_holds():
-    for flag, values in ddp.CLUSTER_EQUIVALENTS.items():
-        for recipe, value in zip(ddp.CLUSTER_RECIPES, values):
+    for flag, values in torchrun.CLUSTER_EQUIVALENTS.items():
+        for recipe, value in zip(torchrun.CLUSTER_RECIPES, values):
             if not value.startswith("("):  # "(the node's own IP)": set by torchrun itself there
                 needle = value.split(" (")[0].split(":")[0]
                 assert needle in (ROOT / recipe).read_text() or needle.startswith("the TrainJob"), (flag, recipe, needle)
-    table = ddp.cluster_mapping(CODE_COMMAND)
+    table = torchrun.cluster_mapping(CODE_COMMAND)
     assert table.loc["--nnodes", "loopback (this machine)"] == "2"
     assert table.loc["entry point", "SLURM"] == "-m course_lib train"

@@ -42,6 +42,15 @@ RULES = [
     (("course_lib.analysis",), ("course_lib.engine", "course_lib.chapters", "course_lib.deploy")),
     # Deploying a trained model needs no training loop and no chapter.
     (("course_lib.deploy",), ("course_lib.engine", "course_lib.chapters")),
+    # measure/ sits wholly above the engine and the data: they read clocks and memory counters from
+    # the ground floor (instruments/), never from the tools that drive them.
+    (("course_lib.engine", "course_lib.data"), ("course_lib.measure",)),
+    # The ground floor imports nothing of the project but the leaves.
+    (("course_lib.instruments",), ("course_lib.data", "course_lib.engine", "course_lib.models", "course_lib.measure",
+                                   "course_lib.analysis", "course_lib.chapters", "course_lib.ledger",
+                                   "course_lib.deploy", "course_lib.runner", "course_lib.report", "course_lib.cli")),
+    # A chapter's claims live in its chapters/ module: the engine measures, it does not judge.
+    (("course_lib.engine",), ("course_lib.analysis.claims", "course_lib.chapters")),
     (("course_lib.devices",), ("course_lib.data", "course_lib.engine", "course_lib.models", "course_lib.measure",
                                "course_lib.analysis", "course_lib.chapters", "course_lib.ledger", "course_lib.deploy")),
 ]
@@ -56,6 +65,30 @@ def test_import_rules(subjects, forbidden):
     broken = sorted(f"{module} imports {target}" for module, targets in IMPORTS.items() if _matches(module, subjects)
                     for target in targets if _matches(target, forbidden) and not _matches(target, subjects))
     assert not broken, "; ".join(broken)
+
+
+def clock_reads(path: Path) -> list[int]:
+    """Lines of `path` that read a clock directly (time.perf_counter / time.time / time.monotonic)."""
+    return sorted(node.lineno for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, ast.Attribute) and node.attr in ("perf_counter", "time", "monotonic")
+                  and isinstance(node.value, ast.Name) and node.value.id == "time")
+
+
+def test_data_reads_no_clock_of_its_own():
+    """Every time data/ measures (the data wait, a build's duration) goes through the one timing
+    helper, `instruments.timing`, which synchronises the device before the clock is read."""
+    readers = {module_name(p): clock_reads(p) for p in MODULES if _matches(module_name(p), ("course_lib.data",))}
+    assert {module: lines for module, lines in readers.items() if lines} == {}
+    assert clock_reads(PACKAGE / "instruments" / "timing.py"), "the checker must see the helper's own clock"
+
+
+def test_benchmarks_train_with_the_engines_step():
+    """A benchmark that trains calls engine/step.py; only bench_engine.py writes a loop by hand, the
+    one it compares the engine against."""
+    hand_written = sorted(path.name for path in (ROOT / "benchmarks").glob("*.py") if path.name != "bench_engine.py"
+                          and any(isinstance(node, ast.Attribute) and node.attr == "backward"
+                                  for node in ast.walk(ast.parse(path.read_text()))))
+    assert hand_written == []
 
 
 def test_only_main_imports_the_cli():
@@ -147,3 +180,33 @@ def test_no_import_circle_inside_a_subpackage(subpackage):
               for module, targets in IMPORTS.items() if _matches(module, (prefix,))}
     cycle = import_cycle(inside)
     assert not cycle, f"import circle in {prefix}: " + " -> ".join(cycle)
+
+
+def floor(module: str) -> str:
+    """The subpackage or top-level module `module` belongs to: course_lib.engine.train -> course_lib.engine."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_import_circle_between_subpackages():
+    """The floors (leaves, instruments, data, models, engine, measure, analysis, deploy, chapters, the
+    command line) import one another in one direction only: measure sits wholly above the engine."""
+    floors: dict[str, set[str]] = {}
+    for module, targets in IMPORTS.items():
+        floors.setdefault(floor(module), set()).update(floor(t) for t in targets if floor(t) != floor(module))
+    cycle = import_cycle(floors)
+    assert not cycle, "import circle between floors: " + " -> ".join(cycle)
+    assert "course_lib.engine" in floors["course_lib.measure"]  # the checker sees the floors it is about
+
+
+# Test files about the project rather than one module: the notebooks, the README, the install files.
+PROJECT_CHECKS = {"browser", "containers", "launch_recipes", "layout", "notebook_data", "notebooks", "packaging",
+                  "readme_commands"}
+
+
+def test_each_test_file_is_named_after_a_module():
+    """tests/test_<name>.py tests course_lib's module or subpackage <name> (STYLE rule 1), so the tests
+    of a module are found from its name, and a renamed module takes its tests' file along."""
+    names = {p.stem for p in MODULES} | set(SUBPACKAGES)
+    orphans = sorted(p.name for p in (ROOT / "tests").glob("test_*.py")
+                     if p.stem[len("test_"):] not in names | PROJECT_CHECKS)
+    assert orphans == []

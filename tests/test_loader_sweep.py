@@ -65,3 +65,19 @@ def test_cores_per_accelerator_and_setting_of():
     setting = loader_sweep.setting_of({"num_workers": 0, "pin_memory": True, "setting": "x", "images_per_second": 1.0},
                                       min_workers=1)
     assert setting == loader_sweep.LoaderSetting(1, pin_memory=True)
+
+
+def test_measure_data_wait_leaves_the_warm_up_batches_out(monkeypatch):
+    clock = {"now": 0.0}
+    monkeypatch.setattr(loaders, "now", lambda device=None: clock["now"])
+
+    def step(batch):
+        clock["now"] += 1.0  # seconds of compute per step
+
+    def loader():
+        for index in range(3):
+            clock["now"] += 10.0 if index == 0 else 1.0  # the first batch waits for the workers to start
+            yield index
+
+    measured = loader_sweep.measure_data_wait(loader(), step, warmup_batches=1)
+    assert measured.batches == 2 and measured.data_wait_fraction == pytest.approx(0.5)

@@ -100,7 +100,7 @@ class FakeClock:
 
 def test_data_wait_fraction_from_a_controlled_clock(monkeypatch):
     clock = FakeClock()
-    monkeypatch.setattr(loaders.time, "perf_counter", clock)
+    monkeypatch.setattr(loaders, "now", lambda device=None: clock.now)  # the one clock data/ reads
 
     def slow_loader(count, wait):
         for index in range(count):
@@ -113,17 +113,6 @@ def test_data_wait_fraction_from_a_controlled_clock(monkeypatch):
     assert timer.batches == 4
     assert timer.wait_seconds == pytest.approx(12.0) and timer.total_seconds == pytest.approx(16.0)
     assert timer.data_wait_fraction == pytest.approx(0.75)
-
-    def step(batch):
-        clock.now += 1.0
-
-    first_is_slow = iter([0, 1, 2])
-    def loader():
-        for index in first_is_slow:
-            clock.now += 10.0 if index == 0 else 1.0
-            yield index
-    measured = loaders.measure_data_wait(loader(), step, warmup_batches=1)
-    assert measured.batches == 2 and measured.data_wait_fraction == pytest.approx(0.5)
 
 
 def test_timed_batches_stops_at_max_batches():

@@ -64,20 +64,6 @@ def test_meta_device_estimate_halves_activations_in_half_precision():
     assert real_per_image == pytest.approx(fp32_per_image, rel=0.02)  # shapes alone give the same bytes
 
 
-def test_cpu_peak_tracker_counts_live_tensors():
-    with memory.cpu_peak_tracker() as tracked:
-        first = torch.ones(1_000_000)  # 4 MB
-        second = first * 2  # 4 MB more
-        del first, second
-    assert tracked["peak_bytes"] == pytest.approx(8_000_000, rel=0.01)
-
-
-def test_peak_bytes_during_counts_the_step_only():
-    kept = torch.ones(1_000_000)  # live before the step: not counted
-    peak = memory.peak_bytes_during(lambda: (kept * 2) * 3, "cpu")  # two 4 MB temporaries at once
-    assert peak == pytest.approx(8_000_000, rel=0.01)
-
-
 def test_probe_optimizer_is_the_training_one():
     # The same weight-decay groups as schedule.make_optimizer (what train.fit uses).
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))

@@ -116,6 +116,7 @@ def _speed_tables_without_mfu(notebook) -> list[list[str]]:
     return missing
 
 
+@pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_runs_in_smoke_profile(path, tmp_path, capfd):
     result = runner.execute_notebook(path, tmp_path / path.name, {"profile": "smoke"})

@@ -1,6 +1,8 @@
 """The install files agree: environment.yml names the same packages as pyproject.toml, and the
 Makefile and CI call what the README says."""
 import re
+import subprocess
+import sys
 
 import tomllib
 import yaml
@@ -32,3 +34,31 @@ def test_console_script_and_make_targets():
     first_block = readme.split("```")[1]  # the quick start is the first code block
     assert first_block.splitlines()[1].startswith("make workbook")
     assert "make test" in first_block
+
+
+SLOW_MARKERS = ("notebook", "browser", "torchrun")
+
+
+def _collected(*args) -> set[str]:
+    """The names of the tests `pytest --collect-only args` selects."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode in (0, 5), done.stdout[-2000:] + done.stderr[-2000:]  # 5: nothing selected
+    return {line.split("::", 1)[1].split("[")[0] for line in done.stdout.splitlines() if "::" in line}
+
+
+def test_make_test_fast_skips_the_registered_slow_markers():
+    """The three slow kinds are registered markers (unknown ones fail, --strict-markers), `make test-fast`
+    deselects exactly them, and they reach the tests that run notebooks, a browser or torchrun."""
+    pytest_options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert tuple(line.split(":")[0] for line in pytest_options["markers"]) == SLOW_MARKERS
+    assert "--strict-markers" in pytest_options["addopts"]
+    makefile = (ROOT / "Makefile").read_text()
+    assert "FAST_MARKERS := " + " and ".join(f"not {name}" for name in SLOW_MARKERS) in makefile
+    assert 'test-fast: $(STAMP)\n\t$(BIN)/python -m pytest -m "$(FAST_MARKERS)"' in makefile
+    assert "make test-fast" in (ROOT / "README.md").read_text()
+    torchrun = _collected("-m", "torchrun", "tests/test_torchrun.py", "tests/test_ddp.py")
+    assert "test_launcher_names_the_failing_rank_with_its_last_lines" in torchrun
+    assert "test_two_worker_ddp_equals_one_worker_training_on_gloo" in torchrun
+    assert "test_the_rank_log_stream_sorts_lines_by_rank_and_shows_them_as_they_arrive" not in torchrun  # no processes
+    assert _collected("-m", "notebook", "tests/test_notebooks.py") == {"test_runs_in_smoke_profile"}

@@ -130,7 +130,7 @@ def _captured(monkeypatch):
 def test_train_data_info_speedrun_and_ddp_workers_pick_the_same_data(project, monkeypatch, tmp_path, capsys,
                                                                      profile, where):
     from course_lib import cli
-    from course_lib.engine import ddp
+    from course_lib.engine import torchrun
 
     folder = {"env": tmp_path / "mine", "data_cache": project / "data_cache" / "eurosat",
               "shared": tmp_path / "shared" / "datasets" / "eurosat_rgb", "none": None}[where]
@@ -145,7 +145,7 @@ def test_train_data_info_speedrun_and_ddp_workers_pick_the_same_data(project, mo
     expected = paths.choose_data(profile)
     lines = capsys.readouterr().out.splitlines()
     assert lines.count(expected.line) == 3  # each command names its data first
-    workers = ddp._resolve({"batch_size": 8}, profile)
+    workers = torchrun.resolve_params({"batch_size": 8}, profile)
     for config in (*seen.values(), workers[0], cli.run_config(profile, {})[0]):
         assert (config.dataset, config.data_dir) == (expected.overrides.get("dataset", config.dataset),
                                                     expected.overrides.get("data_dir", config.data_dir))
@@ -153,7 +153,7 @@ def test_train_data_info_speedrun_and_ddp_workers_pick_the_same_data(project, mo
     real = where == "env" or (profile != "smoke" and where != "none")
     assert (seen["train"].data_dir == str(folder)) is real
     assert workers[1].get("data_dir", "") == workers[0].data_dir  # passed on to every worker, never chosen there
-    assert ddp.config_overrides(seen["train"], profile).get("data_dir", "") == seen["train"].data_dir
+    assert torchrun.config_overrides(seen["train"], profile).get("data_dir", "") == seen["train"].data_dir
 
 
 def test_outside_any_project_the_root_is_the_project_the_package_came_from(tmp_path, monkeypatch):

@@ -1,15 +1,24 @@
 """Config's data switches (decoder, storage, augmentation) as build_datasets serves them."""
+import pickle
+
 import numpy as np
 import pytest
 import torch
 from conftest import SAMPLE_DIR
 from PIL import Image
-from test_augment import cpu_steps
+from test_transforms import cpu_steps
 
 from course_lib.config import ConfigError, make_config
-from course_lib.data import cache, datasets, pipeline, shards, transforms
-from course_lib.data.images import BadImageError
+from course_lib.data import (
+    cache,
+    datasets,
+    landcover,
+    pipeline,
+    shards,
+    transforms,
+)
 from course_lib.data.device_augment import DeviceAugment
+from course_lib.data.images import BadImageError, SplitClassesError
 from course_lib.data.landcover import make_landcover
 from course_lib.data.loaders import make_loader
 from course_lib.data.transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
@@ -248,3 +257,128 @@ def test_the_overhead_recipe_applies_the_symmetries_of_the_square_on_either_side
     image, _ = bundle.train[0]
     batch = bundle.device_stage(image[None], torch.device("cpu"), train=True)
     assert batch.shape == (1, 3, 32, 32) and batch.dtype == torch.float32
+
+
+def test_smoke_bundle_from_sample():
+    bundle = pipeline.build_datasets(make_config("smoke"))
+    image, label = bundle.train[0]
+    assert image.shape == (3, 32, 32) and image.dtype == torch.float32
+    assert bundle.classes == list(landcover.LANDCOVER_CLASSES)
+    assert len(bundle.train) == 256 and len(bundle.val) == 80 and len(bundle.test) == 80
+
+
+def test_digits_bundle_is_stratified():
+    bundle = pipeline.build_datasets(make_config("smoke", dataset="digits", max_train_images=0))
+    assert len(bundle.train) + len(bundle.val) + len(bundle.test) == 1797
+    assert bundle.classes == [str(d) for d in range(10)]
+    assert set(bundle.val.targets) == set(range(10))
+    assert bundle.train[0][0].shape == (3, 32, 32)
+
+
+def test_imagefolder_needs_data_dir():
+    with pytest.raises(ConfigError, match="data_dir"):
+        pipeline.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=""))
+
+
+def test_missing_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        pipeline.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=str(tmp_path / "nope")))
+
+
+def test_imagefolder_without_splits_is_split(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        for i in range(10):
+            Image.fromarray(np.full((8, 8, 3), i * 20, np.uint8)).save(tmp_path / name / f"{i}.png")
+    bundle = pipeline.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=str(tmp_path),
+                                             max_train_images=0))
+    assert (len(bundle.train), len(bundle.val), len(bundle.test)) == (16, 2, 2)
+    assert bundle.classes == ["a", "b"]
+
+
+def _fake_eurosat(root, per_class=3):
+    folder = root / "eurosat" / "2750"
+    for name in ("AnnualCrop", "Forest", "River"):
+        (folder / name).mkdir(parents=True)
+        for i in range(per_class * 4):
+            Image.fromarray(np.full((64, 64, 3), i, np.uint8)).save(folder / name / f"{name}_{i}.jpg")
+
+
+def test_torchvision_eurosat_on_a_fake_copy(tmp_path):
+    _fake_eurosat(tmp_path)
+    bundle = pipeline.build_datasets(make_config("smoke", dataset="eurosat", data_dir=str(tmp_path), max_train_images=0))
+    assert bundle.classes == ["AnnualCrop", "Forest", "River"]
+    assert len(bundle.train) + len(bundle.val) + len(bundle.test) == 36
+    assert bundle.train[0][0].shape == (3, 32, 32)
+
+
+def test_torchvision_eurosat_missing_says_how_to_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match="download=true"):
+        pipeline.build_datasets(make_config("smoke", dataset="eurosat", data_dir=str(tmp_path)))
+
+
+def test_torchvision_cifar10_on_a_fake_copy(tmp_path, monkeypatch):
+    import torchvision.datasets.cifar as cifar
+
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+
+    def batch(count):
+        return {"data": rng.integers(0, 255, (count, 3072), dtype=np.uint8), "labels": [i % 10 for i in range(count)]}
+
+    for name in [f"data_batch_{i}" for i in range(1, 6)]:
+        pickle.dump(batch(20), open(folder / name, "wb"))
+    pickle.dump(batch(20), open(folder / "test_batch", "wb"))
+    pickle.dump({"label_names": [f"class{i}" for i in range(10)]}, open(folder / "batches.meta", "wb"))
+    # The fake files cannot match CIFAR-10's published md5 sums; everything else is torchvision's code.
+    monkeypatch.setattr(cifar, "check_integrity", lambda path, md5=None: True)
+    bundle = pipeline.build_datasets(make_config("smoke", dataset="cifar10", data_dir=str(tmp_path), max_train_images=0))
+    assert len(bundle.train) == 90 and len(bundle.val) == 10 and len(bundle.test) == 20
+    assert bundle.classes[0] == "class0"
+    assert bundle.train[0][0].shape == (3, 32, 32)
+
+
+def test_real_eurosat_folder_loads(eurosat_dir):
+    bundle = pipeline.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=str(eurosat_dir)))
+    assert bundle.num_classes == 10 and len(bundle.val) == 4050
+    image, label = bundle.val[0]
+    assert image.shape == (3, 32, 32) and label == 0
+
+
+# --- issue 30 point 1: every split holds train/'s classes -------------------------------------------
+
+@pytest.fixture
+def small_landcover(tmp_path):
+    return landcover.make_landcover(tmp_path / "lc", image_size=16, per_class={"train": 2, "val": 1, "test": 1})
+
+
+@pytest.mark.parametrize("change, expected", [
+    ("remove", r"val/ lacks forest\b"),  # every later class would shift by one in val/
+    ("add", r"test/ has zzz-extra, which train/ lacks"),  # an index train's model has no output for
+])
+def test_splits_with_other_classes_are_refused_before_training(small_landcover, change, expected):
+    import shutil
+
+    if change == "remove":
+        shutil.rmtree(small_landcover / "val" / "forest")
+    else:
+        shutil.copytree(small_landcover / "test" / "forest", small_landcover / "test" / "zzz-extra")
+    config = make_config("smoke", dataset="imagefolder", data_dir=str(small_landcover))
+    with pytest.raises(SplitClassesError, match=expected):
+        pipeline.build_datasets(config)
+
+
+def test_workbook_train_refuses_mismatched_splits_in_one_line_and_records_nothing(small_landcover, tmp_path, capsys):
+    import shutil
+
+    from course_lib import cli, ledger
+
+    shutil.rmtree(small_landcover / "val" / "forest")
+    code = cli.main(["train", "--profile", "smoke", "--no-progress", "-p", "dataset=imagefolder",
+                     "-p", f"data_dir={small_landcover}", "-p", f"output_dir={tmp_path / 'out'}"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(errors) == 1 and "val/ lacks forest" in errors[0], errors
+    rows = ledger.Ledger().rows(kind="train")  # a failed row naming the cause, and no checkpoint
+    assert [row["status"] for row in rows] == ["failed"] and "SplitClassesError" in rows[0]["metrics"]["error"]
+    assert not (tmp_path / "out" / "last.pt").exists()

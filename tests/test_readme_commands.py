@@ -87,7 +87,14 @@ def _run(command: str, folder: Path, env: dict, exit_codes=(0,)) -> list[str]:
     return [line for line in done.stdout.splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=[c.shown[:60] for c in COMMANDS])
+def _marks(command) -> list:
+    """The slow kinds a command is (for `make test-fast`): it runs notebooks, or starts torchrun."""
+    return ([pytest.mark.notebook] if command.run.startswith("workbook run") else []) + \
+        ([pytest.mark.torchrun] if "torchrun" in command.run or command.run.startswith("workbook ddp") else [])
+
+
+@pytest.mark.parametrize("command", [pytest.param(c, marks=_marks(c)) for c in COMMANDS],
+                         ids=[c.shown[:60] for c in COMMANDS])
 def test_each_readme_command_runs_to_its_last_line(command, scratch_project):
     if command.skip:
         pytest.skip(command.skip)

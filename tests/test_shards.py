@@ -73,15 +73,6 @@ def test_recommended_shard_count_is_a_multiple_of_readers(ranks, workers, total_
     assert count == expected and count % (ranks * workers) == 0
 
 
-def test_raw_read_timing_counts_the_same_bytes_both_ways(folder, tmp_path):
-    written = shards.write_shards(folder, tmp_path / "shards", shard_count=2)
-    files = [path for path, _ in ImageFolderDataset(folder).samples]
-    result = shards.time_raw_reads(files, written.urls, repeats=1)
-    assert result["loose_files_per_second"] > 0 and result["shards_files_per_second"] > 0
-    ratio = result["loose_megabytes_per_second"] / result["loose_files_per_second"]
-    assert ratio == pytest.approx(result["shards_megabytes_per_second"] / result["shards_files_per_second"])
-
-
 def test_shards_differ_by_at_most_one_image_and_none_is_empty(folder, tmp_path):
     written = shards.write_shards(folder, tmp_path / "shards", shard_count=5)  # 24 images
     assert written.sizes == [4, 5, 5, 5, 5] and sum(written.sizes) == written.images == 24
@@ -125,13 +116,3 @@ def test_shuffled_stream_follows_torchs_seed_each_epoch(folder, tmp_path):
 
     assert epoch(0) == epoch(0)  # a resumed run repeats the epoch
     assert epoch(1) != epoch(0) and sorted(epoch(1)) == sorted(epoch(0))
-
-
-@pytest.mark.parametrize("cold", [False, True])
-def test_raw_reads_report_every_repeat_warm_or_cold(folder, tmp_path, cold):
-    written = shards.write_shards(folder, tmp_path / "shards", shard_count=2)
-    files = [path for path, _ in ImageFolderDataset(folder).samples]
-    result = shards.time_raw_reads(files, written.urls, repeats=2, cold=cold)
-    assert result["cold"] is cold
-    assert len(result["loose_files_per_second_repeats"]) == len(result["shards_files_per_second_repeats"]) == 2
-    assert all(rate > 0 for rate in result["shards_files_per_second_repeats"])

@@ -1,5 +1,7 @@
 """Intervals that a reader can trust: coverage of the t interval, paired differences, ratio and
 Wilson intervals, and the per-variant comparison every notebook uses."""
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -98,3 +100,70 @@ def test_a_variant_paired_with_itself_is_exactly_one():
         statistics.paired_ratio_interval([1.0, 2.0], [1.0, 2.0, 3.0])
     with pytest.raises(ValueError, match="at least 2 pairs"):
         statistics.paired_ratio_interval([1.0], [1.0])
+
+
+def test_difference_beyond_noise_closed_form():
+    from course_lib.analysis import statistics
+
+    test = statistics.difference_beyond_noise([3.0, 5.0], [1.0, 1.0, 1.0])
+    assert test["delta"] == pytest.approx(3.0)
+    assert test["band"] == pytest.approx(2 * (2.0 / 2) ** 0.5)  # z * sqrt(s^2/n + 0/3), s^2 = 2
+    assert test["beyond"] == 1
+    assert statistics.difference_beyond_noise([2.0, 4.0], [1.0, 1.0, 1.0])["beyond"] == 0  # delta 2 = band 2
+    single = statistics.difference_beyond_noise([10.0], [1.0, 3.0])  # one run borrows the other's std
+    assert single["band"] == pytest.approx(2 * (2.0 + 1.0) ** 0.5) and single["beyond"] == 1
+    with pytest.raises(ValueError, match="2 or more"):
+        statistics.difference_beyond_noise([1.0], [2.0])
+
+
+def test_seed_noise_and_band_closed_forms():
+    noise = statistics.seed_noise([0.70, 0.72, 0.74])
+    assert noise == {"mean": pytest.approx(0.72), "std": pytest.approx(0.02), "runs": 3}
+    assert statistics.noise_band(0.02, 3) == pytest.approx(2 * 0.02 * math.sqrt(4 / 3))
+    with pytest.raises(ValueError, match="at least 2 runs"):
+        statistics.seed_noise([0.7])
+
+
+def test_binomial_std_closed_form():
+    assert statistics.binomial_std(0.5, 100) == pytest.approx(0.05)
+    assert statistics.binomial_std(1.0, 10) == 0.0
+
+
+def test_compare_to_baseline_flags_only_deltas_outside_the_band():
+    table = pd.DataFrame({"val top-1": [0.72, 0.74, 0.80, 0.60]}, index=["baseline", "small", "big", "worse"])
+    compared = statistics.compare_to_baseline(table, {"val top-1": [0.71, 0.72, 0.73]}, metrics=("val top-1",))
+    band = 2 * 0.01 * math.sqrt(4 / 3)
+    assert compared["val top-1 noise band"].iloc[0] == pytest.approx(band)
+    assert compared["val top-1 delta"].tolist() == pytest.approx([0.0, 0.02, 0.08, -0.12])
+    assert compared["val top-1 beyond noise"].tolist() == ["no", "no", "yes", "yes"]
+
+
+def test_compare_to_baseline_floor_stops_agreeing_seeds_from_shrinking_the_band():
+    table = pd.DataFrame({"val top-1": [0.55]}, index=["variant"])
+    without = statistics.compare_to_baseline(table, {"val top-1": [0.5, 0.5]}, metrics=("val top-1",))
+    assert without["val top-1 beyond noise"].item() == "yes"  # std 0 from two agreeing seeds
+    floored = statistics.compare_to_baseline(table, {"val top-1": [0.5, 0.5]}, metrics=("val top-1",),
+                                                 floors={"val top-1": 0.05})
+    assert floored["val top-1 noise band"].item() == pytest.approx(2 * 0.05 * math.sqrt(1.5))
+    assert floored["val top-1 beyond noise"].item() == "no"
+
+
+def test_validation_noise_bootstrap_matches_the_binomial_closed_form():
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 4, 400)
+    probabilities = np.full((400, 4), 0.1)
+    right = rng.random(400) < 0.7  # 70% of the images get their true class on top
+    probabilities[np.arange(400), np.where(right, labels, (labels + 1) % 4)] = 0.7
+    noise = statistics.validation_noise(labels, probabilities, draws=400)
+    accuracy = float(right.mean())
+    assert noise["val top-1"] == pytest.approx(statistics.binomial_std(accuracy, 400), rel=0.15)
+    assert noise["ECE"] > 0 and noise["val loss"] > 0
+    assert statistics.validation_noise(labels, probabilities, draws=50) == \
+        statistics.validation_noise(labels, probabilities, draws=50)  # seeded: repeatable
+
+
+def test_validation_noise_is_zero_when_every_resample_scores_the_same():
+    labels = np.array([0, 1, 2, 0])
+    probabilities = np.eye(3)[labels] * 0.97 + 0.01
+    noise = statistics.validation_noise(labels, probabilities, draws=20)
+    assert noise["val top-1"] == 0.0 and noise["ECE"] == pytest.approx(0.0, abs=1e-12)

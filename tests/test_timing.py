@@ -3,7 +3,7 @@ import itertools
 
 import pytest
 
-from course_lib.measure import timing
+from course_lib.instruments import timing
 
 
 def test_warmup_is_thrown_away_and_each_repeat_times_its_calls(monkeypatch):

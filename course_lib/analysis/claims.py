@@ -410,11 +410,52 @@ def table(claims: list[Claim]):
 
 def show(claims: list[Claim], profile: str | None = None):
     """Record the claims in the ledger (with `profile`, see `record`), print the machine they were
-    measured on, return the table."""
+    measured on, return the table; when a reference result of the notebook is committed
+    (`analysis.reference`), its value, interval and verdict stand in columns of their own beside
+    the reader's, under a line naming its machine, date and command."""
+    from course_lib.analysis import reference
+
     record(claims, profile)
     hardware = sorted({c.hardware for c in claims})
-    print("measured on: " + "; ".join(hardware))
-    return table(claims)
+    print("measured on: " + "; ".join(hardware) + " (your run)")
+    shown, found = _beside_reference(claims, table(claims)) if claims else (table(claims), None)
+    notebooks = ", ".join(sorted({c.notebook for c in claims}))
+    print(found.line() if found else f"no reference result committed for notebook {notebooks} "
+          f"({reference.REFERENCE_FOLDER}/)")
+    return shown
+
+
+def _beside_reference(claims: list[Claim], shown):
+    """`shown` (`table(claims)`) with the committed reference's measured value, interval and verdict for
+    each claim in columns of their own, and the reference; `shown` unchanged and None when no
+    reference of the claims' notebook is committed (`analysis.reference.find`)."""
+    from course_lib.analysis import reference
+
+    notebooks = sorted({claim.notebook for claim in claims})
+    try:
+        found = reference.find(notebooks[0]) if len(notebooks) == 1 else None
+    except reference.ReferenceResultError as error:  # a damaged file: say so, and show the reader's run
+        print(error)
+        found = None
+    if found is None:
+        return shown, None
+    figures = [_figure(found.claim(claim.key), claim.unit) for claim in claims]
+    shown = shown.copy()
+    shown["reference measured"] = [figure["measured"] for figure in figures]
+    shown["reference interval"] = [figure["interval"] for figure in figures]
+    shown["reference verdict"] = [figure["verdict"] for figure in figures]
+    return shown, found
+
+
+def _figure(item: dict | None, unit: str = "") -> dict:
+    """A reference's claim as the tables print it: measured, interval and verdict."""
+    if item is None:
+        return {"measured": "-", "interval": "-", "verdict": "not in the reference"}
+    unit = item.get("unit") or unit
+    interval = (f"[{format_value(item['low'], unit)}, {format_value(item['high'], unit)}]"
+                if item.get("low") is not None and item.get("high") is not None else "-")
+    return {"measured": format_value(item["measured"], unit) if item.get("measured") is not None else "-",
+            "interval": interval, "verdict": item.get("verdict")}
 
 
 LEGACY_DOES_NOT_HOLD = "does not hold"  # the one negative verdict of ledgers written before issue 24
@@ -443,6 +484,7 @@ def scoreboard(book=None) -> list[dict]:
     from course_lib import ledger
 
     book = book or ledger.Ledger()
+    references: dict = {}  # notebook -> its committed reference (analysis.reference), or None
     newest: dict[tuple[str, str, bool], dict] = {}
     for row in book.rows(kind=LEDGER_KIND):  # newest first
         hardware = row["parameters"].get("hardware_line") or ledger.describe_hardware(row["hardware"])
@@ -472,7 +514,27 @@ def scoreboard(book=None) -> list[dict]:
             if not entry["evidence"]:
                 entry.update(verdict=SMOKE, verdict_as_measured=fields["verdict"])
             board.append(entry)
+    for entry in board:
+        entry["whose"] = "yours"
+        entry["reference"] = _reference_of(entry["key"], entry["notebook"], references)
     return board
+
+
+def _reference_of(key: str, notebook: str, cache: dict) -> dict | None:
+    """The committed reference's figure for claim `key` (analysis.reference), for the scoreboard."""
+    from course_lib.analysis import reference
+
+    if notebook not in cache:
+        try:
+            cache[notebook] = reference.find(notebook)
+        except reference.ReferenceResultError:
+            cache[notebook] = None
+    found = cache[notebook]
+    item = found.claim(key) if found else None
+    if item is None:
+        return None
+    return {"whose": "reference", **_figure(item), "hardware": found.hardware,
+            "date": found.date, "profile": found.profile, "command": found.command}
 
 
 def verdict_counts(board: list[dict]) -> dict[str, int]:
@@ -491,12 +553,17 @@ def format_scoreboard(board: list[dict]) -> str:
         lines.append(f"[{item['notebook']}] {item['key']} ({item['source']}): {item['verdict']}")
         if item["verdict"] == NOT_MEASURED:
             lines.append(f"    claimed {item['claimed']}; {item['reason']}")
-            continue
-        lines.append(f"    claimed {item['claimed']}; measured {item['measured']}"
-                     + (f" {item['interval']}" if item["interval"] != "-" else "")
-                     + f" on {item['hardware']}, profile {item.get('profile', UNKNOWN_PROFILE)}")
-        if item["reason"]:
-            lines.append(f"    {item['reason']}")
+        else:
+            lines.append(f"    claimed {item['claimed']}; yours: measured {item['measured']}"
+                         + (f" {item['interval']}" if item["interval"] != "-" else "")
+                         + f" on {item['hardware']}, profile {item.get('profile', UNKNOWN_PROFILE)}")
+            if item["reason"]:
+                lines.append(f"    {item['reason']}")
+        figure = item.get("reference")
+        if figure:
+            lines.append(f"    reference (not yours): {figure['verdict']}, measured {figure['measured']}"
+                         + (f" {figure['interval']}" if figure["interval"] != "-" else "")
+                         + f" on {figure['hardware']}, profile {figure['profile']}, {figure['date']}")
     lines.append(", ".join(f"{count} {verdict}" for verdict, count in verdict_counts(board).items()))
     if smoke:
         lines.append(f"{SMOKE} ({len(smoke)} measurement(s) of the smoke profile, left out of the counts):")

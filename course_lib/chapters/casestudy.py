@@ -1,6 +1,6 @@
 """The article's staged remote-sensing case study (its section 6), re-run on the real data every run
 finds (`paths.choose_data`: EuroSAT when present; landcover-synth otherwise): the same model at every stage, one change
-per stage, each measured with the workbook's engine (`train.fit`, or `ddp.launch` for several
+per stage, each measured with the workbook's engine (`train.fit`, or `torchrun.launch` for several
 processes) and recorded in the ledger; a last stage runs the workbook's fastest recipe.
 
 Stages follow the article's order: data pipeline, then mixed precision, then DDP, then the
@@ -274,9 +274,9 @@ class CaseStudy:
         processes = world_size or self.world_size
         started = time.perf_counter()
         if processes > 1:
-            from course_lib.engine import ddp
+            from course_lib.engine import torchrun
 
-            launched = ddp.launch(processes, config, self.profile, echo=echo)
+            launched = torchrun.launch(processes, config, self.profile, echo=echo)
             metrics = dict(launched.metrics)
             rates = metrics.get("epoch_images_per_second") or (
                 [metrics["images_per_second"]] if metrics.get("images_per_second") else [])

@@ -338,33 +338,45 @@ def plot_comparison(summary, title: str = ""):
     return figure
 
 
-def find_cifar10(folder: str = "") -> Path | None:
-    """The root holding torchvision's extracted `cifar-10-batches-py`: `folder` when given, else the
-    place `pipeline.cifar10_bundle` looks by default (data_cache/torchvision) or a shared copy beside
-    the project (../shared/datasets/cifar10). None when absent: nothing is downloaded."""
-    candidates = [folder] if folder else [str(paths.CACHE_DIR / "torchvision"),
+def find_cifar10(folder: str = "") -> tuple[Path, str] | None:
+    """Where CIFAR-10 is on this machine, and in which form: `(root, "imagefolder")` for the layout
+    `workbook data get cifar10` writes (train/ valid/ test/ class folders of PNGs: its fixed 5,000-image
+    carve-out is the validation split), or `(root, "cifar10")` for torchvision's extracted
+    `cifar-10-batches-py`. Looks in `folder` when given, else data_cache/cifar10, data_cache/torchvision
+    (where `pipeline.cifar10_bundle` looks by default) and a shared copy beside the project
+    (../shared/datasets/cifar10). None when absent: nothing is downloaded."""
+    candidates = [folder] if folder else [str(paths.CACHE_DIR / "cifar10"), str(paths.CACHE_DIR / "torchvision"),
                                           str(paths.project_root().parent / "shared" / "datasets" / "cifar10")]
     for candidate in candidates:
         root = paths.resolve_path(candidate)
         if (root / CIFAR10_FOLDER).is_dir():
-            return root
+            return root, "cifar10"
+        if all((root / split).is_dir() for split in ("train", "valid")):
+            return root, "imagefolder"
     return None
 
 
 def cifar10_control(config: Config, seeds: list[int], ema_decay: float, folder: str = "",
                     progress: bool = True) -> Study | str:
     """The same study on CIFAR-10 (real photographs, not remote sensing: the control the claims
-    need), for `CONTROL_VARIANTS` at 32 px, read with `torchvision.datasets.CIFAR10(download=False)`;
-    or, when the data is not on this machine, the reason as a string."""
+    need), for `CONTROL_VARIANTS` at 32 px: read from `workbook data get cifar10`'s image folder (on
+    the study's own data path), or with `torchvision.datasets.CIFAR10(download=False)`; or, when the
+    data is not on this machine, the reason as a string."""
     from course_lib.data import pipeline
 
-    root = find_cifar10(folder)
-    if root is None:
-        looked = folder or f"{paths.CACHE_DIR / 'torchvision'} and ../shared/datasets/cifar10"
-        return (f"CIFAR-10 is not on this machine (no {CIFAR10_FOLDER} in {looked}); nothing is downloaded "
-                "(download=False, no network assumed): put the extracted data there or pass cifar10_dir")
-    control = config.replace(dataset="cifar10", data_dir=str(root), image_size=CONTROL_IMAGE_SIZE, storage="files",
-                             decoder="pil", download=False, output_dir=f"{config.output_dir.rstrip('/')}/07_cifar10")
+    found = find_cifar10(folder)
+    if found is None:
+        looked = folder or (f"{paths.CACHE_DIR / 'cifar10'}, {paths.CACHE_DIR / 'torchvision'} and "
+                            "../shared/datasets/cifar10")
+        return (f"CIFAR-10 is not on this machine (no {CIFAR10_FOLDER} and no train/ valid/ folders in {looked}); "
+                "nothing is downloaded (download=False, no network assumed): run `workbook data get cifar10`, "
+                "or put the extracted data there and pass cifar10_dir")
+    root, form = found
+    # torchvision's pickles are read per image (storage=files); the image folder keeps the study's storage.
+    read = ({"dataset": "imagefolder"} if form == "imagefolder" else
+            {"dataset": "cifar10", "storage": "files", "decoder": "pil"})
+    control = config.replace(data_dir=str(root), image_size=CONTROL_IMAGE_SIZE, download=False,
+                             output_dir=f"{config.output_dir.rstrip('/')}/07_cifar10", **read)
     try:
         bundle = pipeline.build_datasets(control)
     except FileNotFoundError as error:  # present but incomplete or corrupted (torchvision checks md5 sums)

@@ -10,7 +10,7 @@ import importlib.metadata as metadata
 
 from packaging.requirements import Requirement
 
-from course_lib.measure.timing import time_repeats
+from course_lib.instruments.timing import time_repeats
 
 DISTRIBUTION = "course-lib"
 

@@ -23,7 +23,7 @@ import torch
 from course_lib import paths
 from course_lib.config import Config, ConfigError, WorkbookError
 from course_lib.data import datasets, pipeline, transforms
-from course_lib.measure.timing import stopwatch, time_repeats
+from course_lib.instruments.timing import stopwatch, time_repeats
 
 
 @dataclasses.dataclass

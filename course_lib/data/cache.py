@@ -11,13 +11,13 @@ import json
 import logging
 import os
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from course_lib.data.build_lock import exclusive_build
+from course_lib.instruments.timing import now
 from course_lib.paths import CACHE_DIR, project_root
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ def build_cache(source: str | os.PathLike, image_size: int, out_dir: str | os.Pa
     with exclusive_build(out_dir):
         if (out_dir / META_FILE).exists() and not rebuild:
             return _read_info(out_dir)
-        start = time.perf_counter()
+        start = now()
         dataset = ImageFolderDataset(source, transforms.sample_transform(image_size, "device"), bad_images,
                                      loader=FileDecoder(decoder))
         if indices is None:
@@ -138,7 +138,7 @@ def build_cache(source: str | os.PathLike, image_size: int, out_dir: str | os.Pa
         source_bytes = sum(os.path.getsize(dataset.samples[i][0]) for i in indices)
         info = CacheInfo(folder=out_dir, images=row, image_size=image_size, classes=list(dataset.classes),
                          source=str(source), pixel_bytes=(staging / PIXELS_FILE).stat().st_size,
-                         source_bytes=source_bytes, build_seconds=time.perf_counter() - start, skipped=skipped)
+                         source_bytes=source_bytes, build_seconds=now() - start, skipped=skipped)
         meta = {k: v for k, v in dataclasses.asdict(info).items() if k != "folder"}
         (staging / META_FILE).write_text(json.dumps(meta, indent=2))
         shutil.rmtree(out_dir, ignore_errors=True)

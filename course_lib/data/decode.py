@@ -1,18 +1,16 @@
-"""JPEG decoders behind one interface, and a benchmark that times them on the same bytes.
+"""JPEG decoders behind one interface (timed on the same bytes by `measure.bench.benchmark_decoders`).
 
 Every decoder turns encoded bytes into an RGB uint8 tensor (channels x height x width): Pillow
 (`PIL.Image.open`), OpenCV (`cv2.imdecode`), torchvision on the CPU (`torchvision.io.decode_jpeg`,
 libjpeg-turbo) and, when CUDA is present, torchvision on the GPU (nvJPEG). The article claims
-OpenCV's imdecode is about 2x faster than PIL's default JPEG decoding; `benchmark_decoders` measures it.
+OpenCV's imdecode is about 2x faster than PIL's default JPEG decoding; `measure.bench` measures it.
 Docs: https://pytorch.org/vision/stable/io.html, https://docs.opencv.org/4.x/d4/da8/group__imgcodecs.html
 """
 from __future__ import annotations
 
 import io
 import os
-import statistics
 import struct
-import time
 import warnings
 import zlib
 from dataclasses import dataclass
@@ -291,47 +289,3 @@ def jpeg_samples(image_size: int, count: int, seed: int = 0, quality: int = 90) 
         Image.fromarray(landcover_image(name, index, image_size, seed)).save(buffer, "JPEG", quality=quality)
         blobs.append(buffer.getvalue())
     return blobs
-
-
-def time_decoder(decoder: Decoder, blobs: list[bytes], repeats: int = 5, warmup: int = 1,
-                 batch: int = 64) -> list[float]:
-    """Seconds to decode all `blobs`, once per repeat, after `warmup` thrown-away passes."""
-    cuda = decoder.device == "cuda"
-    times = []
-    for repeat in range(warmup + repeats):
-        if cuda:
-            torch.cuda.synchronize()  # start the clock with the GPU idle
-        start = time.perf_counter()
-        for first in range(0, len(blobs), batch):
-            decoder.decode_batch(blobs[first:first + batch])
-        if cuda:
-            torch.cuda.synchronize()  # note: nvJPEG is asynchronous; wait before reading the clock
-        if repeat >= warmup:
-            times.append(time.perf_counter() - start)
-    return times
-
-
-def benchmark_decoders(blobs: list[bytes], decoders: list[str] | None = None, repeats: int = 5,
-                       warmup: int = 1, label: str = "") -> list[dict]:
-    """Images/s and MB/s (compressed input) per decoder on the same in-memory bytes, median of
-    `repeats`. Reading files is excluded: this is the CPU (or GPU) cost of decoding alone."""
-    if not blobs:
-        raise ValueError("benchmark_decoders needs at least one encoded image")
-    megabytes = sum(len(b) for b in blobs) / 1e6
-    height, width = get_decoder("pil").decode(blobs[0]).shape[1:]
-    rows = []
-    for name in decoders or available_decoders():
-        decoder = get_decoder(name)
-        times = time_decoder(decoder, blobs, repeats, warmup)
-        median = statistics.median(times)
-        rows.append({
-            "inputs": label, "decoder": name, "device": decoder.device, "image_size": int(max(height, width)),
-            "images": len(blobs), "megabytes": megabytes, "repeats": repeats,
-            "seconds_median": median, "images_per_second": len(blobs) / median,
-            "megabytes_per_second": megabytes / median,
-            "images_per_second_repeats": [len(blobs) / seconds for seconds in times],  # for intervals
-        })
-    fastest_pil = next((r["images_per_second"] for r in rows if r["decoder"] == "pil"), None)
-    for row in rows:
-        row["speedup_vs_pil"] = row["images_per_second"] / fastest_pil if fastest_pil else None
-    return rows

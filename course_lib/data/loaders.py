@@ -1,20 +1,20 @@
 """DataLoader factory with the articles' knobs (num_workers, pin_memory, prefetch_factor,
 persistent_workers), and a timer that turns "the GPU is starved" into a number: the fraction of
-each step spent waiting for data. The sweep over the knobs and its knee: `measure/loader_sweep.py`.
+each step spent waiting for data. The sweep over the knobs, its knee and `measure_data_wait` (a
+loader's data wait under a given step): `measure/loader_sweep.py`.
 See https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader.
 """
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import re
-import time
-from typing import Callable, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import torch
 from torch.utils.data import DataLoader, Subset
 
 from course_lib.config import Config, ConfigError, WorkbookError
+from course_lib.instruments.timing import now
 
 
 def local_processes() -> int:
@@ -91,11 +91,6 @@ def first_images(dataset, count: int):
     return dataset if count >= len(dataset) else Subset(dataset, range(count))
 
 
-def _synchronize(device: torch.device | None):
-    if device is not None and device.type == "cuda":
-        torch.cuda.synchronize(device)  # note: a CPU-GPU sync point, so the clock sees finished copies
-
-
 @dataclasses.dataclass
 class DataWaitTimer:
     """Accumulates, over training steps, seconds spent waiting for the next batch and seconds of
@@ -166,13 +161,14 @@ def timed_batches(loader: Iterable, timer: DataWaitTimer | None = None, device=N
             ...train step...
         print(timer.data_wait_fraction)
 
-    With a CUDA `device` the GPU is synchronised when the step hands control back, so queued
-    kernels count as compute, not as the next batch's wait (one sync per step, a small cost)."""
+    With a CUDA or MPS `device` it is synchronised when the step hands control back, so queued
+    kernels count as compute, not as the next batch's wait (one sync per step, a small cost).
+    The clock is the one timing helper's (`instruments.timing.now`)."""
     timer = timer if timer is not None else DataWaitTimer()
     device = torch.device(device) if isinstance(device, str) else device
     iterator = iter(loader)
     while max_batches is None or timer.batches < max_batches:
-        start = time.perf_counter()
+        start = now()
         try:
             batch = next(iterator)
         except StopIteration:
@@ -182,23 +178,7 @@ def timed_batches(loader: Iterable, timer: DataWaitTimer | None = None, device=N
             if original is error:
                 raise
             raise original from None
-        timer.wait_seconds += time.perf_counter() - start
+        timer.wait_seconds += now() - start
         yield batch
-        _synchronize(device)
-        timer.total_seconds += time.perf_counter() - start
+        timer.total_seconds += now(device) - start  # the step's queued work counts as compute
         timer.batches += 1
-
-
-def measure_data_wait(loader, step: Callable, *, max_batches: int | None = None, warmup_batches: int = 1,
-                      device=None) -> DataWaitTimer:
-    """Run `step(batch)` over the loader and return the DataWaitTimer; the first
-    `warmup_batches` (worker start-up, first-call allocations) run but are not counted."""
-    device = torch.device(device) if isinstance(device, str) else device
-    iterator = iter(loader)  # one iterator: warm-up and measured steps share the same workers
-    for batch in itertools.islice(iterator, warmup_batches):
-        step(batch)
-    _synchronize(device)
-    timer = DataWaitTimer()
-    for batch in timed_batches(iterator, timer, device, max_batches):
-        step(batch)
-    return timer

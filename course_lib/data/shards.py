@@ -15,7 +15,6 @@ import os
 import random
 import shutil
 import tarfile
-import time
 from pathlib import Path
 
 import torch
@@ -24,6 +23,7 @@ from course_lib.config import ConfigError
 from course_lib.data.build_lock import exclusive_build
 from course_lib.data.datasets import ImageFolderDataset
 from course_lib.data.images import BadImageError
+from course_lib.instruments.timing import now
 from course_lib.paths import CACHE_DIR, project_root
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def write_shards(source: str | os.PathLike, out_dir: str | os.PathLike, shard_co
             existing = read_shard_set(out_dir)
             if existing.key == key:
                 return existing
-        start = time.perf_counter()
+        start = now()
         skipped = []
         if decoder:
             readable = []
@@ -124,7 +124,7 @@ def write_shards(source: str | os.PathLike, out_dir: str | os.PathLike, shard_co
             sizes.append(len(members))
         meta = {"urls": names, "images": len(order), "classes": list(folder.classes),
                 "shard_bytes": sum(os.path.getsize(staging / name) for name in names),
-                "write_seconds": time.perf_counter() - start, "sizes": sizes, "skipped": skipped, "key": key}
+                "write_seconds": now() - start, "sizes": sizes, "skipped": skipped, "key": key}
         (staging / INDEX_FILE).write_text(json.dumps(meta, indent=2))
         shutil.rmtree(out_dir, ignore_errors=True)
         staging.rename(out_dir)
@@ -273,57 +273,6 @@ def check_shard_count(shard_count: int, ranks: int, workers_per_rank: int) -> li
                         f"{shard_count // readers + 1} shards, others {shard_count // readers}, so ranks' batch "
                         f"counts differ; use a multiple of {readers} or cap the epoch (webdataset .with_epoch)")
     return problems
-
-
-def time_raw_reads(files: list, urls: list[str], repeats: int = 3, cold: bool = False) -> dict:
-    """Bytes/s and files/s of reading the encoded bytes only (no decoding): one open() + read()
-    per loose file versus one sequential stream through the tar shards. Median of `repeats`, and
-    each repeat's files/s (`*_files_per_second_repeats`, for an interval).
-    A warm page cache (files read recently) hides most of the storage cost the article measures;
-    `cold=True` asks the kernel to drop each file from the page cache before reading it
-    (`measure.disk.drop_from_page_cache`), so both paths read the disk."""
-    import contextlib
-    import statistics
-
-    from course_lib.measure.disk import drop_from_page_cache
-
-    @contextlib.contextmanager
-    def opened(path):
-        with open(path, "rb") as handle:
-            if cold:
-                drop_from_page_cache(handle.fileno())
-            yield handle
-
-    def loose():
-        total = 0
-        for path in files:
-            with opened(path) as handle:
-                total += len(handle.read())
-        return total
-
-    def tar():
-        total = 0
-        for url in urls:
-            with opened(url) as handle, tarfile.open(fileobj=handle, mode="r|") as archive:  # a sequential stream
-                for member in archive:
-                    if member.isfile() and not member.name.endswith(".cls"):
-                        total += len(archive.extractfile(member).read())
-        return total
-
-    result = {"cold": cold}
-    for name, read in (("loose", loose), ("shards", tar)):
-        read()  # warm-up: same page-cache state for both
-        seconds = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            total = read()
-            seconds.append(time.perf_counter() - start)
-        median = statistics.median(seconds)
-        result[f"{name}_files_per_second"] = len(files) / median
-        result[f"{name}_files_per_second_repeats"] = [len(files) / s for s in seconds]
-        result[f"{name}_megabytes_per_second"] = total / 1e6 / median
-    result["shards_speedup"] = result["shards_files_per_second"] / result["loose_files_per_second"]
-    return result
 
 
 def tar_member_names(url: str) -> list[str]:

@@ -1,5 +1,5 @@
 """Inference speed of a deployed model: latency (milliseconds per batch) and throughput
-(images per second) at a batch size, timed with `measure.timing` (warm-up thrown away, median of
+(images per second) at a batch size, timed with `instruments.timing` (warm-up thrown away, median of
 repeats), in `torch.inference_mode` on random inputs of the model's shape. Batch 1 is what a
 request-at-a-time server sees; a large batch is what offline scoring sees. Next to each
 images/s, the model FLOPs utilization of inference: forward FLOPs per image (counted by
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from course_lib.measure.timing import time_repeats
+from course_lib.instruments.timing import time_repeats
 
 
 def inference_speed(model, batch_size: int, image_size: int, *, repeats: int = 5, warmup: int = 2,

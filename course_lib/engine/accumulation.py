@@ -53,10 +53,10 @@ def step_peak_bytes(model: torch.nn.Module, micro_batch: int, accumulation_steps
     """Peak bytes allocated during one optimizer step made of `accumulation_steps` micro-batches of
     `micro_batch` random images, above what was live before (weights and optimizer state):
     activations, gradients and temporaries. CUDA: the allocator's peak; CPU: the profiler's tensor
-    accounting (`memory.peak_bytes_during`)."""
+    accounting (`instruments.peak_memory.peak_bytes_during`)."""
     import torch.nn.functional as F
 
-    from course_lib.measure.memory import peak_bytes_during
+    from course_lib.instruments.peak_memory import peak_bytes_during
 
     device = torch.device(device)
     model = copy.deepcopy(model).to(device).train()

@@ -4,7 +4,12 @@ three ways to do it are compared on the old and the new classes after each step:
 - naive fine-tuning on the new classes' images only: the old classes are forgotten
   ("catastrophic forgetting", McCloskey and Cohen 1989; French 1999);
 - rehearsal: the new images plus a small memory of old images, the same number per old class
-  (experience replay; Rebuffi et al. 2017, iCaRL, arXiv:1611.07725, keep a class-balanced exemplar set);
+  (experience replay; Rebuffi et al. 2017, iCaRL, arXiv:1611.07725, keep a class-balanced exemplar set),
+  replayed in balance with the new classes: each old image is repeated so that every old class is
+  seen as often per epoch as every new class (Chaudhry et al. 2019, "On Tiny Episodic Memories in
+  Continual Learning", arXiv:1902.10486, mix memory and new data in every batch). Without that, a
+  memory of 20 images per class against hundreds per new class weighs too little, and the old
+  classes are forgotten almost as much as by naive fine-tuning;
 - Learning without Forgetting (Li and Hoiem 2016, arXiv:1606.09282): new images only, with the
   old model's softened outputs on them as targets for the old classes (`engine.distillation`).
 
@@ -63,6 +68,19 @@ def rehearsal_memory(dataset, classes, per_class: int, seed: int = 0) -> list[in
     return sorted(chosen)
 
 
+def replay_in_balance(memory: list[int], targets, images_per_class: int) -> list[int]:
+    """The memory's indices repeated so that each of its classes appears about `images_per_class`
+    times per epoch (the new classes' mean count): a class with m stored images is repeated
+    round(images_per_class / m) times, at least once. The images stay the memory's; only how often
+    the loss sees them changes."""
+    targets = np.asarray(targets)
+    counts = np.bincount(targets[memory]) if memory else np.zeros(0, dtype=int)
+    replayed = []
+    for index in memory:
+        replayed += [index] * max(1, round(images_per_class / counts[targets[index]]))
+    return sorted(replayed)
+
+
 def widen_head(model: torch.nn.Module, num_classes: int) -> torch.nn.Module:
     """A copy of `model` whose classifier has `num_classes` outputs: the old rows (weights and
     biases) are kept, the new rows freshly initialised (timm's `reset_classifier`)."""
@@ -91,10 +109,12 @@ class ClassSplit:
         return cls(list(range(old_classes)), list(range(old_classes, num_classes)))
 
 
-def task_bundle(bundle, split: ClassSplit, strategy: str | None = None, memory_per_class: int = 20, seed: int = 0):
+def task_bundle(bundle, split: ClassSplit, strategy: str | None = None, memory_per_class: int = 20, seed: int = 0,
+                balanced: bool = True):
     """The DataBundle of one step: `strategy=None` is the first step (old classes only, an
-    old-class head); otherwise the new classes' training images (plus the rehearsal memory for
-    "rehearsal"), validated on every class."""
+    old-class head); otherwise the new classes' training images (plus, for "rehearsal", the memory
+    of `memory_per_class` old images per class, replayed in balance with the new classes unless
+    `balanced=False`), validated on every class."""
     from course_lib.data.datasets import DataBundle
 
     if strategy is None:
@@ -105,8 +125,10 @@ def task_bundle(bundle, split: ClassSplit, strategy: str | None = None, memory_p
         raise ConfigError(f"strategy={strategy!r} is not one of {', '.join(STRATEGIES)}")
     train = images_of(bundle.train, split.new)
     if strategy == "rehearsal":
-        train = ClassSubset(bundle.train, sorted(train.indices + rehearsal_memory(bundle.train, split.old,
-                                                                                   memory_per_class, seed)))
+        memory = rehearsal_memory(bundle.train, split.old, memory_per_class, seed)
+        if balanced:
+            memory = replay_in_balance(memory, dataset_targets(bundle.train), len(train) / len(split.new))
+        train = ClassSubset(bundle.train, sorted(train.indices + memory))
     return DataBundle(train=train, val=bundle.val, test=None, classes=list(bundle.classes),
                       source=f"{bundle.source}, new classes ({strategy})", device_stage=bundle.device_stage,
                       pipeline=bundle.pipeline)
@@ -114,12 +136,12 @@ def task_bundle(bundle, split: ClassSplit, strategy: str | None = None, memory_p
 
 def learn_new_classes(old_model: torch.nn.Module, config, bundle, split: ClassSplit, strategy: str, *,
                       memory_per_class: int = 20, temperature: float = 2.0, distillation_weight: float = 0.5,
-                      **fit_options):
+                      balanced: bool = True, **fit_options):
     """The second step: `old_model` (trained on `split.old`) with a widened head trained by `strategy`
     on the new classes. Returns the engine's FitResult."""
     from course_lib.engine import train
 
-    step_bundle = task_bundle(bundle, split, strategy, memory_per_class, config.seed)
+    step_bundle = task_bundle(bundle, split, strategy, memory_per_class, config.seed, balanced)
     teacher = (Distiller(copy.deepcopy(old_model), temperature, distillation_weight) if strategy == "lwf" else None)
     return train.fit(config, bundle=step_bundle, model=widen_head(old_model, len(bundle.classes)), teacher=teacher,
                      **fit_options)

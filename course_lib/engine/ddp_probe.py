@@ -1,4 +1,4 @@
-"""The worker that `course_lib.engine.ddp` launches under torchrun to measure DDP itself: step time for
+"""The worker that `course_lib.engine.ddp` launches under torchrun (`engine.torchrun`) to measure DDP itself: step time for
 1..N workers in one launch, the gradient all-reduce's share of a step (torch.profiler, and the
 exposed part from a `no_sync` step), and the weights after a few DDP steps (for the equivalence
 check against 1-worker training). `course_lib.engine.train` is the real training engine; this module

@@ -18,6 +18,8 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
+from course_lib.engine.precision import autocast
+
 
 def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """T^2 * KL(teacher || student) between the temperature-softened distributions, averaged over
@@ -51,10 +53,12 @@ class Distiller:
         self.teacher.to(device)
         return self
 
-    def bind(self, images: torch.Tensor, criterion):
+    def bind(self, images: torch.Tensor, criterion, precision: str = "off"):
         """The loss for this batch: `criterion(logits, targets)` mixed with the soft term against
-        the teacher's logits on the same (augmented) images."""
-        with torch.no_grad():
+        the teacher's logits on the same (augmented) images. The teacher runs under the student's
+        autocast (`precision`): its forward costs as much as the student's, and fp32 would double
+        that cost and its activations' memory under AMP; the soft term is computed in fp32 anyway."""
+        with torch.no_grad(), autocast(precision, images.device):
             teacher_logits = self.teacher(images)
 
         def loss(student_logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

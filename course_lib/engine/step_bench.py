@@ -1,6 +1,6 @@
 """The step harness, written once: copy the model, build its optimizer and GradScaler, draw a fixed
 random batch on the device, and time the engine's training step (`engine.step`) over the one timing
-helper (`measure.timing`: syncs around the clock, warm-up thrown away, median of repeats).
+helper (`instruments.timing`: syncs around the clock, warm-up thrown away, median of repeats).
 
 Notebook 03 (`chapters.mixed_precision`), `workbook gpu-check`, the memory probe
 (`measure.memory.TrainingStepProbe`), the DDP probe (`engine.ddp_probe`) and `precision=auto`
@@ -20,7 +20,7 @@ import torch
 
 from course_lib.engine.precision import grad_scaler
 from course_lib.engine.step import optimizer_step, training_step
-from course_lib.measure.timing import Timing, stopwatch, time_repeats
+from course_lib.instruments.timing import Timing, stopwatch, time_repeats
 
 
 @dataclasses.dataclass

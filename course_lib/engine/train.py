@@ -52,7 +52,7 @@ from course_lib.engine.random_erasing import make_random_erasing
 from course_lib.engine.run_record import RunRecorder
 from course_lib.engine.schedule import make_optimizer, make_scheduler
 from course_lib.engine.step import optimizer_step, training_step
-from course_lib.measure.memory import (
+from course_lib.instruments.peak_memory import (
     peak_memory_bytes,
     peak_memory_kind,
     reset_peak_memory,
@@ -336,7 +336,8 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
             # DDP all-reduces gradients in every backward; on all but the last micro-batch that
             # traffic is wasted, so skip it (the gradients still add up locally).
             sync_gradients = not distributed.enabled or micro_step == config.accumulation_steps - 1
-            criterion = state.criterion if state.teacher is None else state.teacher.bind(images, state.criterion)
+            criterion = (state.criterion if state.teacher is None
+                         else state.teacher.bind(images, state.criterion, state.precision))
             loss, logits = training_step(state.model, images, targets, criterion, state.scaler,
                                          state.precision, accumulation_steps=config.accumulation_steps,
                                          sync_gradients=sync_gradients)

@@ -1,6 +1,6 @@
 """`workbook bench <name>`: benchmarks that print a table (or `--json`) and record one ledger row
-(kind "bench"). Shipped: `decode` (decoders, images/s and MB/s per image size) and `loader`
-(DataLoader knob sweep, knee, and efficiency against the one-core rate).
+(kind "bench"). Shipped: `decode` (decoders, images/s and MB/s per image size: `benchmark_decoders`)
+and `loader` (DataLoader knob sweep, knee, and efficiency against the one-core rate).
 
 Adding a benchmark: write `add_arguments(parser)` and `run(args, config) -> BenchResult`, then
 `register("name", "help", add_arguments, run)` in this module (or in a module imported before the
@@ -64,6 +64,49 @@ def images_for_size(image_size: int) -> int:
     return max(16, min(512, int(512 * (64 / image_size) ** 1.5)))
 
 
+def time_decoder(decoder, blobs: list[bytes], repeats: int = 5, warmup: int = 1,
+                 batch: int = 64) -> list[float]:
+    """Seconds to decode all `blobs`, once per repeat, after `warmup` thrown-away passes (the one
+    timing helper: nvJPEG is asynchronous, so the GPU is synchronised before each clock read)."""
+    from course_lib.instruments.timing import time_repeats
+
+    def decode_all() -> None:
+        for first in range(0, len(blobs), batch):
+            decoder.decode_batch(blobs[first:first + batch])
+
+    return time_repeats(decode_all, repeats=repeats, warmup=warmup, device=decoder.device).seconds
+
+
+def benchmark_decoders(blobs: list[bytes], decoders: list[str] | None = None, repeats: int = 5,
+                       warmup: int = 1, label: str = "") -> list[dict]:
+    """Images/s and MB/s (compressed input) per decoder on the same in-memory bytes, median of
+    `repeats`. Reading files is excluded: this is the CPU (or GPU) cost of decoding alone."""
+    import statistics
+
+    from course_lib.data.decode import available_decoders, get_decoder
+
+    if not blobs:
+        raise ValueError("benchmark_decoders needs at least one encoded image")
+    megabytes = sum(len(b) for b in blobs) / 1e6
+    height, width = get_decoder("pil").decode(blobs[0]).shape[1:]
+    rows = []
+    for name in decoders or available_decoders():
+        decoder = get_decoder(name)
+        times = time_decoder(decoder, blobs, repeats, warmup)
+        median = statistics.median(times)
+        rows.append({
+            "inputs": label, "decoder": name, "device": decoder.device, "image_size": int(max(height, width)),
+            "images": len(blobs), "megabytes": megabytes, "repeats": repeats,
+            "seconds_median": median, "images_per_second": len(blobs) / median,
+            "megabytes_per_second": megabytes / median,
+            "images_per_second_repeats": [len(blobs) / seconds for seconds in times],  # for intervals
+        })
+    fastest_pil = next((r["images_per_second"] for r in rows if r["decoder"] == "pil"), None)
+    for row in rows:
+        row["speedup_vs_pil"] = row["images_per_second"] / fastest_pil if fastest_pil else None
+    return rows
+
+
 def decode_inputs(image_size: int, folder=None, images: int | None = None) -> tuple[list[bytes], str]:
     """(encoded bytes, description): files from `folder` when given, else landcover-synth JPEGs
     of `image_size` generated in memory."""
@@ -85,10 +128,10 @@ def run_decode(args, config: Config) -> BenchResult:
     rows = []
     if folder:  # the real images at their own size
         blobs, label = decode_inputs(0, folder, args.images or 512)
-        rows += decode.benchmark_decoders(blobs, decoders, args.repeats, label=label)
+        rows += benchmark_decoders(blobs, decoders, args.repeats, label=label)
     for size in _int_list(args.sizes):
         blobs, label = decode_inputs(size, None, args.images)
-        rows += decode.benchmark_decoders(blobs, decoders, args.repeats, label=label)
+        rows += benchmark_decoders(blobs, decoders, args.repeats, label=label)
     summary = {f"{r['decoder']}_{r['image_size']}px{'_files' if 'files' in r['inputs'] else ''}_images_per_second":
                r["images_per_second"] for r in rows}
     return BenchResult(rows, summary, {"sizes": args.sizes, "folder": str(folder or ""), "repeats": args.repeats,

@@ -6,6 +6,7 @@ so this module measures the disk you have and names its type; the comparison nee
 Cold reads: the probe writes a temporary file, flushes it, and asks the kernel to drop its pages
 (`posix_fadvise(POSIX_FADV_DONTNEED)`, see posix_fadvise(2)) before every pass, so the reads reach the
 device instead of the page cache. Virtual disks (virtio `vd*`) may still be cached by the host.
+`time_raw_reads` compares reading loose files with streaming the same bytes from tar shards.
 """
 from __future__ import annotations
 
@@ -153,3 +154,49 @@ def describe_reads(probe: dict) -> str:
             f"file: sequential {statistics.median(probe['sequential_mb_per_s']):.0f} MB/s, random 4 KiB "
             f"{statistics.median(probe['random_reads_per_s']):,.0f} IOPS "
             f"({statistics.median(probe['random_mb_per_s']):.1f} MB/s), median of {probe['repeats']}{cached}")
+
+
+def time_raw_reads(files: list, urls: list[str], repeats: int = 3, cold: bool = False) -> dict:
+    """Bytes/s and files/s of reading the encoded bytes only (no decoding): one open() + read()
+    per loose file versus one sequential stream through the tar shards. Median of `repeats`, and
+    each repeat's files/s (`*_files_per_second_repeats`, for an interval).
+    A warm page cache (files read recently) hides most of the storage cost the article measures;
+    `cold=True` asks the kernel to drop each file from the page cache before reading it
+    (`drop_from_page_cache`), so both paths read the disk. The shards: `data.shards`."""
+    import contextlib
+    import tarfile
+
+    from course_lib.instruments.timing import time_repeats
+
+    @contextlib.contextmanager
+    def opened(path):
+        with open(path, "rb") as handle:
+            if cold:
+                drop_from_page_cache(handle.fileno())
+            yield handle
+
+    def loose():
+        total = 0
+        for path in files:
+            with opened(path) as handle:
+                total += len(handle.read())
+        return total
+
+    def tar():
+        total = 0
+        for url in urls:
+            with opened(url) as handle, tarfile.open(fileobj=handle, mode="r|") as archive:  # a sequential stream
+                for member in archive:
+                    if member.isfile() and not member.name.endswith(".cls"):
+                        total += len(archive.extractfile(member).read())
+        return total
+
+    result = {"cold": cold}
+    for name, read in (("loose", loose), ("shards", tar)):
+        timing = time_repeats(read, repeats=repeats, warmup=1)  # warm-up: same page-cache state for both
+        seconds, total, median = timing.seconds, timing.result, timing.median
+        result[f"{name}_files_per_second"] = len(files) / median
+        result[f"{name}_files_per_second_repeats"] = [len(files) / s for s in seconds]
+        result[f"{name}_megabytes_per_second"] = total / 1e6 / median
+    result["shards_speedup"] = result["shards_files_per_second"] / result["loose_files_per_second"]
+    return result

@@ -9,13 +9,19 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import statistics
-import time
 from typing import Callable, Iterable
 
 import torch
 
 from course_lib.config import Config, ConfigError
-from course_lib.data.loaders import _synchronize, make_loader, resolved_num_workers
+from course_lib.data.loaders import (
+    DataWaitTimer,
+    make_loader,
+    resolved_num_workers,
+    timed_batches,
+)
+from course_lib.devices import synchronize
+from course_lib.instruments.timing import stopwatch, time_repeats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,13 +91,7 @@ def time_loader(loader, epochs: int = 2, warmup_epochs: int = 1, device: torch.d
     for _ in range(warmup_epochs):
         for batch in loader:
             consume(batch)
-    _synchronize(device)
-    images, start = 0, time.perf_counter()
-    for _ in range(epochs):
-        for batch in loader:
-            images += consume(batch)
-    _synchronize(device)
-    seconds = time.perf_counter() - start
+    seconds, images = stopwatch(lambda: sum(consume(batch) for _ in range(epochs) for batch in loader), device)
     return {"images": images, "seconds": seconds, "images_per_second": images / seconds if seconds else 0.0}
 
 
@@ -164,12 +164,8 @@ def single_process_rate(dataset, images: int = 256, repeats: int = 3, threads: i
         torch.set_num_threads(threads)
     try:
         dataset[0]  # warm-up: imports, first-call allocations
-        rates = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for index in range(count):
-                dataset[index]
-            rates.append(count / (time.perf_counter() - start))
+        timing = time_repeats(lambda: [dataset[index] for index in range(count)], repeats=repeats, warmup=0)
+        rates = [count / seconds for seconds in timing.seconds]
     finally:
         torch.set_num_threads(previous)
     return {"images": count, "repeats": repeats, "images_per_second": statistics.median(rates)}
@@ -213,3 +209,18 @@ def cores_per_accelerator(training_images_per_second: float, images_per_second_p
     if images_per_second_per_core <= 0:
         raise ValueError("images per second per core must be positive")
     return training_images_per_second / images_per_second_per_core
+
+
+def measure_data_wait(loader, step: Callable, *, max_batches: int | None = None, warmup_batches: int = 1,
+                      device=None) -> DataWaitTimer:
+    """Run `step(batch)` over the loader and return the DataWaitTimer; the first
+    `warmup_batches` (worker start-up, first-call allocations) run but are not counted."""
+    device = torch.device(device) if isinstance(device, str) else device
+    iterator = iter(loader)  # one iterator: warm-up and measured steps share the same workers
+    for batch in itertools.islice(iterator, warmup_batches):
+        step(batch)
+    synchronize(device)  # the warm-up's queued work is not the first measured step's
+    timer = DataWaitTimer()
+    for batch in timed_batches(iterator, timer, device, max_batches):
+        step(batch)
+    return timer

@@ -3,19 +3,14 @@ state, activations, input), the measured peak, and a largest-batch finder.
 
 The four sources are the ones the article lists (Sec. 1.3); activations are measured on a tiny
 batch and scaled linearly in the batch size. The measured peak is `torch.cuda.max_memory_allocated`
-on a GPU and, on CPU, the profiler's per-allocation memory accounting (see `cpu_peak_tracker`).
+on a GPU and, on CPU, the profiler's per-allocation memory accounting (`instruments.peak_memory.cpu_peak_tracker`).
 Background: Sohoni et al., "Low-Memory Neural Network Training" (2019) for the breakdown;
 PyTorch docs "Understanding CUDA Memory Usage".
 """
 from __future__ import annotations
 
-import gc
-import json
-import os
-import tempfile
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 import torch
 
@@ -31,6 +26,15 @@ from course_lib.engine.precision import (  # noqa: F401
     grad_scaler,
 )
 from course_lib.engine.step_bench import StepBench
+
+# The counters themselves are the ground floor's (`instruments.peak_memory`); measure.gpu_check and
+# notebook 01 read them through this module as `memory.peak_memory_kind`, `memory.release_memory`.
+from course_lib.instruments.peak_memory import (  # noqa: F401
+    is_out_of_memory,
+    peak_bytes_during,
+    peak_memory_kind,
+    release_memory,
+)
 
 FP32_BYTES = 4
 
@@ -165,14 +169,14 @@ class MemoryEstimate:
         return (self.parameters_bytes + self.gradients_bytes + self.optimizer_state_bytes
                 + self.activations_bytes + self.input_bytes)
 
-    def at_batch(self, batch_size: int) -> "MemoryEstimate":
+    def at_batch(self, batch_size: int) -> MemoryEstimate:
         """The same estimate at another batch size (only activations and input change)."""
         return MemoryEstimate(**{**asdict(self), "batch_size": batch_size,
                                  "activations_bytes": self.activation_fixed_bytes
                                  + self.activation_bytes_per_image * batch_size,
                                  "input_bytes": 3 * self.image_size ** 2 * FP32_BYTES * batch_size})
 
-    def with_optimizer(self, optimizer: str, momentum: float = 0.9) -> "MemoryEstimate":
+    def with_optimizer(self, optimizer: str, momentum: float = 0.9) -> MemoryEstimate:
         """The same estimate for another optimizer (only its state changes; no re-measuring)."""
         state = optimizer_state_bytes(self.parameter_count, optimizer, momentum, self.parameter_tensors)
         return MemoryEstimate(**{**asdict(self), "optimizer": optimizer, "optimizer_state_bytes": state})
@@ -215,130 +219,6 @@ def estimate_training_memory(model, batch_size: int, image_size: int, precision:
         input_bytes=batch_size * 3 * image_size * image_size * FP32_BYTES,
         activation_fixed_bytes=fixed, activation_bytes_per_image=per_image, activation_device=str(device),
         parameter_count=sum(p.numel() for p in trainable), parameter_tensors=len(trainable))
-
-
-@contextmanager
-def _quiet_stderr():
-    """Silence the profiler's C++ start/stop log lines (written to file descriptor 2)."""
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    with open(os.devnull, "w") as devnull:
-        os.dup2(devnull.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-
-
-@contextmanager
-def cpu_peak_tracker():
-    """Track the peak of CPU tensor memory allocated inside the block, above what was live before.
-
-    Method: `torch.profiler` with `profile_memory=True` routes every CPU tensor allocation and
-    free through c10's ProfiledCPUMemoryReporter, which records a "[memory]" event with the bytes
-    and the running "Total Allocated". The peak of that running total, minus its value when the
-    block started, is the block's peak of tensor memory. It counts what torch allocates for tensors
-    (the same thing `torch.cuda.max_memory_allocated` counts on a GPU), not allocator slack or
-    Python objects, which process RSS would mix in. Yields a dict whose "peak_bytes" is set on exit."""
-    from torch.profiler import ProfilerActivity, profile
-
-    result = {"peak_bytes": None}
-    with _quiet_stderr():
-        profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-        profiler.__enter__()
-    try:
-        yield result
-    finally:
-        with _quiet_stderr():
-            profiler.__exit__(None, None, None)
-            handle, path = tempfile.mkstemp(suffix=".json")
-            os.close(handle)
-            try:
-                profiler.export_chrome_trace(path)
-                with open(path) as trace_file:
-                    events = json.load(trace_file)["traceEvents"]
-            finally:
-                os.unlink(path)
-        memory = sorted((e for e in events if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 0),
-                        key=lambda e: e["ts"])
-        if memory:
-            start = memory[0]["args"]["Total Allocated"] - memory[0]["args"]["Bytes"]
-            result["peak_bytes"] = max(e["args"]["Total Allocated"] for e in memory) - start
-        else:
-            result["peak_bytes"] = 0
-
-
-def peak_bytes_during(step: Callable[[], object], device) -> int:
-    """Peak tensor bytes allocated while `step()` runs, above what was live when it started.
-    CUDA: the caching allocator's peak counter (synchronized, so queued kernels are counted);
-    MPS: the growth of Metal's allocation across the step; CPU: `cpu_peak_tracker` (profiler accounting)."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        before = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        step()
-        torch.cuda.synchronize(device)
-        return int(torch.cuda.max_memory_allocated(device) - before)
-    if device.type == "mps":
-        # No peak counter on MPS (devices.UNSUPPORTED["mps"]["peak_memory"]): with the cache emptied
-        # first, the allocator's growth across the step keeps the freed blocks, hence the high-water mark.
-        torch.mps.synchronize()
-        torch.mps.empty_cache()
-        before = torch.mps.driver_allocated_memory()
-        step()
-        torch.mps.synchronize()
-        return int(max(0, torch.mps.driver_allocated_memory() - before))
-    with cpu_peak_tracker() as tracked:
-        step()
-    return int(tracked["peak_bytes"])
-
-
-def reset_peak_memory(device) -> None:
-    """Start a new CUDA peak (no-op on CPU: use `cpu_peak_tracker` there)."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def peak_memory_bytes(device) -> int:
-    """CUDA: peak bytes allocated by tensors since the last reset. CPU: the process's peak resident
-    set (cannot be reset; only grows), a coarse fallback where `cpu_peak_tracker` is not used."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    import resource
-    import sys
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB, macOS bytes
-
-
-def peak_memory_kind(device) -> str:
-    return {"cuda": "cuda_max_allocated", "mps": "mps_driver_allocated_growth"}.get(torch.device(device).type,
-                                                                                    "process_peak_rss")
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    """True for CUDA OOM and for the CPU allocator failing to allocate."""
-    if isinstance(error, torch.OutOfMemoryError):
-        return True
-    text = str(error).lower()
-    return isinstance(error, (RuntimeError, MemoryError)) and ("out of memory" in text or "can't allocate" in text
-                                                               or isinstance(error, MemoryError))
-
-
-def release_memory(device=None) -> None:
-    """Give freed blocks back after an OOM so the process stays usable."""
-    gc.collect()
-    if torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda"):
-        torch.cuda.empty_cache()
-    elif device is not None and torch.device(device).type == "mps":
-        torch.mps.empty_cache()
 
 
 class TrainingStepProbe:

@@ -12,7 +12,7 @@ import torch
 
 from course_lib import devices
 from course_lib.devices import as_device
-from course_lib.measure.timing import stopwatch
+from course_lib.instruments.timing import stopwatch
 
 # Default seconds per probe. fp32 on CPU is the MFU denominator there, so it gets the most; CPU
 # fp16/bf16 are mostly emulated (10-400x slower) and only need comparing with fp32.

@@ -8,7 +8,8 @@
     head   global max-pool -> linear, its output scaled by 1/8 (airbench: small logits early on)
 
 Registered with timm, so `timm.create_model("speedrun_resnet", num_classes=10)` and every notebook
-can use it; `speedrun_resnet_small` halves the widths. Widths (64, 128, 256): 1,941,066 parameters
+can use it; `speedrun_resnet_small` halves the widths, and `speedrun_resnet_tiny` (notebook 13's
+distillation student) halves them again. Widths (64, 128, 256): 1,941,066 parameters
 with 10 classes (`tests/test_speedrun.py` checks the number).
 """
 from __future__ import annotations
@@ -108,4 +109,15 @@ def speedrun_resnet_small(pretrained: bool = False, **kwargs) -> SpeedrunResNet:
         raise ValueError("speedrun_resnet_small has no pretrained weights; set pretrained=false")
     model = SpeedrunResNet(**{"widths": (32, 64, 128), "stem_width": 16, **kwargs})
     model.pretrained_cfg = model.default_cfg = _config("speedrun_resnet_small")
+    return model
+
+
+@register_model
+def speedrun_resnet_tiny(pretrained: bool = False, **kwargs) -> SpeedrunResNet:
+    """Widths 16/32/64, stem 8 (0.12 M parameters with 10 classes): a quarter of the small net's
+    arithmetic, the student notebook 13 distils the speed-run recipe's model into."""
+    if pretrained:
+        raise ValueError("speedrun_resnet_tiny has no pretrained weights; set pretrained=false")
+    model = SpeedrunResNet(**{"widths": (16, 32, 64), "stem_width": 8, **kwargs})
+    model.pretrained_cfg = model.default_cfg = _config("speedrun_resnet_tiny")
     return model

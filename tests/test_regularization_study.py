@@ -1,5 +1,4 @@
-import math
-
+"""Notebook 07's study (`chapters.regularization_study`): the variants, the seeds, scoring raw and EMA weights, the summary with intervals and paired verdicts, the article's claims, the CIFAR-10 control."""
 import numpy as np
 import pandas as pd
 import pytest
@@ -61,38 +60,6 @@ def test_article_combo_is_the_articles_recipe():
 ])
 def test_choose_weights_keeps_the_better_on_validation(raw, ema, expected):
     assert regularization_study.choose_weights(raw, ema) == expected
-
-
-def test_seed_noise_and_band_closed_forms():
-    noise = statistics.seed_noise([0.70, 0.72, 0.74])
-    assert noise == {"mean": pytest.approx(0.72), "std": pytest.approx(0.02), "runs": 3}
-    assert statistics.noise_band(0.02, 3) == pytest.approx(2 * 0.02 * math.sqrt(4 / 3))
-    with pytest.raises(ValueError, match="at least 2 runs"):
-        statistics.seed_noise([0.7])
-
-
-def test_binomial_std_closed_form():
-    assert statistics.binomial_std(0.5, 100) == pytest.approx(0.05)
-    assert statistics.binomial_std(1.0, 10) == 0.0
-
-
-def test_compare_to_baseline_flags_only_deltas_outside_the_band():
-    table = pd.DataFrame({"val top-1": [0.72, 0.74, 0.80, 0.60]}, index=["baseline", "small", "big", "worse"])
-    compared = statistics.compare_to_baseline(table, {"val top-1": [0.71, 0.72, 0.73]}, metrics=("val top-1",))
-    band = 2 * 0.01 * math.sqrt(4 / 3)
-    assert compared["val top-1 noise band"].iloc[0] == pytest.approx(band)
-    assert compared["val top-1 delta"].tolist() == pytest.approx([0.0, 0.02, 0.08, -0.12])
-    assert compared["val top-1 beyond noise"].tolist() == ["no", "no", "yes", "yes"]
-
-
-def test_compare_to_baseline_floor_stops_agreeing_seeds_from_shrinking_the_band():
-    table = pd.DataFrame({"val top-1": [0.55]}, index=["variant"])
-    without = statistics.compare_to_baseline(table, {"val top-1": [0.5, 0.5]}, metrics=("val top-1",))
-    assert without["val top-1 beyond noise"].item() == "yes"  # std 0 from two agreeing seeds
-    floored = statistics.compare_to_baseline(table, {"val top-1": [0.5, 0.5]}, metrics=("val top-1",),
-                                                 floors={"val top-1": 0.05})
-    assert floored["val top-1 noise band"].item() == pytest.approx(2 * 0.05 * math.sqrt(1.5))
-    assert floored["val top-1 beyond noise"].item() == "no"
 
 
 def test_training_speed_drops_the_warm_up_epoch():
@@ -168,29 +135,6 @@ def _fit_and_score(tmp_path):
     assert [r["weights"] for r in rows] == ["raw", "ema"] and sum(r["kept"] for r in rows) == 1
     assert all(0.0 <= r["val top-1"] <= 1.0 and r["ECE"] >= 0.0 for r in rows)
 
-
-def test_validation_noise_bootstrap_matches_the_binomial_closed_form():
-    rng = np.random.default_rng(1)
-    labels = rng.integers(0, 4, 400)
-    probabilities = np.full((400, 4), 0.1)
-    right = rng.random(400) < 0.7  # 70% of the images get their true class on top
-    probabilities[np.arange(400), np.where(right, labels, (labels + 1) % 4)] = 0.7
-    noise = statistics.validation_noise(labels, probabilities, draws=400)
-    accuracy = float(right.mean())
-    assert noise["val top-1"] == pytest.approx(statistics.binomial_std(accuracy, 400), rel=0.15)
-    assert noise["ECE"] > 0 and noise["val loss"] > 0
-    assert statistics.validation_noise(labels, probabilities, draws=50) == \
-        statistics.validation_noise(labels, probabilities, draws=50)  # seeded: repeatable
-
-
-def test_validation_noise_is_zero_when_every_resample_scores_the_same():
-    labels = np.array([0, 1, 2, 0])
-    probabilities = np.eye(3)[labels] * 0.97 + 0.01
-    noise = statistics.validation_noise(labels, probabilities, draws=20)
-    assert noise["val top-1"] == 0.0 and noise["ECE"] == pytest.approx(0.0, abs=1e-12)
-
-
-# --- the study: every variant over the same seeds, intervals, paired verdicts, claims ---------------------------
 
 def _fake_study(top1: dict, data="EuroSAT", speeds=None, ece=None, ema_gain=None, seeds=(0, 1, 2)):
     """A Study from made-up results: `top1` maps a trick to its top-1 per seed (fractions);
@@ -396,6 +340,31 @@ def test_cifar10_control_reads_a_cifar10_folder_without_downloading(tmp_path, mo
     assert control.data == "CIFAR-10" and control.config.image_size == 32 and control.config.dataset == "cifar10"
     assert sorted(set(control.runs["trick"])) == sorted(regularization_study.CONTROL_VARIANTS)
     assert control.seeds == [0, 1] and control.val_images == 10  # 10% of the 100 training images
+
+
+def test_cifar10_control_reads_the_folder_that_data_get_writes(tmp_path, monkeypatch):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 4), ("valid", 1), ("test", 1)):
+        for label in range(10):
+            folder = tmp_path / "data_cache" / "cifar10" / split / f"class{label}"
+            folder.mkdir(parents=True)
+            for index in range(count):
+                Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / f"{index}.png")
+    monkeypatch.setattr(regularization_study.paths, "CACHE_DIR", tmp_path / "data_cache")
+    assert regularization_study.find_cifar10() == (tmp_path / "data_cache" / "cifar10", "imagefolder")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        config = regularization_study.study_config("smoke", max_steps=1, batch_size=8,
+                                                   output_dir=str(tmp_path / "out"))
+        control = regularization_study.cifar10_control(config, [0, 1], 0.5, progress=False)
+    finally:
+        torch.set_num_threads(previous)
+    assert isinstance(control, regularization_study.Study), control
+    assert control.config.dataset == "imagefolder" and control.config.storage == "cache"  # the study's own path
+    assert control.val_images == 10  # valid/, the fixed carve-out, not a split drawn from train
 
 
 def test_cifar10_control_with_corrupted_files_gives_the_reason(tmp_path):

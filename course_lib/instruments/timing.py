@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from course_lib.devices import synchronize
 
@@ -41,17 +41,23 @@ class Timing:
         return amount / seconds if seconds > 0 else float("inf")
 
 
+def now(device=None) -> float:
+    """The clock (seconds, time.perf_counter) read once `device`'s queued work has finished: the
+    one way the workbook reads a clock. For an interval that cannot be one call (the data wait of a
+    step, which a generator hands back and forth), read it at both ends."""
+    synchronize(device)  # note: a CPU-GPU sync point; CUDA/MPS kernels are asynchronous
+    return time.perf_counter()
+
+
 def stopwatch(work: Callable[[], object], device=None, calls: int = 1) -> tuple[float, object]:
     """Seconds per call of `calls` back-to-back calls of `work`, between two device syncs, and
     the last call's result. The building block of `time_repeats`, and the way to time a call that
     must not be repeated (the first compile, say)."""
-    synchronize(device)  # start from an idle device, so earlier queued work is not timed
-    start = time.perf_counter()
+    start = now(device)  # from an idle device, so earlier queued work is not timed
     result = None
     for _ in range(calls):
         result = work()
-    synchronize(device)  # wait for the queued work before reading the clock
-    return (time.perf_counter() - start) / calls, result
+    return (now(device) - start) / calls, result  # the queued work finished before the clock is read
 
 
 def time_repeats(work: Callable[[], object], *, repeats: int = 5, warmup: int = 1, device=None,

@@ -1,0 +1,78 @@
+"""Notebook 12 (`chapters.time_to_accuracy`): racers compared at the same clock, the ablation paired by seed and scored on one validation subset, the reference claims."""
+import pytest
+from conftest import tiny_config
+
+from course_lib.engine import speedrun
+
+
+def _result(label, curve, images_per_second=100.0, val_top1=None, val_images=4050):
+    from course_lib.config import make_config
+
+    return speedrun.RaceResult(label, make_config("smoke"), [{"seconds": s, "val_top1": a} for s, a in curve], 0.0,
+                               curve[-1][0], val_top1 if val_top1 is not None else curve[-1][1], None, "off",
+                               images_per_second, 10, val_images)
+
+
+def test_racers_are_compared_at_the_same_clock():
+    from course_lib.chapters import time_to_accuracy
+
+    fast = _result("fast", [(20, 0.5), (40, 0.8), (80, 0.9), (160, 0.96)])
+    slow = _result("slow", [(40, 0.2), (76, 0.3)])  # passed its 75 s budget by the step in flight
+    assert time_to_accuracy.top1_at(fast, 75) == 0.8 and time_to_accuracy.top1_at(slow, 75) == 0.3
+    assert time_to_accuracy.top1_at(fast, 10) is None
+
+
+def test_ablation_changes_are_paired_by_seed():
+    from course_lib.chapters import time_to_accuracy
+
+    def runs(accuracies):
+        return [_result("r", [(1, a)]) for a in accuracies]
+
+    table = time_to_accuracy.ablation_table([
+        time_to_accuracy.Ablation("full recipe", {}, runs([0.80, 0.70, 0.75])),
+        # the same seeds' luck, 5 points lower each: beyond noise when paired, not by the spread alone
+        time_to_accuracy.Ablation("label smoothing", {"label_smoothing": 0.0}, runs([0.75, 0.65, 0.70])),
+        time_to_accuracy.Ablation("warm-up", {"warmup_epochs": 0.0}, runs([0.82, 0.68, 0.76]))])
+    assert table.loc["label smoothing", "change vs full"] == pytest.approx(-0.05)
+    assert table.loc["label smoothing", "verdict"] == "worse" and table.loc["label smoothing", "beyond noise"]
+    assert table.loc["warm-up", "verdict"] == "within noise" and not table.loc["warm-up", "beyond noise"]
+    assert table.loc["full recipe", "change vs full"] == 0.0
+    assert list(table.columns).index("MFU") == list(table.columns).index("images/s mean") + 1
+    assert table["MFU"].gt(0).all()
+
+
+def test_the_reference_claims_from_a_race(monkeypatch):
+    from course_lib.analysis import claims
+    from course_lib.chapters import time_to_accuracy
+
+    monkeypatch.setattr(claims, "_hardware", lambda: "test machine")
+    default = _result("workbook default", [(75, 0.4)], images_per_second=20.0)
+    speed = _result("speed-run recipe", [(100, 0.9), (200, 0.975)], images_per_second=800.0, val_top1=0.978)
+    found = {c.key: c for c in time_to_accuracy.claims_table([default, speed], 210.0)}
+    assert found["eurosat_finetuned_reference"].verdict == claims.REFUTED  # 97.8% [97.3, 98.2] < 98.57
+    assert "whole interval is below 98.57%" in found["eurosat_finetuned_reference"].reason
+    assert found["eurosat_scratch_reference"].verdict == claims.HOLDS
+    assert "at or above 97.23%" in found["eurosat_scratch_reference"].reason
+    close = _result("speed-run recipe", [(100, 0.9), (200, 0.985)], images_per_second=800.0, val_top1=0.9857)
+    near = {c.key: c for c in time_to_accuracy.claims_table([default, close], 210.0)}
+    assert near["eurosat_finetuned_reference"].verdict == claims.NOT_SHOWN  # the interval straddles 98.57%
+    assert "contains 98.57%" in near["eurosat_finetuned_reference"].reason
+    assert found["speedrun_97_in_10_minutes"].verdict == claims.HOLDS and "200 s" in found[
+        "speedrun_97_in_10_minutes"].reason
+    assert found["airbench_pipeline"].verdict == claims.HOLDS
+    short = _result("speed-run recipe", [(100, 0.9), (200, 0.95)], images_per_second=800.0)
+    unreached = {c.key: c for c in time_to_accuracy.claims_table([default, short], 210.0)}
+    assert unreached["speedrun_97_in_10_minutes"].verdict == claims.NOT_MEASURABLE
+    assert "bench_speedrun" in unreached["speedrun_97_in_10_minutes"].reason
+
+
+def test_the_ablation_scores_every_run_on_the_same_validation_subset(tmp_path):
+    from course_lib.chapters import time_to_accuracy
+    from course_lib.config import SAMPLE_DATA_DIR
+
+    config = tiny_config(tmp_path, data_dir=SAMPLE_DATA_DIR, max_train_images=32, max_steps=1)
+    ablations = time_to_accuracy.ablate(config, [0], ["label smoothing", "pre-decoded cache"],
+                                        validation_per_class=2)
+    assert [a.ingredient for a in ablations] == ["full recipe", "label smoothing", "pre-decoded cache"]
+    classes = ablations[0].results[0].num_classes
+    assert {a.results[0].val_images for a in ablations} == {2 * classes}

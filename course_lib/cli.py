@@ -330,6 +330,8 @@ def _add_ddp(subparsers) -> None:
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds before the launch and all its processes are stopped (default: sized from "
                              "the run's epochs and images, see torchrun.fitting_timeout)")
+    parser.add_argument("--port", type=int, default=0,
+                        help="rendezvous port on 127.0.0.1 (default 0: a free one); a taken port is refused")
     parser.set_defaults(func=_ddp)
 
     probe = subparsers.add_parser("ddp-probe", help="one worker of `workbook ddp --scaling` (run under torchrun)")
@@ -357,7 +359,8 @@ def _ddp(args) -> int:
         print(f"hardware: {report.hardware}")
         return 0
     result = torchrun.launch(args.nproc_per_node, params, args.profile, nnodes=args.nnodes,
-                             threads_per_process=args.threads, timeout=args.timeout, check=False)
+                             threads_per_process=args.threads, timeout=args.timeout, check=False,
+                             port=args.port)
     if not result.ok:
         print(result.failure_report(), file=sys.stderr)
         return 1
@@ -491,6 +494,8 @@ def _add_export(subparsers) -> None:
                         help="post-training int8, calibrated on training images (onnx: onnxruntime static QDQ; "
                              "pt2: PT2E with the X86 Inductor quantizer)")
     parser.add_argument("--output", help="the artifact's path (default: beside the checkpoint, e.g. last-int8.onnx)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing artifact (the checkpoint being exported is never replaced)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per batch size (median reported)")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                         help="override a stored config value for the data (e.g. data_dir=..., batch_size=256)")
@@ -501,7 +506,7 @@ def _export(args) -> int:
     from course_lib.deploy import export
 
     report = export.export_checkpoint(args.checkpoint, args.format, int8=args.int8, output=args.output,
-                                      repeats=args.repeats, **parse_assignments(args.param))
+                                      repeats=args.repeats, force=args.force, **parse_assignments(args.param))
     latency = report["latency"]
     print(f"wrote {report['artifact']} ({report['bytes'] / 1e6:.2f} MB): val top-1 {report['top1']:.4f} "
           f"(PyTorch {report['pytorch_top1']:.4f}), max |logit difference| {report['max_abs_logit_difference']:.2e}, "

@@ -218,7 +218,7 @@ def notebook_row(out_dir: Path, result: dict, rows: list[dict]) -> str:
             figure_cell = (f'<a href="{relative}"><img src="{relative}" width="{THUMBNAIL_PIXELS}" '
                            f'alt="key figure of {html.escape(name)}"></a>')
     params = html.escape(", ".join(f"{k}={v}" for k, v in result.get("parameters", {}).items()))
-    return (f"<tr><td>{links}<br><small>{params}</small></td><td style='color:{colour}'>{result['status']}</td>"
+    return (f"<tr><td>{links}<br><small>{params}</small></td><td style='color:{colour}'>{html.escape(result['status'])}</td>"
             f"<td>{result['duration_seconds']:.1f}</td><td>{headline_html(headline(rows))}</td>"
             f"<td>{claim_cell}</td><td>{figure_cell}</td><td>{html.escape(result.get('error') or '')}</td></tr>")
 

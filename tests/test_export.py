@@ -53,3 +53,26 @@ def test_workbook_export_on_a_workbook_train_checkpoint(tmp_path, capsys):
 def test_export_refuses_a_missing_checkpoint_in_one_line(tmp_path, capsys):
     assert cli.main(["export", str(tmp_path / "nothing.pt")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_export_never_writes_over_the_checkpoint_or_an_existing_file(tmp_path, capsys):
+    """Issue 30 point 2: `--output ck/last.pt` replaced the checkpoint with ONNX and exited 0, and
+    --int8 overwrote, then deleted, an existing <stem>-fp32.onnx."""
+    out = tmp_path / "run"
+    assert cli.main(["train", "--profile", "smoke", "--no-progress", "-p", f"output_dir={out}", "-p", "max_steps=1"]) == 0
+    checkpoint_bytes = (out / "last.pt").read_bytes()
+    capsys.readouterr()
+    for output in (out / "last.pt", out / "." / "last.pt"):
+        assert cli.main(["export", str(out / "last.pt"), "--output", str(output), "--force"]) == 2
+        errors = capsys.readouterr().err.strip().splitlines()
+        assert len(errors) == 1 and "is the checkpoint being exported" in errors[0], errors
+    assert (out / "last.pt").read_bytes() == checkpoint_bytes
+    (out / "last-int8.onnx").write_text("an earlier artifact")
+    assert cli.main(["export", str(out / "last.pt"), "--int8"]) == 2
+    assert "already exists; pass --force" in capsys.readouterr().err
+    assert (out / "last-int8.onnx").read_text() == "an earlier artifact"
+    (out / "last-int8-fp32.onnx").write_text("someone's own file")
+    assert cli.main(["export", str(out / "last.pt"), "--int8", "--force", "--repeats", "1"]) == 0
+    assert (out / "last-int8-fp32.onnx").read_text() == "someone's own file"
+    assert (out / "last-int8.onnx").read_bytes()[:2] != b"an" and (out / "last.pt").read_bytes() == checkpoint_bytes
+    assert not list(out.glob(".*.tmp")), "temp files left behind"

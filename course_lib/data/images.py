@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,44 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
 class BadImageError(WorkbookError, RuntimeError):
     """An image that cannot be decoded; the message names the file and the fix."""
+
+
+class SplitClassesError(WorkbookError, ValueError):
+    """Split folders (train/, val/, test/) with different class folders: each would number its own."""
+
+
+# The split folders an image-folder dataset may hold, by split (the first one present is used).
+SPLIT_FOLDER_NAMES = {"train": ("train",), "val": ("val", "valid", "validation"), "test": ("test",)}
+
+
+def split_folders(root: Path) -> dict[str, Path]:
+    """The split folders under `root` that exist, by split name ({} when `root` has none)."""
+    found = {}
+    for split, options in SPLIT_FOLDER_NAMES.items():
+        folder = next((root / option for option in options if (root / option).is_dir()), None)
+        if folder is not None:
+            found[split] = folder
+    return found
+
+
+def class_mismatch(classes_of: dict[str, list[str]]) -> str | None:
+    """None when every split holds train's classes, else one line naming what differs and the fix.
+    `classes_of` maps split folder name (train first) to its class folder names. Labels are class
+    indices in sorted order, so a class missing from val/ would shift every later class by one."""
+    (train_name, train_classes), *others = classes_of.items()
+    differences = []
+    for name, classes in others:
+        missing = [c for c in train_classes if c not in classes]
+        extra = [c for c in classes if c not in train_classes]
+        if missing:
+            differences.append(f"{name}/ lacks {', '.join(missing)}")
+        if extra:
+            differences.append(f"{name}/ has {', '.join(extra)}, which {train_name}/ lacks")
+    if not differences:
+        return None
+    return (f"the split folders hold different classes ({'; '.join(differences)}): each split would number its own "
+            f"classes, so labels would not match; give every split the class folders of {train_name}/ "
+            "(`workbook scan` lists them)")
 
 
 # Modes holding more than 8 bits per channel, which PIL's convert("RGB") clips to 255 (white)
@@ -48,13 +87,40 @@ def load_rgb(path: str | os.PathLike) -> Image.Image:
                             "or set bad_images=skip") from None
 
 
+def _not_a_readable_file(path: str) -> str | None:
+    """Why `path` (named like an image) cannot be read as a file, or None: a broken or looping link,
+    or something other than a regular file, such as a FIFO, whose read would block forever."""
+    mode = os.lstat(path).st_mode  # one system call per file, as a plain listing costs
+    if stat.S_ISLNK(mode):
+        if os.path.isfile(path):  # isfile follows the link
+            return None
+        if os.path.exists(path):
+            return (f"{path}: symbolic link to {os.readlink(path)}, which is not a regular file; "
+                    "remove the link (`workbook scan` lists every link)")
+        return (f"{path}: symbolic link to {os.readlink(path)}, which does not exist or loops back; "
+                "remove the link or restore its target (`workbook scan` lists every link)")
+    if not stat.S_ISREG(mode):
+        return (f"{path}: not a regular file ({file_type_name(mode)}), so reading it could block forever; "
+                "remove it or replace it with the image file (`workbook scan` lists these)")
+    return None
+
+
+def file_type_name(mode: int) -> str:
+    """What kind of file system entry an `os.stat` mode describes, in words ("a FIFO")."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
 def list_image_folder(root: Path, *, follow_links: bool = False,
                       bad_images: str = "fail") -> tuple[list[str], list[tuple[str, int]]]:
     """(classes, samples) of an ImageFolder tree in torchvision's order (sorted class folders, then
     sorted folders and files in each), agreeing with `workbook scan`: links to folders inside a
     class folder are not followed unless `follow_links` (then each real folder once, so a link to
-    an ancestor ends); a broken or looping file link raises BadImageError (bad_images=fail) or is
-    left out with a warning (skip). torchvision's own walk follows every folder link, forever."""
+    an ancestor ends); a broken or looping file link, or a FIFO or other non-regular file named
+    like an image, raises BadImageError (bad_images=fail) or is left out with a warning (skip). torchvision's own walk follows every folder link, forever."""
     from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes
 
     classes, class_to_index = find_classes(str(root))
@@ -79,9 +145,8 @@ def list_image_folder(root: Path, *, follow_links: bool = False,
                 path = os.path.join(folder, file_name)
                 if not file_name.lower().endswith(IMG_EXTENSIONS):
                     continue
-                if os.path.islink(path) and not os.path.isfile(path):  # isfile follows the link
-                    message = (f"{path}: symbolic link to {os.readlink(path)}, which does not exist or loops back; "
-                               "remove the link or restore its target (`workbook scan` lists every link)")
+                message = _not_a_readable_file(path)
+                if message:
                     if bad_images == "fail":
                         raise BadImageError(message)
                     log.warning("skipping %s", message)

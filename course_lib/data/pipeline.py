@@ -35,7 +35,12 @@ from course_lib.data.datasets import (
 )
 from course_lib.data.decode import FileDecoder, get_decoder
 from course_lib.data.device_augment import DeviceAugment, DeviceStage, batch_normalize
-from course_lib.data.images import BadImageError
+from course_lib.data.images import (
+    BadImageError,
+    SplitClassesError,
+    class_mismatch,
+    split_folders,
+)
 from course_lib.data.landcover import landcover_cache_dir
 from course_lib.data.loaders import resolved_num_workers
 from course_lib.data.resident import ResidentSplit
@@ -46,7 +51,6 @@ from course_lib.paths import CACHE_DIR, project_root, resolve_path
 SHUFFLE_BUFFER = 1000
 # Datasets held as decoded arrays in memory: no files for `decoder` or `storage` to act on.
 IN_MEMORY_DATASETS = ("digits", "cifar10")
-SPLIT_FOLDER_NAMES = {"train": ("train",), "val": ("val", "valid", "validation"), "test": ("test",)}
 
 
 @dataclasses.dataclass
@@ -86,13 +90,13 @@ def plan_splits(root: Path, seed: int, max_train_images: int, listing: FolderLis
     80/10/10 split of `root`; then max_train_images of the training files.
     validation_from="train" validates on a fixed stratified 10% of train/ instead, and holds the
     folder's val/ out as the test split when the data has no test/ (so a recipe is chosen on images
-    that the reported figure never sees)."""
-    folders = {}
-    for split, options in SPLIT_FOLDER_NAMES.items():
-        found = next((root / option for option in options if (root / option).is_dir()), None)
-        if found is not None:
-            folders[split] = found
+    that the reported figure never sees). The class list is train/'s: a val/ or test/ with other
+    class folders is refused (SplitClassesError), as each folder would number its own classes."""
+    folders = split_folders(root)
     if "train" in folders:
+        mismatch = class_mismatch({folder.name: listing(folder).classes for folder in folders.values()})
+        if mismatch:
+            raise SplitClassesError(f"{root}: {mismatch}")
         plans = {"train": SplitPlan(folders["train"]), "test": SplitPlan(folders["test"]) if "test" in folders else None}
         if "val" in folders:
             plans["val"] = SplitPlan(folders["val"])

@@ -453,6 +453,8 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
     started = time.perf_counter()
     distributed, device = setup_distributed(config)
     check_outputs(config, distributed.is_main)
+    # One run per output folder: a second one refuses here, naming the first one's PID.
+    output_lock = paths.OutputLock(config.output_dir).acquire() if distributed.is_main else None
     recorder = RunRecorder(config, distributed.is_main, distributed.world_size, device, started)
     state = None
     try:
@@ -489,6 +491,8 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
         recorder.failed(state.history if state else [], state.precision if state else config.precision, error)
         raise
     finally:
+        if output_lock is not None:
+            output_lock.release()
         if distributed.started_here and dist.is_initialized():
             dist.destroy_process_group()
 

@@ -74,6 +74,7 @@ class Config:
     channels_last: bool = False  # NHWC memory format for convolutions
     compile: bool = False  # torch.compile the model
     compile_mode: str = "default"  # default | reduce-overhead (CUDA graphs) | max-autotune (Triton autotuning): torch.compile's mode
+    matmul_precision: str = "highest"  # highest (exact fp32) | high (TF32 tensor cores, Ampere+) | medium (TF32, or bf16 where torch allows): fp32 matmuls and convolutions (CUDA only)
     cudnn_benchmark: bool = False  # let cuDNN time its convolution algorithms on the first batches (CUDA only; fixed image sizes)
     num_workers: int = 0  # DataLoader worker processes; -1 = recommended: half the physical cores per process
     pin_memory: bool = False  # page-locked host memory for faster host-to-device copies
@@ -119,9 +120,12 @@ PROFILES: dict[str, dict] = {
     # EuroSAT at 224 px (AMD EPYC, 1 thread): 1,559 images/s instead of 637, and 151 KB per
     # image to pass on instead of 602 KB (uint8 vs float32). storage stays files: a 224 px cache
     # of the whole split costs 150 KB of disk per image, a trade to opt into (storage=cache).
+    # matmul_precision=high and cudnn_benchmark: the PyTorch performance-tuning guide's two GPU
+    # switches (TF32 for fp32 work on Ampere and newer; cuDNN's autotuner for the fixed 224 px).
     "gpu": dict(model="resnet50", image_size=224, batch_size=128, epochs=5, max_steps=0, max_train_images=0,
                 num_workers=-1, pin_memory=True, persistent_workers=True, prefetch_factor=4,
-                device="cuda", precision="auto", channels_last=True, augmentation="device"),
+                device="cuda", precision="auto", channels_last=True, augmentation="device",
+                matmul_precision="high", cudnn_benchmark=True),
 }
 
 
@@ -196,6 +200,7 @@ _CHOICES = {
     "bad_images": ("fail", "skip"),
     "validation_from": ("folder", "train"),
     "compile_mode": ("default", "reduce-overhead", "max-autotune"),
+    "matmul_precision": ("highest", "high", "medium"),  # torch.set_float32_matmul_precision
     "decoder": DECODER_NAMES,
     "storage": STORAGE_NAMES,
     "augmentation": AUGMENTATION_PLACES,

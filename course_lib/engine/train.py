@@ -46,7 +46,7 @@ from course_lib.engine.loss_guard import (  # callers catch train.NonFiniteLossE
     NonFiniteLossError,
 )
 from course_lib.engine.mixup import make_mixup
-from course_lib.engine.precision import autocast, grad_scaler
+from course_lib.engine.precision import apply_matmul_precision, autocast, grad_scaler
 from course_lib.engine.progressive_resize import image_size_for_epoch, resize_batch
 from course_lib.engine.random_erasing import make_random_erasing
 from course_lib.engine.run_record import RunRecorder
@@ -235,6 +235,9 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
         torch.backends.cudnn.benchmark = device.type == "cuda"
         if device.type != "cuda":
             log(f"cudnn_benchmark: no effect on {device.type} (cuDNN is CUDA's convolution library)")
+    if not apply_matmul_precision(config.matmul_precision, device) and \
+            config.matmul_precision != "highest":
+        log(f"matmul_precision={config.matmul_precision}: no effect on {device.type} (TF32 is a CUDA tensor-core mode)")
     bundle = bundle or pipeline.build_datasets(config)
     log(f"data: {bundle.source}, {bundle.pipeline}")
     sampler, train_loader, steps_per_epoch = _training_data(bundle.train, config, distributed, device)

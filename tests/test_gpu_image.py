@@ -57,3 +57,35 @@ def test_the_cpu_dry_run_of_gpu_check_runs_every_part_under_the_blocker(tmp_path
     assert any("not measurable on cpu" in note for note in parts["switches"]["notes"])
     text = (folder / "README.md").read_text()
     assert text.startswith("# gpu-check on cpu dry run") and "## Roofline" in text
+
+
+def test_the_runbook_script_finds_the_carried_eurosat_subset(tmp_path):
+    """scripts/gpu_check.sh on a machine without CUDA: the one line, with the project on PYTHONPATH."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("WORKBOOK_DATA", "PYTHONPATH")}
+    environment.update(PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="")
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], cwd=tmp_path, env=environment,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "nothing to check" in result.stdout, result.stderr[-2000:]
+
+
+def test_the_eurosat_subset_is_fixed_and_says_which(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pack", ROOT / "scripts" / "pack_eurosat_subset.py")
+    pack = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pack)
+    source = tmp_path / "eurosat"
+    for split, count in (("train", 5), ("valid", 2)):
+        for name in ("Forest", "River"):
+            (source / split / name).mkdir(parents=True)
+            for number in range(1, count + 1):
+                (source / split / name / f"{name}_{number * 10}.jpg").write_bytes(b"x" * number)
+    summary = pack.pack(source, tmp_path / "slot", train_per_class=3)
+    kept = sorted(p.name for p in (tmp_path / "slot" / "train" / "River").iterdir())
+    assert kept == ["River_10.jpg", "River_20.jpg", "River_30.jpg"]  # by number: 10, 20, 30 (not 10, 100 ...)
+    assert summary["train_images"] == 6 and summary["valid_images"] == 4
+    assert json.loads((tmp_path / "slot" / "SUBSET.json").read_text())["rule"].startswith("the first 3 images")
+    with pytest.raises(SystemExit, match="exists; remove it first"):
+        pack.pack(source, tmp_path / "slot", train_per_class=3)
+    with pytest.raises(SystemExit, match="over --max-mib"):
+        pack.pack(source, tmp_path / "other", train_per_class=3, max_mib=1e-6)

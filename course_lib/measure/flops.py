@@ -49,15 +49,18 @@ def with_mfu(table, model: torch.nn.Module, image_size: int, device, precision: 
     training FLOPs per image x images/s over the device's peak in each row's precision
     (`model_flops_utilization`, the one rule). `precision` is a column of the table or one precision
     for all rows ("off"/"fp32", "fp16", "bf16"); rows without a speed get None. Pass
-    `flops_per_image` when several tables share one model, `matmul_precision` (the run's Config value)
-    to decide fp32's TF32 question for the run rather than from this process's current settings."""
+    `flops_per_image` when several tables share one model, `matmul_precision` (the run's Config value,
+    or a column of the table) to decide fp32's TF32 question for the run rather than from this
+    process's current settings."""
     flops_per_image = flops_per_image or training_flops_per_image(model, image_size)
     table = table.copy()
     precisions = table[precision] if precision in table.columns else [precision] * len(table)
+    # matmul_precision: one value for all rows, or (a table that compares them) its own column
+    fp32_math = table[matmul_precision] if matmul_precision in table.columns else [matmul_precision] * len(table)
     values = []
-    for speed, name in zip(table[images_per_second], precisions):
+    for speed, name, math_mode in zip(table[images_per_second], precisions, fp32_math):
         ok = speed is not None and math.isfinite(speed) and speed > 0
-        values.append(model_flops_utilization(flops_per_image, speed, device, name or "off", matmul_precision)["mfu"]
+        values.append(model_flops_utilization(flops_per_image, speed, device, name or "off", math_mode)["mfu"]
                       if ok else None)
     table.insert(list(table.columns).index(images_per_second) + 1, "MFU", values)
     return table

@@ -22,7 +22,7 @@ from course_lib.paths import NotWritableError
 
 
 def _add_config_arguments(parser: argparse.ArgumentParser, example: str = "-p batch_size=128") -> None:
-    parser.add_argument("--profile", default="auto", help="smoke | cpu | gpu | auto (default auto)")
+    parser.add_argument("--profile", default="auto", help="smoke | cpu | gpu | auto | rehearsal (default auto)")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                         help=f"any Config field, e.g. {example}")
 
@@ -33,7 +33,8 @@ def _add_run(subparsers) -> None:
     from course_lib import runner
 
     parser = subparsers.add_parser("run", help="execute the notebooks with papermill into runs/<id>/")
-    parser.add_argument("--profile", default="auto", help="smoke | cpu | gpu | auto (default: auto)")
+    parser.add_argument("--profile", default="auto", help="smoke | cpu | gpu | auto (default: auto) | rehearsal (every "
+                                                          "notebook at smoke sizes on the CPU with the gpu profile's switches)")
     parser.add_argument("--only", help="comma-separated notebook numbers, e.g. 00,03")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                         help="a notebook parameter, checked against the parameters cells (repeatable)")

@@ -106,9 +106,11 @@ def skipped_switches(config, device) -> list[str]:
               "matmul_precision": config.matmul_precision != "highest",
               "compile_mode": config.compile and config.compile_mode == "reduce-overhead",
               "nvjpeg": config.decoder == "nvjpeg"}
-    values = {"nvjpeg": "decoder=nvjpeg"}
-    return [f"{values.get(name, f'{name}={getattr(config, name)}')}: {unsupported_on(device, name)}"
-            for name, on in wanted.items() if on and unsupported_on(device, name)]
+    def setting(name: str) -> str:
+        return "decoder=nvjpeg" if name == "nvjpeg" else f"{name}={getattr(config, name)}"
+
+    return [f"{setting(name)}: {unsupported_on(device, name)}" for name, on in wanted.items()
+            if on and unsupported_on(device, name)]
 
 
 def unsupported_on(device, feature: str) -> str | None:

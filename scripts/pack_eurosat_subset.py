@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Copy a fixed part of EuroSAT RGB into data_cache/eurosat_slot/ for a GPU slot that takes at most
 64 MiB of the project (README, "Running on a short offline GPU slot"): the first `--train-per-class`
 images of each class of train by file number (`<Class>_<n>.jpg`, n ascending), every image of valid,

@@ -247,7 +247,8 @@ def _precision_name(precision) -> str:
         return "off"
     if precision in ("fp16", "bf16"):
         return precision
-    raise ValueError(f"precision {precision!r} has no MFU peak; give off (fp32), fp16 or bf16")
+    raise ValueError(f"precision {precision!r} has no MFU peak; give off (fp32), fp16 or bf16 (for auto: the "
+                     "precision the run resolved, FitResult.precision)")
 
 
 def tf32_allowed(matmul_precision: str | None = None) -> bool:

@@ -22,7 +22,7 @@ from course_lib.paths import NotWritableError
 
 
 def _add_config_arguments(parser: argparse.ArgumentParser, example: str = "-p batch_size=128") -> None:
-    parser.add_argument("--profile", default="auto", help="smoke | cpu | gpu | auto (default auto)")
+    parser.add_argument("--profile", default="auto", help="smoke | cpu | gpu | auto | rehearsal (default auto)")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                         help=f"any Config field, e.g. {example}")
 
@@ -33,7 +33,8 @@ def _add_run(subparsers) -> None:
     from course_lib import runner
 
     parser = subparsers.add_parser("run", help="execute the notebooks with papermill into runs/<id>/")
-    parser.add_argument("--profile", default="auto", help="smoke | cpu | gpu | auto (default: auto)")
+    parser.add_argument("--profile", default="auto", help="smoke | cpu | gpu | auto (default: auto) | rehearsal (every "
+                                                          "notebook at smoke sizes on the CPU with the gpu profile's switches)")
     parser.add_argument("--only", help="comma-separated notebook numbers, e.g. 00,03")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                         help="a notebook parameter, checked against the parameters cells (repeatable)")
@@ -94,7 +95,11 @@ def _add_gpu_check(subparsers) -> None:
                                                "Without CUDA it prints one line and exits 0.")
     parser.add_argument("--parts", default=",".join(gpu_check.BUDGETS),
                         help=f"comma-separated subset of {','.join(gpu_check.BUDGETS)} (default: all)")
-    parser.add_argument("--out-root", help=f"folder for the <gpu>-<date>/ results (default: {gpu_check.RESULTS_DIR})")
+    parser.add_argument("--out-root", help=f"folder for the <gpu>-<date>/ results (default: {gpu_check.RESULTS_DIR}; "
+                                           f"with --cpu-dry-run: {gpu_check.DRY_RUN_DIR})")
+    parser.add_argument("--cpu-dry-run", action="store_true",
+                        help="run every part's code on the CPU at tiny sizes (test_resnet at 32 px), to check the "
+                             "command before a GPU slot; its numbers say nothing about a GPU")
     parser.set_defaults(func=_gpu_check)
 
 
@@ -106,6 +111,11 @@ def _gpu_check(args) -> int:
     unknown = [name for name in wanted if name not in gpu_check.BUDGETS]
     if unknown:
         raise ConfigError(f"--parts {unknown[0]!r} is not one of {', '.join(gpu_check.BUDGETS)}")
+    if args.cpu_dry_run:
+        parts = [part for part in gpu_check.dry_run_parts() if part.name in wanted]
+        folder = gpu_check.run_check(parts, out_root=Path(args.out_root or gpu_check.DRY_RUN_DIR), gpu="cpu dry run")
+        print(f"gpu-check: dry run on the CPU, results in {folder}/ (README.md, gpu_check.json)")
+        return 0
     reason = gpu_check.nothing_to_check()
     if reason:
         print(reason)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import typing
 from dataclasses import dataclass, fields
 
-PROFILE_NAMES = ("smoke", "cpu", "gpu", "auto")
+PROFILE_NAMES = ("smoke", "cpu", "gpu", "auto", "rehearsal")
 # The data switches' values (data.decode, data.pipeline and data.loaders use these names too).
 DECODER_NAMES = ("pil", "opencv", "torchvision", "nvjpeg")
 STORAGE_NAMES = ("files", "cache", "shards", "device")
@@ -74,6 +75,7 @@ class Config:
     channels_last: bool = False  # NHWC memory format for convolutions
     compile: bool = False  # torch.compile the model
     compile_mode: str = "default"  # default | reduce-overhead (CUDA graphs) | max-autotune (Triton autotuning): torch.compile's mode
+    matmul_precision: str = "highest"  # highest (exact fp32) | high (TF32 tensor cores, Ampere+) | medium (TF32, or bf16 where torch allows): fp32 matmuls and convolutions (CUDA only)
     cudnn_benchmark: bool = False  # let cuDNN time its convolution algorithms on the first batches (CUDA only; fixed image sizes)
     num_workers: int = 0  # DataLoader worker processes; -1 = recommended: half the physical cores per process
     pin_memory: bool = False  # page-locked host memory for faster host-to-device copies
@@ -119,10 +121,27 @@ PROFILES: dict[str, dict] = {
     # EuroSAT at 224 px (AMD EPYC, 1 thread): 1,559 images/s instead of 637, and 151 KB per
     # image to pass on instead of 602 KB (uint8 vs float32). storage stays files: a 224 px cache
     # of the whole split costs 150 KB of disk per image, a trade to opt into (storage=cache).
+    # matmul_precision=high and cudnn_benchmark: the PyTorch performance-tuning guide's two GPU
+    # switches (TF32 for fp32 work on Ampere and newer; cuDNN's autotuner for the fixed 224 px).
     "gpu": dict(model="resnet50", image_size=224, batch_size=128, epochs=5, max_steps=0, max_train_images=0,
                 num_workers=-1, pin_memory=True, persistent_workers=True, prefetch_factor=4,
-                device="cuda", precision="auto", channels_last=True, augmentation="device"),
+                device="cuda", precision="auto", channels_last=True, augmentation="device",
+                matmul_precision="high", cudnn_benchmark=True),
 }
+# The gpu profile's switches (its data path, layout, precision choice and GPU switches) for a
+# rehearsal on the CPU at the smoke profile's sizes: `workbook run --profile rehearsal` runs every
+# notebook in its smoke branches with these on, so the gpu profile's code paths have run before a
+# GPU does. One worker process (persistent_workers needs one). Off: compile (a first CPU compile of
+# each model and size takes about a minute; notebook 03's section 4 compiles once, tests/test_rehearsal.py),
+# the gpu profile's resnet50 at 224 px (2-4 s per CPU step even at 32 px; the smoke model runs instead)
+# and its sizes. CUDA-only switches do nothing on the CPU and are named (`devices.skipped_switches`).
+REHEARSAL_SWITCHES = {name: PROFILES["gpu"][name] for name in (
+    "pin_memory", "persistent_workers", "channels_last", "augmentation", "precision", "matmul_precision",
+    "cudnn_benchmark")} | {"num_workers": 1, "prefetch_factor": 2}
+PROFILES["rehearsal"] = {**PROFILES["smoke"], **REHEARSAL_SWITCHES}
+# Set (to 1) in the kernels of `workbook run --profile rehearsal`: the notebooks run with profile
+# smoke, and every make_config("smoke") they build carries REHEARSAL_SWITCHES.
+REHEARSAL_ENV = "WORKBOOK_REHEARSAL"
 
 
 # Recipes: named sets of values for the same fields, like profiles but about *how* to train rather
@@ -196,6 +215,7 @@ _CHOICES = {
     "bad_images": ("fail", "skip"),
     "validation_from": ("folder", "train"),
     "compile_mode": ("default", "reduce-overhead", "max-autotune"),
+    "matmul_precision": ("highest", "high", "medium"),  # torch.set_float32_matmul_precision
     "decoder": DECODER_NAMES,
     "storage": STORAGE_NAMES,
     "augmentation": AUGMENTATION_PLACES,
@@ -280,6 +300,8 @@ def make_config(profile: str | None = "auto", **overrides) -> Config:
     so a notebook's parameters cell can say `batch_size = None` for "the profile's value"."""
     resolved = resolve_profile(profile)
     values = dict(PROFILES[resolved]) if resolved else {}
+    if resolved == "smoke" and os.environ.get(REHEARSAL_ENV):
+        values.update(REHEARSAL_SWITCHES)  # a notebook's smoke branches, with the gpu profile's switches
     if profile == "auto" and resolved == "cpu" and mps_available():
         values["device"] = "mps"  # Apple silicon: the cpu profile's sizes, trained on its GPU
     overrides = {k: v for k, v in overrides.items() if v is not None}

@@ -31,6 +31,8 @@ from pathlib import Path
 from course_lib import ledger, paths, report
 from course_lib.config import (
     FIELD_NAMES,
+    REHEARSAL_ENV,
+    REHEARSAL_SWITCHES,
     ConfigError,
     make_config,
     parse_bool,
@@ -304,11 +306,42 @@ def profile_for_kernels(profile: str | None):
             os.environ[ledger.PROFILE_ENV] = before
 
 
+@contextlib.contextmanager
+def rehearsal_kernel(profile: str | None):
+    """The profile the notebook itself gets: for `rehearsal`, smoke (its CI-sized branches), with
+    REHEARSAL_ENV set while the kernel runs so that every smoke Config it builds carries the gpu
+    profile's switches (`config.REHEARSAL_SWITCHES`); any other profile unchanged."""
+    if profile != "rehearsal":
+        yield profile
+        return
+    before = os.environ.get(REHEARSAL_ENV)
+    os.environ[REHEARSAL_ENV] = "1"
+    try:
+        yield "smoke"
+    finally:
+        if before is None:
+            os.environ.pop(REHEARSAL_ENV, None)
+        else:
+            os.environ[REHEARSAL_ENV] = before
+
+
+def rehearsal_line() -> str:
+    """What `workbook run --profile rehearsal` runs with, and each CUDA-only call it skips, with why."""
+    from course_lib import devices
+
+    switches = ", ".join(f"{name}={value}" for name, value in REHEARSAL_SWITCHES.items())
+    skipped = "; ".join(devices.skipped_switches(make_config("rehearsal"), "cpu"))
+    return (f"rehearsal: every notebook's smoke branches on the CPU with the gpu profile's switches ({switches}); "
+            f"skipped, CUDA only: {skipped}")
+
+
 def execute_notebook(path: Path, output: Path, parameters: dict, cell_timeout: int = CELL_TIMEOUT_SECONDS,
                      on_cell=None) -> NotebookResult:
     """Run one notebook with papermill; a failure is caught and described, not raised.
     `on_cell(number)` is called as each code cell starts (1-based, the injected parameters cell included).
-    The kernel sees `parameters["profile"]` as WORKBOOK_PROFILE (`profile_for_kernels`)."""
+    The kernel sees `parameters["profile"]` as WORKBOOK_PROFILE (`profile_for_kernels`). The
+    `rehearsal` profile runs the notebook with profile smoke and the gpu profile's switches
+    (`rehearsal_kernel`)."""
     import papermill
 
     started = time.perf_counter()
@@ -319,8 +352,10 @@ def execute_notebook(path: Path, output: Path, parameters: dict, cell_timeout: i
         # nbclient calls on_cell_execute just before it sends a non-empty code cell to the kernel.
         hooks["on_cell_execute"] = lambda cell, cell_index: on_cell(next(numbers))
     try:
-        with kernel_transport() as transport, profile_for_kernels(parameters.get("profile")):
-            papermill.execute_notebook(str(path), str(output), parameters=parameters, kernel_name=KERNEL_NAME,
+        with kernel_transport() as transport, profile_for_kernels(parameters.get("profile")), \
+                rehearsal_kernel(parameters.get("profile")) as kernel_profile:
+            papermill.execute_notebook(str(path), str(output), parameters={**parameters, "profile": kernel_profile},
+                                       kernel_name=KERNEL_NAME,
                                        cwd=str(path.parent), progress_bar=False, execution_timeout=cell_timeout,
                                        extra_arguments=list(KERNEL_ARGUMENTS), **transport, **hooks)
     except papermill.PapermillExecutionError as failure:
@@ -485,6 +520,8 @@ def run_workbook(profile: str = "auto", only: str | None = None, assignments: li
     stream = stream or sys.stdout
     print(f"workbook run {run_id}: {len(notebooks)} notebook(s), profile {resolved}, into {out}", file=stream,
           flush=True)
+    if resolved == "rehearsal":
+        print(rehearsal_line(), file=stream, flush=True)
 
     results: list[NotebookResult] = []
     write_reports(out, run_id, resolved, results, [p.name for p in notebooks], state="running")

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from course_lib.analysis import statistics
 from course_lib.config import Config
-from course_lib.engine import precision, speedrun
+from course_lib.engine import speedrun
 from course_lib.measure import flops
 
 # Each ingredient of the speed-run recipe and the Config change that takes it out. The data ingredients
@@ -202,8 +200,8 @@ def mfu(result, images_per_second: float, device: str = "cpu") -> float | None:
     key = (result.config.model, result.config.image_size, result.num_classes or 1000)
     if key not in _FLOPS:
         _FLOPS[key] = flops.training_flops_per_image(timm.create_model(key[0], num_classes=key[2]), key[1])
-    dtype = precision.DTYPES.get(result.precision, torch.float32)
-    return flops.model_flops_utilization(_FLOPS[key], images_per_second, device, dtype)["mfu"]
+    return flops.model_flops_utilization(_FLOPS[key], images_per_second, device, result.precision,
+                                         result.config.matmul_precision)["mfu"]
 
 
 def race_table(results: list, device: str = "cpu", at_seconds: float | None = None) -> object:
@@ -217,8 +215,8 @@ def race_table(results: list, device: str = "cpu", at_seconds: float | None = No
     for result in results:
         model = timm.create_model(result.config.model, num_classes=result.num_classes or 1000)
         per_image = flops.training_flops_per_image(model, result.config.image_size)
-        dtype = precision.DTYPES.get(result.precision, torch.float32)
-        utilization = flops.model_flops_utilization(per_image, result.images_per_second, device, dtype)
+        utilization = flops.model_flops_utilization(per_image, result.images_per_second, device, result.precision,
+                                                    result.config.matmul_precision)
         row = result.row()
         if at_seconds:
             row = {"label": row.pop("label"), f"val top-1 at {at_seconds:.0f} s": top1_at(result, at_seconds), **row}

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from course_lib import ledger, paths
+from course_lib import devices, ledger, paths
 from course_lib.config import Config, ConfigError
 from course_lib.data import datasets, pipeline
 from course_lib.engine import auto_precision, freeze
@@ -46,7 +46,7 @@ from course_lib.engine.loss_guard import (  # callers catch train.NonFiniteLossE
     NonFiniteLossError,
 )
 from course_lib.engine.mixup import make_mixup
-from course_lib.engine.precision import autocast, grad_scaler
+from course_lib.engine.precision import apply_matmul_precision, autocast, grad_scaler
 from course_lib.engine.progressive_resize import image_size_for_epoch, resize_batch
 from course_lib.engine.random_erasing import make_random_erasing
 from course_lib.engine.run_record import RunRecorder
@@ -233,8 +233,9 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
         # cuDNN times each convolution's algorithms on the first batch of every new shape, then keeps the
         # fastest; it only pays when shapes repeat (fixed image_size, drop_last). Nothing to tune elsewhere.
         torch.backends.cudnn.benchmark = device.type == "cuda"
-        if device.type != "cuda":
-            log(f"cudnn_benchmark: no effect on {device.type} (cuDNN is CUDA's convolution library)")
+    apply_matmul_precision(config.matmul_precision, device)  # TF32 or exact fp32 for matmuls and convolutions
+    for skipped in devices.skipped_switches(config, device):  # what only acts on CUDA, named, never faked
+        log(f"no effect on {device.type}: {skipped}")
     bundle = bundle or pipeline.build_datasets(config)
     log(f"data: {bundle.source}, {bundle.pipeline}")
     sampler, train_loader, steps_per_epoch = _training_data(bundle.train, config, distributed, device)

@@ -167,6 +167,17 @@ def image_batches(dataset, config, device_stage=None, batches: int = 4) -> list[
     return found
 
 
+def check_artifact_path(artifact: Path) -> None:
+    """Refuse, before any export work, an artifact path that is a folder or lies in a folder that
+    cannot be written (one line naming the path and the fix)."""
+    from course_lib.config import ConfigError
+    from course_lib.paths import check_writable
+
+    if artifact.is_dir():
+        raise ConfigError(f"--output {artifact} is a folder; give a file path, e.g. --output {artifact / 'model.onnx'}")
+    check_writable(artifact.parent.absolute())  # relative to the working folder, as the artifact is
+
+
 def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", *, int8: bool = False,
                       output: str | Path | None = None, calibration_batches: int = 8, repeats: int = 5,
                       **overrides) -> dict:
@@ -176,19 +187,21 @@ def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", 
     Config values for the data (data_dir=..., batch_size=...); `repeats`: timed repeats per batch size
     (the median is reported). Returns the JSON's content."""
     from course_lib import ledger
-    from course_lib.config import ConfigError, make_config
+    from course_lib.config import ConfigError
     from course_lib.data.pipeline import build_datasets
-    from course_lib.models import checkpoint, factory
+    from course_lib.models import factory
 
     if export_format not in FORMATS:
         raise ConfigError(f"--format {export_format!r} is not one of {', '.join(FORMATS)}")
     path = Path(checkpoint_path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist; train one with `workbook train`")
+    if repeats < 1:
+        raise ConfigError(f"--repeats must be at least 1 (timed runs per batch size), got {repeats}")
     started = time.perf_counter()
-    saved = checkpoint.load_checkpoint(path)
-    config = make_config(None, **{**saved["config"], "checkpoint": "", "pretrained": False, "device": "cpu",
-                                  "num_workers": 0, "resume": False, **overrides})
+    saved = factory.load_trained(path)
+    config = factory.checkpoint_config(saved, path, **{"device": "cpu", "num_workers": 0, "resume": False,
+                                                       **overrides})
     model = factory.model_from_checkpoint(path)
     bundle = build_datasets(config)
     if list(bundle.classes) != list(saved["classes"]):
@@ -197,6 +210,7 @@ def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", 
     check_images = image_batches(bundle.val, config, bundle.device_stage, batches=1)[0]
     suffix = "-int8" if int8 else ""
     artifact = Path(output) if output else path.with_name(f"{path.stem}{suffix}.{export_format}")
+    check_artifact_path(artifact)
     if export_format == "onnx":
         if int8:
             fp32_file = export_onnx(model, check_images, artifact.with_name(artifact.stem + "-fp32.onnx"))

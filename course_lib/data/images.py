@@ -21,6 +21,16 @@ class BadImageError(WorkbookError, RuntimeError):
     """An image that cannot be decoded; the message names the file and the fix."""
 
 
+class DataFolderError(WorkbookError, OSError):
+    """A data folder that cannot be used as it is (unreadable, too few images to split, fewer than two
+    classes); the message names the folder and the fix."""
+
+
+def _unreadable(folder, error: OSError) -> DataFolderError:
+    return DataFolderError(f"cannot read the folder {folder} ({error.strerror or error}); fix its permissions "
+                           f"(e.g. chmod -R u+rX {folder}) or remove it")
+
+
 # Modes holding more than 8 bits per channel, which PIL's convert("RGB") clips to 255 (white)
 # instead of scaling: a 16-bit PNG opens as I;16 or as I (32-bit integers holding 0-65535).
 SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")
@@ -57,11 +67,15 @@ def list_image_folder(root: Path, *, follow_links: bool = False,
     left out with a warning (skip). torchvision's own walk follows every folder link, forever."""
     from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes
 
-    classes, class_to_index = find_classes(str(root))
+    try:
+        classes, class_to_index = find_classes(str(root))
+    except PermissionError as error:
+        raise _unreadable(root, error) from None
     samples = []
     for name in classes:
-        folders, visited = [], set()
-        for folder, subfolders, files in os.walk(root / name, followlinks=follow_links):
+        folders, visited, unreadable = [], set(), []
+        # os.walk skips a folder it cannot list unless told: that would read as "no images" below.
+        for folder, subfolders, files in os.walk(root / name, followlinks=follow_links, onerror=unreadable.append):
             real = os.path.realpath(folder)
             if real in visited:  # a link back to a folder already walked
                 subfolders[:] = []
@@ -74,6 +88,8 @@ def list_image_folder(root: Path, *, follow_links: bool = False,
                                 "follow_links=True (`workbook scan` counts what it would add)",
                                 os.path.join(folder, linked), name)
             folders.append((folder, files))
+        if unreadable:
+            raise _unreadable(unreadable[0].filename, unreadable[0])
         for folder, files in sorted(folders):
             for file_name in sorted(files):
                 path = os.path.join(folder, file_name)

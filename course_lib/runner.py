@@ -34,7 +34,9 @@ from course_lib.config import (
     ConfigError,
     make_config,
     parse_bool,
+    parse_number,
     parse_value,
+    refuse_repeated,
     resolve_profile,
 )
 
@@ -94,6 +96,8 @@ def notebook_parameters(path: Path) -> dict:
 
 # A comment that starts with `a | b | c` lists the values a string parameter accepts.
 CHOICES_COMMENT = re.compile(r"^\s*([\w.-]+(?:\s*\|\s*[\w.-]+)+)(?![\w.-])")
+# A comment that starts with `list of int` (float, str) types the items of an empty list default.
+LIST_COMMENT = re.compile(r"^\s*list of (int|float|str)\b")
 # Typed defaults a notebook-only parameter may have (papermill injects their repr).
 PARAMETER_TYPES = (bool, int, float, str, list)
 
@@ -136,6 +140,16 @@ class NotebookParameter:
         match = CHOICES_COMMENT.match(self.comment)
         return tuple(word.strip() for word in match.group(1).split("|")) if match else ()
 
+    @property
+    def element_type(self) -> type | None:
+        """The type every item of a list parameter must have: that of the default's items, or for an
+        empty default the one its comment names (`list of int ...`); None when neither says."""
+        kinds = {type(item) for item in self.default}
+        if len(kinds) == 1:
+            return kinds.pop()
+        match = LIST_COMMENT.match(self.comment)
+        return {"int": int, "float": float, "str": str}[match.group(1)] if match and not kinds else None
+
     def problem(self) -> str | None:
         """What is wrong with the declaration itself, as a one-line fix; None when it is fine."""
         if self.is_config_field or self.name == "profile":
@@ -172,11 +186,12 @@ class NotebookParameter:
                 value = ast.literal_eval(text.strip())
                 if not isinstance(value, list):
                     raise ValueError
-                element_types = {type(item) for item in default}
-                if len(element_types) == 1 and not all(isinstance(item, tuple(element_types)) for item in value):
+                element_type = self.element_type
+                # type(), not isinstance: True is an int to isinstance, and no count or size is meant by it.
+                if element_type is not None and not all(type(item) is element_type for item in value):
                     raise ValueError
                 return value
-            return kind(text)
+            return parse_number(kind, text) if kind in (int, float) else kind(text)
         except (ValueError, SyntaxError, TypeError):  # TypeError: literal_eval of e.g. {[1]: 2}
             raise ConfigError(f"{self.name} must be {self._expected()}, got {text!r}") from None
 
@@ -196,9 +211,9 @@ class NotebookParameter:
         if isinstance(default, bool):
             return "true or false"
         if isinstance(default, list):
-            kinds = {type(item).__name__ for item in default}
-            example = default or [1, 2]
-            return (f"a list of {kinds.pop()} like {example}" if len(kinds) == 1 else f"a list like {example}")
+            example = default or {int: [1, 2], float: [0.1, 0.5], str: ["a", "b"]}.get(self.element_type, [1, 2])
+            kind = self.element_type
+            return f"a list of {kind.__name__} like {example}" if kind else f"a list like {example}"
         return {int: "an integer", float: "a number"}.get(type(default), type(default).__name__)
 
 
@@ -219,10 +234,13 @@ def check_parameters(notebooks: list[Path], assignments: list[str], profile: str
             raise ConfigError(f"{path.name} has no `profile` in its parameters cell; add `profile = \"auto\"`")
     per_notebook: dict[Path, dict] = {path: {} for path in notebooks}
     config_values = {}
+    given = {}
     for pair in assignments:
         if "=" not in pair:
             raise ConfigError(f"parameter {pair!r} must look like name=value")
         name, text = (part.strip() for part in pair.split("=", 1))
+        refuse_repeated(name, given, text)
+        given[name] = text
         if name == "profile":
             raise ConfigError("set the profile with --profile, not -p profile=...")
         takers = [path for path in notebooks if name in declared[path]]

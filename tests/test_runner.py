@@ -394,3 +394,34 @@ def test_kernels_see_the_notebooks_profile_so_their_claims_record_it(monkeypatch
     monkeypatch.delenv(ledger.PROFILE_ENV)
     with runner.profile_for_kernels(None):
         assert ledger.make_row("claim", "amp_speedup")["profile"] is None  # no profile given: "unknown" later
+
+
+@pytest.mark.parametrize("assignment, message", [
+    ('counts=["a"]', "counts must be a list of int like \\[1, 2\\], got"),
+    ("counts=[True]", "counts must be a list of int"),  # True is an int to isinstance, not a count
+    ("counts=[1.5]", "counts must be a list of int"),
+    ("choices=[2, False]", "choices must be a list of int like \\[1, 2, 4\\]"),
+    ("steps=\u0663", "steps must be an integer, got"),  # an Arabic-Indic 3: int() takes it, we do not
+    ("steps=1", "-p steps is given twice \\('1', then '2'\\); give each parameter once"),
+])
+def test_list_items_duplicates_and_non_ascii_digits_are_refused_before_any_kernel(tmp_path, monkeypatch, assignment,
+                                                                                   message):
+    folder = tmp_path / "lists"
+    folder.mkdir()
+    _notebook(folder / "00_lists.ipynb", 'profile = "auto"  # profile\ncounts = []  # list of int: sizes; []: auto\n'
+              "choices = [1, 2, 4]  # to compare\nsteps = 0  # steps", "print(counts)")
+    monkeypatch.setattr(runner, "execute_notebook", _no_kernel)
+    assignments = [assignment, "steps=2"] if assignment == "steps=1" else [assignment]
+    with pytest.raises(ConfigError, match=message):
+        runner.run_workbook("smoke", assignments=assignments, out_dir=tmp_path / "out", notebooks_folder=folder,
+                            stream=io.StringIO())
+    assert not (tmp_path / "out").exists()
+    assert runner.check_parameters(runner.list_notebooks(folder), ["counts=[64, 128]"])[
+        runner.list_notebooks(folder)[0]] == {"counts": [64, 128]}
+
+
+def test_every_empty_list_parameter_of_the_notebooks_names_its_item_type():
+    for path in runner.list_notebooks():
+        for parameter in runner.declared_parameters(path).values():
+            if not parameter.is_config_field and parameter.default == []:
+                assert parameter.element_type is not None, f"{path.name}: {parameter.name} needs `# list of int: ...`"

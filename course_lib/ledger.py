@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -89,14 +90,34 @@ def ledger_error(path: Path, error: BaseException | str) -> LedgerError:
     if "locked" in lowered or "busy" in lowered:
         return LedgerError(f"ledger {path} is locked by another process ({reason}); wait for it to finish, "
                            "or stop the process that holds it")
-    if "disk is full" in lowered or "no space" in lowered:
-        return LedgerError(f"ledger {path}: the disk is full ({reason}); free some space and run again")
+    free = _free_bytes(path)
+    if "disk is full" in lowered or "no space" in lowered or ("i/o error" in lowered and 0 <= free < DISK_FULL_BYTES):
+        left = f", {free / 1e6:.1f} MB free" if free >= 0 else ""
+        return LedgerError(f"ledger {path}: no space left on the disk holding it ({reason}{left}); free some space "
+                           "and run again (a full disk does not damage the ledger: `workbook ledger --check` says ok "
+                           "once there is room)")
     if "unable to open" in lowered:
         return LedgerError(f"ledger {path} cannot be opened ({reason}); check the folder exists and is writable, "
                            f"or point {LEDGER_ENV} at another file")
     quoted = shlex.quote(str(path))
     return LedgerError(f"ledger {path} is damaged ({reason}); move it aside (mv {quoted} {quoted}.damaged) so a new "
                        f"one is started; `workbook ledger --check --path {quoted}` reports its state")
+
+
+# A full disk reaches SQLite as "disk I/O error" when its WAL index (ledger.sqlite-shm) cannot grow:
+# with under this many bytes free on the ledger's disk such an error is the disk, not damage.
+DISK_FULL_BYTES = 1 << 20  # 1 MiB
+
+
+def _free_bytes(path: Path) -> int:
+    """Bytes free to this user on the disk holding `path` (its nearest existing folder); -1 if unknown."""
+    folder = Path(path).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return -1
 
 
 def default_path() -> Path:

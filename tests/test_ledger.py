@@ -228,3 +228,33 @@ def test_a_file_in_the_way_of_the_ledger_folder_is_named(tmp_path):
     blocker.write_text("a file where the folder should be")
     with pytest.raises(ledger.LedgerError, match="a file is in the way of its folder"):
         ledger.Ledger(blocker / "ledger.sqlite")
+
+
+@pytest.mark.parametrize("sqlite_says", ["disk I/O error", "database or disk is full"])
+def test_a_full_disk_is_told_apart_from_damage(tmp_path, monkeypatch, capsys, sqlite_says):
+    """A full disk reaches SQLite as "disk I/O error" (its WAL index cannot grow) or SQLITE_FULL: the
+    message says so, without the "damaged ... move it aside" advice, and the row is not lost."""
+    import collections
+    import sqlite3
+
+    path = tmp_path / "ledger.sqlite"
+    ledger.Ledger(path).record("train", "before")
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(ledger.shutil, "disk_usage", lambda folder: usage(10**9, 10**9, 0))
+
+    def full(*args, **kwargs):
+        raise sqlite3.OperationalError(sqlite_says)
+
+    monkeypatch.setattr(ledger.sqlite3, "connect", full)
+    with pytest.raises(ledger.LedgerError) as refused:
+        ledger.check_writable(path)
+    message = str(refused.value)
+    assert message.startswith(f"ledger {path}: no space left on the disk holding it ({sqlite_says}, 0.0 MB free); "
+                              "free some space and run again") and "\n" not in message
+    assert "damaged" not in message.replace("does not damage", "") and "move it aside" not in message
+    monkeypatch.setattr(ledger.shutil, "disk_usage", lambda folder: usage(10**9, 0, 10**9))
+    if sqlite_says == "disk I/O error":  # with room on the disk, an I/O error is the file's own
+        with pytest.raises(ledger.LedgerError, match="is damaged"):
+            ledger.check_writable(path)
+    monkeypatch.undo()
+    assert [row["name"] for row in ledger.Ledger(path).rows()] == ["before"]  # the full disk damaged nothing

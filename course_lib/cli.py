@@ -50,7 +50,7 @@ def _run(args) -> int:
                                            cell_timeout=args.cell_timeout)
     except runner.RunInterrupted as stop:
         print(f"workbook run: {stop}", file=sys.stderr)
-        return 130  # the shell's code for a process stopped by Ctrl-C (128 + SIGINT)
+        return stop.exit_code  # the shell's code for a process stopped by that signal (130 = 128 + SIGINT)
     failed = [r.notebook for r in results if r.status != "ok"]
     print(f"index: {out / 'index.html'}")
     if failed:

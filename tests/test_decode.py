@@ -106,3 +106,27 @@ def test_a_16_bit_png_is_scaled_to_8_bits_by_every_decoder(tmp_path, name):
     assert pixels.dtype == torch.uint8 and pixels.shape == (3, 32, 32)
     # OpenCV keeps the high byte (v // 256), PIL and torchvision round v / 257: at most 1 apart
     assert np.abs(pixels[0].numpy().astype(int) - np.round(gradient / 257)).max() <= 1
+
+
+@pytest.mark.parametrize("name", ["pil", "opencv", "torchvision"])
+def test_a_decode_error_names_the_file_not_a_buffer(name):
+    with pytest.raises(BadImageError) as refused:
+        decode.get_decoder(name).decode(b"not an image at all", "train/forest/7.jpg")
+    message = str(refused.value)
+    assert message.startswith("train/forest/7.jpg: cannot decode image") and "BytesIO" not in message, message
+
+
+def test_a_skip_warning_does_not_advise_turning_skip_on(tmp_path, caplog):
+    from course_lib.data import datasets
+
+    folder = tmp_path / "x"
+    folder.mkdir()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(folder / "good.png")
+    (folder / "bad.jpg").write_bytes(b"not a jpeg")
+    (tmp_path / "y").mkdir()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "y" / "good.png")
+    skipping = datasets.ImageFolderDataset(tmp_path, None, "skip", loader=decode.FileDecoder("pil"))
+    with caplog.at_level("WARNING"):
+        skipping[[p for p, _ in skipping.samples].index(str(folder / "bad.jpg"))]
+    skipped = [r.getMessage() for r in caplog.records if r.getMessage().startswith("skipping")]
+    assert len(skipped) == 1 and "bad.jpg" in skipped[0] and "bad_images=skip" not in skipped[0], skipped

@@ -23,6 +23,7 @@ from course_lib.data.images import (
     DataFolderError,
     list_image_folder,
     load_rgb,
+    skipped_line,
 )
 from course_lib.data.landcover import SPLITS, landcover_cache_dir  # noqa: F401 (SPLITS: every bundle has these)
 from course_lib.data.transforms import denormalize
@@ -83,7 +84,7 @@ class ImageFolderDataset:
                     raise
                 if not self._skipped_flags[position]:
                     self._skipped_flags[position] = True
-                    log.warning("skipping %s", error)
+                    log.warning("skipping %s", skipped_line(error))
                 continue
             return (self.transform(image) if self.transform else image), target
         raise BadImageError(f"no readable image in {Path(self.samples[0][0]).parents[1]}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,21 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
 class BadImageError(WorkbookError, RuntimeError):
     """An image that cannot be decoded; the message names the file and the fix."""
+
+
+# The fix every BadImageError offers last; a warning that a file was skipped leaves it out (skip is on).
+SKIP_HINT = ", or set bad_images=skip"
+
+
+def skipped_line(error: BaseException) -> str:
+    """The BadImageError's message for a "skipping ..." warning: without the advice to turn skip on."""
+    return str(error).replace(SKIP_HINT, "")
+
+
+def decode_reason(error: BaseException, source) -> str:
+    """A decoder's error text with the in-memory buffer's repr (PIL: "cannot identify image file
+    <_io.BytesIO object at 0x...>") replaced by the file or shard member it came from."""
+    return re.sub(r"<_io\.BytesIO object at 0x[0-9a-fA-F]+>", str(source), str(error))
 
 
 class DataFolderError(WorkbookError, OSError):
@@ -54,8 +70,7 @@ def load_rgb(path: str | os.PathLike) -> Image.Image:
         with Image.open(path) as image:
             return to_rgb(image)
     except (OSError, ValueError, Image.DecompressionBombError) as error:
-        raise BadImageError(f"{path}: cannot decode image ({error}); remove or replace it, "
-                            "or set bad_images=skip") from None
+        raise BadImageError(f"{path}: cannot decode image ({error}); remove or replace it{SKIP_HINT}") from None
 
 
 def list_image_folder(root: Path, *, follow_links: bool = False,

@@ -23,7 +23,7 @@ import torch
 from course_lib.config import ConfigError
 from course_lib.data.build_lock import damaged, exclusive_build
 from course_lib.data.datasets import ImageFolderDataset
-from course_lib.data.images import BadImageError
+from course_lib.data.images import BadImageError, skipped_line
 from course_lib.paths import CACHE_DIR, project_root
 
 log = logging.getLogger(__name__)
@@ -259,7 +259,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
             except BadImageError as error:
                 if self.bad_images == "fail":
                     raise
-                log.warning("skipping %s", error)
+                log.warning("skipping %s", skipped_line(error))
                 continue
             yielded += 1
             yield (self.transform(image) if self.transform else image), self._label(sample, source)

@@ -258,3 +258,26 @@ def test_a_full_disk_is_told_apart_from_damage(tmp_path, monkeypatch, capsys, sq
             ledger.check_writable(path)
     monkeypatch.undo()
     assert [row["name"] for row in ledger.Ledger(path).rows()] == ["before"]  # the full disk damaged nothing
+
+
+def test_a_locked_ledger_says_so_within_seconds_then_waits(tmp_path, monkeypatch, capsys):
+    import threading
+    import time
+
+    path = tmp_path / "ledger.sqlite"
+    ledger.Ledger(path).record("train", "before")
+    monkeypatch.setattr(ledger, "BUSY_TIMEOUT_SECONDS", 3.0)
+    monkeypatch.setattr(ledger, "LOCK_NOTICE_SECONDS", 0.5)
+    holder = sqlite3.connect(path, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # another process's long write transaction
+    started = time.perf_counter()
+    with pytest.raises(ledger.LedgerError, match="is locked by another process"):
+        ledger.check_writable(path)
+    assert 2.5 < time.perf_counter() - started < 10
+    assert capsys.readouterr().err.strip() == (f"workbook: ledger {path} is locked by another process; "
+                                               "waiting up to 2 s more for it")
+    threading.Timer(1.0, holder.rollback).start()  # released while the writer waits: the row goes in
+    assert ledger.Ledger(path).insert(ledger.make_row("train", "after"), check=False) is not None
+    assert "waiting up to 2 s more" in capsys.readouterr().err
+    holder.close()
+    assert [row["name"] for row in ledger.Ledger(path).rows()] == ["after", "before"]

@@ -286,3 +286,10 @@ def test_claims_measure_the_85_percent_rule_on_four_gpus(t4_seconds, verdict):
     assert found["ddp_efficiency"].measured == pytest.approx(100 * interval["efficiency"])
     assert found["ddp_efficiency"].low is not None and found["ddp_equivalence"].verdict == "holds"
     assert found["ddp_stage3_speedup"].verdict in ("holds", "refuted")
+
+
+def test_a_rank_killed_by_sigkill_is_called_probably_out_of_memory():
+    killed = ddp.RankFailure(rank=1, local_rank=1, exitcode=-9, last_lines=["epoch 1/2"])
+    assert "failed with exit code -9 (SIGKILL), probably out of memory (the kernel's OOM killer" in killed.describe()
+    crashed = ddp.RankFailure(rank=0, local_rank=0, exitcode=1, last_lines=[])
+    assert "out of memory" not in crashed.describe()

@@ -153,6 +153,8 @@ def test_a_truncated_or_missing_shard_is_named_with_the_fix_on_reuse(folder, tmp
 
 
 def test_a_shard_label_outside_the_classes_is_named_not_trained_on(folder, tmp_path):
+    from pathlib import Path
+
     import webdataset as wds
 
     from course_lib.data.build_lock import DamagedCacheError
@@ -161,7 +163,7 @@ def test_a_shard_label_outside_the_classes_is_named_not_trained_on(folder, tmp_p
     (tmp_path / "bad").mkdir()
     url = str(tmp_path / "bad" / "shard-00000.tar")
     with wds.TarWriter(url, encoder=False) as writer:
-        writer.write({"__key__": "00000000", "jpg": open(path, "rb").read(), "cls": b"99"})
+        writer.write({"__key__": "00000000", "jpg": Path(path).read_bytes(), "cls": b"99"})
     dataset = shards.ShardDataset([url], classes=[f"c{i}" for i in range(8)])
     with pytest.raises(DamagedCacheError, match=r"cache .*bad is damaged \(.*00000000.jpg has label b'99', not a "
                                                  r"class index below 8\); delete it"):

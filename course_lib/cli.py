@@ -51,7 +51,7 @@ def _run(args) -> int:
                                            cell_timeout=args.cell_timeout)
     except runner.RunInterrupted as stop:
         print(f"workbook run: {stop}", file=sys.stderr)
-        return 130  # the shell's code for a process stopped by Ctrl-C (128 + SIGINT)
+        return stop.exit_code  # the shell's code for a process stopped by that signal (130 = 128 + SIGINT)
     failed = [r.notebook for r in results if r.status != "ok"]
     print(f"index: {out / 'index.html'}")
     if failed:
@@ -266,10 +266,12 @@ def _add_train(subparsers) -> None:
 
 def _train(args) -> int:
     from course_lib.engine import train
+    from course_lib.measure import memory
 
     config, choice = run_config(args.profile, parse_assignments(args.param))
     if int(os.environ.get("RANK", "0")) == 0:
         print(choice.line, flush=True)
+    memory.check_fits(config)  # here, not in the engine: the estimator lives in measure (layering)
     try:
         result = train.fit(config, progress=not args.no_progress)
     except train.NonFiniteLossError as error:

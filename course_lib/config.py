@@ -230,6 +230,20 @@ _CHOICES = {
 # batch of them tens of GB (image_size=99999 asked for about 30 GB at the first allocation).
 IMAGE_SIZE_RANGE = (8, 4096)
 _DEFAULTS = {f.name: f.default for f in fields(Config)}
+# Upper bounds, far above any useful value but below the ones that take the machine down: each
+# worker is a process holding a copy of the dataset object (num_workers=400 forked 400 of them),
+# a batch of 65,536 images is 3 GB of float32 at 64 px before the first layer, and a weight decay of
+# 1 per step zeroes the weights. The unit is the field's own. lr has no upper bound: a diverging lr
+# is what the loss guard (engine.loss_guard) catches and names, and its tests diverge on purpose.
+UPPER_BOUNDS = {
+    "batch_size": 65_536, "epochs": 10_000, "max_steps": 10_000_000, "accumulation_steps": 1024,
+    "num_workers": 128, "prefetch_factor": 64, "max_train_images": 1_000_000_000, "freeze_backbone_epochs": 10_000,
+    "warmup_epochs": 10_000, "weight_decay": 1.0, "grad_clip_norm": 1e6, "mixup_alpha": 100.0,
+    "cutmix_alpha": 100.0, "backbone_lr_scale": 100.0,
+}
+# Below this a learning rate moves no float32 weight at all (the smallest step that changes 1.0 is
+# 6e-8 of it; 1e-12 leaves a wide margin and refuses lr=5e-324).
+MIN_LR = 1e-12
 
 
 def _check_ranges(values: dict) -> None:
@@ -256,8 +270,13 @@ def _check_ranges(values: dict) -> None:
             refuse(name, "0 or more")
     if values["seed"] >= 2**63:
         refuse("seed", "below 2**63 (torch.manual_seed's limit)")
-    if values["lr"] <= 0:
-        refuse("lr", "above 0", "e.g. 0.1 for SGD or 1e-3 for AdamW")
+    if values["lr"] < MIN_LR:
+        refuse("lr", f"at least {MIN_LR:g}", "e.g. 0.1 for SGD or 1e-3 for AdamW")
+    for name, high in UPPER_BOUNDS.items():
+        if values[name] > high:
+            refuse(name, f"at most {high:,}", "larger values exhaust the machine or diverge")
+    if not values["output_dir"].strip():
+        refuse("output_dir", "a folder", "e.g. runs/checkpoints (empty would write checkpoints into the project root)")
     if values["min_lr"] > values["lr"]:
         refuse("min_lr", f"at most lr ({values['lr']!r}), where the cosine decay ends")
     for name, meaning in (("momentum", "0 (plain SGD) up to, not including, 1"),
@@ -328,9 +347,18 @@ def parse_value(name: str, text: str):
         raise ConfigError(f"unknown parameter {name!r}; valid names: {', '.join(FIELD_NAMES)}")
     expected = _TYPES[name]
     try:
-        return parse_bool(text) if expected is bool else expected(text)
+        return parse_bool(text) if expected is bool else parse_number(expected, text) if expected in (int, float) \
+            else expected(text)
     except ValueError:
         raise ConfigError(f"{name} must be {expected.__name__}, got {text!r}") from None
+
+
+def parse_number(kind: type, text: str):
+    """`int(text)` or `float(text)` for ASCII digits only: Python also reads other scripts' digits
+    ("\u0663" is 3), which no one means to type in a number."""
+    if not text.isascii():
+        raise ValueError(f"not an ASCII number: {text!r}")
+    return kind(text)
 
 
 def parse_assignments(pairs: list[str] | None) -> dict:
@@ -340,8 +368,15 @@ def parse_assignments(pairs: list[str] | None) -> dict:
         if "=" not in pair:
             raise ConfigError(f"parameter {pair!r} must look like name=value")
         name, text = pair.split("=", 1)
+        refuse_repeated(name.strip(), values, text)
         values[name.strip()] = parse_value(name.strip(), text)
     return values
+
+
+def refuse_repeated(name: str, given: dict, text: str) -> None:
+    """Two `-p` values for one name: refuse, rather than let the last one win unseen."""
+    if name in given:
+        raise ConfigError(f"-p {name} is given twice ({given[name]!r}, then {text!r}); give each parameter once")
 
 
 def configuration_table() -> str:

@@ -16,6 +16,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from course_lib import ledger, paths
+from course_lib.config import WorkbookError
 
 STATUS_COLOURS = {"ok": "#1a7f37", "failed": "#cf222e", "interrupted": "#bc4c00", "not run": "#6e7781"}
 # Metric names notebooks and the engine record, by what they measure (the first found wins per row).
@@ -189,8 +190,11 @@ def _read_notebook(path: Path):
 def write_atomically(path: Path, text: str) -> None:
     """A browser refreshing the page (or a crash) never sees half a file."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    finally:  # a write that failed (a full disk) leaves no half file behind
+        temporary.unlink(missing_ok=True)
 
 
 def notebook_row(out_dir: Path, result: dict, rows: list[dict]) -> str:
@@ -328,6 +332,14 @@ def run_folder(run: str) -> Path:
 def regenerate(run: str) -> Path:
     """`workbook report RUN_ID`: rewrite the run's index.html from summary.json and the ledger."""
     folder = run_folder(run)
-    summary = json.loads((folder / "summary.json").read_text())
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+        if not all(key in summary for key in ("run_id", "profile", "results")):
+            raise ValueError("it lacks run_id, profile or results")
+    except (ValueError, UnicodeDecodeError, TypeError) as error:  # JSONDecodeError is a ValueError
+        raise WorkbookError(f"{folder / 'summary.json'} cannot be read ({type(error).__name__}: "
+                            f"{str(error).splitlines()[0][:120]}), e.g. cut short by a full disk or a killed run; "
+                            f"the ledger still has the run's rows (`workbook ledger --run {folder.name}`), "
+                            "or rerun the notebooks") from None
     return write_index(folder, summary["run_id"], summary["profile"], summary["results"], summary.get("not_run", []),
                        summary.get("state", "finished"))

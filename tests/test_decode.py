@@ -188,3 +188,27 @@ def test_a_damaged_png_under_skip_is_a_counted_skip(tmp_path):
         ImageFolderDataset(tmp_path, bad_images="fail", loader=decode.FileDecoder("torchvision"))[0]
     skipping = ImageFolderDataset(tmp_path, bad_images="skip", loader=decode.FileDecoder("torchvision"))
     assert skipping[0][0].shape == (3, 8, 8) and skipping.skipped == {str(tmp_path / "cls" / "0.png")}
+
+
+@pytest.mark.parametrize("name", ["pil", "opencv", "torchvision"])
+def test_a_decode_error_names_the_file_not_a_buffer(name):
+    with pytest.raises(BadImageError) as refused:
+        decode.get_decoder(name).decode(b"not an image at all", "train/forest/7.jpg")
+    message = str(refused.value)
+    assert message.startswith("train/forest/7.jpg: cannot decode image") and "BytesIO" not in message, message
+
+
+def test_a_skip_warning_does_not_advise_turning_skip_on(tmp_path, caplog):
+    from course_lib.data import datasets
+
+    folder = tmp_path / "x"
+    folder.mkdir()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(folder / "good.png")
+    (folder / "bad.jpg").write_bytes(b"not a jpeg")
+    (tmp_path / "y").mkdir()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "y" / "good.png")
+    skipping = datasets.ImageFolderDataset(tmp_path, None, "skip", loader=decode.FileDecoder("pil"))
+    with caplog.at_level("WARNING"):
+        skipping[[p for p, _ in skipping.samples].index(str(folder / "bad.jpg"))]
+    skipped = [r.getMessage() for r in caplog.records if r.getMessage().startswith("skipping")]
+    assert len(skipped) == 1 and "bad.jpg" in skipped[0] and "bad_images=skip" not in skipped[0], skipped

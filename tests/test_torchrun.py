@@ -221,3 +221,10 @@ def test_a_taken_rendezvous_port_is_one_line_before_anything_starts(monkeypatch,
         with pytest.raises(torchrun.LaunchError, match=f"127.0.0.1:{port} is in use"):
             torchrun.launch(2, TINY, "smoke", echo=None)
     assert torchrun.rendezvous_port("127.0.0.1", port) == port  # free again once its holder is gone
+
+
+def test_a_rank_killed_by_sigkill_is_called_probably_out_of_memory():
+    killed = torchrun.RankFailure(rank=1, local_rank=1, exitcode=-9, last_lines=["epoch 1/2"])
+    assert "failed with exit code -9 (SIGKILL), probably out of memory (the kernel's OOM killer" in killed.describe()
+    crashed = torchrun.RankFailure(rank=0, local_rank=0, exitcode=1, last_lines=[])
+    assert "out of memory" not in crashed.describe()

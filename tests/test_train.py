@@ -466,3 +466,19 @@ def test_a_second_run_on_the_same_output_folder_refuses_naming_the_first_runs_pi
     train.fit(tiny_config(tmp_path), bundle=tensor_bundle(), progress=False, verbose=False)
     assert (out / "last.pt").exists() and not (out / paths.OutputLock.NAME).exists()  # a finished run removes it
     train.fit(tiny_config(tmp_path), bundle=tensor_bundle(), progress=False, verbose=False)  # released at the end
+
+
+def test_batch_size_one_with_batch_norm_on_a_1x1_map_is_one_line(tmp_path, capsys):
+    from course_lib import cli
+    from course_lib.engine import train
+
+    assert cli.main(["train", "--profile", "smoke", "-p", "batch_size=1", "-p", f"output_dir={tmp_path / 'out'}",
+                     "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "batch_size=1 leaves the BatchNorm layer layer4.0.bn1 of test_resnet at " \
+                                      "image_size=32 one value per channel" in error, error
+    import timm
+
+    model = timm.create_model("test_resnet", num_classes=2)
+    train.refuse_one_value_batch_norm(model, make_config("smoke", batch_size=1, image_size=128))  # 4x4 maps: fine
+    train.refuse_one_value_batch_norm(model, make_config("smoke", batch_size=2, image_size=32))

@@ -21,7 +21,13 @@ import numpy as np
 import torch
 
 from course_lib.config import DECODER_NAMES
-from course_lib.data.images import IMAGE_EXTENSIONS, BadImageError, to_rgb
+from course_lib.data.images import (
+    IMAGE_EXTENSIONS,
+    SKIP_HINT,
+    BadImageError,
+    decode_reason,
+    to_rgb,
+)
 
 # torchvision 0.29 warns on every decode call that its image I/O moves to TorchCodec; it still
 # works and is what this module measures, so the per-call warning is silenced (this message only).
@@ -164,8 +170,8 @@ class Decoder:
         except BadImageError:
             raise
         except Exception as error:  # every library raises its own type for a corrupt file
-            raise BadImageError(f"{source}: cannot decode image with {self.name} ({error}); "
-                                "remove or replace it, or set bad_images=skip") from None
+            raise BadImageError(f"{source}: cannot decode image with {self.name} ({decode_reason(error, source)}); "
+                                f"remove or replace it{SKIP_HINT}") from None
 
     def decode_batch(self, blobs: list[bytes]) -> list[torch.Tensor]:
         """Decode many images; nvJPEG decodes a list in one call, which is where it is fast."""
@@ -208,8 +214,7 @@ class FileDecoder:
         try:
             data = Path(path).read_bytes()
         except OSError as error:
-            raise BadImageError(f"{path}: cannot read file ({error}); check permissions, "
-                                "or set bad_images=skip") from None
+            raise BadImageError(f"{path}: cannot read file ({error}); check permissions{SKIP_HINT}") from None
         return self._decoder.decode(data, str(path))
 
     def __getstate__(self):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -60,6 +61,31 @@ def class_mismatch(classes_of: dict[str, list[str]]) -> str | None:
             "(`workbook scan` lists them)")
 
 
+# The fix every BadImageError offers last; a warning that a file was skipped leaves it out (skip is on).
+SKIP_HINT = ", or set bad_images=skip"
+
+
+def skipped_line(error: BaseException) -> str:
+    """The BadImageError's message for a "skipping ..." warning: without the advice to turn skip on."""
+    return str(error).replace(SKIP_HINT, "")
+
+
+def decode_reason(error: BaseException, source) -> str:
+    """A decoder's error text with the in-memory buffer's repr (PIL: "cannot identify image file
+    <_io.BytesIO object at 0x...>") replaced by the file or shard member it came from."""
+    return re.sub(r"<_io\.BytesIO object at 0x[0-9a-fA-F]+>", str(source), str(error))
+
+
+class DataFolderError(WorkbookError, OSError):
+    """A data folder that cannot be used as it is (unreadable, too few images to split, fewer than two
+    classes); the message names the folder and the fix."""
+
+
+def _unreadable(folder, error: OSError) -> DataFolderError:
+    return DataFolderError(f"cannot read the folder {folder} ({error.strerror or error}); fix its permissions "
+                           f"(e.g. chmod -R u+rX {folder}) or remove it")
+
+
 # Modes holding more than 8 bits per channel, which PIL's convert("RGB") clips to 255 (white)
 # instead of scaling: a 16-bit PNG opens as I;16 or as I (32-bit integers holding 0-65535).
 SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")
@@ -83,8 +109,7 @@ def load_rgb(path: str | os.PathLike) -> Image.Image:
         with Image.open(path) as image:
             return to_rgb(image)
     except (OSError, ValueError, Image.DecompressionBombError) as error:
-        raise BadImageError(f"{path}: cannot decode image ({error}); remove or replace it, "
-                            "or set bad_images=skip") from None
+        raise BadImageError(f"{path}: cannot decode image ({error}); remove or replace it{SKIP_HINT}") from None
 
 
 def _not_a_readable_file(path: str) -> str | None:
@@ -123,11 +148,15 @@ def list_image_folder(root: Path, *, follow_links: bool = False,
     like an image, raises BadImageError (bad_images=fail) or is left out with a warning (skip). torchvision's own walk follows every folder link, forever."""
     from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes
 
-    classes, class_to_index = find_classes(str(root))
+    try:
+        classes, class_to_index = find_classes(str(root))
+    except PermissionError as error:
+        raise _unreadable(root, error) from None
     samples = []
     for name in classes:
-        folders, visited = [], set()
-        for folder, subfolders, files in os.walk(root / name, followlinks=follow_links):
+        folders, visited, unreadable = [], set(), []
+        # os.walk skips a folder it cannot list unless told: that would read as "no images" below.
+        for folder, subfolders, files in os.walk(root / name, followlinks=follow_links, onerror=unreadable.append):
             real = os.path.realpath(folder)
             if real in visited:  # a link back to a folder already walked
                 subfolders[:] = []
@@ -140,6 +169,8 @@ def list_image_folder(root: Path, *, follow_links: bool = False,
                                 "follow_links=True (`workbook scan` counts what it would add)",
                                 os.path.join(folder, linked), name)
             folders.append((folder, files))
+        if unreadable:
+            raise _unreadable(unreadable[0].filename, unreadable[0])
         for folder, files in sorted(folders):
             for file_name in sorted(files):
                 path = os.path.join(folder, file_name)

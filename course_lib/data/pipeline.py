@@ -37,6 +37,7 @@ from course_lib.data.decode import FileDecoder, get_decoder
 from course_lib.data.device_augment import DeviceAugment, DeviceStage, batch_normalize
 from course_lib.data.images import (
     BadImageError,
+    DataFolderError,
     SplitClassesError,
     class_mismatch,
     split_folders,
@@ -93,6 +94,7 @@ def plan_splits(root: Path, seed: int, max_train_images: int, listing: FolderLis
     that the reported figure never sees). The class list is train/'s: a val/ or test/ with other
     class folders is refused (SplitClassesError), as each folder would number its own classes."""
     folders = split_folders(root)
+    refuse_too_few_classes(listing(folders.get("train", root)).classes, folders.get("train", root))
     if "train" in folders:
         mismatch = class_mismatch({folder.name: listing(folder).classes for folder in folders.values()})
         if mismatch:
@@ -101,10 +103,11 @@ def plan_splits(root: Path, seed: int, max_train_images: int, listing: FolderLis
         if "val" in folders:
             plans["val"] = SplitPlan(folders["val"])
         else:  # carve a validation split out of train
-            train, val = split_indices(listing(folders["train"]).targets, (0.9, 0.1), seed)
+            train, val = split_indices(listing(folders["train"]).targets, (0.9, 0.1), seed,
+                                       f"{folders['train']} (with no val/ beside it)")
             plans["train"], plans["val"] = SplitPlan(folders["train"], train), SplitPlan(folders["train"], val)
     else:
-        train, val, test = split_indices(listing(root).targets, (0.8, 0.1, 0.1), seed)
+        train, val, test = split_indices(listing(root).targets, (0.8, 0.1, 0.1), seed, f"{root} (no train/ in it)")
         plans = {"train": SplitPlan(root, train), "val": SplitPlan(root, val), "test": SplitPlan(root, test)}
     if validation_from == "train":
         plans = _carve_validation_out_of_train(plans, listing)
@@ -115,11 +118,19 @@ def plan_splits(root: Path, seed: int, max_train_images: int, listing: FolderLis
     return plans
 
 
+def refuse_too_few_classes(classes: list, folder: Path) -> None:
+    """A classifier needs two classes: with one, every prediction is right and nothing is learned."""
+    if len(classes) < 2:
+        raise DataFolderError(f"{folder} has {len(classes)} class folder(s) ({', '.join(classes)}); a classifier "
+                              "needs at least 2: add a folder of images for each other class")
+
+
 def _carve_validation_out_of_train(plans: dict, listing: FolderListings) -> dict:
     train = plans["train"]
     chosen = train.chosen(listing(train.folder))
     targets = [listing(train.folder).targets[i] for i in chosen]
-    kept, carved = split_indices(targets, (1 - CARVE_OUT_FRACTION, CARVE_OUT_FRACTION), CARVE_OUT_SEED)
+    kept, carved = split_indices(targets, (1 - CARVE_OUT_FRACTION, CARVE_OUT_FRACTION), CARVE_OUT_SEED,
+                                  f"{train.folder} (validation_from=train)")
     test = plans["test"] if plans["test"] is not None else plans["val"]
     return {"train": SplitPlan(train.folder, sorted(chosen[i] for i in kept)),
             "val": SplitPlan(train.folder, sorted(chosen[i] for i in carved)), "test": test}

@@ -177,7 +177,7 @@ def refuse_overwrite(artifact: Path, checkpoint_path: Path, force: bool) -> None
         raise FileExistsError(f"--output {artifact} is the checkpoint being exported; choose another --output "
                               "(the default is beside the checkpoint, e.g. last.onnx)")
     if artifact.is_dir():
-        raise FileExistsError(f"--output {artifact} is a folder; give a file name, e.g. {artifact / 'model.onnx'}")
+        raise FileExistsError(f"--output {artifact} is a folder; give a file path, e.g. --output {artifact / 'model.onnx'}")
     if artifact.exists() and not force:
         raise FileExistsError(f"{artifact} already exists; pass --force to replace it, or choose another --output")
 
@@ -198,6 +198,14 @@ def _written_atomically(path: Path, write) -> Path:
     return path
 
 
+def check_artifact_path(artifact: Path) -> None:
+    """Refuse, before any export work, an artifact in a folder that cannot be written (one line naming
+    the folder and the fix; a folder as the artifact itself is `refuse_overwrite`'s)."""
+    from course_lib.paths import check_writable
+
+    check_writable(artifact.parent.absolute())  # relative to the working folder, as the artifact is
+
+
 def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", *, int8: bool = False,
                       output: str | Path | None = None, calibration_batches: int = 8, repeats: int = 5,
                       force: bool = False, **overrides) -> dict:
@@ -208,9 +216,9 @@ def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", 
     (the median is reported); `force`: replace an existing artifact (never the checkpoint itself).
     Returns the JSON's content."""
     from course_lib import ledger
-    from course_lib.config import ConfigError, make_config
+    from course_lib.config import ConfigError
     from course_lib.data.pipeline import build_datasets
-    from course_lib.models import checkpoint, factory
+    from course_lib.models import factory
     from course_lib.models.checkpoint import temporary_path
 
     if export_format not in FORMATS:
@@ -218,13 +226,16 @@ def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", 
     path = Path(checkpoint_path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist; train one with `workbook train`")
+    if repeats < 1:
+        raise ConfigError(f"--repeats must be at least 1 (timed runs per batch size), got {repeats}")
     suffix = "-int8" if int8 else ""
     artifact = Path(output) if output else path.with_name(f"{path.stem}{suffix}.{export_format}")
     refuse_overwrite(artifact, path, force)  # before any work: nothing is lost, no time is spent
+    check_artifact_path(artifact)  # a folder that cannot be written: one line, before any work
     started = time.perf_counter()
-    saved = checkpoint.load_checkpoint(path)
-    config = make_config(None, **{**saved["config"], "checkpoint": "", "pretrained": False, "device": "cpu",
-                                  "num_workers": 0, "resume": False, **overrides})
+    saved = factory.load_trained(path)
+    config = factory.checkpoint_config(saved, path, **{"device": "cpu", "num_workers": 0, "resume": False,
+                                                       **overrides})
     model = factory.model_from_checkpoint(path)
     bundle = build_datasets(config)
     if list(bundle.classes) != list(saved["classes"]):

@@ -87,6 +87,9 @@ class RankFailure:
                 code += f" ({signal.Signals(-self.exitcode).name})"
             except ValueError:
                 pass
+        if self.cause == "own" and self.exitcode == -signal.SIGKILL:
+            # No one else sends a worker SIGKILL unasked: the kernel's out-of-memory killer does.
+            code += ", probably out of memory (the kernel's OOM killer: see `dmesg`; lower batch_size or image_size)"
         if self.cause == "own" and self.exitcode is not None and -self.exitcode in _STOP_SIGNALS:
             code += ", stopped while it was exiting"
         tail = "\n".join(f"    {line}" for line in self.last_lines) or "    (no output)"

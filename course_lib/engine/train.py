@@ -247,6 +247,7 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
     num_classes = len(bundle.classes)
     raw_model = (model if model is not None else factory.build_model(config, num_classes, bundle.classes)).to(
         device, memory_format=torch.channels_last if config.channels_last else torch.preserve_format)
+    refuse_one_value_batch_norm(raw_model, config)
     precision = auto_precision.resolve(config.precision, raw_model, config.image_size, num_classes, device,
                                        batch_size=config.batch_size, channels_last=config.channels_last, log=log)
     log(f"training {config.model} on {len(bundle.train)} images ({num_classes} classes) for {config.epochs} "
@@ -424,6 +425,36 @@ def _epoch_line(row: dict, state: RunState) -> str:
     return (f"epoch {row['epoch']}/{state.config.epochs}: train loss {row['train_loss']:.3f} top-1 "
             f"{row['train_top1']:.1%}{validation}  {row['images_per_second']:.0f} images/s  "
             f"data wait {row['data_wait_fraction']:.0%}{skipped}")
+
+
+def refuse_one_value_batch_norm(model: torch.nn.Module, config: Config) -> None:
+    """With batch_size=1 a BatchNorm layer whose input map is 1x1 has one value per channel, so no
+    batch statistics: torch stops the first step with a long traceback. Find such a layer with one
+    forward pass on the meta device (shapes only, no compute) and refuse in one line instead."""
+    import copy
+
+    if config.batch_size != 1:
+        return
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    probe = copy.deepcopy(model).to("meta").train()
+    seen = []  # (layer name, values per channel) of each BatchNorm input, in call order
+    for name, module in probe.named_modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.register_forward_pre_hook(lambda module, inputs, name=name: seen.append(
+                (name, inputs[0].numel() // max(1, inputs[0].shape[1]))))
+    try:
+        with torch.no_grad():
+            probe(torch.empty(1, 3, config.image_size, config.image_size, device="meta"))
+    except (RuntimeError, NotImplementedError, ValueError):
+        pass  # torch's own check stops at the first such layer, after its pre-hook recorded it
+    single = next((name for name, values in seen if values <= 1), None)
+    if single is not None:
+        raise ConfigError(f"batch_size=1 leaves the BatchNorm layer {single} of {config.model} at "
+                          f"image_size={config.image_size} one value per channel, so it has no batch statistics; "
+                          "use batch_size=2 or more, or a larger "
+                          "image_size")
 
 
 def check_outputs(config: Config, is_main: bool = True) -> None:

@@ -79,3 +79,23 @@ def test_downsample_and_sparkline():
 def test_a_zero_interval_is_refused():
     with pytest.raises(ValueError, match="above 0 seconds"):
         UtilisationMonitor(0)
+
+
+@pytest.mark.parametrize("name, value", [("monitor_interval", -1.0), ("monitor_interval", 0.001),
+                                         ("monitor_interval", 7200.0), ("vanishing_grad_norm", -1e-3),
+                                         ("vanishing_grad_steps", 0), ("exploding_grad_factor", 0.5)])
+def test_the_monitoring_switches_refuse_values_outside_their_range_in_one_line(name, value):
+    from course_lib.config import ConfigError, make_config
+
+    with pytest.raises(ConfigError) as error:
+        make_config("smoke", **{name: value})
+    message = str(error.value)
+    assert message.startswith(f"{name} must be ") and f"got {value!r}" in message and "\n" not in message
+
+
+def test_the_monitoring_switches_accept_their_edges_and_off():
+    from course_lib.config import MONITOR_INTERVAL_RANGE, make_config
+
+    for interval in (0.0, *MONITOR_INTERVAL_RANGE):
+        assert make_config("smoke", monitor_interval=interval).monitor_interval == interval
+    assert make_config("smoke", exploding_grad_factor=0.0, vanishing_grad_norm=0.0).exploding_grad_factor == 0.0

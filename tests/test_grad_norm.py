@@ -4,8 +4,8 @@ import math
 
 import pytest
 import torch
-
 from conftest import tiny_config
+
 from course_lib import ledger
 from course_lib.engine import train
 from course_lib.engine.grad_norm import LOG_FILE, GradientNormLog

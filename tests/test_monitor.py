@@ -5,11 +5,17 @@ import time
 
 import pytest
 import torch
-
 from conftest import tiny_config
+
 from course_lib import ledger
 from course_lib.engine import train
-from course_lib.engine.monitor import TIMELINE_FILE, UtilisationMonitor, downsample, sparkline, summary_line
+from course_lib.engine.monitor import (
+    TIMELINE_FILE,
+    UtilisationMonitor,
+    downsample,
+    sparkline,
+    summary_line,
+)
 
 
 def monitor_threads():

@@ -6,8 +6,8 @@ import json
 import pandas as pd
 import pytest
 import torch
-
 from conftest import tiny_config
+
 from course_lib.analysis import claims as claim_records
 from course_lib.chapters import profiling
 from course_lib.config import ConfigError

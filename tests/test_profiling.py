@@ -83,3 +83,18 @@ def dataclasses_replace(result, **changes):
     import dataclasses
 
     return dataclasses.replace(result, **changes)
+
+
+def test_the_cuda_memory_snapshot_is_cudas_only(tmp_path):
+    config = tiny_config(tmp_path, max_steps=2)
+    assert profiling.cuda_memory_snapshot(config, tmp_path / "cpu.pickle") is None
+    assert not (tmp_path / "cpu.pickle").exists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the allocator history is CUDA's")
+def test_on_cuda_the_snapshot_is_written_for_memory_viz(tmp_path):
+    import pickle
+
+    path = profiling.cuda_memory_snapshot(tiny_config(tmp_path, device="cuda", max_steps=2), tmp_path / "s.pickle")
+    snapshot = pickle.loads(path.read_bytes())
+    assert snapshot["segments"] and snapshot["device_traces"]

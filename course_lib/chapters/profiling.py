@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from course_lib import devices
 from course_lib.analysis import claims as claim_records
 from course_lib.config import Config, ConfigError
 from course_lib.engine import train
@@ -178,9 +179,9 @@ def memory_categories(config: Config, num_classes: int, device) -> pd.DataFrame:
 def cuda_memory_snapshot(config: Config, path: str | Path, steps: int = 3) -> Path | None:
     """CUDA only: record every allocation of a few engine steps and dump the snapshot that
     https://pytorch.org/memory_viz draws (None on other devices: the allocator history is CUDA's)."""
-    state = train.prepare(config.replace(max_steps=steps), verbose=False)
-    if state.device.type != "cuda":
+    if devices.resolve_device(config.device).type != "cuda":
         return None
+    state = train.prepare(config.replace(max_steps=steps), verbose=False)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.cuda.memory._record_memory_history(max_entries=100_000)

@@ -98,3 +98,15 @@ def test_on_cuda_the_snapshot_is_written_for_memory_viz(tmp_path):
     path = profiling.cuda_memory_snapshot(tiny_config(tmp_path, device="cuda", max_steps=2), tmp_path / "s.pickle")
     snapshot = pickle.loads(path.read_bytes())
     assert snapshot["segments"] and snapshot["device_traces"]
+
+
+def test_a_region_opens_only_while_a_profiler_runs():
+    from contextlib import nullcontext
+
+    from torch.profiler import profile, record_function
+
+    from course_lib.engine.step import region
+
+    assert isinstance(region("forward"), nullcontext)
+    with profile():
+        assert isinstance(region("forward"), record_function)

@@ -32,7 +32,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.profiler import record_function
 
 from course_lib import ledger, paths
 from course_lib.config import Config, ConfigError
@@ -55,7 +54,7 @@ from course_lib.engine.progressive_resize import image_size_for_epoch, resize_ba
 from course_lib.engine.random_erasing import make_random_erasing
 from course_lib.engine.run_record import RunRecorder
 from course_lib.engine.schedule import make_optimizer, make_scheduler
-from course_lib.engine.step import optimizer_step, training_step
+from course_lib.engine.step import optimizer_step, region, training_step
 from course_lib.measure.memory import (
     peak_memory_bytes,
     peak_memory_kind,
@@ -333,7 +332,7 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
     steps_done = 0
     for step in range(state.steps_per_epoch):
         for micro_step in range(config.accumulation_steps):
-            with record_function("data wait"):  # a named region for torch.profiler (notebook 14)
+            with region("data wait"):  # a named region for torch.profiler (notebook 14)
                 batch = next(batches)
             images, targets = stage_batch(state.bundle, *batch, device, train=True, channels_last=config.channels_last)
             images = resize_batch(images, side)  # a no-op at the full size

@@ -86,6 +86,11 @@ class Config:
     seed: int = 0  # seeds python, numpy and torch
     output_dir: str = "runs/checkpoints"  # where checkpoints go
     resume: bool = False  # continue from output_dir's last checkpoint
+    monitor_interval: float = 0.0  # seconds between utilisation samples on a background thread (GPU SM %, memory and power through NVML; process CPU % and RSS through psutil), timeline in output_dir/monitor.csv; 0 = off
+    grad_norm_log: bool = False  # log the total gradient L2 norm of every optimizer step (output_dir/grad_norms.csv) and name vanishing or exploding gradients in one line
+    vanishing_grad_norm: float = 1e-4  # gradient L2 norm under which a step counts towards vanishing gradients (grad_norm_log)
+    vanishing_grad_steps: int = 20  # consecutive optimizer steps under vanishing_grad_norm that name vanishing gradients
+    exploding_grad_factor: float = 10.0  # a step whose gradient norm exceeds this many times the median of the previous 10 names exploding gradients; 0 = off
     recipe: str = ""  # "" | speedrun | best: a named set of the values above (RECIPES), applied over the profile
 
     def replace(self, **changes) -> "Config":
@@ -229,6 +234,9 @@ _CHOICES = {
 # 4096 px one 3-channel image is 200 MB of float32 before the first layer, and the activations of a
 # batch of them tens of GB (image_size=99999 asked for about 30 GB at the first allocation).
 IMAGE_SIZE_RANGE = (8, 4096)
+# Seconds between utilisation samples: under 10 ms the sampler thread competes with training for the
+# interpreter; over an hour a run shows no timeline.
+MONITOR_INTERVAL_RANGE = (0.01, 3600.0)
 _DEFAULTS = {f.name: f.default for f in fields(Config)}
 # Upper bounds, far above any useful value but below the ones that take the machine down: each
 # worker is a process holding a copy of the dataset object (num_workers=400 forked 400 of them),
@@ -291,6 +299,15 @@ def _check_ranges(values: dict) -> None:
     if values["num_workers"] < -1:
         refuse("num_workers", "0 or more, or -1 for the recommended number (half the physical cores per training "
                "process)")
+    if values["monitor_interval"] and not MONITOR_INTERVAL_RANGE[0] <= values["monitor_interval"] <= MONITOR_INTERVAL_RANGE[1]:
+        refuse("monitor_interval", f"0 (off) or {MONITOR_INTERVAL_RANGE[0]:g} to {MONITOR_INTERVAL_RANGE[1]:g} seconds",
+               "NVML averages utilisation over 1/6 s to 1 s (by GPU); faster sampling only costs CPU")
+    if values["vanishing_grad_norm"] < 0:
+        refuse("vanishing_grad_norm", "0 or more")
+    if values["vanishing_grad_steps"] < 1:
+        refuse("vanishing_grad_steps", "at least 1")
+    if values["exploding_grad_factor"] and values["exploding_grad_factor"] <= 1:
+        refuse("exploding_grad_factor", "0 (off) or above 1 (a jump over that many times the recent median)")
     if values["backbone_lr_scale"] <= 0:
         refuse("backbone_lr_scale", "above 0", "to keep the backbone fixed use freeze_backbone_epochs")
 

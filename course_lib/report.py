@@ -91,6 +91,34 @@ def headline_html(found: dict) -> str:
     return "<br>".join(parts)
 
 
+def sparkline_svg(values: list[float], label: str, width: int = 160, height: int = 32) -> str:
+    """A small inline SVG line plot of `values` with its label and range (no image file needed)."""
+    if len(values) < 2:
+        return ""
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    points = " ".join(f"{i * (width - 2) / (len(values) - 1) + 1:.1f},{height - 1 - (v - low) / span * (height - 2):.1f}"
+                      for i, v in enumerate(values))
+    return (f'<div><small>{html.escape(label)}: {low:.3g} to {high:.3g}</small><br><svg width="{width}" '
+            f'height="{height}" role="img" aria-label="{html.escape(label)}"><polyline fill="none" stroke="#0969da" '
+            f'stroke-width="1.5" points="{points}"/></svg></div>')
+
+
+def monitoring_html(rows: list[dict]) -> str:
+    """Small plots of the last training run that monitored (monitor_interval) or logged gradient norms."""
+    for row in reversed(rows):
+        metrics = row.get("metrics") or {}
+        if row.get("kind") != "train" or not (metrics.get("monitor_series") or metrics.get("grad_norm_series")):
+            continue
+        parts = [sparkline_svg(metrics.get("monitor_series") or [], metrics.get("monitor_series_name", "utilisation")),
+                 sparkline_svg(metrics.get("grad_norm_series") or [], "gradient norm per step")]
+        findings = metrics.get("grad_norm_findings") or []
+        if findings:
+            parts.append(f"<small>{html.escape(findings[0])}</small>")
+        return "".join(parts)
+    return ""
+
+
 class _TableParser(HTMLParser):
     """Header and body rows of the first HTML table (a pandas DataFrame's rendering: <thead> rows,
     of which the first names the columns, then <tbody> rows)."""
@@ -223,7 +251,7 @@ def notebook_row(out_dir: Path, result: dict, rows: list[dict]) -> str:
                            f'alt="key figure of {html.escape(name)}"></a>')
     params = html.escape(", ".join(f"{k}={v}" for k, v in result.get("parameters", {}).items()))
     return (f"<tr><td>{links}<br><small>{params}</small></td><td style='color:{colour}'>{html.escape(result['status'])}</td>"
-            f"<td>{result['duration_seconds']:.1f}</td><td>{headline_html(headline(rows))}</td>"
+            f"<td>{result['duration_seconds']:.1f}</td><td>{headline_html(headline(rows))}{monitoring_html(rows)}</td>"
             f"<td>{claim_cell}</td><td>{figure_cell}</td><td>{html.escape(result.get('error') or '')}</td></tr>")
 
 

@@ -36,7 +36,8 @@ def _setup_cell(stem: str) -> str:
     ("04", "config_with_data(profile"), ("05", "config_with_data(profile"), ("06", "optimizer_study.notebook_setup("),
     ("07", "regularization_study.study_setup("), ("08", "transfer_plans.notebook_setup("),
     ("09", "confusion_study.study_config("), ("10", "casestudy.case_config("), ("11", "config_with_data(profile"),
-    ("12", "time_to_accuracy.race_setup("), ("13", "study.study_setup(")])
+    ("12", "time_to_accuracy.race_setup("), ("13", "study.study_setup("),
+    ("14", "config_with_data(profile")])
 def test_each_notebook_chooses_its_data_through_the_function_tested_here_and_prints_its_line(stem, call):
     code = _setup_cell(stem)
     assert call in code, f"notebook {stem} no longer calls {call}: the tests below would not cover its data choice"

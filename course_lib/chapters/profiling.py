@@ -27,6 +27,7 @@ from course_lib.engine import train
 from course_lib.engine.grad_norm import GradientNormLog
 from course_lib.engine.monitor import UtilisationMonitor
 from course_lib.engine.step_bench import StepBench
+from course_lib.instruments import peak_memory
 from course_lib.measure import memory
 
 PHASES = ("data wait", "forward", "backward", "optimizer")  # the engine's record_function regions
@@ -68,7 +69,7 @@ def profile_epoch(config: Config, folder: str | Path, label: str = "baseline", *
     train.train_one_epoch(state, 0, progress=False)          # lazy initialisation, and is thrown away
     state.steps_per_epoch = steps
     device = state.device
-    with memory._quiet_stderr(), profile(activities=_profiler_activities(device)) as profiler, \
+    with peak_memory.quiet_stderr(), profile(activities=_profiler_activities(device)) as profiler, \
             UtilisationMonitor(monitor_interval, device) as monitor:
         started = time.perf_counter()
         row = train.train_one_epoch(state, 0, progress=False)

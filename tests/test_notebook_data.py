@@ -33,7 +33,7 @@ def _setup_cell(stem: str) -> str:
 
 @pytest.mark.parametrize("stem, call", [
     ("00", "config_with_data(profile"), ("02", "data_pipeline.pipeline_setup("), ("03", "config_with_data(profile"),
-    ("04", "config_with_data(profile"), ("05", "config_with_data(profile"), ("06", "optimizer_study.notebook_setup("),
+    ("04", "gradient_accumulation.notebook_setup("), ("05", "config_with_data(profile"), ("06", "optimizer_study.notebook_setup("),
     ("07", "regularization_study.study_setup("), ("08", "transfer_plans.notebook_setup("),
     ("09", "confusion_study.study_config("), ("10", "casestudy.notebook_setup("), ("11", "config_with_data(profile"),
     ("12", "time_to_accuracy.race_setup("), ("13", "study.study_setup("),
@@ -50,6 +50,15 @@ def test_02_times_no_more_images_than_the_folder_holds(no_real_data, profile):
     setup = data_pipeline.pipeline_setup(profile, image_size=32)
     assert setup.data.synthetic and "workbook data get eurosat" in setup.data.line
     assert 0 < setup.images <= len(datasets.ImageFolderDataset(setup.folder))
+
+
+@pytest.mark.parametrize("profile", ["smoke", "cpu"])  # gpu: its setup trains on the GPU it asks for
+def test_04_the_big_batch_is_staged_for_the_model(no_real_data, profile):
+    from course_lib.chapters import gradient_accumulation
+
+    setup = gradient_accumulation.notebook_setup(profile, image_size=32, batch_size=8)
+    assert setup.data.synthetic and setup.images.dtype.is_floating_point and len(setup.images) == 8
+    assert setup.config.precision == "off" and setup.config.max_steps == 3
 
 
 @pytest.mark.parametrize("profile", PROFILES)

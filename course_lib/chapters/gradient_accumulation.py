@@ -4,7 +4,10 @@ caveat, memory against the effective batch, and what accumulation costs in speed
 `engine.accumulation` and `engine.train`; this module compares."""
 from __future__ import annotations
 
+import dataclasses
+
 from course_lib.analysis import claims as claim_records
+from course_lib.config import Config
 
 ROUNDING = 1e-4  # largest relative difference float32 rounding explains (about 1e-6 measured)
 
@@ -61,3 +64,52 @@ def claims(gradients, engine, memory_table, max_steps: int) -> list:
                                                for s, r in speed.iterrows())
             + " (one run each, short: indicative)"),
     ]
+
+
+@dataclasses.dataclass
+class AccumulationSetup:
+    """Notebook 04's config, data, one big batch of real images as the model takes it, and the two
+    models the equivalence compares (`notebook_setup`)."""
+
+    data: object  # paths.DataChoice: what the notebook prints first
+    config: Config
+    bundle: object
+    device: object  # torch.device
+    images: object  # the big batch, staged for the model (augmented, normalised, on the device)
+    targets: object
+    with_batchnorm: object  # config.model
+    without_batchnorm: object  # the normalizer-free model
+
+    def lines(self, model_without_batchnorm: str, hardware: str) -> list[str]:
+        return [f"big batch: {len(self.images)} images of {self.config.image_size} px from {self.bundle.source}",
+                f"with BatchNorm: {self.config.model}; without: {model_without_batchnorm}; hardware: {hardware}"]
+
+
+def notebook_setup(profile: str, model_without_batchnorm: str = "test_nfnet", *, max_steps: int | None = None,
+                   **given) -> AccumulationSetup:
+    """The profile's own data (`config_with_data(find_real=False)`: the lesson is the gradients, not the
+    data), one epoch of at most `max_steps` (None: 3) steps; fp32 on a CPU (exact weight comparisons,
+    and no per-run precision probe); one training batch staged as the model takes it (with
+    augmentation=device, the gpu profile's, the loader gives uint8, augmented here); and both models."""
+    import torch
+
+    from course_lib import devices
+    from course_lib.data import pipeline
+    from course_lib.data.datasets import config_with_data
+    from course_lib.data.loaders import make_loader
+    from course_lib.engine import train
+    from course_lib.models import factory
+
+    config, data = config_with_data(profile, find_real=False, epochs=1, max_steps=max_steps or 3,
+                                    output_dir="runs/checkpoints/04_accumulation",
+                                    **{k: v for k, v in given.items() if v is not None})
+    device = devices.resolve_device(config.device)
+    if device.type == "cpu":
+        config = config.replace(precision="off")
+    bundle = pipeline.build_datasets(config)
+    torch.manual_seed(config.seed)
+    images, targets = next(iter(make_loader(bundle.train, config, train=True)))
+    images, targets = train.stage_batch(bundle, images, targets, device, train=True)
+    return AccumulationSetup(data, config, bundle, device, images, targets,
+                             factory.build_model(config, bundle.num_classes),
+                             factory.build_model(config.replace(model=model_without_batchnorm), bundle.num_classes))

@@ -35,7 +35,7 @@ def _setup_cell(stem: str) -> str:
     ("00", "config_with_data(profile"), ("02", "data_pipeline.pipeline_setup("), ("03", "config_with_data(profile"),
     ("04", "gradient_accumulation.notebook_setup("), ("05", "config_with_data(profile"), ("06", "optimizer_study.notebook_setup("),
     ("07", "regularization_study.study_setup("), ("08", "transfer_plans.notebook_setup("),
-    ("09", "confusion_study.study_config("), ("10", "casestudy.notebook_setup("), ("11", "config_with_data(profile"),
+    ("09", "confusion_study.study_config("), ("10", "casestudy.notebook_setup("), ("11", "troubleshoot.notebook_setup("),
     ("12", "time_to_accuracy.race_setup("), ("13", "study.study_setup("),
     ("14", "config_with_data(profile")])
 def test_each_notebook_chooses_its_data_through_the_function_tested_here_and_prints_its_line(stem, call):
@@ -59,6 +59,20 @@ def test_04_the_big_batch_is_staged_for_the_model(no_real_data, profile):
     setup = gradient_accumulation.notebook_setup(profile, image_size=32, batch_size=8)
     assert setup.data.synthetic and setup.images.dtype.is_floating_point and len(setup.images) == 8
     assert setup.config.precision == "off" and setup.config.max_steps == 3
+
+
+@pytest.mark.parametrize("profile", ["smoke", "cpu"])  # gpu: its setup trains on the GPU it asks for
+def test_11_makes_its_problems_on_the_cpu_transforms(no_real_data, profile):
+    import shutil
+
+    from course_lib.chapters import troubleshoot
+
+    setup = troubleshoot.notebook_setup(profile, image_size=32)
+    try:
+        assert setup.data.synthetic and setup.config.augmentation == "cpu" and setup.scratch.is_dir()
+        assert setup.config.max_steps == (4 if profile == "smoke" else 12) and len(setup.bundle.train) > 0
+    finally:
+        shutil.rmtree(setup.scratch, ignore_errors=True)
 
 
 @pytest.mark.parametrize("profile", PROFILES)

@@ -398,3 +398,41 @@ def claims(breaks, compile_rows, compile_signal: str, reports: dict, orders, sim
         reason=f"data wait {waits[0]:.0%} at num_workers=0 -> {waits[-1]:.0%} with "
                f"{starve_table.index[-1].split('=')[-1]} workers ({slow_read_ms:g} ms simulated storage per image)"))
     return found
+
+
+@dataclasses.dataclass
+class TroubleshootSetup:
+    """Notebook 11's config, data, datasets and scratch folder (`notebook_setup`)."""
+
+    data: object  # paths.DataChoice: what the notebook prints first
+    config: Config
+    bundle: object
+    device: object  # torch.device
+    scratch: Path  # broken files go here; the notebook's last cell removes it
+    profile: str  # resolved
+    plain_steps: int  # steps of the hand-written loop of section 2 (smoke 8)
+
+    def lines(self, hardware: str) -> list[str]:
+        config = self.config
+        return [f"{config.model} at {config.image_size} px, batch {config.batch_size}, {config.max_steps} steps per run, "
+                f"device {self.device}", f"hardware: {hardware}"]
+
+
+def notebook_setup(profile: str, *, max_steps: int | None = None, **given) -> TroubleshootSetup:
+    """The profile's own data (`config_with_data(find_real=False)`: the problems are made, not found),
+    one epoch of `max_steps` (None: 12, smoke 4) steps. Augmentation stays on the CPU whatever the
+    profile: the problems below are made in the per-image transforms (normalisation above all), and the
+    gpu profile's augmentation=device would hand the lessons uint8 images."""
+    from course_lib import devices
+    from course_lib.config import resolve_profile
+    from course_lib.data.datasets import config_with_data
+
+    resolved = resolve_profile(profile)
+    smoke = resolved == "smoke"
+    config, data = config_with_data(profile, find_real=False, epochs=1, max_steps=max_steps or (4 if smoke else 12),
+                                    output_dir="runs/checkpoints/11_troubleshooting",
+                                    **{k: v for k, v in given.items() if v is not None})
+    config = config.replace(augmentation="cpu")
+    device = devices.resolve_device(config.device)
+    return TroubleshootSetup(data, config, pipeline.build_datasets(config), device,
+                             Path(tempfile.mkdtemp(prefix="troubleshooting-")), resolved, 8 if smoke else 30)

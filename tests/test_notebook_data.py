@@ -32,7 +32,7 @@ def _setup_cell(stem: str) -> str:
 
 
 @pytest.mark.parametrize("stem, call", [
-    ("00", "config_with_data(profile"), ("02", "data_pipeline.pipeline_setup("), ("03", "config_with_data(profile"),
+    ("00", "config_with_data(profile"), ("02", "data_pipeline.pipeline_setup("), ("03", "mixed_precision.notebook_setup("),
     ("04", "gradient_accumulation.notebook_setup("), ("05", "config_with_data(profile"), ("06", "optimizer_study.notebook_setup("),
     ("07", "regularization_study.study_setup("), ("08", "transfer_plans.notebook_setup("),
     ("09", "confusion_study.study_config("), ("10", "casestudy.notebook_setup("), ("11", "troubleshoot.notebook_setup("),
@@ -50,6 +50,16 @@ def test_02_times_no_more_images_than_the_folder_holds(no_real_data, profile):
     setup = data_pipeline.pipeline_setup(profile, image_size=32)
     assert setup.data.synthetic and "workbook data get eurosat" in setup.data.line
     assert 0 < setup.images <= len(datasets.ImageFolderDataset(setup.folder))
+
+
+@pytest.mark.parametrize("profile", ["smoke", "cpu"])  # gpu: its setup trains on the GPU it asks for
+def test_03_every_compared_run_has_two_epochs_of_a_few_steps(no_real_data, profile):
+    from course_lib.chapters import mixed_precision
+
+    setup = mixed_precision.notebook_setup(profile)
+    assert setup.data.synthetic and setup.config.epochs >= 2
+    assert setup.config.max_steps == (2 if profile == "smoke" else 6) and setup.seeds >= 2
+    assert setup.measure_compile is (profile != "smoke")
 
 
 @pytest.mark.parametrize("profile", ["smoke", "cpu"])  # gpu: its setup trains on the GPU it asks for

@@ -6,8 +6,8 @@ import pytest
 from conftest import ROOT
 
 from course_lib import paths
-from course_lib.chapters import (casestudy, compress_and_deploy, confusion_study, data_pipeline, regularization_study,
-                                 setup_check, time_to_accuracy, transfer_plans)
+from course_lib.chapters import (casestudy, compress_and_deploy, confusion_study, data_pipeline, ddp_scaling,
+                                 regularization_study, setup_check, time_to_accuracy, transfer_plans)
 from course_lib.config import ConfigError
 from course_lib.data import cache, class_split, datasets, landcover, pipeline, shards
 
@@ -33,14 +33,15 @@ def _setup_cell(stem: str) -> str:
 
 @pytest.mark.parametrize("stem, call", [
     ("00", "setup_check.setup("), ("02", "data_pipeline.pipeline_setup("), ("03", "config_with_data(profile"),
-    ("04", "config_with_data(profile"), ("05", "config_with_data(profile"), ("06", "config_with_data(profile"),
+    ("04", "config_with_data(profile"), ("05", "ddp_scaling.setup("), ("06", "config_with_data(profile"),
     ("07", "regularization_study.study_setup("), ("08", "transfer_plans.notebook_setup("),
     ("09", "confusion_study.setup("), ("10", "casestudy.case_config("), ("11", "config_with_data(profile"),
     ("12", "time_to_accuracy.race_setup("), ("13", "study.study_setup(")])
 def test_each_notebook_chooses_its_data_through_the_function_tested_here_and_prints_its_line(stem, call):
     code = _setup_cell(stem)
     assert call in code, f"notebook {stem} no longer calls {call}: the tests below would not cover its data choice"
-    assert ".line)" in code.split(call, 1)[1].split("\n\n", 1)[0] or "data.line)" in code, \
+    assert ".line)" in code.split(call, 1)[1].split("\n\n", 1)[0] or "data.line)" in code \
+        or "print(setup.data.line," in code, \
         f"notebook {stem} does not print the data line"
 
 
@@ -57,6 +58,13 @@ def test_02_times_no_more_images_than_the_folder_holds(no_real_data, profile):
     setup = data_pipeline.pipeline_setup(profile, image_size=32)
     assert setup.data.synthetic and "workbook data get eurosat" in setup.data.line
     assert 0 < setup.images <= len(datasets.ImageFolderDataset(setup.folder))
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_05_every_worker_gets_a_batch_of_the_profiles_own_data(no_real_data, profile):
+    setup = ddp_scaling.setup(profile, image_size=32)
+    assert setup.data.synthetic and setup.config.dataset == "landcover-synth"
+    assert setup.train_images >= setup.workers * setup.config.batch_size
 
 
 @pytest.mark.parametrize("profile", PROFILES)

@@ -32,7 +32,7 @@ def _setup_cell(stem: str) -> str:
 
 
 @pytest.mark.parametrize("stem, call", [
-    ("00", "setup_check.setup("), ("02", "data_pipeline.pipeline_setup("), ("03", "config_with_data(profile"),
+    ("00", "setup_check.setup("), ("02", "data_pipeline.setup("), ("03", "config_with_data(profile"),
     ("04", "config_with_data(profile"), ("05", "ddp_scaling.setup("), ("06", "config_with_data(profile"),
     ("07", "regularization_study.study_setup("), ("08", "transfer_plans.notebook_setup("),
     ("09", "confusion_study.setup("), ("10", "casestudy.case_config("), ("11", "config_with_data(profile"),
@@ -55,9 +55,11 @@ def test_00_shows_the_synthetic_data_it_fell_back_to(no_real_data, profile):
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_02_times_no_more_images_than_the_folder_holds(no_real_data, profile):
-    setup = data_pipeline.pipeline_setup(profile, image_size=32)
+    setup = data_pipeline.setup(profile, image_size=32, torch_threads=0)
     assert setup.data.synthetic and "workbook data get eurosat" in setup.data.line
     assert 0 < setup.images <= len(datasets.ImageFolderDataset(setup.folder))
+    cores = setup.cores  # the loader sweep: from none to twice the cores
+    assert setup.sweep_workers == sorted({0, 1, 2, max(1, cores // 2), cores, 2 * cores}) and setup.epochs == 2
 
 
 @pytest.mark.parametrize("profile", PROFILES)

@@ -11,7 +11,6 @@ import math
 from course_lib.analysis import claims as claim_records
 from course_lib.analysis import statistics
 
-
 # Values over the profile. cpu: one epoch (not the profile's two) keeps both trainings within the
 # notebook's time budget; the analysis needs a model that makes mistakes, not a good one.
 STUDY_PROFILES = {"cpu": {"epochs": 1}}

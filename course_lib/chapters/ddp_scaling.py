@@ -56,8 +56,8 @@ class DdpSetup:
     def lines(self) -> list[str]:
         """What the notebook prints after the data line."""
         config = self.config
-        return [f"profile {self.profile}: {config.model} at {config.image_size} px, {config.batch_size} images per "
-                f"worker, {self.workers} worker(s) on {config.device}, {self.threads_per_process} thread(s) each",
+        return [(f"profile {self.profile}: {config.model} at {config.image_size} px, {config.batch_size} images per "
+                 f"worker, {self.workers} worker(s) on {config.device}, {self.threads_per_process} thread(s) each"),
                 f"machine: {self.hardware}"]
 
 

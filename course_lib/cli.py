@@ -22,7 +22,7 @@ from course_lib.paths import NotWritableError
 
 
 def _add_config_arguments(parser: argparse.ArgumentParser, example: str = "-p batch_size=128") -> None:
-    parser.add_argument("--profile", default="auto", help="smoke | cpu | gpu | auto (default auto)")
+    parser.add_argument("--profile", default="auto", help="smoke | cpu | gpu | auto | rehearsal (default auto)")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                         help=f"any Config field, e.g. {example}")
 
@@ -33,7 +33,8 @@ def _add_run(subparsers) -> None:
     from course_lib import runner
 
     parser = subparsers.add_parser("run", help="execute the notebooks with papermill into runs/<id>/")
-    parser.add_argument("--profile", default="auto", help="smoke | cpu | gpu | auto (default: auto)")
+    parser.add_argument("--profile", default="auto", help="smoke | cpu | gpu | auto (default: auto) | rehearsal (every "
+                                                          "notebook at smoke sizes on the CPU with the gpu profile's switches)")
     parser.add_argument("--only", help="comma-separated notebook numbers, e.g. 00,03")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                         help="a notebook parameter, checked against the parameters cells (repeatable)")
@@ -50,7 +51,7 @@ def _run(args) -> int:
                                            cell_timeout=args.cell_timeout)
     except runner.RunInterrupted as stop:
         print(f"workbook run: {stop}", file=sys.stderr)
-        return 130  # the shell's code for a process stopped by Ctrl-C (128 + SIGINT)
+        return stop.exit_code  # the shell's code for a process stopped by that signal (130 = 128 + SIGINT)
     failed = [r.notebook for r in results if r.status != "ok"]
     print(f"index: {out / 'index.html'}")
     if failed:
@@ -94,7 +95,11 @@ def _add_gpu_check(subparsers) -> None:
                                                "Without CUDA it prints one line and exits 0.")
     parser.add_argument("--parts", default=",".join(gpu_check.BUDGETS),
                         help=f"comma-separated subset of {','.join(gpu_check.BUDGETS)} (default: all)")
-    parser.add_argument("--out-root", help=f"folder for the <gpu>-<date>/ results (default: {gpu_check.RESULTS_DIR})")
+    parser.add_argument("--out-root", help=f"folder for the <gpu>-<date>/ results (default: {gpu_check.RESULTS_DIR}; "
+                                           f"with --cpu-dry-run: {gpu_check.DRY_RUN_DIR})")
+    parser.add_argument("--cpu-dry-run", action="store_true",
+                        help="run every part's code on the CPU at tiny sizes (test_resnet at 32 px), to check the "
+                             "command before a GPU slot; its numbers say nothing about a GPU")
     parser.set_defaults(func=_gpu_check)
 
 
@@ -106,6 +111,11 @@ def _gpu_check(args) -> int:
     unknown = [name for name in wanted if name not in gpu_check.BUDGETS]
     if unknown:
         raise ConfigError(f"--parts {unknown[0]!r} is not one of {', '.join(gpu_check.BUDGETS)}")
+    if args.cpu_dry_run:
+        parts = [part for part in gpu_check.dry_run_parts() if part.name in wanted]
+        folder = gpu_check.run_check(parts, out_root=Path(args.out_root or gpu_check.DRY_RUN_DIR), gpu="cpu dry run")
+        print(f"gpu-check: dry run on the CPU, results in {folder}/ (README.md, gpu_check.json)")
+        return 0
     reason = gpu_check.nothing_to_check()
     if reason:
         print(reason)
@@ -256,10 +266,12 @@ def _add_train(subparsers) -> None:
 
 def _train(args) -> int:
     from course_lib.engine import train
+    from course_lib.measure import memory
 
     config, choice = run_config(args.profile, parse_assignments(args.param))
     if int(os.environ.get("RANK", "0")) == 0:
         print(choice.line, flush=True)
+    memory.check_fits(config)  # here, not in the engine: the estimator lives in measure (layering)
     try:
         result = train.fit(config, progress=not args.no_progress)
     except train.NonFiniteLossError as error:
@@ -330,6 +342,8 @@ def _add_ddp(subparsers) -> None:
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds before the launch and all its processes are stopped (default: sized from "
                              "the run's epochs and images, see torchrun.fitting_timeout)")
+    parser.add_argument("--port", type=int, default=0,
+                        help="rendezvous port on 127.0.0.1 (default 0: a free one); a taken port is refused")
     parser.set_defaults(func=_ddp)
 
     probe = subparsers.add_parser("ddp-probe", help="one worker of `workbook ddp --scaling` (run under torchrun)")
@@ -357,7 +371,8 @@ def _ddp(args) -> int:
         print(f"hardware: {report.hardware}")
         return 0
     result = torchrun.launch(args.nproc_per_node, params, args.profile, nnodes=args.nnodes,
-                             threads_per_process=args.threads, timeout=args.timeout, check=False)
+                             threads_per_process=args.threads, timeout=args.timeout, check=False,
+                             port=args.port)
     if not result.ok:
         print(result.failure_report(), file=sys.stderr)
         return 1
@@ -491,6 +506,8 @@ def _add_export(subparsers) -> None:
                         help="post-training int8, calibrated on training images (onnx: onnxruntime static QDQ; "
                              "pt2: PT2E with the X86 Inductor quantizer)")
     parser.add_argument("--output", help="the artifact's path (default: beside the checkpoint, e.g. last-int8.onnx)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing artifact (the checkpoint being exported is never replaced)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per batch size (median reported)")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                         help="override a stored config value for the data (e.g. data_dir=..., batch_size=256)")
@@ -501,7 +518,7 @@ def _export(args) -> int:
     from course_lib.deploy import export
 
     report = export.export_checkpoint(args.checkpoint, args.format, int8=args.int8, output=args.output,
-                                      repeats=args.repeats, **parse_assignments(args.param))
+                                      repeats=args.repeats, force=args.force, **parse_assignments(args.param))
     latency = report["latency"]
     print(f"wrote {report['artifact']} ({report['bytes'] / 1e6:.2f} MB): val top-1 {report['top1']:.4f} "
           f"(PyTorch {report['pytorch_top1']:.4f}), max |logit difference| {report['max_abs_logit_difference']:.2e}, "

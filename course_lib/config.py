@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import typing
 from dataclasses import dataclass, fields
 
-PROFILE_NAMES = ("smoke", "cpu", "gpu", "auto")
+PROFILE_NAMES = ("smoke", "cpu", "gpu", "auto", "rehearsal")
 # The data switches' values (data.decode, data.pipeline and data.loaders use these names too).
 DECODER_NAMES = ("pil", "opencv", "torchvision", "nvjpeg")
 STORAGE_NAMES = ("files", "cache", "shards", "device")
@@ -74,6 +75,7 @@ class Config:
     channels_last: bool = False  # NHWC memory format for convolutions
     compile: bool = False  # torch.compile the model
     compile_mode: str = "default"  # default | reduce-overhead (CUDA graphs) | max-autotune (Triton autotuning): torch.compile's mode
+    matmul_precision: str = "highest"  # highest (exact fp32) | high (TF32 tensor cores, Ampere+) | medium (TF32, or bf16 where torch allows): fp32 matmuls and convolutions (CUDA only)
     cudnn_benchmark: bool = False  # let cuDNN time its convolution algorithms on the first batches (CUDA only; fixed image sizes)
     num_workers: int = 0  # DataLoader worker processes; -1 = recommended: half the physical cores per process
     pin_memory: bool = False  # page-locked host memory for faster host-to-device copies
@@ -84,6 +86,11 @@ class Config:
     seed: int = 0  # seeds python, numpy and torch
     output_dir: str = "runs/checkpoints"  # where checkpoints go
     resume: bool = False  # continue from output_dir's last checkpoint
+    monitor_interval: float = 0.0  # seconds between utilisation samples on a background thread (GPU SM %, memory and power through NVML; process CPU % and RSS through psutil), timeline in output_dir/monitor.csv; 0 = off
+    grad_norm_log: bool = False  # log the total gradient L2 norm of every optimizer step (output_dir/grad_norms.csv) and name vanishing or exploding gradients in one line
+    vanishing_grad_norm: float = 1e-4  # gradient L2 norm under which a step counts towards vanishing gradients (grad_norm_log)
+    vanishing_grad_steps: int = 20  # consecutive optimizer steps under vanishing_grad_norm that name vanishing gradients
+    exploding_grad_factor: float = 10.0  # a step whose gradient norm exceeds this many times the median of the previous 10 names exploding gradients; 0 = off
     recipe: str = ""  # "" | speedrun | best: a named set of the values above (RECIPES), applied over the profile
 
     def replace(self, **changes) -> "Config":
@@ -119,10 +126,27 @@ PROFILES: dict[str, dict] = {
     # EuroSAT at 224 px (AMD EPYC, 1 thread): 1,559 images/s instead of 637, and 151 KB per
     # image to pass on instead of 602 KB (uint8 vs float32). storage stays files: a 224 px cache
     # of the whole split costs 150 KB of disk per image, a trade to opt into (storage=cache).
+    # matmul_precision=high and cudnn_benchmark: the PyTorch performance-tuning guide's two GPU
+    # switches (TF32 for fp32 work on Ampere and newer; cuDNN's autotuner for the fixed 224 px).
     "gpu": dict(model="resnet50", image_size=224, batch_size=128, epochs=5, max_steps=0, max_train_images=0,
                 num_workers=-1, pin_memory=True, persistent_workers=True, prefetch_factor=4,
-                device="cuda", precision="auto", channels_last=True, augmentation="device"),
+                device="cuda", precision="auto", channels_last=True, augmentation="device",
+                matmul_precision="high", cudnn_benchmark=True),
 }
+# The gpu profile's switches (its data path, layout, precision choice and GPU switches) for a
+# rehearsal on the CPU at the smoke profile's sizes: `workbook run --profile rehearsal` runs every
+# notebook in its smoke branches with these on, so the gpu profile's code paths have run before a
+# GPU does. One worker process (persistent_workers needs one). Off: compile (a first CPU compile of
+# each model and size takes about a minute; notebook 03's section 4 compiles once, tests/test_rehearsal.py),
+# the gpu profile's resnet50 at 224 px (2-4 s per CPU step even at 32 px; the smoke model runs instead)
+# and its sizes. CUDA-only switches do nothing on the CPU and are named (`devices.skipped_switches`).
+REHEARSAL_SWITCHES = {name: PROFILES["gpu"][name] for name in (
+    "pin_memory", "persistent_workers", "channels_last", "augmentation", "precision", "matmul_precision",
+    "cudnn_benchmark")} | {"num_workers": 1, "prefetch_factor": 2}
+PROFILES["rehearsal"] = {**PROFILES["smoke"], **REHEARSAL_SWITCHES}
+# Set (to 1) in the kernels of `workbook run --profile rehearsal`: the notebooks run with profile
+# smoke, and every make_config("smoke") they build carries REHEARSAL_SWITCHES.
+REHEARSAL_ENV = "WORKBOOK_REHEARSAL"
 
 
 # Recipes: named sets of values for the same fields, like profiles but about *how* to train rather
@@ -196,6 +220,7 @@ _CHOICES = {
     "bad_images": ("fail", "skip"),
     "validation_from": ("folder", "train"),
     "compile_mode": ("default", "reduce-overhead", "max-autotune"),
+    "matmul_precision": ("highest", "high", "medium"),  # torch.set_float32_matmul_precision
     "decoder": DECODER_NAMES,
     "storage": STORAGE_NAMES,
     "augmentation": AUGMENTATION_PLACES,
@@ -209,7 +234,24 @@ _CHOICES = {
 # 4096 px one 3-channel image is 200 MB of float32 before the first layer, and the activations of a
 # batch of them tens of GB (image_size=99999 asked for about 30 GB at the first allocation).
 IMAGE_SIZE_RANGE = (8, 4096)
+# Seconds between utilisation samples: under 10 ms the sampler thread competes with training for the
+# interpreter; over an hour a run shows no timeline.
+MONITOR_INTERVAL_RANGE = (0.01, 3600.0)
 _DEFAULTS = {f.name: f.default for f in fields(Config)}
+# Upper bounds, far above any useful value but below the ones that take the machine down: each
+# worker is a process holding a copy of the dataset object (num_workers=400 forked 400 of them),
+# a batch of 65,536 images is 3 GB of float32 at 64 px before the first layer, and a weight decay of
+# 1 per step zeroes the weights. The unit is the field's own. lr has no upper bound: a diverging lr
+# is what the loss guard (engine.loss_guard) catches and names, and its tests diverge on purpose.
+UPPER_BOUNDS = {
+    "batch_size": 65_536, "epochs": 10_000, "max_steps": 10_000_000, "accumulation_steps": 1024,
+    "num_workers": 128, "prefetch_factor": 64, "max_train_images": 1_000_000_000, "freeze_backbone_epochs": 10_000,
+    "warmup_epochs": 10_000, "weight_decay": 1.0, "grad_clip_norm": 1e6, "mixup_alpha": 100.0,
+    "cutmix_alpha": 100.0, "backbone_lr_scale": 100.0,
+}
+# Below this a learning rate moves no float32 weight at all (the smallest step that changes 1.0 is
+# 6e-8 of it; 1e-12 leaves a wide margin and refuses lr=5e-324).
+MIN_LR = 1e-12
 
 
 def _check_ranges(values: dict) -> None:
@@ -236,8 +278,13 @@ def _check_ranges(values: dict) -> None:
             refuse(name, "0 or more")
     if values["seed"] >= 2**63:
         refuse("seed", "below 2**63 (torch.manual_seed's limit)")
-    if values["lr"] <= 0:
-        refuse("lr", "above 0", "e.g. 0.1 for SGD or 1e-3 for AdamW")
+    if values["lr"] < MIN_LR:
+        refuse("lr", f"at least {MIN_LR:g}", "e.g. 0.1 for SGD or 1e-3 for AdamW")
+    for name, high in UPPER_BOUNDS.items():
+        if values[name] > high:
+            refuse(name, f"at most {high:,}", "larger values exhaust the machine or diverge")
+    if not values["output_dir"].strip():
+        refuse("output_dir", "a folder", "e.g. runs/checkpoints (empty would write checkpoints into the project root)")
     if values["min_lr"] > values["lr"]:
         refuse("min_lr", f"at most lr ({values['lr']!r}), where the cosine decay ends")
     for name, meaning in (("momentum", "0 (plain SGD) up to, not including, 1"),
@@ -252,6 +299,15 @@ def _check_ranges(values: dict) -> None:
     if values["num_workers"] < -1:
         refuse("num_workers", "0 or more, or -1 for the recommended number (half the physical cores per training "
                "process)")
+    if values["monitor_interval"] and not MONITOR_INTERVAL_RANGE[0] <= values["monitor_interval"] <= MONITOR_INTERVAL_RANGE[1]:
+        refuse("monitor_interval", f"0 (off) or {MONITOR_INTERVAL_RANGE[0]:g} to {MONITOR_INTERVAL_RANGE[1]:g} seconds",
+               "NVML averages utilisation over 1/6 s to 1 s (by GPU); faster sampling only costs CPU")
+    if values["vanishing_grad_norm"] < 0:
+        refuse("vanishing_grad_norm", "0 or more")
+    if values["vanishing_grad_steps"] < 1:
+        refuse("vanishing_grad_steps", "at least 1")
+    if values["exploding_grad_factor"] and values["exploding_grad_factor"] <= 1:
+        refuse("exploding_grad_factor", "0 (off) or above 1 (a jump over that many times the recent median)")
     if values["backbone_lr_scale"] <= 0:
         refuse("backbone_lr_scale", "above 0", "to keep the backbone fixed use freeze_backbone_epochs")
 
@@ -285,6 +341,8 @@ def make_config(profile: str | None = "auto", *overlays: typing.Mapping[str, typ
     for "the profile's value"."""
     resolved = resolve_profile(profile)
     values = dict(PROFILES[resolved]) if resolved else {}
+    if resolved == "smoke" and os.environ.get(REHEARSAL_ENV):
+        values.update(REHEARSAL_SWITCHES)  # a notebook's smoke branches, with the gpu profile's switches
     if profile == "auto" and resolved == "cpu" and mps_available():
         values["device"] = "mps"  # Apple silicon: the cpu profile's sizes, trained on its GPU
     overlaid = _overlay_values(overlays, resolved)
@@ -305,8 +363,16 @@ def _overlay_values(overlays, resolved: str | None) -> dict:
         if unknown:
             raise ConfigError(f"overlay key(s) {', '.join(map(repr, unknown))} are no profile; "
                               f"key an overlay by {', '.join(PROFILES)}")
-        merged.update({k: v for k, v in overlay.get(resolved, {}).items() if v is not None})
+        merged.update({k: v for k, v in profile_entry(overlay, resolved, {}).items() if v is not None})
     return merged
+
+
+def profile_entry(per_profile: typing.Mapping, resolved: str | None, default=None):
+    """The entry of a per-profile mapping (an overlay, a chapter's choices) for a resolved profile;
+    `rehearsal` without one of its own takes smoke's, whose sizes it runs at."""
+    if resolved == "rehearsal" and resolved not in per_profile:
+        resolved = "smoke"
+    return per_profile.get(resolved, default)
 
 
 def parse_bool(text: str) -> bool:
@@ -325,9 +391,18 @@ def parse_value(name: str, text: str):
         raise ConfigError(f"unknown parameter {name!r}; valid names: {', '.join(FIELD_NAMES)}")
     expected = _TYPES[name]
     try:
-        return parse_bool(text) if expected is bool else expected(text)
+        return parse_bool(text) if expected is bool else parse_number(expected, text) if expected in (int, float) \
+            else expected(text)
     except ValueError:
         raise ConfigError(f"{name} must be {expected.__name__}, got {text!r}") from None
+
+
+def parse_number(kind: type, text: str):
+    """`int(text)` or `float(text)` for ASCII digits only: Python also reads other scripts' digits
+    ("\u0663" is 3), which no one means to type in a number."""
+    if not text.isascii():
+        raise ValueError(f"not an ASCII number: {text!r}")
+    return kind(text)
 
 
 def parse_assignments(pairs: list[str] | None) -> dict:
@@ -337,8 +412,15 @@ def parse_assignments(pairs: list[str] | None) -> dict:
         if "=" not in pair:
             raise ConfigError(f"parameter {pair!r} must look like name=value")
         name, text = pair.split("=", 1)
+        refuse_repeated(name.strip(), values, text)
         values[name.strip()] = parse_value(name.strip(), text)
     return values
+
+
+def refuse_repeated(name: str, given: dict, text: str) -> None:
+    """Two `-p` values for one name: refuse, rather than let the last one win unseen."""
+    if name in given:
+        raise ConfigError(f"-p {name} is given twice ({given[name]!r}, then {text!r}); give each parameter once")
 
 
 def configuration_table() -> str:

@@ -84,8 +84,33 @@ UNSUPPORTED = {
     "cpu": {
         "nvjpeg": "nvJPEG needs a CUDA GPU",
         "pin_memory": "pinned memory only speeds copies to a CUDA GPU",
+        "cudnn_benchmark": "cuDNN is CUDA's convolution library",
+        "matmul_precision": "TF32 is a mode of NVIDIA tensor cores",
+        "compile_mode": "reduce-overhead replays CUDA graphs",
     },
 }
+UNSUPPORTED["mps"].update({key: UNSUPPORTED["cpu"][key] for key in ("cudnn_benchmark", "matmul_precision",
+                                                                    "compile_mode")})
+
+
+def skipped_switches(config, device) -> list[str]:
+    """"switch=value: reason" for each switch `config` turns on that only acts on a CUDA GPU and so
+    does nothing on `device` (pin_memory, cudnn_benchmark, matmul_precision other than highest,
+    compile_mode=reduce-overhead, decoder=nvjpeg); empty on CUDA. The engine logs these, and
+    `workbook run --profile rehearsal` prints them, so a CPU rehearsal of the gpu profile names
+    every call it skips."""
+    device = as_device(device)
+    if device.type == "cuda":
+        return []
+    wanted = {"pin_memory": config.pin_memory, "cudnn_benchmark": config.cudnn_benchmark,
+              "matmul_precision": config.matmul_precision != "highest",
+              "compile_mode": config.compile and config.compile_mode == "reduce-overhead",
+              "nvjpeg": config.decoder == "nvjpeg"}
+    def setting(name: str) -> str:
+        return "decoder=nvjpeg" if name == "nvjpeg" else f"{name}={getattr(config, name)}"
+
+    return [f"{setting(name)}: {unsupported_on(device, name)}" for name, on in wanted.items()
+            if on and unsupported_on(device, name)]
 
 
 def unsupported_on(device, feature: str) -> str | None:

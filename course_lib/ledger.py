@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -58,6 +59,8 @@ CREATE INDEX IF NOT EXISTS results_kind_name ON results (kind, name);
 COLUMNS = ("id", "created_at", "run_id", "kind", "name", "status", "duration_seconds", "profile", "git_commit",
            "versions", "hardware", "parameters", "metrics")
 _JSON_COLUMNS = ("versions", "hardware", "parameters", "metrics")
+BUSY_TIMEOUT_SECONDS = 60.0  # how long a writer waits for another process's transaction
+LOCK_NOTICE_SECONDS = 2.0  # after this long waiting, say why (one line on stderr)
 
 
 class LedgerError(WorkbookError):
@@ -89,14 +92,34 @@ def ledger_error(path: Path, error: BaseException | str) -> LedgerError:
     if "locked" in lowered or "busy" in lowered:
         return LedgerError(f"ledger {path} is locked by another process ({reason}); wait for it to finish, "
                            "or stop the process that holds it")
-    if "disk is full" in lowered or "no space" in lowered:
-        return LedgerError(f"ledger {path}: the disk is full ({reason}); free some space and run again")
+    free = _free_bytes(path)
+    if "disk is full" in lowered or "no space" in lowered or ("i/o error" in lowered and 0 <= free < DISK_FULL_BYTES):
+        left = f", {free / 1e6:.1f} MB free" if free >= 0 else ""
+        return LedgerError(f"ledger {path}: no space left on the disk holding it ({reason}{left}); free some space "
+                           "and run again (a full disk does not damage the ledger: `workbook ledger --check` says ok "
+                           "once there is room)")
     if "unable to open" in lowered:
         return LedgerError(f"ledger {path} cannot be opened ({reason}); check the folder exists and is writable, "
                            f"or point {LEDGER_ENV} at another file")
     quoted = shlex.quote(str(path))
     return LedgerError(f"ledger {path} is damaged ({reason}); move it aside (mv {quoted} {quoted}.damaged) so a new "
                        f"one is started; `workbook ledger --check --path {quoted}` reports its state")
+
+
+# A full disk reaches SQLite as "disk I/O error" when its WAL index (ledger.sqlite-shm) cannot grow:
+# with under this many bytes free on the ledger's disk such an error is the disk, not damage.
+DISK_FULL_BYTES = 1 << 20  # 1 MiB
+
+
+def _free_bytes(path: Path) -> int:
+    """Bytes free to this user on the disk holding `path` (its nearest existing folder); -1 if unknown."""
+    folder = Path(path).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return -1
 
 
 def default_path() -> Path:
@@ -202,9 +225,9 @@ class Ledger:
         except (sqlite3.Error, OSError) as error:
             raise ledger_error(self.path, error) from None
 
-    def _connect(self) -> sqlite3.Connection:
-        # 60 s busy timeout: a writer waits for another's transaction instead of failing.
-        connection = sqlite3.connect(self.path, timeout=60)
+    def _connect(self, timeout: float = BUSY_TIMEOUT_SECONDS) -> sqlite3.Connection:
+        # A busy timeout: a writer waits for another's transaction instead of failing.
+        connection = sqlite3.connect(self.path, timeout=timeout)
         connection.row_factory = sqlite3.Row
         return connection
 
@@ -246,16 +269,31 @@ class Ledger:
         """Insert a row made by `make_row` (or read back from the unsaved file); LedgerError when
         the database is damaged (quick_check first, so nothing is appended to a broken file) or
         cannot be written."""
-        try:
-            with closing(self._connect()) as connection, connection:
+        def attempt(timeout: float) -> int:
+            with closing(self._connect(timeout)) as connection, connection:
                 if check:
                     self._check(connection)
                 cursor = connection.execute(
                     f"INSERT INTO results ({', '.join(COLUMNS[1:])}) VALUES ({','.join('?' * (len(COLUMNS) - 1))})",
                     [_json(row[c]) if c in _JSON_COLUMNS else row[c] for c in COLUMNS[1:]])
                 return cursor.lastrowid
+
+        try:
+            return self._patiently(attempt)
         except sqlite3.Error as error:
             raise ledger_error(self.path, error) from None
+
+    def _patiently(self, attempt):
+        """`attempt(timeout)` with a short busy timeout first; if another process holds the lock, say
+        so in one line on stderr, then wait out the rest of BUSY_TIMEOUT_SECONDS (not a minute of silence)."""
+        try:
+            return attempt(LOCK_NOTICE_SECONDS)
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error).lower() and "busy" not in str(error).lower():
+                raise
+            print(f"workbook: ledger {self.path} is locked by another process; waiting up to "
+                  f"{BUSY_TIMEOUT_SECONDS - LOCK_NOTICE_SECONDS:.0f} s more for it", file=sys.stderr, flush=True)
+            return attempt(BUSY_TIMEOUT_SECONDS - LOCK_NOTICE_SECONDS)
 
     def rows(self, kind: str | None = None, name: str | None = None, run_id: str | None = None,
              limit: int | None = None) -> list[dict]:
@@ -389,12 +427,16 @@ def check_writable(path: str | os.PathLike | None = None) -> Path:
     Returns its path; raises LedgerError with the fix, so a run fails in its first second
     instead of at its end."""
     book = Ledger(path)
-    try:
-        with closing(book._connect()) as connection:
+
+    def attempt(timeout: float) -> None:
+        with closing(book._connect(timeout)) as connection:
             connection.execute("BEGIN IMMEDIATE")  # takes the write lock, as an insert would
             connection.execute("INSERT INTO results (created_at, kind, name, status, versions, hardware, parameters,"
                                " metrics) VALUES ('', 'probe', 'probe', 'ok', '{}', '{}', '{}', '{}')")
             connection.rollback()
+
+    try:
+        book._patiently(attempt)
     except sqlite3.Error as error:
         raise ledger_error(book.path, error) from None
     return book.path

@@ -6,6 +6,8 @@ datasets or the ledger.
 from __future__ import annotations
 
 import os
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +21,77 @@ PACKAGE_DIR = Path(__file__).resolve().parent  # course_lib/ itself
 
 class NotWritableError(OSError):
     """A folder the run must write to cannot be created or written; the message says which and why."""
+
+
+class FolderInUseError(NotWritableError):
+    """Another run holds the output folder (`OutputLock`); the message names its process."""
+
+
+class OutputLock:
+    """An exclusive lock on an output folder for one run, so two `workbook train` runs on one
+    `output_dir` cannot both write `last.pt` (each would record a checkpoint holding the other's
+    weights). An advisory POSIX lock (fcntl.flock) on `<folder>/.workbook-run.lock`, which says who
+    holds it: the kernel drops the lock when its process dies, so a lock file left by a killed
+    run is simply taken over; a finished run removes it. Where there is no fcntl (Windows), no lock."""
+
+    NAME = ".workbook-run.lock"
+    ATTEMPTS = 10  # a holder removing its file as another run opens it sends that run round again
+
+    def __init__(self, folder: str | os.PathLike, what: str = "workbook train"):
+        self.folder, self.what, self._handle = resolve_path(folder), what, None
+
+    def acquire(self) -> OutputLock:
+        """Take the lock, or raise FolderInUseError naming the holder's PID."""
+        try:
+            import fcntl
+        except ImportError:
+            return self
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / self.NAME
+        for _ in range(self.ATTEMPTS):
+            # "a+", not "w": the holder's line must survive a failed attempt. Kept open: the open file holds the lock.
+            handle = open(path, "a+")  # noqa: SIM115
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "a process that has not written its PID yet"
+                handle.close()
+                raise FolderInUseError(f"{self.folder} is in use by another run ({holder}); wait for it to end, "
+                                       "or set output_dir to another folder") from None
+            try:
+                current = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+            except FileNotFoundError:
+                current = False
+            if current:
+                break
+            handle.close()  # locked a file its finishing holder had just removed: lock the new one
+        else:
+            raise FolderInUseError(f"{self.folder}: its lock file {self.NAME} keeps being replaced; "
+                                   "is another run starting and stopping there?")
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"PID {os.getpid()} on {socket.gethostname()}, {self.what}, since "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        handle.flush()
+        self._handle = handle
+        return self
+
+    def release(self) -> None:
+        """Remove the lock file, then drop the lock (in that order: a run that opened the old file
+        meanwhile sees that it was removed and locks a new one)."""
+        if self._handle is not None:
+            import fcntl
+
+            try:
+                (self.folder / self.NAME).unlink()
+            except FileNotFoundError:
+                pass
+            # Unlock before closing: DataLoader workers forked during the run share this open file,
+            # and a close alone would leave the lock held until the last of them exits.
+            fcntl.flock(self._handle, fcntl.LOCK_UN)
+            self._handle.close()
+            self._handle = None
 
 
 def _is_project(folder: Path) -> bool:

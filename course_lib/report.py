@@ -16,6 +16,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from course_lib import ledger, paths
+from course_lib.config import WorkbookError
 
 STATUS_COLOURS = {"ok": "#1a7f37", "failed": "#cf222e", "interrupted": "#bc4c00", "not run": "#6e7781"}
 # Metric names notebooks and the engine record, by what they measure (the first found wins per row).
@@ -88,6 +89,34 @@ def headline_html(found: dict) -> str:
     if not parts:
         return f"<small>{found['rows']} ledger row(s), no accuracy or speed among them</small>"
     return "<br>".join(parts)
+
+
+def sparkline_svg(values: list[float], label: str, width: int = 160, height: int = 32) -> str:
+    """A small inline SVG line plot of `values` with its label and range (no image file needed)."""
+    if len(values) < 2:
+        return ""
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    points = " ".join(f"{i * (width - 2) / (len(values) - 1) + 1:.1f},{height - 1 - (v - low) / span * (height - 2):.1f}"
+                      for i, v in enumerate(values))
+    return (f'<div><small>{html.escape(label)}: {low:.3g} to {high:.3g}</small><br><svg width="{width}" '
+            f'height="{height}" role="img" aria-label="{html.escape(label)}"><polyline fill="none" stroke="#0969da" '
+            f'stroke-width="1.5" points="{points}"/></svg></div>')
+
+
+def monitoring_html(rows: list[dict]) -> str:
+    """Small plots of the last training run that monitored (monitor_interval) or logged gradient norms."""
+    for row in reversed(rows):
+        metrics = row.get("metrics") or {}
+        if row.get("kind") != "train" or not (metrics.get("monitor_series") or metrics.get("grad_norm_series")):
+            continue
+        parts = [sparkline_svg(metrics.get("monitor_series") or [], metrics.get("monitor_series_name", "utilisation")),
+                 sparkline_svg(metrics.get("grad_norm_series") or [], "gradient norm per step")]
+        findings = metrics.get("grad_norm_findings") or []
+        if findings:
+            parts.append(f"<small>{html.escape(findings[0])}</small>")
+        return "".join(parts)
+    return ""
 
 
 class _TableParser(HTMLParser):
@@ -189,8 +218,11 @@ def _read_notebook(path: Path):
 def write_atomically(path: Path, text: str) -> None:
     """A browser refreshing the page (or a crash) never sees half a file."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    finally:  # a write that failed (a full disk) leaves no half file behind
+        temporary.unlink(missing_ok=True)
 
 
 def notebook_row(out_dir: Path, result: dict, rows: list[dict]) -> str:
@@ -218,8 +250,8 @@ def notebook_row(out_dir: Path, result: dict, rows: list[dict]) -> str:
             figure_cell = (f'<a href="{relative}"><img src="{relative}" width="{THUMBNAIL_PIXELS}" '
                            f'alt="key figure of {html.escape(name)}"></a>')
     params = html.escape(", ".join(f"{k}={v}" for k, v in result.get("parameters", {}).items()))
-    return (f"<tr><td>{links}<br><small>{params}</small></td><td style='color:{colour}'>{result['status']}</td>"
-            f"<td>{result['duration_seconds']:.1f}</td><td>{headline_html(headline(rows))}</td>"
+    return (f"<tr><td>{links}<br><small>{params}</small></td><td style='color:{colour}'>{html.escape(result['status'])}</td>"
+            f"<td>{result['duration_seconds']:.1f}</td><td>{headline_html(headline(rows))}{monitoring_html(rows)}</td>"
             f"<td>{claim_cell}</td><td>{figure_cell}</td><td>{html.escape(result.get('error') or '')}</td></tr>")
 
 
@@ -328,6 +360,14 @@ def run_folder(run: str) -> Path:
 def regenerate(run: str) -> Path:
     """`workbook report RUN_ID`: rewrite the run's index.html from summary.json and the ledger."""
     folder = run_folder(run)
-    summary = json.loads((folder / "summary.json").read_text())
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+        if not all(key in summary for key in ("run_id", "profile", "results")):
+            raise ValueError("it lacks run_id, profile or results")
+    except (ValueError, UnicodeDecodeError, TypeError) as error:  # JSONDecodeError is a ValueError
+        raise WorkbookError(f"{folder / 'summary.json'} cannot be read ({type(error).__name__}: "
+                            f"{str(error).splitlines()[0][:120]}), e.g. cut short by a full disk or a killed run; "
+                            f"the ledger still has the run's rows (`workbook ledger --run {folder.name}`), "
+                            "or rerun the notebooks") from None
     return write_index(folder, summary["run_id"], summary["profile"], summary["results"], summary.get("not_run", []),
                        summary.get("state", "finished"))

@@ -21,6 +21,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -31,10 +32,14 @@ from pathlib import Path
 from course_lib import ledger, paths, report
 from course_lib.config import (
     FIELD_NAMES,
+    REHEARSAL_ENV,
+    REHEARSAL_SWITCHES,
     ConfigError,
     make_config,
     parse_bool,
+    parse_number,
     parse_value,
+    refuse_repeated,
     resolve_profile,
 )
 
@@ -53,8 +58,11 @@ def list_notebooks(folder: Path | None = None, only: str | None = None) -> list[
     """Numbered notebooks in order; `only="00,03"` keeps those numbers."""
     folder = folder or notebooks_dir()
     found = sorted(p for p in folder.glob("*.ipynb") if NOTEBOOK_PATTERN.match(p.name))
-    if only:
+    if only is not None:
         wanted = [part.strip().zfill(2) for part in only.split(",") if part.strip()]
+        if not wanted:
+            raise ConfigError(f"--only {only!r} names no notebook; give numbers like 00,03, or leave --only out "
+                              "to run them all")
         numbers = {p.name[:2] for p in found}
         missing = [w for w in wanted if w not in numbers]
         if missing:
@@ -94,6 +102,8 @@ def notebook_parameters(path: Path) -> dict:
 
 # A comment that starts with `a | b | c` lists the values a string parameter accepts.
 CHOICES_COMMENT = re.compile(r"^\s*([\w.-]+(?:\s*\|\s*[\w.-]+)+)(?![\w.-])")
+# A comment that starts with `list of int` (float, str) types the items of an empty list default.
+LIST_COMMENT = re.compile(r"^\s*list of (int|float|str)\b")
 # Typed defaults a notebook-only parameter may have (papermill injects their repr).
 PARAMETER_TYPES = (bool, int, float, str, list)
 
@@ -136,6 +146,16 @@ class NotebookParameter:
         match = CHOICES_COMMENT.match(self.comment)
         return tuple(word.strip() for word in match.group(1).split("|")) if match else ()
 
+    @property
+    def element_type(self) -> type | None:
+        """The type every item of a list parameter must have: that of the default's items, or for an
+        empty default the one its comment names (`list of int ...`); None when neither says."""
+        kinds = {type(item) for item in self.default}
+        if len(kinds) == 1:
+            return kinds.pop()
+        match = LIST_COMMENT.match(self.comment)
+        return {"int": int, "float": float, "str": str}[match.group(1)] if match and not kinds else None
+
     def problem(self) -> str | None:
         """What is wrong with the declaration itself, as a one-line fix; None when it is fine."""
         if self.is_config_field or self.name == "profile":
@@ -172,11 +192,12 @@ class NotebookParameter:
                 value = ast.literal_eval(text.strip())
                 if not isinstance(value, list):
                     raise ValueError
-                element_types = {type(item) for item in default}
-                if len(element_types) == 1 and not all(isinstance(item, tuple(element_types)) for item in value):
+                element_type = self.element_type
+                # type(), not isinstance: True is an int to isinstance, and no count or size is meant by it.
+                if element_type is not None and not all(type(item) is element_type for item in value):
                     raise ValueError
                 return value
-            return kind(text)
+            return parse_number(kind, text) if kind in (int, float) else kind(text)
         except (ValueError, SyntaxError, TypeError):  # TypeError: literal_eval of e.g. {[1]: 2}
             raise ConfigError(f"{self.name} must be {self._expected()}, got {text!r}") from None
 
@@ -196,9 +217,9 @@ class NotebookParameter:
         if isinstance(default, bool):
             return "true or false"
         if isinstance(default, list):
-            kinds = {type(item).__name__ for item in default}
-            example = default or [1, 2]
-            return (f"a list of {kinds.pop()} like {example}" if len(kinds) == 1 else f"a list like {example}")
+            example = default or {int: [1, 2], float: [0.1, 0.5], str: ["a", "b"]}.get(self.element_type, [1, 2])
+            kind = self.element_type
+            return f"a list of {kind.__name__} like {example}" if kind else f"a list like {example}"
         return {int: "an integer", float: "a number"}.get(type(default), type(default).__name__)
 
 
@@ -219,10 +240,13 @@ def check_parameters(notebooks: list[Path], assignments: list[str], profile: str
             raise ConfigError(f"{path.name} has no `profile` in its parameters cell; add `profile = \"auto\"`")
     per_notebook: dict[Path, dict] = {path: {} for path in notebooks}
     config_values = {}
+    given = {}
     for pair in assignments:
         if "=" not in pair:
             raise ConfigError(f"parameter {pair!r} must look like name=value")
         name, text = (part.strip() for part in pair.split("=", 1))
+        refuse_repeated(name, given, text)
+        given[name] = text
         if name == "profile":
             raise ConfigError("set the profile with --profile, not -p profile=...")
         takers = [path for path in notebooks if name in declared[path]]
@@ -304,11 +328,42 @@ def profile_for_kernels(profile: str | None):
             os.environ[ledger.PROFILE_ENV] = before
 
 
+@contextlib.contextmanager
+def rehearsal_kernel(profile: str | None):
+    """The profile the notebook itself gets: for `rehearsal`, smoke (its CI-sized branches), with
+    REHEARSAL_ENV set while the kernel runs so that every smoke Config it builds carries the gpu
+    profile's switches (`config.REHEARSAL_SWITCHES`); any other profile unchanged."""
+    if profile != "rehearsal":
+        yield profile
+        return
+    before = os.environ.get(REHEARSAL_ENV)
+    os.environ[REHEARSAL_ENV] = "1"
+    try:
+        yield "smoke"
+    finally:
+        if before is None:
+            os.environ.pop(REHEARSAL_ENV, None)
+        else:
+            os.environ[REHEARSAL_ENV] = before
+
+
+def rehearsal_line() -> str:
+    """What `workbook run --profile rehearsal` runs with, and each CUDA-only call it skips, with why."""
+    from course_lib import devices
+
+    switches = ", ".join(f"{name}={value}" for name, value in REHEARSAL_SWITCHES.items())
+    skipped = "; ".join(devices.skipped_switches(make_config("rehearsal"), "cpu"))
+    return (f"rehearsal: every notebook's smoke branches on the CPU with the gpu profile's switches ({switches}); "
+            f"skipped, CUDA only: {skipped}")
+
+
 def execute_notebook(path: Path, output: Path, parameters: dict, cell_timeout: int = CELL_TIMEOUT_SECONDS,
                      on_cell=None) -> NotebookResult:
     """Run one notebook with papermill; a failure is caught and described, not raised.
     `on_cell(number)` is called as each code cell starts (1-based, the injected parameters cell included).
-    The kernel sees `parameters["profile"]` as WORKBOOK_PROFILE (`profile_for_kernels`)."""
+    The kernel sees `parameters["profile"]` as WORKBOOK_PROFILE (`profile_for_kernels`). The
+    `rehearsal` profile runs the notebook with profile smoke and the gpu profile's switches
+    (`rehearsal_kernel`)."""
     import papermill
 
     started = time.perf_counter()
@@ -319,8 +374,10 @@ def execute_notebook(path: Path, output: Path, parameters: dict, cell_timeout: i
         # nbclient calls on_cell_execute just before it sends a non-empty code cell to the kernel.
         hooks["on_cell_execute"] = lambda cell, cell_index: on_cell(next(numbers))
     try:
-        with kernel_transport() as transport, profile_for_kernels(parameters.get("profile")):
-            papermill.execute_notebook(str(path), str(output), parameters=parameters, kernel_name=KERNEL_NAME,
+        with kernel_transport() as transport, profile_for_kernels(parameters.get("profile")), \
+                rehearsal_kernel(parameters.get("profile")) as kernel_profile:
+            papermill.execute_notebook(str(path), str(output), parameters={**parameters, "profile": kernel_profile},
+                                       kernel_name=KERNEL_NAME,
                                        cwd=str(path.parent), progress_bar=False, execution_timeout=cell_timeout,
                                        extra_arguments=list(KERNEL_ARGUMENTS), **transport, **hooks)
     except papermill.PapermillExecutionError as failure:
@@ -425,17 +482,63 @@ def to_html(notebook_path: Path) -> Path | None:
     except Exception:  # an unreadable notebook is already reported as failed
         return None
     target = notebook_path.with_suffix(".html")
-    target.write_text(body, encoding="utf-8")
+    try:
+        report.write_atomically(target, body)
+    except OSError as error:  # a full disk: the notebook ran, its result is kept without the rendering
+        print(f"workbook run: warning: {target.name} was not written ({error.strerror or error}); "
+              f"the executed notebook {notebook_path.name} and its result are kept", file=sys.stderr, flush=True)
+        return None
     return target
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C during `workbook run`: the notebook that was running is marked interrupted, and
-    `out/index.html` and `summary.json` list what ran."""
+    """Ctrl-C, SIGTERM or SIGHUP during `workbook run`: the notebook that was running is marked
+    interrupted, and `out/index.html` and `summary.json` list what ran. `exit_code` is the shell's
+    128 + the signal's number (130 for Ctrl-C)."""
 
-    def __init__(self, out: Path, results: list[NotebookResult]):
-        super().__init__(f"interrupted; the notebooks run so far are listed in {out / 'index.html'}")
-        self.out, self.results = out, results
+    def __init__(self, out: Path, results: list[NotebookResult], reason: str = "interrupted",
+                 exit_code: int = 128 + signal.SIGINT):
+        super().__init__(f"{reason}; the notebooks run so far are listed in {out / 'index.html'}")
+        self.out, self.results, self.exit_code = out, results, exit_code
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM (a `kill`, a scheduler's time limit) or SIGHUP (the terminal closed), raised in the
+    runner like Ctrl-C's KeyboardInterrupt, so the run is reported instead of left "running"."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _handled_signals(handler, signals):
+    """Install `handler` for `signals` while the block runs (main thread only: Python's rule)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, handler) for number in signals}
+    try:
+        yield
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(signum)
+
+
+def _stopping_anyway(stream):
+    """While an interrupted run writes its report, a second Ctrl-C (or SIGTERM) is noted, not obeyed:
+    obeying it would leave the report half-written and the interrupted notebook unrecorded."""
+    def note(signum, frame):
+        print(f"workbook run: {signal.Signals(signum).name} again; already stopping, writing the report first",
+              file=stream, flush=True)
+    return note
 
 
 def write_index(out_dir: Path, run_id: str, profile: str, results: list[NotebookResult],
@@ -447,11 +550,16 @@ def write_index(out_dir: Path, run_id: str, profile: str, results: list[Notebook
 
 def write_reports(out_dir: Path, run_id: str, profile: str, results: list[NotebookResult],
                   not_run: list[str] = (), state: str = "finished") -> None:
-    """index.html and summary.json as the run stands."""
-    write_index(out_dir, run_id, profile, results, not_run, state)
-    report.write_atomically(out_dir / "summary.json", json.dumps(
-        {"run_id": run_id, "profile": profile, "state": state, "results": [asdict(r) for r in results],
-         "not_run": list(not_run)}, indent=2))
+    """index.html and summary.json as the run stands. A disk that cannot take them (full) is a warning:
+    the notebooks go on, and the ledger keeps their rows (or its unsaved-rows file, or the warning itself)."""
+    try:
+        write_index(out_dir, run_id, profile, results, not_run, state)
+        report.write_atomically(out_dir / "summary.json", json.dumps(
+            {"run_id": run_id, "profile": profile, "state": state, "results": [asdict(r) for r in results],
+             "not_run": list(not_run)}, indent=2))
+    except OSError as error:
+        print(f"workbook run: warning: {out_dir / 'summary.json'} and index.html were not updated "
+              f"({error.strerror or error}); the ledger keeps each notebook's row", file=sys.stderr, flush=True)
 
 
 def new_run_id(profile: str) -> str:
@@ -485,41 +593,61 @@ def run_workbook(profile: str = "auto", only: str | None = None, assignments: li
     stream = stream or sys.stdout
     print(f"workbook run {run_id}: {len(notebooks)} notebook(s), profile {resolved}, into {out}", file=stream,
           flush=True)
+    if resolved == "rehearsal":
+        print(rehearsal_line(), file=stream, flush=True)
 
     results: list[NotebookResult] = []
-    write_reports(out, run_id, resolved, results, [p.name for p in notebooks], state="running")
-    for number, path in enumerate(notebooks):
-        parameters = {"profile": resolved, **per_notebook[path]}
-        progress = NotebookProgress(path, code_cell_count(path), stream, interval=progress_interval)
-        progress.start()
+    running = None  # (number, path, parameters, progress) of the notebook whose kernel is running
+    with _handled_signals(_raise_stopped, STOP_SIGNALS):
         try:
-            result = execute_notebook(path, out / path.name, parameters, cell_timeout, on_cell=progress.on_cell)
-        except BaseException as stop:  # Ctrl-C (or the process being told to exit): report, then stop
-            seconds = progress.elapsed()
-            progress.finish("interrupted", seconds)
-            reason = "interrupted (Ctrl-C)" if isinstance(stop, KeyboardInterrupt) else type(stop).__name__
-            result = NotebookResult(path.name, "interrupted", seconds, path.name, error=reason, parameters=parameters)
-            _keep(result, out, book, parameters, resolved, run_id, ledger_status="failed")
-            results.append(result)
-            write_reports(out, run_id, resolved, results, [p.name for p in notebooks[number + 1:]],
-                          state="interrupted")
+            write_reports(out, run_id, resolved, results, [p.name for p in notebooks], state="running")
+            for number, path in enumerate(notebooks):
+                parameters = {"profile": resolved, **per_notebook[path]}
+                progress = NotebookProgress(path, code_cell_count(path), stream, interval=progress_interval)
+                running = (number, path, parameters, progress)
+                progress.start()
+                result = execute_notebook(path, out / path.name, parameters, cell_timeout, on_cell=progress.on_cell)
+                running = None  # finished: what follows only records it
+                progress.finish(result.status, result.duration_seconds, result.error)
+                results.append(result)
+                _keep(result, out, book, parameters, resolved, run_id, ledger_status=result.status)
+                remaining = [p.name for p in notebooks[number + 1:]]
+                write_reports(out, run_id, resolved, results, remaining, state="running" if remaining else "finished")
+        except BaseException as stop:  # Ctrl-C, SIGTERM, SIGHUP (or the process being told to exit): report, then stop
+            with _handled_signals(_stopping_anyway(stream), (signal.SIGINT, *STOP_SIGNALS)):
+                reason = _stop_reason(stop)
+                if running is not None:
+                    number, path, parameters, progress = running
+                    seconds = progress.elapsed()
+                    progress.finish("interrupted", seconds)
+                    result = NotebookResult(path.name, "interrupted", seconds, path.name, error=reason,
+                                            parameters=parameters)
+                    results.append(result)
+                    _keep(result, out, book, parameters, resolved, run_id, ledger_status="failed")
+                done = {r.notebook for r in results}
+                write_reports(out, run_id, resolved, results, [p.name for p in notebooks if p.name not in done],
+                              state="interrupted")
+            if isinstance(stop, Stopped):
+                raise RunInterrupted(out, results, f"stopped by {stop}", 128 + stop.signum) from None
             if isinstance(stop, KeyboardInterrupt):
                 raise RunInterrupted(out, results) from None
             raise
-        progress.finish(result.status, result.duration_seconds, result.error)
-        _keep(result, out, book, parameters, resolved, run_id, ledger_status=result.status)
-        results.append(result)
-        remaining = [p.name for p in notebooks[number + 1:]]
-        write_reports(out, run_id, resolved, results, remaining, state="running" if remaining else "finished")
     return out, results
+
+
+def _stop_reason(stop: BaseException) -> str:
+    if isinstance(stop, Stopped):
+        return f"stopped by {stop} (kill, a scheduler's time limit, or the terminal closed)"
+    return "interrupted (Ctrl-C)" if isinstance(stop, KeyboardInterrupt) else type(stop).__name__
 
 
 def _keep(result: NotebookResult, out: Path, book, parameters: dict, profile: str, run_id: str,
           ledger_status: str) -> None:
     """The notebook's HTML rendering and its ledger row."""
-    executed = out / result.output
-    html_path = to_html(executed) if executed.exists() else None
-    result.html = html_path.name if html_path else None
+    # The row first: the HTML is the step a full disk breaks, and the result must not depend on it.
     book.record("notebook", result.notebook, status=ledger_status, duration_seconds=result.duration_seconds,
                 parameters=parameters, metrics={"error": result.error} if result.error else {},
                 profile=profile, run_id=run_id)
+    executed = out / result.output
+    html_path = to_html(executed) if executed.exists() else None
+    result.html = html_path.name if html_path else None

@@ -84,6 +84,9 @@ COMMANDS = [
                   "workbook train --profile smoke --no-progress -p output_dir=runs/checkpoints/mine", r"^checkpoint: "),
     ReadmeCommand("workbook export runs/checkpoints/mine/last.pt --format onnx --int8",
                   "workbook export runs/checkpoints/mine/last.pt --format onnx --int8 --repeats 1", r"\S"),
+    ReadmeCommand("workbook train --profile smoke -p monitor_interval=0.5 -p grad_norm_log=true",
+                  "workbook train --profile smoke --no-progress -p monitor_interval=0.5 -p grad_norm_log=true",
+                  r"^checkpoint: "),
     ReadmeCommand("docker build -t workbook .", skip=CONTAINERS),
     ReadmeCommand('docker run --gpus all --ipc=host -v "$PWD/runs:/workbook/runs" workbook', skip=CONTAINERS),
     ReadmeCommand('docker run --gpus all --ipc=host -v "$PWD/docs/results:/workbook/docs/results" workbook '

@@ -35,6 +35,7 @@ RUN_ALL_SECONDS = 420  # notebook 09 trains two tiny models; on 2 busy cores tha
 STEP_MS = 60_000  # one click's round trip: browser -> kernel -> widget update -> browser
 SCREENSHOT = ROOT / "docs" / "images" / "explorer.png"
 GALLERY = ".workbook-explorer .workbook-gallery"
+HOSTILE_CLASS = '"><img src=x onerror=window.workbookXss=1>'  # a valid folder name: no slash
 
 
 def _chromium() -> str | None:
@@ -85,6 +86,13 @@ def lab(chromium, tmp_path):
     # As papermill does: a cell after the `parameters` cell sets the smoke profile.
     position = next(i for i, cell in enumerate(notebook.cells) if "parameters" in cell.metadata.get("tags", []))
     notebook.cells.insert(position + 1, nbformat.v4.new_code_cell('profile = "smoke"'))
+    # A hostile class name (issue 30 point 5): a folder name that closes the title attribute and adds an
+    # <img> whose onerror runs script, as it did when the names went unescaped into innerHTML.
+    explorer_cell = next(cell for cell in notebook.cells if "view = explorer.ConfusionExplorer(explored" in cell.source)
+    explorer_cell.source = explorer_cell.source.replace(
+        "view = explorer.ConfusionExplorer(explored",
+        f"for explored_evaluation in explored:\n    explored_evaluation.classes[0] = {HOSTILE_CLASS!r}\n"
+        "view = explorer.ConfusionExplorer(explored", 1)
     nbformat.write(notebook, root / NOTEBOOK)
     _write_settings(tmp_path / "settings")
     port, token = _free_port(), secrets.token_hex(16)
@@ -214,6 +222,10 @@ def test_explorer_in_jupyterlab_shows_a_clicked_cells_images_and_filters_them(ch
             page.locator(".workbook-explorer .workbook-cm-cell").nth(position).focus()
             page.keyboard.press("Enter")
             _wait_for_caption(page, f"true {re.escape(true_name)} → predicted {re.escape(predicted_name)}")
+
+            # The hostile class name is shown as text and ran nothing.
+            assert page.evaluate("() => window.workbookXss") is None, "a class name ran script in the browser"
+            assert page.locator(".workbook-explorer", has_text=HOSTILE_CLASS[:12]).count() > 0
         except BaseException:
             failure = ROOT / "runs" / f"browser-test-failure-{time.strftime('%Y%m%d-%H%M%S')}.png"
             failure.parent.mkdir(parents=True, exist_ok=True)

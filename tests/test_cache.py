@@ -88,3 +88,39 @@ def test_selection_key_changes_with_the_file_list(folder):
 def test_minus_one_workers_build_with_the_recommended_number(folder, tmp_path):
     info = cache.build_cache(folder, 16, tmp_path / "cache", num_workers=-1)
     assert info.images == 24
+
+
+@pytest.mark.parametrize("damage, what", [
+    ("truncate pixels", "images.uint8 holds 1,000 bytes, not the 18,432 of 24 images at 16 px"),
+    ("truncate labels", "labels.npy is unreadable"),
+    ("label out of range", "a label is outside 0..7, the 8 classes"),
+    ("truncate index", "cache.json is unreadable"),
+])
+def test_a_damaged_cache_is_named_with_the_fix_on_reuse(folder, tmp_path, damage, what):
+    from course_lib.data.build_lock import DamagedCacheError
+
+    info = cache.build_cache(folder, 16, tmp_path / "cache")
+    if damage == "truncate pixels":
+        with open(info.folder / cache.PIXELS_FILE, "r+b") as handle:
+            handle.truncate(1000)
+    elif damage == "truncate labels":
+        data = (info.folder / cache.LABELS_FILE).read_bytes()
+        (info.folder / cache.LABELS_FILE).write_bytes(data[: len(data) // 2])
+    elif damage == "label out of range":
+        labels = np.load(info.folder / cache.LABELS_FILE)
+        labels[3] = 8
+        np.save(info.folder / cache.LABELS_FILE, labels)
+    else:
+        text = (info.folder / cache.META_FILE).read_text()
+        (info.folder / cache.META_FILE).write_text(text[: len(text) // 2])
+    for reuse in (lambda: cache.build_cache(folder, 16, tmp_path / "cache"),
+                  lambda: cache.PreDecodedDataset(info.folder)):
+        with pytest.raises(DamagedCacheError) as refused:
+            reuse()
+        message = str(refused.value)
+        assert message.startswith(f"cache {info.folder} is damaged (") and what in message, message
+        assert message.endswith("and the next run rebuilds it") and "\n" not in message
+    import shutil
+
+    shutil.rmtree(info.folder)  # the fix the message gives
+    assert cache.build_cache(folder, 16, tmp_path / "cache").images == 24

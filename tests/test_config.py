@@ -157,12 +157,15 @@ def test_overlays_apply_after_profile_and_recipe_and_before_params():
     speedrun_model = RECIPES["speedrun"]["model"]
     assert make_config("cpu", {"cpu": {"tta_views": 1}}, recipe="speedrun").tta_views == 1
     assert make_config("cpu", {"cpu": {"recipe": "speedrun"}}).model == speedrun_model
+    # the rehearsal runs at smoke's sizes: smoke's entry, unless the overlay has one of its own
+    assert make_config("rehearsal", sizes).epochs == 7
+    assert make_config("rehearsal", {**sizes, "rehearsal": {"epochs": 3}}).epochs == 3
     # None in an overlay is dropped too: the profile's value stays
     assert make_config("cpu", {"cpu": {"epochs": None}}).epochs == PROFILES["cpu"]["epochs"]
 
 
 def test_an_overlay_key_that_is_no_profile_is_refused():
-    with pytest.raises(ConfigError, match=r"^overlay key\(s\) 'cuda' are no profile; key an overlay by smoke, cpu, gpu$"):
+    with pytest.raises(ConfigError, match=rf"^overlay key\(s\) 'cuda' are no profile; key an overlay by {', '.join(PROFILES)}$"):
         make_config("cpu", {"cuda": {"epochs": 1}})
     with pytest.raises(ConfigError, match="unknown"):
         make_config("cpu", {"cpu": {"epoch": 1}})  # an unknown field, refused as in params
@@ -172,7 +175,13 @@ def test_an_overlay_key_that_is_no_profile_is_refused():
 OUT_OF_RANGE = [("lr", -1.0), ("label_smoothing", 2.0), ("seed", -1), ("image_size", 99999), ("lr", float("inf")),
                 ("lr", float("nan")), ("weight_decay", -1.0), ("ema_decay", 2.0), ("random_erasing", 5.0),
                 ("epochs", 0), ("lr", 0.0), ("momentum", 1.0), ("min_lr", 0.5), ("grad_clip_norm", float("inf")),
-                ("mixup_alpha", -0.1), ("warmup_epochs", float("nan")), ("image_size", 7), ("prefetch_factor", 0)]
+                ("mixup_alpha", -0.1), ("warmup_epochs", float("nan")), ("image_size", 7), ("prefetch_factor", 0),
+                # issue 30: values that were accepted and then took the machine down or did nothing
+                ("num_workers", 400), ("prefetch_factor", 1000), ("accumulation_steps", 100_000),
+                ("max_steps", 10**8), ("epochs", 10**6), ("lr", 5e-324), ("batch_size", 10**6),
+                ("weight_decay", 5.0), ("freeze_backbone_epochs", 10**6), ("warmup_epochs", 1e6),
+                ("max_train_images", 10**12), ("mixup_alpha", 1e4), ("cutmix_alpha", 1e4),
+                ("backbone_lr_scale", 1e4), ("grad_clip_norm", 1e9), ("output_dir", "")]
 
 
 @pytest.mark.parametrize("name,value", OUT_OF_RANGE)
@@ -205,3 +214,28 @@ def test_the_edges_of_each_range_are_accepted():
 @pytest.mark.parametrize("recipe", ["", "speedrun", "best"])
 def test_every_profile_and_recipe_is_in_range(profile, recipe):
     assert isinstance(make_config(profile, recipe=recipe or None), Config)  # raises ConfigError when out of range
+
+
+def test_every_upper_bound_is_accepted_at_its_edge():
+    from course_lib.config import MIN_LR, UPPER_BOUNDS
+
+    assert make_config("smoke", **UPPER_BOUNDS).num_workers == UPPER_BOUNDS["num_workers"]
+    assert make_config("smoke", lr=MIN_LR, min_lr=0.0).lr == MIN_LR
+
+
+def test_a_parameter_given_twice_is_refused_not_last_wins(capsys):
+    from course_lib import cli
+
+    with pytest.raises(ConfigError, match=r"^-p batch_size is given twice \(32, then '64'\); give each parameter once$"):
+        parse_assignments(["batch_size=32", "batch_size=64"])
+    assert cli.main(["train", "--profile", "smoke", "-p", "epochs=1", "-p", "epochs=2"]) == 2
+    assert capsys.readouterr().err.strip() == ("workbook train: error: -p epochs is given twice (1, then '2'); "
+                                               "give each parameter once")
+
+
+@pytest.mark.parametrize("text", ["\u0663\u0662", "\uff13\uff12", "1\u0660"])  # Arabic-Indic, full-width, mixed
+def test_non_ascii_digits_are_not_numbers(text):
+    assert int(text) > 0  # what Python itself would accept
+    for name in ("batch_size", "lr"):
+        with pytest.raises(ConfigError, match=f"{name} must be (int|float), got"):
+            parse_assignments([f"{name}={text}"])

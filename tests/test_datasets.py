@@ -8,6 +8,7 @@ from PIL import Image
 
 from course_lib.config import make_config
 from course_lib.data import datasets, images, pipeline
+from course_lib.data.landcover import make_landcover
 
 
 def test_bad_image_fail_and_skip(tmp_path):
@@ -71,3 +72,19 @@ def test_a_broken_link_fails_in_one_line_or_is_left_out_with_skip(linked_classes
     message = str(error.value)
     assert message.startswith(f"{broken}: symbolic link to ") and "\n" not in message
     assert len(datasets.ImageFolderDataset(linked_classes, bad_images="skip")) == 6
+
+
+# --- issue 30 point 8: a FIFO named like an image -------------------------------------------------
+
+@pytest.fixture
+def small_landcover(tmp_path):
+    return make_landcover(tmp_path / "lc", image_size=16, per_class={"train": 2, "val": 1, "test": 1})
+
+
+def test_a_fifo_named_like_an_image_is_one_line_not_a_hang(small_landcover):
+    fifo = small_landcover / "train" / "forest" / "pipe.jpg"
+    os.mkfifo(fifo)
+    with pytest.raises(images.BadImageError, match=r"pipe\.jpg: not a regular file \(a FIFO\)"):
+        datasets.ImageFolderDataset(small_landcover / "train")
+    skipping = datasets.ImageFolderDataset(small_landcover / "train", bad_images="skip")
+    assert str(fifo) not in [path for path, _ in skipping.samples]

@@ -183,3 +183,54 @@ def test_explorer_loads_saved_evaluations(tmp_path):
     assert view.pairs_table()["images"].tolist() == [3, 1]
     with pytest.raises(ValueError, match="no evaluations"):
         ConfusionExplorer({})
+
+
+# --- issue 30 point 5: class names are text, never markup ------------------------------------------
+
+HOSTILE = ['<img src=x onerror="alert(1)">', '" onmouseover="alert(2)', "<script>alert(3)</script>"]
+
+
+def _event_handlers(markup: str) -> list[tuple[str, str]]:
+    """(tag, attribute) of every event-handler attribute and every <script> element in `markup`."""
+    from html.parser import HTMLParser
+
+    found = []
+
+    class Finder(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            found.extend((tag, name) for name, _ in attrs if name.startswith("on"))
+            if tag == "script":
+                found.append((tag, ""))
+
+    Finder().feed(markup)
+    return found
+
+
+def _html_values(widget) -> list[str]:
+    import ipywidgets as widgets
+
+    values = [widget.value] if isinstance(widget, widgets.HTML) else []
+    for child in getattr(widget, "children", ()):
+        values += _html_values(child)
+    return values
+
+
+def test_hostile_class_names_reach_the_html_widgets_as_text():
+    """A class folder named with an event-handler attribute ran JavaScript in the browser: ipywidgets.HTML
+    sets innerHTML. Every name must arrive escaped, in the matrix labels, the captions and the gallery."""
+    pytest.importorskip("ipywidgets")
+    evaluation = _evaluation('baseline <b onclick="alert(4)">')
+    evaluation.classes = list(HOSTILE)
+    view = ConfusionExplorer(evaluation, normalize="none", ordering="name")
+    root = view.widget()
+    view._buttons[(0, 1)].click()  # a gallery with captions naming both classes
+    markup = _html_values(root)
+    assert _event_handlers("".join(markup)) == [], "a class name became markup"
+    assert any("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in value for value in markup)
+    view._controls["min_confidence"].value = 1.0  # the empty gallery's caption names the classes too
+    view.on_cell_selected({"new": (1, 2)})
+    assert _event_handlers("".join(_html_values(root))) == []
+    for name in HOSTILE:
+        assert _event_handlers(explorer.column_label_html(name) + explorer.row_label_html(name)) == []
+    assert _event_handlers('<p onclick="x">') == [("p", "onclick")]  # the check itself sees an attack
+    plt.close("all")

@@ -5,8 +5,8 @@ import pytest
 from conftest import SAMPLE_DIR
 from PIL import Image
 
-from course_lib.config import ConfigError
-from course_lib.data import datasets, landcover
+from course_lib.config import ConfigError, make_config
+from course_lib.data import datasets, landcover, pipeline
 
 
 def test_generator_is_deterministic_and_sized():
@@ -48,3 +48,14 @@ def test_committed_sample_is_small_and_complete():
     assert sum(f.stat().st_size for f in files) <= 2 * 1024 * 1024
     assert {f.parent.name for f in files} == set(landcover.LANDCOVER_CLASSES)
     assert {f.parents[1].name for f in files} == set(datasets.SPLITS)
+
+
+# --- issue 30 point 8: a split of 0 images gets no folder -------------------------------------------
+
+def test_data_make_with_no_test_images_writes_no_test_folder(tmp_path):
+    out = landcover.make_landcover(tmp_path / "lc", image_size=16, per_class={"train": 1, "val": 1, "test": 0})
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["train", "val"]
+    bundle = pipeline.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=str(out)))
+    assert bundle.test is None and len(bundle.train) == len(landcover.LANDCOVER_CLASSES)
+    with pytest.raises(ConfigError, match="train needs at least 1"):
+        landcover.make_landcover(tmp_path / "none", image_size=16, per_class={"train": 0, "val": 1, "test": 1})

@@ -228,3 +228,56 @@ def test_a_file_in_the_way_of_the_ledger_folder_is_named(tmp_path):
     blocker.write_text("a file where the folder should be")
     with pytest.raises(ledger.LedgerError, match="a file is in the way of its folder"):
         ledger.Ledger(blocker / "ledger.sqlite")
+
+
+@pytest.mark.parametrize("sqlite_says", ["disk I/O error", "database or disk is full"])
+def test_a_full_disk_is_told_apart_from_damage(tmp_path, monkeypatch, capsys, sqlite_says):
+    """A full disk reaches SQLite as "disk I/O error" (its WAL index cannot grow) or SQLITE_FULL: the
+    message says so, without the "damaged ... move it aside" advice, and the row is not lost."""
+    import collections
+    import sqlite3
+
+    path = tmp_path / "ledger.sqlite"
+    ledger.Ledger(path).record("train", "before")
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(ledger.shutil, "disk_usage", lambda folder: usage(10**9, 10**9, 0))
+
+    def full(*args, **kwargs):
+        raise sqlite3.OperationalError(sqlite_says)
+
+    monkeypatch.setattr(ledger.sqlite3, "connect", full)
+    with pytest.raises(ledger.LedgerError) as refused:
+        ledger.check_writable(path)
+    message = str(refused.value)
+    assert message.startswith(f"ledger {path}: no space left on the disk holding it ({sqlite_says}, 0.0 MB free); "
+                              "free some space and run again") and "\n" not in message
+    assert "damaged" not in message.replace("does not damage", "") and "move it aside" not in message
+    monkeypatch.setattr(ledger.shutil, "disk_usage", lambda folder: usage(10**9, 0, 10**9))
+    if sqlite_says == "disk I/O error":  # with room on the disk, an I/O error is the file's own
+        with pytest.raises(ledger.LedgerError, match="is damaged"):
+            ledger.check_writable(path)
+    monkeypatch.undo()
+    assert [row["name"] for row in ledger.Ledger(path).rows()] == ["before"]  # the full disk damaged nothing
+
+
+def test_a_locked_ledger_says_so_within_seconds_then_waits(tmp_path, monkeypatch, capsys):
+    import threading
+    import time
+
+    path = tmp_path / "ledger.sqlite"
+    ledger.Ledger(path).record("train", "before")
+    monkeypatch.setattr(ledger, "BUSY_TIMEOUT_SECONDS", 3.0)
+    monkeypatch.setattr(ledger, "LOCK_NOTICE_SECONDS", 0.5)
+    holder = sqlite3.connect(path, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # another process's long write transaction
+    started = time.perf_counter()
+    with pytest.raises(ledger.LedgerError, match="is locked by another process"):
+        ledger.check_writable(path)
+    assert 2.5 < time.perf_counter() - started < 10
+    assert capsys.readouterr().err.strip() == (f"workbook: ledger {path} is locked by another process; "
+                                               "waiting up to 2 s more for it")
+    threading.Timer(1.0, holder.rollback).start()  # released while the writer waits: the row goes in
+    assert ledger.Ledger(path).insert(ledger.make_row("train", "after"), check=False) is not None
+    assert "waiting up to 2 s more" in capsys.readouterr().err
+    holder.close()
+    assert [row["name"] for row in ledger.Ledger(path).rows()] == ["after", "before"]

@@ -164,3 +164,30 @@ def test_data_wait_timer_speeds():
     speeds = timer.speeds(batch_size=16)
     assert speeds["images_per_second"] == pytest.approx(32.0)
     assert speeds["compute_images_per_second"] == pytest.approx(128 / 3)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("bad_images", ["fail", "skip"])
+def test_a_damaged_png_with_decoder_torchvision_in_2_workers_is_one_line_or_a_counted_skip(tmp_path, capsys,
+                                                                                           bad_images):
+    """Issue 30 point 3: libpng's error crashed the worker (SIGSEGV): a 64-line traceback with 2 workers,
+    exit 139 with none, no ledger row, and bad_images=skip did not help."""
+    from PIL import Image
+
+    from course_lib import cli, ledger
+
+    root = make_landcover(tmp_path / "set", image_size=32, per_class={"train": 4, "val": 2})
+    png = root / "train" / "forest" / "forest_99999.png"
+    Image.open(next((root / "train" / "forest").glob("*.jpg"))).save(png)
+    damaged = bytearray(png.read_bytes())
+    damaged[damaged.index(b"IDAT") + 40] ^= 0xFF  # one byte of the compressed pixels
+    png.write_bytes(bytes(damaged))
+    arguments = [*_train_arguments(root, tmp_path, bad_images), "-p", "decoder=torchvision", "-p", "num_workers=2"]
+    code = cli.main(arguments)
+    row = ledger.Ledger().rows(kind="train")[0]
+    if bad_images == "fail":
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert code == 2 and len(lines) == 1 and "forest_99999.png: cannot decode image with torchvision" in lines[0]
+        assert row["status"] == "failed" and "forest_99999.png" in row["metrics"]["error"]
+    else:
+        assert code == 0 and row["metrics"]["skipped_images"] == 1

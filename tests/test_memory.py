@@ -132,3 +132,26 @@ def test_find_largest_batch_on_a_real_model_leaves_it_usable():
     assert 6 <= search.largest_batch < 12
     assert all(p.grad is None for p in probe.module.parameters())  # nothing left from the failed steps
     assert probe.peak_bytes(search.largest_batch) <= cap  # and it still trains
+
+
+def test_an_image_size_that_cannot_fit_is_refused_before_the_first_step_naming_one_that_does(tmp_path, capsys,
+                                                                                              monkeypatch):
+    import re
+
+    from course_lib import cli
+    from course_lib.config import ConfigError, make_config
+    from course_lib.measure import memory
+
+    budget = 2 * 10**9  # bytes "free": a small machine
+    monkeypatch.setattr(memory, "free_bytes", lambda device: budget)
+    out = tmp_path / "out"
+    assert cli.main(["train", "--profile", "smoke", "-p", "model=resnet18", "-p", "image_size=4096", "-p",
+                     "batch_size=64", "-p", f"output_dir={out}", "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "more than the 2.0 GB free on cpu; use image_size=" in error, error
+    assert not (out / "last.pt").exists()
+    fitting = int(re.search(r"use image_size=(\d+) or less", error).group(1))
+    config = make_config("smoke", model="resnet18", image_size=fitting, batch_size=64)
+    memory.check_fits(config, budget_bytes=budget)  # the size it names does fit
+    with pytest.raises(ConfigError):
+        memory.check_fits(config.replace(image_size=fitting * 2), budget_bytes=budget)

@@ -109,3 +109,31 @@ def test_precision_advice_says_when_reduced_precision_does_not_help():
     fast = slow.assign(**{"speed-up": [1.0, 1.8, 1.6], "low": [1.0, 1.7, 1.5], "high": [1.0, 1.9, 1.7]})
     advice = mixed_precision.precision_advice(fast, "fp16", "fp16")
     assert "fp16 autocast runs at 1.80x" in advice and "[1.70, 1.90]" in advice
+
+
+def test_the_gpu_switches_are_one_change_each_and_not_faked_off_cuda():
+    variants = mixed_precision.gpu_switch_variants("bf16")
+    assert [v.get("matmul_precision") for v in list(variants.values())[:3]] == ["highest", "high", "medium"]
+    assert [v["cudnn_benchmark"] for v in list(variants.values())[3:]] == [False, True]
+    assert "not measurable here (cpu)" in mixed_precision.gpu_switch_note("cpu")
+    assert mixed_precision.gpu_switch_note("cuda:0") is None
+
+
+def test_switch_rows_carry_their_matmul_precision_into_mfu(monkeypatch):
+    import pandas as pd
+
+    from course_lib.config import make_config
+    from course_lib.measure import flops, peak
+
+    config = make_config("smoke", batch_size=2, image_size=32)
+    speeds = mixed_precision.time_training_steps(config, {"a": {"precision": "off", "matmul_precision": "highest"},
+                                                          "b": {"precision": "off", "matmul_precision": "high"}},
+                                                 num_classes=4, repeats=2)
+    table = speeds.table("a")
+    assert list(table["matmul_precision"]) == ["highest", "high"]
+    seen = []
+    monkeypatch.setattr(peak, "mfu_peak", lambda precision, device, fp32_math=None: seen.append(fp32_math) or
+                        {"dtype": "fp32", "peak_flops": 1e12, "source": "test"})
+    flops.with_mfu(pd.DataFrame(table), None, 32, "cpu", "precision", flops_per_image=1e6,
+                   matmul_precision="matmul_precision")
+    assert seen == ["highest", "high"]

@@ -33,10 +33,11 @@ def _setup_cell(stem: str) -> str:
 
 @pytest.mark.parametrize("stem, call", [
     ("00", "setup_check.setup("), ("02", "data_pipeline.setup("), ("03", "config_with_data(profile"),
-    ("04", "config_with_data(profile"), ("05", "ddp_scaling.setup("), ("06", "config_with_data(profile"),
+    ("04", "config_with_data(profile"), ("05", "ddp_scaling.setup("), ("06", "optimizer_study.notebook_setup("),
     ("07", "regularization_study.study_setup("), ("08", "transfer_plans.notebook_setup("),
     ("09", "confusion_study.setup("), ("10", "casestudy.case_config("), ("11", "config_with_data(profile"),
-    ("12", "time_to_accuracy.race_setup("), ("13", "study.study_setup(")])
+    ("12", "time_to_accuracy.race_setup("), ("13", "study.study_setup("),
+    ("14", "config_with_data(profile")])
 def test_each_notebook_chooses_its_data_through_the_function_tested_here_and_prints_its_line(stem, call):
     code = _setup_cell(stem)
     assert call in code, f"notebook {stem} no longer calls {call}: the tests below would not cover its data choice"
@@ -67,6 +68,16 @@ def test_05_every_worker_gets_a_batch_of_the_profiles_own_data(no_real_data, pro
     setup = ddp_scaling.setup(profile, image_size=32)
     assert setup.data.synthetic and setup.config.dataset == "landcover-synth"
     assert setup.train_images >= setup.workers * setup.config.batch_size
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_06_the_grid_and_its_seeds_fit_the_synthetic_data(no_real_data, profile):
+    from course_lib.chapters import optimizer_study
+
+    setup = optimizer_study.notebook_setup(profile, image_size=32)
+    assert setup.data.synthetic and setup.steps_per_epoch >= 1 and len(setup.seeds) >= 2
+    assert setup.grid_config.storage == "cache" and setup.grid_config.image_size <= 64
+    assert len(setup.grid_factors) >= 2 and setup.range_test_steps >= 12
 
 
 @pytest.mark.parametrize("profile", PROFILES)

@@ -197,3 +197,43 @@ def test_check_writable_names_the_folder_and_why(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "open", read_only, raising=False)
     with pytest.raises(paths.NotWritableError, match=r"cannot write to .*\(Permission denied\); choose a folder"):
         paths.check_writable(tmp_path / "read-only")
+
+
+def test_an_output_lock_is_free_once_released_even_while_a_forked_child_lives(tmp_path):
+    """DataLoader workers forked during a run share the lock's open file: a close alone left the folder
+    locked (naming this very process) until the last of them exited, so the next fit here refused."""
+    import multiprocessing
+    import time
+
+    lock = paths.OutputLock(tmp_path, "first fit").acquire()
+    child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+    child.start()
+    try:
+        with pytest.raises(paths.FolderInUseError, match=rf"PID {os.getpid()} on .*, first fit, since"):
+            paths.OutputLock(tmp_path).acquire()
+        lock.release()
+        paths.OutputLock(tmp_path, "second fit").acquire().release()
+    finally:
+        child.kill()
+        child.join()
+
+
+def test_a_lock_file_removed_while_it_was_being_locked_is_locked_anew(tmp_path, monkeypatch):
+    """A finishing run removes its lock file; a run that opened it just before holds a lock on a file
+    nobody else can see, so it must notice and lock the file that now stands there."""
+    import fcntl
+
+    real_flock, removed = fcntl.flock, []
+
+    def flock(handle, operation):
+        real_flock(handle, operation)
+        if operation & fcntl.LOCK_EX and not removed:  # the previous holder removes the file right now
+            removed.append((tmp_path / paths.OutputLock.NAME).unlink())
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    lock = paths.OutputLock(tmp_path).acquire()
+    assert removed and f"PID {os.getpid()}" in (tmp_path / paths.OutputLock.NAME).read_text()
+    with pytest.raises(paths.FolderInUseError):
+        paths.OutputLock(tmp_path).acquire()
+    lock.release()
+    assert not (tmp_path / paths.OutputLock.NAME).exists()

@@ -18,7 +18,7 @@ from course_lib.data import (
     transforms,
 )
 from course_lib.data.device_augment import DeviceAugment
-from course_lib.data.images import BadImageError
+from course_lib.data.images import BadImageError, SplitClassesError
 from course_lib.data.landcover import make_landcover
 from course_lib.data.loaders import make_loader
 from course_lib.data.transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
@@ -344,3 +344,41 @@ def test_real_eurosat_folder_loads(eurosat_dir):
     assert bundle.num_classes == 10 and len(bundle.val) == 4050
     image, label = bundle.val[0]
     assert image.shape == (3, 32, 32) and label == 0
+
+
+# --- issue 30 point 1: every split holds train/'s classes -------------------------------------------
+
+@pytest.fixture
+def small_landcover(tmp_path):
+    return landcover.make_landcover(tmp_path / "lc", image_size=16, per_class={"train": 2, "val": 1, "test": 1})
+
+
+@pytest.mark.parametrize("change, expected", [
+    ("remove", r"val/ lacks forest\b"),  # every later class would shift by one in val/
+    ("add", r"test/ has zzz-extra, which train/ lacks"),  # an index train's model has no output for
+])
+def test_splits_with_other_classes_are_refused_before_training(small_landcover, change, expected):
+    import shutil
+
+    if change == "remove":
+        shutil.rmtree(small_landcover / "val" / "forest")
+    else:
+        shutil.copytree(small_landcover / "test" / "forest", small_landcover / "test" / "zzz-extra")
+    config = make_config("smoke", dataset="imagefolder", data_dir=str(small_landcover))
+    with pytest.raises(SplitClassesError, match=expected):
+        pipeline.build_datasets(config)
+
+
+def test_workbook_train_refuses_mismatched_splits_in_one_line_and_records_nothing(small_landcover, tmp_path, capsys):
+    import shutil
+
+    from course_lib import cli, ledger
+
+    shutil.rmtree(small_landcover / "val" / "forest")
+    code = cli.main(["train", "--profile", "smoke", "--no-progress", "-p", "dataset=imagefolder",
+                     "-p", f"data_dir={small_landcover}", "-p", f"output_dir={tmp_path / 'out'}"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(errors) == 1 and "val/ lacks forest" in errors[0], errors
+    rows = ledger.Ledger().rows(kind="train")  # a failed row naming the cause, and no checkpoint
+    assert [row["status"] for row in rows] == ["failed"] and "SplitClassesError" in rows[0]["metrics"]["error"]
+    assert not (tmp_path / "out" / "last.pt").exists()

@@ -42,3 +42,26 @@ def test_auto_on_meta_keeps_fp32_without_measuring(monkeypatch):
 
     monkeypatch.setattr(peak, "recommended_precision", fail)
     assert precision.resolve_precision("auto", torch.device("meta")) == "off"
+
+
+def test_matmul_precision_sets_matmuls_and_convolutions_on_cuda_only(monkeypatch):
+    from course_lib.engine.precision import apply_matmul_precision
+
+    calls = []
+    monkeypatch.setattr(torch, "set_float32_matmul_precision", calls.append)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    assert apply_matmul_precision("high", "cpu") is False and calls == []  # no TF32 to switch on a CPU
+    assert apply_matmul_precision("highest", "cuda:0") is True
+    assert calls == ["highest"] and torch.backends.cudnn.allow_tf32 is False  # exact fp32 convolutions too
+    assert apply_matmul_precision("medium", "cuda") is True
+    assert calls[-1] == "medium" and torch.backends.cudnn.allow_tf32 is True
+    with pytest.raises(ConfigError, match="matmul_precision='low' is not one of highest, high, medium"):
+        apply_matmul_precision("low", "cuda")
+
+
+def test_matmul_precision_is_a_checked_config_value():
+    from course_lib.config import make_config
+
+    assert make_config("gpu").matmul_precision == "high" and make_config("cpu").matmul_precision == "highest"
+    with pytest.raises(ConfigError, match="matmul_precision='fast' is not one of highest, high, medium"):
+        make_config("cpu", matmul_precision="fast")

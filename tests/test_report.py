@@ -97,3 +97,25 @@ def test_workbook_report_regenerates_the_index_with_results(tmp_path, monkeypatc
     assert cli.main(["report", run_id]) == 0
     assert cli.main(["report", "no-such-run"]) == 2
     assert "no run 'no-such-run'" in capsys.readouterr().err
+
+
+def test_a_monitored_training_run_shows_its_utilisation_and_gradient_norms_as_small_plots(tmp_path, monkeypatch):
+    from conftest import tiny_config
+    from test_train import tensor_bundle
+
+    from course_lib.engine import train
+
+    run_id = "20260101-000000-smoke-mon1"
+    folder = tmp_path / "runs" / run_id
+    folder.mkdir(parents=True)
+    _executed_notebook(folder / "14_profiling.ipynb", with_claims=False, figures=0)
+    results = [{"notebook": "14_profiling.ipynb", "status": "ok", "duration_seconds": 3.0,
+                "output": "14_profiling.ipynb", "html": None, "error": None, "parameters": {}}]
+    monkeypatch.setenv(ledger.RUN_ID_ENV, run_id)  # the run's kernels tag their ledger rows this way
+    train.fit(tiny_config(tmp_path, monitor_interval=0.02, grad_norm_log=True, max_steps=3),
+              bundle=tensor_bundle(), progress=False, verbose=False)
+    ledger.Ledger().record("notebook", "14_profiling.ipynb", run_id=run_id)
+    page = report.write_index(folder, run_id, "smoke", results).read_text()
+    assert page.count("<polyline") == 2
+    assert "gradient norm per step" in page and "process CPU %" in page
+    assert report.monitoring_html([{"kind": "train", "metrics": {"val_top1": 0.5}}]) == ""

@@ -394,3 +394,137 @@ def test_kernels_see_the_notebooks_profile_so_their_claims_record_it(monkeypatch
     monkeypatch.delenv(ledger.PROFILE_ENV)
     with runner.profile_for_kernels(None):
         assert ledger.make_row("claim", "amp_speedup")["profile"] is None  # no profile given: "unknown" later
+
+
+@pytest.mark.parametrize("assignment, message", [
+    ('counts=["a"]', "counts must be a list of int like \\[1, 2\\], got"),
+    ("counts=[True]", "counts must be a list of int"),  # True is an int to isinstance, not a count
+    ("counts=[1.5]", "counts must be a list of int"),
+    ("choices=[2, False]", "choices must be a list of int like \\[1, 2, 4\\]"),
+    ("steps=\u0663", "steps must be an integer, got"),  # an Arabic-Indic 3: int() takes it, we do not
+    ("steps=1", "-p steps is given twice \\('1', then '2'\\); give each parameter once"),
+])
+def test_list_items_duplicates_and_non_ascii_digits_are_refused_before_any_kernel(tmp_path, monkeypatch, assignment,
+                                                                                   message):
+    folder = tmp_path / "lists"
+    folder.mkdir()
+    _notebook(folder / "00_lists.ipynb", 'profile = "auto"  # profile\ncounts = []  # list of int: sizes; []: auto\n'
+              "choices = [1, 2, 4]  # to compare\nsteps = 0  # steps", "print(counts)")
+    monkeypatch.setattr(runner, "execute_notebook", _no_kernel)
+    assignments = [assignment, "steps=2"] if assignment == "steps=1" else [assignment]
+    with pytest.raises(ConfigError, match=message):
+        runner.run_workbook("smoke", assignments=assignments, out_dir=tmp_path / "out", notebooks_folder=folder,
+                            stream=io.StringIO())
+    assert not (tmp_path / "out").exists()
+    assert runner.check_parameters(runner.list_notebooks(folder), ["counts=[64, 128]"])[
+        runner.list_notebooks(folder)[0]] == {"counts": [64, 128]}
+
+
+def test_every_empty_list_parameter_of_the_notebooks_names_its_item_type():
+    for path in runner.list_notebooks():
+        for parameter in runner.declared_parameters(path).values():
+            if not parameter.is_config_field and parameter.default == []:
+                assert parameter.element_type is not None, f"{path.name}: {parameter.name} needs `# list of int: ...`"
+
+
+def _stopping_book(tmp_path, stop_code):
+    """00 runs; while 01 runs, its kernel sends the runner `stop_code` (Python source); 02 never runs."""
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    _notebook(folder / "00_first.ipynb", 'profile = "auto"  # profile', "print('first ran')")
+    _notebook(folder / "01_stopped.ipynb", 'profile = "auto"  # profile',
+              f"import os, signal, time\n{stop_code}\ntime.sleep(60)")
+    _notebook(folder / "02_never.ipynb", 'profile = "auto"  # profile', "print('never')")
+    return folder
+
+
+def _assert_reported_as_interrupted(out, results, isolated_ledger, reason):
+    assert [(r.status, r.error) for r in results] == [("ok", None), ("interrupted", results[1].error)]
+    assert reason in results[1].error
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["state"] == "interrupted" and summary["not_run"] == ["02_never.ipynb"]
+    assert [r["status"] for r in summary["results"]] == ["ok", "interrupted"]
+    rows = ledger.Ledger(isolated_ledger).rows(kind="notebook")
+    assert sorted((r["name"], r["status"]) for r in rows) == [("00_first.ipynb", "ok"), ("01_stopped.ipynb", "failed")]
+
+
+@pytest.mark.parametrize("name, exit_code", [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_sigterm_and_sighup_mark_the_run_interrupted_not_running(tmp_path, isolated_ledger, name, exit_code):
+    out = tmp_path / "out"
+    folder = _stopping_book(tmp_path, f"os.kill(os.getppid(), signal.{name})")
+    with pytest.raises(runner.RunInterrupted) as caught:
+        runner.run_workbook("smoke", out_dir=out, notebooks_folder=folder, stream=io.StringIO())
+    assert caught.value.exit_code == exit_code and f"stopped by {name}" in str(caught.value)
+    _assert_reported_as_interrupted(out, caught.value.results, isolated_ledger, f"stopped by {name}")
+
+
+def test_a_second_ctrl_c_while_the_report_is_written_is_noted_not_a_traceback(tmp_path, isolated_ledger,
+                                                                             monkeypatch):
+    import os
+    import signal
+
+    out = tmp_path / "out"
+    folder = _stopping_book(tmp_path, "os.kill(os.getppid(), signal.SIGINT)")
+    real_to_html = runner.to_html
+
+    def impatient_to_html(path):  # the user presses Ctrl-C again while the interrupted notebook is rendered
+        if path.name == "01_stopped.ipynb":
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_to_html(path)
+
+    monkeypatch.setattr(runner, "to_html", impatient_to_html)
+    stream = io.StringIO()
+    with pytest.raises(runner.RunInterrupted) as caught:
+        runner.run_workbook("smoke", out_dir=out, notebooks_folder=folder, stream=stream)
+    assert caught.value.exit_code == 130
+    assert "SIGINT again; already stopping, writing the report first" in stream.getvalue()
+    _assert_reported_as_interrupted(out, caught.value.results, isolated_ledger, "interrupted (Ctrl-C)")
+    assert (out / "01_stopped.html").exists()
+
+
+def test_only_with_no_numbers_is_refused_in_one_line(book, monkeypatch, capsys):
+    from course_lib import cli
+
+    with pytest.raises(ConfigError, match="--only '' names no notebook"):
+        runner.list_notebooks(book, "")
+    monkeypatch.setattr(runner, "notebooks_dir", lambda: book)
+    monkeypatch.setattr(runner, "execute_notebook", _no_kernel)
+    for only in ("", " , "):
+        assert cli.main(["run", "--profile", "smoke", "--only", only]) == 2
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and "names no notebook; give numbers like 00,03" in error
+
+
+def test_a_full_disk_in_the_html_step_keeps_the_finished_notebook(tmp_path, isolated_ledger, monkeypatch, capsys):
+    import errno
+
+    from course_lib import report
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    _notebook(folder / "00_done.ipynb", 'profile = "auto"  # profile', "print('done')")
+    real_write = report.write_atomically
+
+    def full_for_html(path, text):
+        if path.suffix == ".html" and path.name != "index.html":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(path, text)
+
+    monkeypatch.setattr(report, "write_atomically", full_for_html)
+    out, results = runner.run_workbook("smoke", out_dir=tmp_path / "out", notebooks_folder=folder,
+                                       stream=io.StringIO())
+    assert [(r.notebook, r.status, r.html) for r in results] == [("00_done.ipynb", "ok", None)]
+    assert json.loads((out / "summary.json").read_text())["results"][0]["status"] == "ok"
+    assert [r["status"] for r in ledger.Ledger(isolated_ledger).rows(kind="notebook")] == ["ok"]
+    assert "00_done.html was not written (No space left on device)" in capsys.readouterr().err
+    assert not list(out.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("content", ['{"run_id": "x", "profile": "smoke", "resu', "", '["not", "a", "summary"]'])
+def test_report_on_a_truncated_summary_is_one_line(tmp_path, capsys, content):
+    from course_lib import cli
+
+    (tmp_path / "summary.json").write_text(content)
+    assert cli.main(["report", str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"{tmp_path / 'summary.json'} cannot be read" in error, error

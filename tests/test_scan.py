@@ -178,3 +178,57 @@ def test_a_folder_that_cannot_be_listed_is_one_problem_not_a_crash(tmp_path, mon
     assert checked == 1
     assert [(p.path, p.kind) for p in problems] == [(str(tmp_path / "locked"), "unreadable")]
     assert "Permission denied" in problems[0].detail
+
+
+# --- issue 30 point 8: what the loader refuses or mislabels is reported --------------------------------
+
+def test_a_fifo_named_like_an_image_is_reported_without_opening_it(tmp_path):
+    save_image(tmp_path / "cat" / "0.png")
+    save_image(tmp_path / "dog" / "0.png")
+    os.mkfifo(tmp_path / "cat" / "pipe.jpg")  # opening it would block until a writer comes
+    (tmp_path / "dog" / "link.png").symlink_to(tmp_path / "cat" / "pipe.jpg")
+    _, problems = scan.scan_folder(tmp_path)
+    assert [(p.path.split("/")[-1], p.kind) for p in problems] == [("pipe.jpg", "not-a-file"),
+                                                                   ("link.png", "not-a-file")]
+    assert "a FIFO, not a regular file" in problems[0].detail
+
+
+def layout(root, classes_of):
+    for split, classes in classes_of.items():
+        for name in classes:
+            save_image(root / split / name / "0.png")
+    return root
+
+
+@pytest.mark.parametrize("classes_of, expected", [
+    ({"train": ["a", "b", "c"], "valid": ["a", "c"]}, [("", "split-classes", "valid/ lacks b")]),
+    ({"train": ["a", "b"], "val": ["a", "b", "c"]}, [("", "split-classes", "val/ has c, which train/ lacks")]),
+    ({"train": ["a"], "val": ["a"]}, [("train", "single-class", "only one class (a)")]),
+])
+def test_splits_with_other_classes_and_a_single_class_are_reported(tmp_path, classes_of, expected):
+    root = layout(tmp_path / "data", classes_of)
+    _, problems = scan.scan_folder(root)
+    assert [(str(Path(p.path).relative_to(root)).strip("."), p.kind) for p in problems] == \
+        [(path, kind) for path, kind, _ in expected]
+    assert expected[0][2] in problems[0].detail
+
+
+def test_an_empty_folder_and_empty_class_folders_are_reported(tmp_path, capsys):
+    assert cli.main(["scan", str(tmp_path)]) == 1
+    assert "empty-folder" in capsys.readouterr().out
+    root = layout(tmp_path / "data", {"train": ["a", "b"], "val": ["a", "b"]})
+    (root / "val" / "b" / "0.png").unlink()
+    (root / "train" / "c").mkdir()
+    (root / "val" / "c").mkdir()
+    _, problems = scan.scan_folder(root)
+    assert [(p.path, p.kind) for p in problems] == [(str(root / "train" / "c"), "empty-class"),
+                                                    (str(root / "val" / "b"), "empty-class"),
+                                                    (str(root / "val" / "c"), "empty-class")]
+
+
+def test_data_make_test_0_writes_no_test_folder_and_scans_clean(tmp_path, capsys):
+    out = tmp_path / "lc"
+    assert cli.main(["data", "make", "--out", str(out), "--image-size", "16", "--train", "1", "--val", "1",
+                     "--test", "0"]) == 0
+    assert not (out / "test").exists()
+    assert cli.main(["scan", str(out)]) == 0, capsys.readouterr().out

@@ -116,3 +116,36 @@ def test_shuffled_stream_follows_torchs_seed_each_epoch(folder, tmp_path):
 
     assert epoch(0) == epoch(0)  # a resumed run repeats the epoch
     assert epoch(1) != epoch(0) and sorted(epoch(1)) == sorted(epoch(0))
+
+
+def test_a_truncated_or_missing_shard_is_named_with_the_fix_on_reuse(folder, tmp_path):
+    from course_lib.data.build_lock import DamagedCacheError
+
+    written = shards.write_shards(folder, tmp_path / "shards", shard_count=2)
+    with open(written.urls[1], "r+b") as handle:
+        handle.truncate(1024)
+    with pytest.raises(DamagedCacheError, match=r"is damaged \(its shards hold .* bytes, not the .* shards.json "
+                                                 r"recorded \(a shard cut short\?\)\); delete it \(rm -r .*\) and the "
+                                                 "next run rebuilds it"):
+        shards.write_shards(folder, tmp_path / "shards", shard_count=2)
+    (tmp_path / "shards" / "shard-00001.tar").unlink()
+    with pytest.raises(DamagedCacheError, match="shard-00001.tar is missing"):
+        shards.write_shards(folder, tmp_path / "shards", shard_count=2)
+
+
+def test_a_shard_label_outside_the_classes_is_named_not_trained_on(folder, tmp_path):
+    from pathlib import Path
+
+    import webdataset as wds
+
+    from course_lib.data.build_lock import DamagedCacheError
+
+    path, _ = ImageFolderDataset(folder).samples[0]
+    (tmp_path / "bad").mkdir()
+    url = str(tmp_path / "bad" / "shard-00000.tar")
+    with wds.TarWriter(url, encoder=False) as writer:
+        writer.write({"__key__": "00000000", "jpg": Path(path).read_bytes(), "cls": b"99"})
+    dataset = shards.ShardDataset([url], classes=[f"c{i}" for i in range(8)])
+    with pytest.raises(DamagedCacheError, match=r"cache .*bad is damaged \(.*00000000.jpg has label b'99', not a "
+                                                 r"class index below 8\); delete it"):
+        list(dataset)

@@ -76,3 +76,16 @@ def test_the_ablation_scores_every_run_on_the_same_validation_subset(tmp_path):
     assert [a.ingredient for a in ablations] == ["full recipe", "label smoothing", "pre-decoded cache"]
     classes = ablations[0].results[0].num_classes
     assert {a.results[0].val_images for a in ablations} == {2 * classes}
+
+
+@pytest.mark.parametrize("profile, expected", [("smoke", 2), ("cpu", -1), ("gpu", 0)])
+def test_the_ablations_ingredients_follow_the_profile(profile, expected):
+    from course_lib.chapters import time_to_accuracy
+
+    expected = expected if expected > 0 else len(time_to_accuracy.ABLATIONS) + expected
+    race = time_to_accuracy.RaceSetup(None, None, None, 1.0, 1.0, 1, profile)
+    chosen = race.ingredients("auto")
+    assert len(chosen) == expected and (profile != "cpu" or not any("resnet18" in name for name in chosen))
+    assert race.ingredients("all") == list(time_to_accuracy.ABLATIONS)
+    assert race.ingredients(" a, b ,") == ["a", "b"]
+    assert race.device == "cpu" or profile == "gpu"

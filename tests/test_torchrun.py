@@ -157,3 +157,74 @@ def test_a_timeout_stops_every_process_even_a_worker_that_ignores_sigterm(tmp_pa
                and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert running == [], f"left running: {running}"
     assert time.monotonic() - started < 20 + 20  # SIGKILL after the grace, not after torchrun's own 30 s
+
+
+# --- issue 30 points 6 and 7: workers end with their agent; a taken rendezvous port is one line ----------
+
+@pytest.mark.torchrun
+def test_workers_end_with_their_agent_when_it_is_sigkilled(tmp_path):
+    """The agent SIGKILLed (it cannot stop anyone): `workbook ddp` reported failure within a second, but
+    both workers, each in a session of its own, kept training and later wrote a checkpoint."""
+    import signal
+    import threading
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    outcome = {}
+    launcher = threading.Thread(target=lambda: outcome.update(result=torchrun.launch(
+        2, {"batch_size": 8}, "smoke", command="ddp-probe", echo=None, check=False, timeout=90,
+        env=fault_environment("hang-ignoring-sigterm", WORKBOOK_TEST_PID_DIR=str(pids)))))
+    launcher.start()
+    workers = {}
+    try:
+        deadline = time.monotonic() + 80
+        while len(workers) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            workers = {path.stem: int(path.read_text()) for path in pids.glob("rank*.pid") if path.read_text()}
+        assert set(workers) == {"rank0", "rank1"}, "the workers did not start"
+        agent = psutil.Process(workers["rank0"]).ppid()
+        assert "torch.distributed.run" in " ".join(psutil.Process(agent).cmdline())
+        os.kill(agent, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        alive = list(workers)
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+            alive = [name for name, pid in workers.items() if psutil.pid_exists(pid)
+                     and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        assert alive == [], f"orphaned workers still running 10 s after their agent was killed: {alive}"
+    finally:
+        for pid in workers.values():  # never leave an orphan behind, even when the test fails
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        launcher.join(timeout=120)
+    assert not outcome["result"].ok
+
+
+def test_a_taken_rendezvous_port_is_one_line_before_anything_starts(monkeypatch, capsys):
+    """It printed nothing for the whole launch timeout, then "torchrun itself failed ... (no output)"."""
+    import socket
+
+    from course_lib import cli
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(torchrun.LaunchError, match=f"rendezvous port 127.0.0.1:{port} is in use"):
+            torchrun.launch(2, TINY, "smoke", port=port, echo=None)
+        assert cli.main(["ddp", "--profile", "smoke", "--port", str(port)]) == 2
+        errors = capsys.readouterr().err.strip().splitlines()
+        assert len(errors) == 1 and f"127.0.0.1:{port} is in use" in errors[0] and "--port 0" in errors[0], errors
+        monkeypatch.setattr(torchrun, "free_port", lambda host="127.0.0.1": port)  # the race: taken after it was chosen
+        with pytest.raises(torchrun.LaunchError, match=f"127.0.0.1:{port} is in use"):
+            torchrun.launch(2, TINY, "smoke", echo=None)
+    assert torchrun.rendezvous_port("127.0.0.1", port) == port  # free again once its holder is gone
+
+
+def test_a_rank_killed_by_sigkill_is_called_probably_out_of_memory():
+    killed = torchrun.RankFailure(rank=1, local_rank=1, exitcode=-9, last_lines=["epoch 1/2"])
+    assert "failed with exit code -9 (SIGKILL), probably out of memory (the kernel's OOM killer" in killed.describe()
+    crashed = torchrun.RankFailure(rank=0, local_rank=0, exitcode=1, last_lines=[])
+    assert "out of memory" not in crashed.describe()

@@ -434,3 +434,51 @@ def test_an_output_folder_that_cannot_be_written_fails_before_training(tmp_path)
         train.fit(tiny_config(tmp_path, output_dir=str(blocker / "checkpoints")), bundle=bundle, progress=False,
                   verbose=False)
     assert ledger.Ledger().rows(kind="train") == []  # refused before the run began: nothing trained, nothing recorded
+
+
+# --- issue 30 point 4: one run per output folder ---------------------------------------------------
+
+def test_a_second_run_on_the_same_output_folder_refuses_naming_the_first_runs_pid(tmp_path, capsys):
+    """Both used to exit 0, and both ledger rows named one last.pt holding the weights of the last to finish."""
+    from course_lib import cli, paths
+
+    out = tmp_path / "checkpoints"
+    holder = subprocess.Popen(  # the first run: holds the folder's lock until told to stop
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            from course_lib import paths
+            lock = paths.OutputLock({str(out)!r}).acquire()
+            print("locked", flush=True)
+            sys.stdin.readline()
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(paths.FolderInUseError, match=f"PID {holder.pid} on "):
+            train.fit(tiny_config(tmp_path), bundle=tensor_bundle(), progress=False, verbose=False)
+        code = cli.main(["train", "--profile", "smoke", "--no-progress", "-p", f"output_dir={out}"])
+        errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert code == 2 and len(errors) == 1 and f"PID {holder.pid}" in errors[0], errors
+        assert not (out / "last.pt").exists() and ledger.Ledger().rows(kind="train") == []
+    finally:
+        holder.communicate("stop\n", timeout=30)
+    # The holder is gone and its line is still in the file: a stale lock, taken over by the next run.
+    assert f"PID {holder.pid}" in (out / paths.OutputLock.NAME).read_text()
+    train.fit(tiny_config(tmp_path), bundle=tensor_bundle(), progress=False, verbose=False)
+    assert (out / "last.pt").exists() and not (out / paths.OutputLock.NAME).exists()  # a finished run removes it
+    train.fit(tiny_config(tmp_path), bundle=tensor_bundle(), progress=False, verbose=False)  # released at the end
+
+
+def test_batch_size_one_with_batch_norm_on_a_1x1_map_is_one_line(tmp_path, capsys):
+    from course_lib import cli
+    from course_lib.engine import train
+
+    assert cli.main(["train", "--profile", "smoke", "-p", "batch_size=1", "-p", f"output_dir={tmp_path / 'out'}",
+                     "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "batch_size=1 leaves the BatchNorm layer layer4.0.bn1 of test_resnet at " \
+                                      "image_size=32 one value per channel" in error, error
+    import timm
+
+    model = timm.create_model("test_resnet", num_classes=2)
+    train.refuse_one_value_batch_norm(model, make_config("smoke", batch_size=1, image_size=128))  # 4x4 maps: fine
+    train.refuse_one_value_batch_norm(model, make_config("smoke", batch_size=2, image_size=32))

@@ -256,6 +256,15 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # filled per notebook belo
            "it goes into production", "13"),
     _qualitative("continual_learning", "A2", "continual learning", "continual learning lets a model recognise new "
            "classes without forgetting the old ones", "13"),
+    # notebook 14
+    _qualitative("untuned_utilisation", "A1", "6", "before tuning, the case study's GPU was busy only 30-50% of the "
+           "time (value: NVML SM utilisation %, mean over an untuned epoch)", "14"),
+    _qualitative("tuned_utilisation", "A1", "6", "after tuning the input pipeline the GPU was busy about 85% of the time "
+           "(75-95%; value: NVML SM utilisation %, mean over the tuned epoch)", "14"),
+    _qualitative("data_wait_stand_in", "A1", "1", "find the bottleneck first: the profile shows the data wait, and the "
+           "change it points to (storage=cache) removes it (value: points of the epoch's data-wait share removed)", "14"),
+    _qualitative("watch_gradient_norms", "A2", "training monitoring", "watch the gradient norms during training: "
+           "the log names vanishing or exploding gradients and stays quiet on a healthy run", "14"),
 ])
 
 

@@ -17,6 +17,7 @@ from course_lib.analysis.calibration import expected_calibration_error
 from course_lib.analysis.confusion import confusion_counts, most_confused_pairs
 from course_lib.analysis.metrics import _check_scores, per_class_table, top_k_accuracy
 from course_lib.devices import resolve_device
+from course_lib.paths import check_writable
 
 if TYPE_CHECKING:  # pandas is imported where it is used, to keep imports light
     import pandas as pd
@@ -260,8 +261,11 @@ def evaluate_model(model, config, split: str = "val", classes=None, name: str | 
     if dataset is None:
         raise FileNotFoundError(f"the dataset has no {split} split ({bundle.source}); use split=val")
     if classes is not None and list(classes) != list(bundle.classes):
-        raise ValueError(f"the model was trained on classes {list(classes)} but {bundle.source} has "
-                         f"{list(bundle.classes)}; evaluate on the dataset it was trained on")
+        from course_lib.config import ConfigError
+
+        raise ConfigError(f"the model was trained on classes {list(classes)} but {bundle.source} has "
+                          f"{list(bundle.classes)}; evaluate on the dataset it was trained on (drop -p dataset= "
+                          "or pass -p data_dir=<its folder>)")
     labels, probabilities = predict(model, dataset, config, device_stage=bundle.device_stage, views=tta_views)
     refs = [image_reference(dataset, i) for i in range(len(dataset))]
     name = _slug(name or f"{config.model}-{split}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -290,26 +294,28 @@ def evaluate(checkpoint_path: str | Path, split: str = "val", name: str | None =
     data_dir=...), evaluate it on `split`, save and record the result. `weights="ema"` evaluates
     the checkpoint's weight-EMA copy (trained with ema_decay > 0); `tta_views` > 1 adds test-time
     augmentation (`workbook eval --tta N`; default: the views the checkpoint's config names)."""
-    from course_lib.config import FIELD_NAMES, ConfigError, make_config
-    from course_lib.models import checkpoint, factory
+    from course_lib.config import ConfigError
+    from course_lib.data.overhead_augment import DIHEDRAL_VIEWS
+    from course_lib.models import factory
 
     if weights not in ("model", "ema"):
         raise ConfigError(f"weights={weights!r} is not one of model, ema")
+    if tta_views is not None and not 1 <= tta_views <= DIHEDRAL_VIEWS:
+        raise ConfigError(f"--tta {tta_views} is not a number of views: give 1 (off) to {DIHEDRAL_VIEWS} "
+                          "(2: the mirror, 8: every rotation and mirror)")
     path = Path(checkpoint_path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist; train one with `workbook train`")
-    saved = checkpoint.load_checkpoint(path, map_location="cpu")
-    stored = {k: v for k, v in (saved.get("config") or {}).items() if k in FIELD_NAMES}
+    check_writable(Path(out_dir).absolute() if out_dir else _evals_dir())  # before the work, not after it
+    saved = factory.load_trained(path, map_location="cpu")
     # The weights come from this checkpoint, not from a start checkpoint or timm's hub.
-    values = {**stored, "checkpoint": "", "pretrained": False,
-              **{k: v for k, v in overrides.items() if v is not None}}
-    config = make_config(None, **values)
+    config = factory.checkpoint_config(saved, path, **overrides)
     classes = list(saved["classes"])
     state = saved.get("ema") if weights == "ema" else saved["model"]
     if state is None:
         raise ConfigError(f"{path} has no EMA weights (trained with ema_decay=0); use weights=model")
     model = factory.build_model(config, len(classes))
-    model.load_state_dict(state)
+    factory.load_weights(model, state, path, config.model)
     name = name or f"{path.parent.name}-{path.stem}-{weights}-{split}-{time.strftime('%Y%m%d-%H%M%S')}"
     return evaluate_model(model, config, split, classes=classes, name=name,
                           metadata={"checkpoint": str(path), "weights": weights}, out_dir=out_dir,

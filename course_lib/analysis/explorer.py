@@ -14,6 +14,7 @@ Widgets: https://ipywidgets.readthedocs.io/
 """
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -188,12 +189,24 @@ def _thumbnail_uri(image, side: int) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+def column_label_html(name: str) -> str:
+    """A predicted-class column header of the matrix (vertical text, full name on hover). Class
+    names are folder names, which anyone can choose: every one is escaped, as an HTML widget sets
+    innerHTML and a name carrying an event-handler attribute would otherwise run script."""
+    return (f'<div title="{html.escape(str(name))}" style="writing-mode:vertical-rl;transform:rotate(180deg);'
+            f'height:90px;font-size:11px;overflow:hidden">{html.escape(_clip(str(name)))}</div>')
+
+
+def row_label_html(name: str) -> str:
+    """A true-class row label of the matrix, escaped like `column_label_html`."""
+    return (f'<div title="{html.escape(str(name))}" style="font-size:11px;text-align:right">'
+            f'{html.escape(_clip(str(name), 18))}</div>')
+
+
 def gallery_html(evaluation: Evaluation, table, title: str, thumbnail_pixels: int = 96) -> str:
     """The images of `table` (a `cell_images` or flipped-images result) as an HTML gallery: one
     <figure class="workbook-thumb"> per image with its confidence (and p(true) for a mistake), so
     the browser shows real <img> elements a reader (or a test) can count."""
-    import html
-
     figures = []
     for item in table.itertuples():
         caption = f"{html.escape(_clip(item.predicted))} {item.confidence:.2f}"
@@ -214,7 +227,6 @@ def gallery_html(evaluation: Evaluation, table, title: str, thumbnail_pixels: in
 
 def comparison_html(result) -> str:
     """The per-class deltas of a `comparison.Comparison` as a small HTML table (delta [low, high])."""
-    import html
 
     percent = f"{result.level:.0%}"
     top1 = result.overall["top1"]
@@ -493,14 +505,12 @@ class ConfusionExplorer:
         shown = int(cells["row"].max()) + 1 if len(cells) else 0
         names = list(cells.loc[cells["row"] == 0, "predicted"])
         header = [widgets.HTML("<small>true \\ predicted</small>")]
-        header += [widgets.HTML(f'<div title="{name}" style="writing-mode:vertical-rl;transform:rotate(180deg);'
-                                f'height:90px;font-size:11px;overflow:hidden">{_clip(name)}</div>') for name in names]
+        header += [widgets.HTML(column_label_html(name)) for name in names]
         children = list(header)
         self._buttons = {}
         for row in range(shown):
             row_cells = cells[cells["row"] == row]
-            children.append(widgets.HTML(f'<div title="{row_cells.iloc[0]["true"]}" style="font-size:11px;'
-                                         f'text-align:right">{_clip(row_cells.iloc[0]["true"], 18)}</div>'))
+            children.append(widgets.HTML(row_label_html(row_cells.iloc[0]["true"])))
             for cell in row_cells.itertuples():
                 button = self._cell_button(cell)
                 self._buttons[button.cell] = button
@@ -511,7 +521,8 @@ class ConfusionExplorer:
             if shown < self.evaluation.num_classes else f"{shown} classes"
         what = f"after - before ({self.compare_name} -> {self.evaluation_name})" if self._baseline() else \
             self.evaluation_name
-        c["matrix_title"].value = f"<b>{what}</b>: {self.normalize}-normalised, {scope}, ordered by {self.ordering}"
+        c["matrix_title"].value = (f"<b>{html.escape(what)}</b>: {html.escape(self.normalize)}-normalised, {scope}, "
+                                   f"ordered by {html.escape(self.ordering)}")
         result = self.comparison()
         c["comparison"].value = comparison_html(result) if result is not None else ""
         c["flips"].layout.display = "" if result is not None else "none"
@@ -531,7 +542,8 @@ class ConfusionExplorer:
             return
         table = self.gallery_table
         if table is None:
-            self._controls["gallery"].value = f'<div class="workbook-gallery-caption">{self.gallery_title()}</div>'
+            self._controls["gallery"].value = (f'<div class="workbook-gallery-caption">'
+                                               f'{html.escape(self.gallery_title())}</div>')
         else:
             self._controls["gallery"].value = gallery_html(self.evaluation, table, self.gallery_title())
 

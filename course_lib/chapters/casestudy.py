@@ -405,7 +405,8 @@ class CaseStudy:
         precisions = table["precision"].where(table["precision"].notna(), "off") if "precision" in table else "off"
         per_process = table.assign(images_per_second=speeds, precision=precisions)
         with_mfu = flops.with_mfu(per_process, None, self.config.image_size, torch.device(device), "precision",
-                                  images_per_second="images_per_second", flops_per_image=self.flops_per_image)
+                                  images_per_second="images_per_second", flops_per_image=self.flops_per_image,
+                                  matmul_precision=self.config.matmul_precision)
         table = table.copy()
         table.insert(list(table.columns).index("images_per_second") + 1, "MFU", with_mfu["MFU"])
         return table

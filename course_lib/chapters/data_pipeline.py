@@ -19,12 +19,13 @@ DEFAULT_LOADER = "default DataLoader"  # num_workers=0, no pinning, no prefetch,
 
 
 # What each profile measures beyond its sizes. smoke: a check, not a measurement (one timed epoch,
-# two repeats, a few images); cpu and gpu: two timed epochs and medians over 3-5 repeats.
+# two repeats, a few images); cpu and gpu: two timed epochs and medians over 3-5 repeats, the loader
+# sweep from none to twice the cores (`sweep_workers` []).
 PIPELINE_CHOICES = {
-    "smoke": {"epochs": 1, "decode_files": 32, "decode_repeats": 2, "generated_images": 8, "decode_sizes": [256],
+    "smoke": {"sweep_workers": [0, 1], "epochs": 1, "decode_files": 32, "decode_repeats": 2, "generated_images": 8, "decode_sizes": [256],
               "single_process_images": 64, "training_repeats": 2, "training_batches": 2, "read_repeats": 2,
               "disk_probe_mib": 8},
-    "cpu": {"epochs": 2, "decode_files": 512, "decode_repeats": 5, "generated_images": 0, "decode_sizes": [256, 1024],
+    "cpu": {"sweep_workers": [], "epochs": 2, "decode_files": 512, "decode_repeats": 5, "generated_images": 0, "decode_sizes": [256, 1024],
             "single_process_images": 256, "training_repeats": 3, "training_batches": 5, "read_repeats": 3,
             "disk_probe_mib": 64},
 }
@@ -92,7 +93,7 @@ def setup(profile: str, data_dir: str | None = None, *, sweep_workers: list | No
     import timm
 
     from course_lib import devices, ledger, paths
-    from course_lib.config import resolve_profile
+    from course_lib.config import profile_entry, resolve_profile
     from course_lib.data import datasets
     from course_lib.measure import flops
 
@@ -102,8 +103,10 @@ def setup(profile: str, data_dir: str | None = None, *, sweep_workers: list | No
     folder = loaders.default_image_folder(config)
     whole = datasets.ImageFolderDataset(folder)
     resolved, cores = resolve_profile(profile), devices.usable_cores()
-    choices = dict(PIPELINE_CHOICES[resolved], decode_sizes=list(decode_sizes or PIPELINE_CHOICES[resolved]["decode_sizes"]))
-    sweep_workers = list(sweep_workers or ([0, 1] if resolved == "smoke" else sorted({0, 1, 2, max(1, cores // 2), cores, 2 * cores})))
+    choices = dict(profile_entry(PIPELINE_CHOICES, resolved))
+    choices["decode_sizes"] = list(decode_sizes or choices["decode_sizes"])
+    profile_workers = choices.pop("sweep_workers")  # []: from none to twice the cores
+    sweep_workers = list(sweep_workers or profile_workers or sorted({0, 1, 2, max(1, cores // 2), cores, 2 * cores}))
     if torch_threads:
         torch.set_num_threads(torch_threads)
     device = devices.transfer_device(config.device)

@@ -68,7 +68,7 @@ def setup(profile: str, *, workers: int = 0, threads_per_process: int = 1, probe
     every GPU, or 2 on a CPU (`torchrun.default_workers`); `probe_steps` 0 and `engine_sweep` "auto":
     the profile's (`PROBE_CHOICES`)."""
     from course_lib import ledger
-    from course_lib.config import resolve_profile
+    from course_lib.config import profile_entry, resolve_profile
     from course_lib.data.datasets import config_with_data
     from course_lib.data.pipeline import build_datasets
     from course_lib.engine import torchrun
@@ -77,7 +77,7 @@ def setup(profile: str, *, workers: int = 0, threads_per_process: int = 1, probe
 
     config, data = config_with_data(profile, DDP_PROFILES, find_real=False, **{"output_dir": OUTPUT_DIR, **params})
     resolved = resolve_profile(profile)
-    choices = dict(PROBE_CHOICES[resolved])
+    choices = dict(profile_entry(PROBE_CHOICES, resolved))
     choices["probe_steps"] = probe_steps or choices["probe_steps"]
     if engine_sweep != "auto":
         choices["engine_sweep"] = bool(engine_sweep)

@@ -41,7 +41,9 @@ class StepSpeeds:
         for label, speeds in self.images_per_second.items():
             ratio = statistics.paired_ratio_interval(speeds, self.images_per_second[baseline])
             median = float(pd.Series(speeds).median())
-            rows[label] = {"precision": self.settings[label].get("precision", "off"), "images/s": median,
+            rows[label] = {"precision": self.settings[label].get("precision", "off"),
+                           **({"matmul_precision": self.settings[label]["matmul_precision"]}
+                              if "matmul_precision" in self.settings[label] else {}), "images/s": median,
                            "speed-up": ratio["ratio"], "low": ratio["low"], "high": ratio["high"],
                            "first step s": self.first_step_seconds[label], "step s": self.batch_size / median}
         return pd.DataFrame.from_dict(rows, orient="index")
@@ -50,7 +52,8 @@ class StepSpeeds:
 def time_training_steps(config: Config, variants: dict[str, dict], num_classes: int, *, repeats: int = 5,
                         steps: int = 1, device=None, model: torch.nn.Module | None = None) -> StepSpeeds:
     """Train a copy of `config.model` per variant (a dict of `precision`, `channels_last`,
-    `compile`; missing keys come from `config`) on one fixed random batch of `config.batch_size`.
+    `compile`, `matmul_precision`, `cudnn_benchmark`; missing keys come from `config`) on one fixed
+    random batch of `config.batch_size`.
     The first step of each variant (allocations, kernel choice, the compile) is timed and thrown
     away with a second one; then the variants take turns, `repeats` times, `steps` steps each."""
     from course_lib.devices import resolve_device
@@ -62,11 +65,13 @@ def time_training_steps(config: Config, variants: dict[str, dict], num_classes: 
     bench = StepBench(base, config.image_size, config.batch_size, device, num_classes, seed=config.seed)
     timed_steps, first, settings = {}, {}, {}
     for label, changes in variants.items():
-        setting = {"precision": config.precision, "channels_last": config.channels_last,
-                   "compile": config.compile, **changes}
+        setting = {"precision": config.precision, "channels_last": config.channels_last, "compile": config.compile,
+                   "matmul_precision": config.matmul_precision, "cudnn_benchmark": config.cudnn_benchmark, **changes}
         if setting["precision"] == "auto":
             raise ValueError(f"variant {label!r}: give a precision (off, fp16, bf16), not auto")
-        timed = bench.variant(setting["precision"], setting["channels_last"], setting["compile"])
+        timed = bench.variant(setting["precision"], setting["channels_last"], setting["compile"],
+                              compile_mode=config.compile_mode, matmul_precision=setting["matmul_precision"],
+                              cudnn_benchmark=setting["cudnn_benchmark"])
         first[label] = timed.first_step()
         timed.step()  # a second warm-up step: fp16's scale and the allocator settle
         timed_steps[label], settings[label] = timed, setting
@@ -75,6 +80,29 @@ def time_training_steps(config: Config, variants: dict[str, dict], num_classes: 
         for label, timed in timed_steps.items():
             speeds[label].append(timed.time(repeats=1, warmup=0, calls=steps).images_per_second)
     return StepSpeeds(speeds, first, settings, config.batch_size, str(device))
+
+
+def gpu_switch_variants(precision: str) -> dict[str, dict]:
+    """The PyTorch performance-tuning guide's two GPU switches, one at a time: fp32 at each
+    `matmul_precision` (highest: exact fp32; high and medium: TF32 tensor cores on Ampere and newer),
+    then cuDNN's autotuner off and on at `precision` with channels_last."""
+    variants = {f"fp32, matmul_precision={name}": {"precision": "off", "matmul_precision": name,
+                                                   "cudnn_benchmark": False}
+                for name in ("highest", "high", "medium")}
+    variants.update({f"{precision} + channels_last, cudnn_benchmark={flag}": {
+        "precision": precision, "channels_last": True, "cudnn_benchmark": flag, "matmul_precision": "highest"}
+        for flag in (False, True)})
+    return variants
+
+
+def gpu_switch_note(device) -> str | None:
+    """Why the GPU switches cannot be measured on `device`, or None on CUDA."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return None
+    return (f"matmul_precision and cudnn_benchmark: not measurable here ({device.type}): TF32 is a mode of NVIDIA "
+            "tensor cores and cuDNN is CUDA's convolution library; the engine leaves both alone off CUDA. "
+            "Run with profile='gpu' on a CUDA GPU, or `workbook gpu-check`, which times them too")
 
 
 def compile_skipped_note(profile: str, model: str | None = None) -> str:

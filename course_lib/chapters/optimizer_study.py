@@ -9,6 +9,7 @@ is the spread of accuracy over the grid, per optimizer.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from course_lib.config import Config
@@ -21,6 +22,57 @@ ARTICLE_ADAMW_RANGE = (3e-4, 1e-3)
 # The engine's in-memory path: the split pre-decoded to uint8 once, batches cut from it without
 # DataLoader workers, crop and flip on the device; and the workbook's small residual net.
 IN_MEMORY = {"model": "speedrun_resnet_small", "storage": "cache", "augmentation": "device", "num_workers": 0}
+
+
+@dataclasses.dataclass
+class NotebookSetup:
+    """Notebook 06's data, config, training split and the sizes its parameters left to the profile."""
+
+    data: object  # paths.DataChoice: what the notebook prints first
+    config: Config  # sections 1-3 (warmup: 5/120 of the run unless given)
+    bundle: object  # DataBundle of `config`
+    steps_per_epoch: int
+    sgd_lr: float  # the article's 0.1 at batch 256, scaled linearly
+    range_test_steps: int  # optimizer steps of each LR range test
+    seeds: list  # of every learning rate in the grid
+    grid_config: Config  # the grid's runs: the in-memory path at most 64 px
+    grid_factors: tuple  # x each optimizer's usual learning rate
+
+    def lines(self, adamw_lr: float, hardware: str) -> list[str]:
+        config = self.config
+        return [f"{config.model}, {config.image_size} px, batch {config.batch_size}, {config.epochs} epoch(s) x "
+                f"{self.steps_per_epoch} steps, warmup {config.warmup_epochs:.2f} epochs; SGD lr {self.sgd_lr:.4g}, "
+                f"AdamW lr {adamw_lr:g}", f"hardware: {hardware}"]
+
+
+# On a CPU the whole notebook trains the small residual net on the engine's in-memory path (18 grid
+# runs must fit in a few minutes); a GPU keeps its profile's model for sections 1-3.
+CPU_SIZES = {**IN_MEMORY, "image_size": 32, "epochs": 3, "max_train_images": 800}
+
+
+def notebook_setup(profile: str, *, range_test_steps: int = 0, seeds: int = 0, warmup_epochs: float | None = None,
+                   **given) -> NotebookSetup:
+    """The profile's own data (`datasets.config_with_data(find_real=False)`: 18 grid runs must fit in
+    minutes; WORKBOOK_DATA=<folder> changes it), `CPU_SIZES` on cpu, then `given` (None: not given);
+    smoke: 12-step range tests, 2 seeds and a 2-point grid of the profile's own model."""
+    from course_lib.config import resolve_profile
+    from course_lib.data import pipeline
+    from course_lib.data.datasets import config_with_data
+
+    profile = resolve_profile(profile)
+    smoke = profile == "smoke"
+    sizes = CPU_SIZES if profile == "cpu" else {}
+    config, data = config_with_data(profile, find_real=False, **{**sizes, "output_dir": "runs/checkpoints/06_optimizers",
+                                                                  **{k: v for k, v in given.items() if v is not None}})
+    config = config.replace(warmup_epochs=warmup_epochs if warmup_epochs is not None else config.epochs * 5 / 120)
+    bundle = pipeline.build_datasets(config)
+    steps = len(bundle.train) // config.batch_size
+    steps = min(steps, config.max_steps) if config.max_steps else steps
+    grid_config = config.replace(**{k: v for k, v in IN_MEMORY.items() if not smoke or k != "model"},
+                                 image_size=min(config.image_size, 64))
+    return NotebookSetup(data, config, bundle, steps, sgd_learning_rate(config.batch_size),
+                         range_test_steps or (12 if smoke else 60), list(range(seeds or (2 if smoke else 3))),
+                         grid_config, (1.0, 3.0) if smoke else LEARNING_RATE_FACTORS)
 
 
 def sgd_learning_rate(batch_size: int) -> float:

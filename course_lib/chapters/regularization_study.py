@@ -315,7 +315,7 @@ def summarize(study: Study):
     table.loc["baseline", ["verdict", "ECE change"]] = "(baseline)"
     table["time vs baseline"] = table.loc["baseline", "images/s"] / table["images/s"]
     table = flops.with_mfu(table, None, study.config.image_size, study.config.device, precision="precision",
-                           flops_per_image=study.flops_per_image)
+                           flops_per_image=study.flops_per_image, matmul_precision=study.config.matmul_precision)
     return table.drop(columns="precision")
 
 

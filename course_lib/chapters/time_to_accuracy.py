@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from course_lib.analysis import statistics
 from course_lib.config import Config
-from course_lib.engine import precision, speedrun
+from course_lib.engine import speedrun
 from course_lib.measure import flops
 
 # Each ingredient of the speed-run recipe and the Config change that takes it out. The data ingredients
@@ -49,6 +47,28 @@ class RaceSetup:
     rivals: float  # seconds on the naive and default racers' clocks
     seeds: int  # seeds per ablation run
     profile: str
+
+    @property
+    def device(self) -> str:
+        """Where the racers trained, for the MFU of the tables: cuda in the gpu profile on a CUDA machine."""
+        import torch
+
+        return "cuda" if self.profile == "gpu" and torch.cuda.is_available() else "cpu"
+
+    def ingredients(self, choice: str = "auto") -> list[str]:
+        """The ablation's ingredients (names of ABLATIONS): "all"; "auto" (smoke: the first two; cpu: all
+        but the resnet18 swap, a slow net on 2 cores; gpu: all); or comma-separated names."""
+        everything = list(ABLATIONS)
+        if choice == "all":
+            return everything
+        if choice == "auto":
+            return everything[:2] if self.profile == "smoke" else [
+                name for name in everything if "resnet18" not in name] if self.profile == "cpu" else everything
+        return [name.strip() for name in choice.split(",") if name.strip()]
+
+    def line(self, hardware: str) -> str:
+        return (f"profile {self.profile}: budget {self.budget:.0f} s for the speed-run racer, {self.rivals:.0f} s "
+                f"for the others; {hardware}")
 
 
 def race_setup(profile: str, data_dir: str | None = None, budget_seconds: float = 0.0, rival_seconds: float = 0.0,
@@ -180,8 +200,8 @@ def mfu(result, images_per_second: float, device: str = "cpu") -> float | None:
     key = (result.config.model, result.config.image_size, result.num_classes or 1000)
     if key not in _FLOPS:
         _FLOPS[key] = flops.training_flops_per_image(timm.create_model(key[0], num_classes=key[2]), key[1])
-    dtype = precision.DTYPES.get(result.precision, torch.float32)
-    return flops.model_flops_utilization(_FLOPS[key], images_per_second, device, dtype)["mfu"]
+    return flops.model_flops_utilization(_FLOPS[key], images_per_second, device, result.precision,
+                                         result.config.matmul_precision)["mfu"]
 
 
 def race_table(results: list, device: str = "cpu", at_seconds: float | None = None) -> object:
@@ -195,8 +215,8 @@ def race_table(results: list, device: str = "cpu", at_seconds: float | None = No
     for result in results:
         model = timm.create_model(result.config.model, num_classes=result.num_classes or 1000)
         per_image = flops.training_flops_per_image(model, result.config.image_size)
-        dtype = precision.DTYPES.get(result.precision, torch.float32)
-        utilization = flops.model_flops_utilization(per_image, result.images_per_second, device, dtype)
+        utilization = flops.model_flops_utilization(per_image, result.images_per_second, device, result.precision,
+                                                    result.config.matmul_precision)
         row = result.row()
         if at_seconds:
             row = {"label": row.pop("label"), f"val top-1 at {at_seconds:.0f} s": top1_at(result, at_seconds), **row}

@@ -12,9 +12,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from course_lib.config import SAMPLE_DATA_DIR, Config, ConfigError
 from course_lib.models import hub
+
+if TYPE_CHECKING:
+    from course_lib import paths
 
 # What the article reports (section 5.4): an industrial inspection task, ResNet-50.
 ARTICLE = {"scratch_epochs": 350, "scratch_top1": 0.92, "finetune_epochs": 40, "finetune_top1": 0.935,
@@ -113,13 +117,16 @@ class TransferSetup:
     labels_per_class: list[int]
     seeds: list[int]
     notes: list[str]  # sizes the data could not hold, and what they became
+    max_steps: int = 0  # optimizer steps per epoch of every target run; 0: the whole labelled set (smoke: 1)
 
     def describe(self) -> str:
         counts = (f"data {self.whole.source}: {len(self.whole.train)} training / {len(self.whole.val)} validation "
                   f"images, {self.whole.num_classes} classes\nsource classes {self.source_classes}"
                   f"{f' ({self.source_per_class} images each)' if self.source_per_class else ''}\n"
                   f"target classes {self.held_out}, {self.labels_per_class} labels per class, seeds {self.seeds}")
-        return "\n".join([self.plan.reason, *self.notes, counts])
+        synthetic = (["SYNTHETIC DATA: the target is generated landcover-synth, not real images; the numbers below "
+                      "only show that the code runs."] if self.plan.synthetic else [])
+        return "\n".join([self.plan.reason, *self.notes, counts, *synthetic])
 
 
 def _fitted(parameter: str, asked: int, available: int, given: bool, notes: list[str]) -> int:
@@ -176,7 +183,7 @@ def notebook_setup(profile: str, *, model: str | None = None, batch_size: int | 
     return TransferSetup(data, config, plan, whole, source_classes, held_out, epochs or (2 if smoke else 10),
                          freeze_backbone_epochs if freeze_backbone_epochs is not None else (1 if smoke else 3),
                          plan.source_config.epochs if plan.source_config else 0, per_source, labels,
-                         list(range(seeds or (2 if smoke else 3))), notes)
+                         list(range(seeds or (2 if smoke else 3))), notes, 1 if smoke else 0)
 
 
 def source_checkpoint(source_config: Config, bundle, *, extra: dict | None = None, progress: bool = False) -> dict:

@@ -4,7 +4,20 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 from pathlib import Path
+
+from course_lib.config import WorkbookError
+
+
+class DamagedCacheError(WorkbookError, OSError):
+    """A built cache or shard set whose files do not match what its index recorded (cut short by a
+    full disk or a killed copy, or edited); the message names it and says to delete it."""
+
+
+def damaged(folder: Path, what: str) -> DamagedCacheError:
+    return DamagedCacheError(f"cache {folder} is damaged ({what}); delete it (rm -r {shlex.quote(str(folder))}) "
+                             "and the next run rebuilds it")
 
 
 @contextlib.contextmanager

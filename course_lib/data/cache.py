@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from course_lib.data.build_lock import exclusive_build
+from course_lib.data.build_lock import damaged, exclusive_build
 from course_lib.instruments.timing import now
 from course_lib.paths import CACHE_DIR, project_root
 
@@ -78,8 +78,34 @@ def selection_key(folder, indices, extra: str = "") -> str:
 
 
 def _read_info(folder: Path) -> CacheInfo:
-    meta = json.loads((folder / META_FILE).read_text())
-    return CacheInfo(folder=folder, **{k: v for k, v in meta.items() if k != "folder"})
+    try:
+        meta = json.loads((folder / META_FILE).read_text())
+        return CacheInfo(folder=folder, **{k: v for k, v in meta.items() if k != "folder"})
+    except (ValueError, TypeError) as error:  # cut-short JSON, or fields that are not a CacheInfo's
+        raise damaged(folder, f"{META_FILE} is unreadable: {str(error).splitlines()[0][:80]}") from None
+
+
+def verified_labels(folder: Path, info: CacheInfo) -> np.ndarray:
+    """The cache's labels, after checking what reuse would otherwise take on trust (its key is only
+    the source and the choices): the pixel file holds exactly `images` rows of image_size^2 x 3 bytes,
+    and there is one label per row, each a class index. Raises DamagedCacheError."""
+    expected = info.images * info.image_size * info.image_size * 3
+    try:
+        actual = (folder / PIXELS_FILE).stat().st_size
+    except OSError as error:
+        raise damaged(folder, f"{PIXELS_FILE}: {error.strerror}") from None
+    if actual != expected:
+        raise damaged(folder, f"{PIXELS_FILE} holds {actual:,} bytes, not the {expected:,} of {info.images} images "
+                              f"at {info.image_size} px")
+    try:
+        labels = np.load(folder / LABELS_FILE, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        raise damaged(folder, f"{LABELS_FILE} is unreadable: {str(error).splitlines()[0][:80]}") from None
+    if labels.shape != (info.images,):
+        raise damaged(folder, f"{LABELS_FILE} holds {labels.size} labels for {info.images} images")
+    if len(labels) and not (0 <= labels.min() and labels.max() < len(info.classes)):
+        raise damaged(folder, f"a label is outside 0..{len(info.classes) - 1}, the {len(info.classes)} classes")
+    return labels
 
 
 def build_cache(source: str | os.PathLike, image_size: int, out_dir: str | os.PathLike | None = None, *,
@@ -98,7 +124,9 @@ def build_cache(source: str | os.PathLike, image_size: int, out_dir: str | os.Pa
     out_dir = Path(out_dir) if out_dir else default_cache_dir(source, image_size, max_images)
     with exclusive_build(out_dir):
         if (out_dir / META_FILE).exists() and not rebuild:
-            return _read_info(out_dir)
+            info = _read_info(out_dir)
+            verified_labels(out_dir, info)
+            return info
         start = now()
         dataset = ImageFolderDataset(source, transforms.sample_transform(image_size, "device"), bad_images,
                                      loader=FileDecoder(decoder))
@@ -157,7 +185,7 @@ class PreDecodedDataset(torch.utils.data.Dataset):
             raise FileNotFoundError(f"no pre-decoded cache in {self.folder}; build it with cache.build_cache()")
         self.info = _read_info(self.folder)
         self.classes = self.info.classes
-        self.targets = np.load(self.folder / LABELS_FILE).tolist()
+        self.targets = verified_labels(self.folder, self.info).tolist()
         self.transform = transform
         self._pixels = None
 

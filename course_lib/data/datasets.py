@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import math
 import os
 from pathlib import Path
 
@@ -17,7 +18,13 @@ from PIL import Image
 
 from course_lib.config import Config, ConfigError, make_config, resolve_profile
 from course_lib.data.device_augment import DeviceStage
-from course_lib.data.images import BadImageError, list_image_folder, load_rgb
+from course_lib.data.images import (
+    BadImageError,
+    DataFolderError,
+    list_image_folder,
+    load_rgb,
+    skipped_line,
+)
 from course_lib.data.landcover import SPLITS, landcover_cache_dir  # noqa: F401 (SPLITS: every bundle has these)
 from course_lib.data.transforms import denormalize
 from course_lib.paths import DataChoice, choose_data, resolve_path
@@ -77,7 +84,7 @@ class ImageFolderDataset:
                     raise
                 if not self._skipped_flags[position]:
                     self._skipped_flags[position] = True
-                    log.warning("skipping %s", error)
+                    log.warning("skipping %s", skipped_line(error))
                 continue
             return (self.transform(image) if self.transform else image), target
         raise BadImageError(f"no readable image in {Path(self.samples[0][0]).parents[1]}")
@@ -144,17 +151,25 @@ class DataBundle:
         return len(self.classes)
 
 
-def split_indices(targets, fractions, seed):
-    """Stratified split of range(len(targets)) into len(fractions) parts (scikit-learn)."""
+def split_indices(targets, fractions, seed, where: str = "the data"):
+    """Stratified split of range(len(targets)) into len(fractions) parts (scikit-learn). Too few
+    images for every part to hold each class is one DataFolderError naming `where` and the fix."""
     from sklearn.model_selection import train_test_split
 
     indices = np.arange(len(targets))
-    first, rest = train_test_split(indices, train_size=fractions[0], stratify=targets, random_state=seed)
-    if len(fractions) == 2:
-        return [first.tolist(), rest.tolist()]
-    rest_targets = np.asarray(targets)[rest]
-    second, third = train_test_split(rest, train_size=fractions[1] / (1 - fractions[0]),
-                                     stratify=rest_targets, random_state=seed)
+    try:
+        first, rest = train_test_split(indices, train_size=fractions[0], stratify=targets, random_state=seed)
+        if len(fractions) == 2:
+            return [first.tolist(), rest.tolist()]
+        rest_targets = np.asarray(targets)[rest]
+        second, third = train_test_split(rest, train_size=fractions[1] / (1 - fractions[0]),
+                                         stratify=rest_targets, random_state=seed)
+    except ValueError:  # sklearn: a class with 1 image, or a part smaller than the number of classes
+        counts = np.unique(np.asarray(targets), return_counts=True)[1] if len(targets) else np.zeros(1, int)
+        needed = math.ceil(len(counts) / min(fractions))  # the smallest part must hold one image per class
+        raise DataFolderError(f"{where} has too few images to split by class into {len(fractions)} parts "
+                              f"({len(targets)} images, {len(counts)} classes, the smallest with {counts.min()}); "
+                              f"add a val/ folder beside train/, or about {needed} images, 2 or more per class") from None
     return [first.tolist(), second.tolist(), third.tolist()]
 
 

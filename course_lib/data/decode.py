@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import io
 import os
+import struct
 import warnings
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -19,7 +21,13 @@ import numpy as np
 import torch
 
 from course_lib.config import DECODER_NAMES
-from course_lib.data.images import IMAGE_EXTENSIONS, BadImageError, to_rgb
+from course_lib.data.images import (
+    IMAGE_EXTENSIONS,
+    SKIP_HINT,
+    BadImageError,
+    decode_reason,
+    to_rgb,
+)
 
 # torchvision 0.29 warns on every decode call that its image I/O moves to TorchCodec; it still
 # works and is what this module measures, so the per-call warning is silenced (this message only).
@@ -61,9 +69,79 @@ def _as_byte_tensor(data: bytes) -> torch.Tensor:
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # colour type -> samples per pixel (PNG spec, 11.2.2)
+_PNG_BIT_DEPTHS = {0: (1, 2, 4, 8, 16), 2: (8, 16), 3: (1, 2, 4, 8), 4: (8, 16), 6: (8, 16)}
+_PNG_CRITICAL = (b"IHDR", b"PLTE", b"IDAT", b"IEND")
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
+
+
+def check_png(data: bytes) -> None:
+    """Raise ValueError naming what is wrong with a PNG, checking everything on which libpng calls
+    png_error while reading: chunk framing and CRCs, the header's values, PLTE for a palette image,
+    unknown critical chunks, the IDAT stream (zlib), its length and every row's filter byte.
+    torchvision's PNG decoder (0.29) crashes the process (SIGSEGV) on any png_error instead of
+    raising, so decoder=torchvision runs this first: one extra inflate (zlib, in C) per PNG.
+    PNG spec: https://www.w3.org/TR/png-3/"""
+    position, header, palette, compressed = len(PNG_SIGNATURE), None, False, []
+    while True:
+        if position + 8 > len(data):
+            raise ValueError("truncated PNG: it ends before its IEND chunk")
+        length, kind = struct.unpack(">I4s", data[position:position + 8])
+        end = position + 12 + length
+        if end > len(data):
+            raise ValueError(f"truncated PNG: its {kind.decode('latin-1')!r} chunk is cut short")
+        if zlib.crc32(data[position + 4:end - 4]) != struct.unpack(">I", data[end - 4:end])[0]:
+            raise ValueError(f"damaged PNG: the CRC of its {kind.decode('latin-1')!r} chunk does not match")
+        body = data[position + 8:end - 4]
+        if header is None and kind != b"IHDR":
+            raise ValueError("damaged PNG: its first chunk is not IHDR")
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body) if length == 13 else None
+            if header is None:
+                raise ValueError("damaged PNG: its IHDR chunk is not 13 bytes")
+        elif kind == b"PLTE":
+            palette = True
+        elif kind == b"IDAT":
+            compressed.append(body)
+        elif kind == b"IEND":
+            break
+        elif kind[0] & 0x20 == 0:  # an upper-case first letter marks a chunk a reader must understand
+            raise ValueError(f"damaged PNG: unknown critical chunk {kind.decode('latin-1')!r}")
+        position = end
+    width, height, bit_depth, colour, method, filtering, interlace = header
+    if not (0 < width < 2**31 and 0 < height < 2**31) or colour not in _PNG_CHANNELS \
+            or bit_depth not in _PNG_BIT_DEPTHS[colour] or method or filtering or interlace not in (0, 1):
+        raise ValueError(f"damaged PNG: impossible header ({width}x{height}, bit depth {bit_depth}, "
+                         f"colour type {colour}, interlace {interlace})")
+    if colour == 3 and not palette:
+        raise ValueError("damaged PNG: a palette image without a PLTE chunk")
+    if not compressed:
+        raise ValueError("damaged PNG: no IDAT chunk")
+    try:
+        rows = zlib.decompress(b"".join(compressed))
+    except zlib.error as error:
+        raise ValueError(f"damaged PNG: its image data does not inflate ({error})") from None
+    bits_per_pixel = _PNG_CHANNELS[colour] * bit_depth
+    passes = _ADAM7 if interlace else ((0, 0, 1, 1),)
+    offset = 0
+    for x0, y0, dx, dy in passes:
+        pass_width, pass_height = max(0, -(-(width - x0) // dx)), max(0, -(-(height - y0) // dy))
+        if not pass_width or not pass_height:
+            continue
+        row_bytes = 1 + (pass_width * bits_per_pixel + 7) // 8  # a filter byte, then the pixels
+        if offset + pass_height * row_bytes > len(rows):
+            raise ValueError("damaged PNG: not enough image data")
+        if max(rows[offset:offset + pass_height * row_bytes:row_bytes]) > 4:
+            raise ValueError("damaged PNG: a row has a filter type other than 0-4")
+        offset += pass_height * row_bytes
+
+
 def _decode_torchvision(data: bytes) -> torch.Tensor:
     from torchvision.io import ImageReadMode, decode_image
 
+    if data[:len(PNG_SIGNATURE)] == PNG_SIGNATURE:
+        check_png(data)  # a damaged PNG would crash the process in libpng, not raise
     # decode_image dispatches to libjpeg-turbo for JPEG and handles PNG too.
     pixels = decode_image(_as_byte_tensor(data), mode=ImageReadMode.RGB)
     if pixels.dtype == torch.uint16:  # a 16-bit PNG stays 16-bit: scale to 8 like the other decoders
@@ -92,8 +170,8 @@ class Decoder:
         except BadImageError:
             raise
         except Exception as error:  # every library raises its own type for a corrupt file
-            raise BadImageError(f"{source}: cannot decode image with {self.name} ({error}); "
-                                "remove or replace it, or set bad_images=skip") from None
+            raise BadImageError(f"{source}: cannot decode image with {self.name} ({decode_reason(error, source)}); "
+                                f"remove or replace it{SKIP_HINT}") from None
 
     def decode_batch(self, blobs: list[bytes]) -> list[torch.Tensor]:
         """Decode many images; nvJPEG decodes a list in one call, which is where it is fast."""
@@ -136,8 +214,7 @@ class FileDecoder:
         try:
             data = Path(path).read_bytes()
         except OSError as error:
-            raise BadImageError(f"{path}: cannot read file ({error}); check permissions, "
-                                "or set bad_images=skip") from None
+            raise BadImageError(f"{path}: cannot read file ({error}); check permissions{SKIP_HINT}") from None
         return self._decoder.decode(data, str(path))
 
     def __getstate__(self):

@@ -111,13 +111,18 @@ def make_landcover(out_dir: str | os.PathLike, image_size: int = 64, per_class: 
                    seed: int = 0, jpeg_quality: int = 90) -> Path:
     """Write landcover-synth as JPEG in ImageFolder layout: out_dir/{train,val,test}/<class>/<n>.jpg.
 
-    `per_class` maps split to images per class (default 200/50/50). Deterministic from `seed`.
+    `per_class` maps split to images per class (default 200/50/50); a split of 0 images gets no
+    folder (empty class folders are refused by the loader). Deterministic from `seed`.
     Writes into a temporary folder first and renames it, so an interrupted run leaves nothing
     half-written behind.
     """
     if not 16 <= image_size <= 1024:
         raise ConfigError(f"image_size={image_size} is outside 16..1024 pixels")
     per_class = per_class or {"train": 200, "val": 50, "test": 50}
+    if per_class.get("train", 0) < 1 or min(per_class.values()) < 0:
+        shown = ", ".join(f"{split}={count}" for split, count in per_class.items())
+        raise ConfigError(f"images per class {shown}: train needs at least 1, val and test 0 or more "
+                          "(0 writes no folder for that split)")
     out_dir = Path(out_dir)
     if out_dir.exists():
         raise FileExistsError(f"{out_dir} already exists; remove it or choose another --out")
@@ -127,7 +132,7 @@ def make_landcover(out_dir: str | os.PathLike, image_size: int = 64, per_class: 
 
         shutil.rmtree(staging)
     for split, count in per_class.items():
-        for name in LANDCOVER_CLASSES:
+        for name in LANDCOVER_CLASSES if count else ():  # no images: no empty folders for the loader to refuse
             folder = staging / split / name
             folder.mkdir(parents=True, exist_ok=True)
             for index in range(count):

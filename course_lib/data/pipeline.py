@@ -35,7 +35,13 @@ from course_lib.data.datasets import (
 )
 from course_lib.data.decode import FileDecoder, get_decoder
 from course_lib.data.device_augment import DeviceAugment, DeviceStage, batch_normalize
-from course_lib.data.images import BadImageError
+from course_lib.data.images import (
+    BadImageError,
+    DataFolderError,
+    SplitClassesError,
+    class_mismatch,
+    split_folders,
+)
 from course_lib.data.landcover import landcover_cache_dir
 from course_lib.data.loaders import resolved_num_workers
 from course_lib.data.resident import ResidentSplit
@@ -46,7 +52,6 @@ from course_lib.paths import CACHE_DIR, project_root, resolve_path
 SHUFFLE_BUFFER = 1000
 # Datasets held as decoded arrays in memory: no files for `decoder` or `storage` to act on.
 IN_MEMORY_DATASETS = ("digits", "cifar10")
-SPLIT_FOLDER_NAMES = {"train": ("train",), "val": ("val", "valid", "validation"), "test": ("test",)}
 
 
 @dataclasses.dataclass
@@ -86,21 +91,23 @@ def plan_splits(root: Path, seed: int, max_train_images: int, listing: FolderLis
     80/10/10 split of `root`; then max_train_images of the training files.
     validation_from="train" validates on a fixed stratified 10% of train/ instead, and holds the
     folder's val/ out as the test split when the data has no test/ (so a recipe is chosen on images
-    that the reported figure never sees)."""
-    folders = {}
-    for split, options in SPLIT_FOLDER_NAMES.items():
-        found = next((root / option for option in options if (root / option).is_dir()), None)
-        if found is not None:
-            folders[split] = found
+    that the reported figure never sees). The class list is train/'s: a val/ or test/ with other
+    class folders is refused (SplitClassesError), as each folder would number its own classes."""
+    folders = split_folders(root)
+    refuse_too_few_classes(listing(folders.get("train", root)).classes, folders.get("train", root))
     if "train" in folders:
+        mismatch = class_mismatch({folder.name: listing(folder).classes for folder in folders.values()})
+        if mismatch:
+            raise SplitClassesError(f"{root}: {mismatch}")
         plans = {"train": SplitPlan(folders["train"]), "test": SplitPlan(folders["test"]) if "test" in folders else None}
         if "val" in folders:
             plans["val"] = SplitPlan(folders["val"])
         else:  # carve a validation split out of train
-            train, val = split_indices(listing(folders["train"]).targets, (0.9, 0.1), seed)
+            train, val = split_indices(listing(folders["train"]).targets, (0.9, 0.1), seed,
+                                       f"{folders['train']} (with no val/ beside it)")
             plans["train"], plans["val"] = SplitPlan(folders["train"], train), SplitPlan(folders["train"], val)
     else:
-        train, val, test = split_indices(listing(root).targets, (0.8, 0.1, 0.1), seed)
+        train, val, test = split_indices(listing(root).targets, (0.8, 0.1, 0.1), seed, f"{root} (no train/ in it)")
         plans = {"train": SplitPlan(root, train), "val": SplitPlan(root, val), "test": SplitPlan(root, test)}
     if validation_from == "train":
         plans = _carve_validation_out_of_train(plans, listing)
@@ -111,11 +118,19 @@ def plan_splits(root: Path, seed: int, max_train_images: int, listing: FolderLis
     return plans
 
 
+def refuse_too_few_classes(classes: list, folder: Path) -> None:
+    """A classifier needs two classes: with one, every prediction is right and nothing is learned."""
+    if len(classes) < 2:
+        raise DataFolderError(f"{folder} has {len(classes)} class folder(s) ({', '.join(classes)}); a classifier "
+                              "needs at least 2: add a folder of images for each other class")
+
+
 def _carve_validation_out_of_train(plans: dict, listing: FolderListings) -> dict:
     train = plans["train"]
     chosen = train.chosen(listing(train.folder))
     targets = [listing(train.folder).targets[i] for i in chosen]
-    kept, carved = split_indices(targets, (1 - CARVE_OUT_FRACTION, CARVE_OUT_FRACTION), CARVE_OUT_SEED)
+    kept, carved = split_indices(targets, (1 - CARVE_OUT_FRACTION, CARVE_OUT_FRACTION), CARVE_OUT_SEED,
+                                  f"{train.folder} (validation_from=train)")
     test = plans["test"] if plans["test"] is not None else plans["val"]
     return {"train": SplitPlan(train.folder, sorted(chosen[i] for i in kept)),
             "val": SplitPlan(train.folder, sorted(chosen[i] for i in carved)), "test": test}

@@ -1,7 +1,9 @@
 """`workbook scan`: check an image folder without crashing, one line per problem file: unreadable,
 truncated, zero-byte, wrong extension, unusual or 16-bit mode, decompression bombs (judged from
-the header, never decoded), tiny images and images far from the dataset's usual size, and
-symbolic links (broken, looping, links to folders, links out of the dataset).
+the header, never decoded), tiny images and images far from the dataset's usual size, FIFOs and
+other files that are not regular files, and symbolic links (broken, looping, links to folders,
+links out of the dataset); then the layout: an empty folder, class folders without images, a
+single class, and split folders (train/ val/ test/) whose class folders differ.
 
 Links matter because torchvision's ImageFolder walks with `os.walk(followlinks=True)`: a link to a
 folder inside a class folder adds every image behind it to that class, and a link to an ancestor
@@ -13,13 +15,19 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import stat
 import statistics
 import warnings
 from pathlib import Path
 
 from PIL import Image
 
-from course_lib.data.images import IMAGE_EXTENSIONS
+from course_lib.data.images import (
+    IMAGE_EXTENSIONS,
+    class_mismatch,
+    file_type_name,
+    split_folders,
+)
 
 _USUAL_MODES = ("RGB", "L")
 # More than 8 bits per channel: PIL's convert("RGB") clips every value above 255 (to white).
@@ -41,7 +49,8 @@ ODD_SIZE_MINIMUM_IMAGES = 5  # images needed before a median means anything
 class ScanProblem:
     path: str
     # zero-byte | unreadable | truncated | wrong-extension | unusual-mode | not-an-image | high-bit-depth |
-    # decompression-bomb | tiny-image | odd-size | broken-link | looping-link | directory-link | outside-link
+    # decompression-bomb | tiny-image | odd-size | broken-link | looping-link | directory-link | outside-link |
+    # not-a-file | empty-folder | empty-class | single-class | split-classes
     kind: str
     detail: str
 
@@ -53,7 +62,11 @@ def _inspect(path: Path, shown: Path | None = None) -> tuple[list[ScanProblem], 
     """Problems with one image file and its (width, height) when the header could be read.
     `shown` is the name to report (a link's own path when `path` is its target)."""
     name = str(shown or path)
-    file_size = path.stat().st_size
+    status = path.stat()
+    if not stat.S_ISREG(status.st_mode):  # never opened: reading a FIFO blocks until a writer comes
+        return [ScanProblem(name, "not-a-file", f"{file_type_name(status.st_mode)}, not a regular file: the loader "
+                                                "refuses it; remove it or replace it with the image file")], None
+    file_size = status.st_size
     if file_size == 0:
         return [ScanProblem(name, "zero-byte", "file is empty; delete it or restore it from the source")], None
     problems = []
@@ -182,7 +195,7 @@ def _entries(root: Path, problems: list[ScanProblem]) -> list[tuple[Path, bool]]
                 found.append((path, True))
             elif entry.is_dir(follow_symlinks=False):
                 stack.append(path)
-            elif entry.is_file(follow_symlinks=False):
+            else:  # regular files, and FIFOs, sockets or devices, which `_inspect` reports unopened
                 found.append((path, False))
     return sorted(found)
 
@@ -222,6 +235,7 @@ def scan_folder(root: str | os.PathLike, *, follow_links: bool = False) -> tuple
         if size is not None:
             sizes[str(shown or path)] = (size, {p.kind for p in file_problems})
     problems.extend(_odd_sizes(sizes))
+    problems.extend(_layout_problems(root, empty=checked == 0 and not problems))
     problems.sort(key=lambda problem: problem.path)  # stable: one file's lines stay together, in order
     return checked, problems
 
@@ -244,4 +258,66 @@ def _odd_sizes(sizes: dict[str, tuple[tuple[int, int], set[str]]]) -> list[ScanP
             problems.append(ScanProblem(name, "odd-size",
                                         f"{width}x{height} pixels, {relation} than this folder's usual image "
                                         f"(median side {median:.0f} px); check it belongs to the dataset"))
+    return problems
+
+
+def _class_folders(folder: Path) -> list[str] | None:
+    """The class folder names the loader sees in `folder` (torchvision's `find_classes`: every
+    entry that is a folder or links to one, sorted), or None when `folder` cannot be listed."""
+    try:
+        return sorted(entry.name for entry in os.scandir(folder) if entry.is_dir())
+    except OSError:
+        return None  # reported as unreadable by the walk
+
+
+def _holds_an_image(folder: Path) -> bool | None:
+    """Whether the loader finds an image file in `folder` (folder links not followed); None when a
+    folder in it cannot be listed (reported as unreadable by the walk)."""
+    stack = [folder]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            return None
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(Path(entry.path))
+            elif entry.name.lower().endswith(IMAGE_EXTENSIONS):
+                return True
+    return False
+
+
+def _layout_problems(root: Path, empty: bool) -> list[ScanProblem]:
+    """What the loader would refuse or get wrong in the folder layout: nothing to check at all,
+    class folders without images, a single class, and splits whose class folders differ from
+    train/'s (each split would number its own classes). A folder without subfolders is a plain
+    folder of images and has no classes to check."""
+    if empty:
+        return [ScanProblem(str(root), "empty-folder", "no files to check; give the folder that holds train/ and "
+                                                       "val/, or the class folders")]
+    splits = split_folders(root)
+    problems, classes_of = [], {}
+    for folder in splits.values() or [root]:
+        classes = _class_folders(folder)
+        if classes is None or (not classes and not splits):
+            continue
+        classes_of[folder.name] = classes
+        if not classes:
+            problems.append(ScanProblem(str(folder), "empty-class", "no class folders in it; the loader needs one "
+                                                                    "folder of images per class"))
+        for name in classes:
+            if _holds_an_image(folder / name) is False:
+                problems.append(ScanProblem(str(folder / name), "empty-class",
+                                            f"class folder without image files ({', '.join(IMAGE_EXTENSIONS)}); "
+                                            "the loader refuses it; add images or remove the folder"))
+    train = splits.get("train", None if splits else root)  # the folder whose classes the loader uses
+    if train is None or train.name not in classes_of:
+        return problems
+    if len(classes_of[train.name]) == 1:
+        problems.append(ScanProblem(str(train), "single-class", f"only one class ({classes_of[train.name][0]}): a "
+                                                                "classifier needs at least 2; add the other classes' folders"))
+    if splits and len(classes_of) > 1:
+        mismatch = class_mismatch(classes_of)
+        if mismatch:
+            problems.append(ScanProblem(str(root), "split-classes", mismatch))
     return problems

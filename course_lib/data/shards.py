@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 from course_lib.config import ConfigError
-from course_lib.data.build_lock import exclusive_build
+from course_lib.data.build_lock import damaged, exclusive_build
 from course_lib.data.datasets import ImageFolderDataset
-from course_lib.data.images import BadImageError
+from course_lib.data.images import BadImageError, skipped_line
 from course_lib.instruments.timing import now
 from course_lib.paths import CACHE_DIR, project_root
 
@@ -53,9 +53,27 @@ def default_shard_dir(source: str | os.PathLike, shard_count: int, selection: st
 def read_shard_set(folder: str | os.PathLike) -> ShardSet:
     """The ShardSet written into `folder` (its shards.json)."""
     folder = Path(folder)
-    meta = json.loads((folder / INDEX_FILE).read_text())
-    meta["urls"] = [str(folder / name) for name in meta["urls"]]
-    return ShardSet(folder=folder, **meta)
+    try:
+        meta = json.loads((folder / INDEX_FILE).read_text())
+        meta["urls"] = [str(folder / name) for name in meta["urls"]]
+        return ShardSet(folder=folder, **meta)
+    except (ValueError, TypeError, KeyError) as error:
+        raise damaged(folder, f"{INDEX_FILE} is unreadable: {str(error).splitlines()[0][:80]}") from None
+
+
+def verify_shard_set(shard_set: ShardSet) -> ShardSet:
+    """Check, before reuse, that every shard is there and that together they hold the bytes the index
+    recorded (a shard cut short by a full disk or a killed copy fails here, not as a tar error in a
+    worker). Raises DamagedCacheError."""
+    present = [url for url in shard_set.urls if os.path.isfile(url)]
+    if len(present) != len(shard_set.urls):
+        missing = next(url for url in shard_set.urls if url not in present)
+        raise damaged(shard_set.folder, f"{Path(missing).name} is missing")
+    total = sum(os.path.getsize(url) for url in shard_set.urls)
+    if total != shard_set.shard_bytes:
+        raise damaged(shard_set.folder, f"its shards hold {total:,} bytes, not the {shard_set.shard_bytes:,} "
+                                        f"{INDEX_FILE} recorded (a shard cut short?)")
+    return shard_set
 
 
 def write_shards(source: str | os.PathLike, out_dir: str | os.PathLike, shard_count: int = 8, *,
@@ -90,7 +108,7 @@ def write_shards(source: str | os.PathLike, out_dir: str | os.PathLike, shard_co
         if (out_dir / INDEX_FILE).exists() and not rebuild:
             existing = read_shard_set(out_dir)
             if existing.key == key:
-                return existing
+                return verify_shard_set(existing)
         start = now()
         skipped = []
         if decoder:
@@ -241,10 +259,22 @@ class ShardDataset(torch.utils.data.IterableDataset):
             except BadImageError as error:
                 if self.bad_images == "fail":
                     raise
-                log.warning("skipping %s", error)
+                log.warning("skipping %s", skipped_line(error))
                 continue
             yielded += 1
-            yield (self.transform(image) if self.transform else image), int(sample["cls"])
+            yield (self.transform(image) if self.transform else image), self._label(sample, source)
+
+    def _label(self, sample: dict, source: str) -> int:
+        """The sample's class index, checked against the classes: a label out of range would train on
+        a wrong class silently, or fail deep in the loss."""
+        try:
+            label = int(sample["cls"])
+        except (KeyError, ValueError):
+            label = -1
+        if label < 0 or (self.classes is not None and label >= len(self.classes)):
+            raise damaged(Path(sample.get("__url__", "?")).parent,
+                          f"{source} has label {sample.get('cls')!r}, not a class index below {len(self.classes or [])}")
+        return label
 
 
 def recommend_shard_count(ranks: int, workers_per_rank: int, total_bytes: int,

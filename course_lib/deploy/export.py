@@ -13,6 +13,9 @@ Every export is checked: the artifact's outputs on validation images against PyT
 max absolute logit difference within FP32_TOLERANCE), its top-1 accuracy, and its latency
 (`deploy.latency`). `export_checkpoint` does it for a `workbook train` checkpoint
 (`workbook export CHECKPOINT --format onnx|pt2 [--int8]`) and writes a JSON beside the artifact.
+Nothing is written over: the artifact (and int8's fp32 intermediate) is written to a temp file and
+renamed into place once checked; an existing artifact is replaced only with `force`, and the
+checkpoint being exported never.
 """
 from __future__ import annotations
 
@@ -167,56 +170,107 @@ def image_batches(dataset, config, device_stage=None, batches: int = 4) -> list[
     return found
 
 
+def refuse_overwrite(artifact: Path, checkpoint_path: Path, force: bool) -> None:
+    """One line (FileExistsError) when writing `artifact` would destroy a file: the checkpoint
+    being exported (always), or an existing file (unless `force`)."""
+    if artifact.resolve() == checkpoint_path.resolve():
+        raise FileExistsError(f"--output {artifact} is the checkpoint being exported; choose another --output "
+                              "(the default is beside the checkpoint, e.g. last.onnx)")
+    if artifact.is_dir():
+        raise FileExistsError(f"--output {artifact} is a folder; give a file path, e.g. --output {artifact / 'model.onnx'}")
+    if artifact.exists() and not force:
+        raise FileExistsError(f"{artifact} already exists; pass --force to replace it, or choose another --output")
+
+
+def _written_atomically(path: Path, write) -> Path:
+    """`write(temp_path)` then the temp file renamed to `path` (a reader never sees half a file);
+    on failure the temp file is removed and `path`, if it exists, is unchanged."""
+    from course_lib.models.checkpoint import remove_stale_temporaries, temporary_path
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path.parent)
+    temporary = temporary_path(path)
+    try:
+        write(temporary)
+        temporary.replace(path)
+    finally:
+        temporary.unlink(missing_ok=True)  # still there only when the write failed
+    return path
+
+
+def check_artifact_path(artifact: Path) -> None:
+    """Refuse, before any export work, an artifact in a folder that cannot be written (one line naming
+    the folder and the fix; a folder as the artifact itself is `refuse_overwrite`'s)."""
+    from course_lib.paths import check_writable
+
+    check_writable(artifact.parent.absolute())  # relative to the working folder, as the artifact is
+
+
 def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", *, int8: bool = False,
                       output: str | Path | None = None, calibration_batches: int = 8, repeats: int = 5,
-                      **overrides) -> dict:
+                      force: bool = False, **overrides) -> dict:
     """Export a `workbook train` checkpoint as `export_format` (onnx | pt2), int8 when asked; check
     it against the PyTorch model; measure its validation top-1 and CPU latency at batch 1 and 64;
     write `<artifact>.json` beside the artifact and a ledger row (kind "export"). `overrides` are
     Config values for the data (data_dir=..., batch_size=...); `repeats`: timed repeats per batch size
-    (the median is reported). Returns the JSON's content."""
+    (the median is reported); `force`: replace an existing artifact (never the checkpoint itself).
+    Returns the JSON's content."""
     from course_lib import ledger
-    from course_lib.config import ConfigError, make_config
+    from course_lib.config import ConfigError
     from course_lib.data.pipeline import build_datasets
-    from course_lib.models import checkpoint, factory
+    from course_lib.models import factory
+    from course_lib.models.checkpoint import temporary_path
 
     if export_format not in FORMATS:
         raise ConfigError(f"--format {export_format!r} is not one of {', '.join(FORMATS)}")
     path = Path(checkpoint_path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist; train one with `workbook train`")
+    if repeats < 1:
+        raise ConfigError(f"--repeats must be at least 1 (timed runs per batch size), got {repeats}")
+    suffix = "-int8" if int8 else ""
+    artifact = Path(output) if output else path.with_name(f"{path.stem}{suffix}.{export_format}")
+    refuse_overwrite(artifact, path, force)  # before any work: nothing is lost, no time is spent
+    check_artifact_path(artifact)  # a folder that cannot be written: one line, before any work
     started = time.perf_counter()
-    saved = checkpoint.load_checkpoint(path)
-    config = make_config(None, **{**saved["config"], "checkpoint": "", "pretrained": False, "device": "cpu",
-                                  "num_workers": 0, "resume": False, **overrides})
+    saved = factory.load_trained(path)
+    config = factory.checkpoint_config(saved, path, **{"device": "cpu", "num_workers": 0, "resume": False,
+                                                       **overrides})
     model = factory.model_from_checkpoint(path)
     bundle = build_datasets(config)
     if list(bundle.classes) != list(saved["classes"]):
         raise ConfigError(f"{path} was trained on classes {saved['classes']} but {bundle.source} has "
                           f"{list(bundle.classes)}; pass -p data_dir=<the folder it was trained on>")
     check_images = image_batches(bundle.val, config, bundle.device_stage, batches=1)[0]
-    suffix = "-int8" if int8 else ""
-    artifact = Path(output) if output else path.with_name(f"{path.stem}{suffix}.{export_format}")
-    if export_format == "onnx":
-        if int8:
-            fp32_file = export_onnx(model, check_images, artifact.with_name(artifact.stem + "-fp32.onnx"))
-            quantize_onnx(fp32_file, artifact, image_batches(bundle.train, config, bundle.device_stage,
-                                                             calibration_batches))
-            fp32_file.unlink()
+    served, difference = None, None
+
+    def write_and_check(temporary: Path) -> None:  # the artifact is renamed into place only once it is checked
+        nonlocal served, difference
+        if export_format == "onnx":
+            if int8:  # the fp32 intermediate has a temp name too: an existing <stem>-fp32.onnx is left alone
+                fp32_file = temporary_path(artifact.with_name(artifact.stem + "-fp32.onnx"))
+                try:
+                    export_onnx(model, check_images, fp32_file)
+                    quantize_onnx(fp32_file, temporary, image_batches(bundle.train, config, bundle.device_stage,
+                                                                      calibration_batches))
+                finally:
+                    fp32_file.unlink(missing_ok=True)
+            else:
+                export_onnx(model, check_images, temporary)
+            served = onnx_model(temporary)  # the session holds the model: the rename does not disturb it
         else:
-            export_onnx(model, check_images, artifact)
-        served = onnx_model(artifact)
-    else:
-        source = model
-        if int8:
-            source = quantization.quantize_int8(model, image_batches(bundle.train, config, bundle.device_stage,
-                                                                     calibration_batches))
-        export_pt2(source, check_images, artifact)
-        served = pt2_model(artifact)
-    difference = max_difference(model, served, check_images)
-    if not int8 and difference > FP32_TOLERANCE:
-        raise RuntimeError(f"the exported {export_format} model's logits differ from PyTorch's by {difference:.2e} "
-                           f"(> {FP32_TOLERANCE}); the export is wrong, do not serve it")
+            source = model
+            if int8:
+                source = quantization.quantize_int8(model, image_batches(bundle.train, config, bundle.device_stage,
+                                                                         calibration_batches))
+            export_pt2(source, check_images, temporary)
+            served = pt2_model(temporary)
+        difference = max_difference(model, served, check_images)
+        if not int8 and difference > FP32_TOLERANCE:
+            raise RuntimeError(f"the exported {export_format} model's logits differ from PyTorch's by {difference:.2e} "
+                               f"(> {FP32_TOLERANCE}); the export is wrong, do not serve it")
+
+    _written_atomically(artifact, write_and_check)
     timing = dict(repeats=repeats, warmup=min(2, repeats))
     pytorch_top1 = top1(model, bundle.val, config, bundle.device_stage)
     served_top1 = top1(served, bundle.val, config, bundle.device_stage)

@@ -48,3 +48,23 @@ def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:
     """A GradScaler that only scales for fp16; for off/bf16 its calls pass straight through,
     so the training loop has one code path."""
     return torch.amp.GradScaler(torch.device(device).type, enabled=precision == "fp16")
+
+
+# fp32 matmuls and convolutions on tensor cores (TF32: fp32's range, a 10-bit mantissa), the
+# PyTorch performance-tuning guide's switch: https://pytorch.org/docs/stable/notes/cuda.html#tf32-on-ampere
+MATMUL_PRECISIONS = ("highest", "high", "medium")
+
+
+def apply_matmul_precision(matmul_precision: str, device) -> bool:
+    """Set how fp32 math runs on a CUDA device: `torch.set_float32_matmul_precision` for matmuls
+    and the same answer for cuDNN's convolutions (`cudnn.allow_tf32`, on by default in torch), so
+    one Config value decides whether fp32 work may use TF32 tensor cores (high, medium) or stays
+    exact (highest); `measure.peak.mfu_peak` reads the same value for the MFU denominator.
+    Returns False, changing nothing, off CUDA: CPUs and Apple GPUs have no TF32 to switch."""
+    if matmul_precision not in MATMUL_PRECISIONS:
+        raise ConfigError(f"matmul_precision={matmul_precision!r} is not one of {', '.join(MATMUL_PRECISIONS)}")
+    if torch.device(device).type != "cuda":
+        return False
+    torch.set_float32_matmul_precision(matmul_precision)
+    torch.backends.cudnn.allow_tf32 = matmul_precision != "highest"
+    return True

@@ -12,13 +12,14 @@ Notebook 03 (`chapters.mixed_precision`), `workbook gpu-check`, the memory probe
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 from typing import Callable
 
 import torch
 
-from course_lib.engine.precision import grad_scaler
+from course_lib.engine.precision import apply_matmul_precision, grad_scaler
 from course_lib.engine.step import optimizer_step, training_step
 from course_lib.instruments.timing import Timing, stopwatch, time_repeats
 
@@ -48,19 +49,42 @@ class StepTiming:
         return self.timing.per_second(self.batch_size)
 
 
+@contextlib.contextmanager
+def fp32_and_cudnn_switches(device: torch.device, matmul_precision: str | None, cudnn_benchmark: bool | None):
+    """`matmul_precision` (`precision.apply_matmul_precision`) and cuDNN's autotuner set for the
+    duration of a step and restored after, so variants that take turns each run with their own
+    process-wide switches. None leaves a switch as it is; off CUDA both are no-ops."""
+    if device.type != "cuda" or (matmul_precision is None and cudnn_benchmark is None):
+        yield
+        return
+    saved = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    try:
+        if matmul_precision is not None:
+            apply_matmul_precision(matmul_precision, device)
+        if cudnn_benchmark is not None:
+            torch.backends.cudnn.benchmark = cudnn_benchmark
+        yield
+    finally:
+        torch.set_float32_matmul_precision(saved[0])
+        torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved[1], saved[2]
+
+
 class TimedStep:
-    """One variant: its own copy of the model (in the variant's layout, compiled when asked), its
-    optimizer, GradScaler and batch. `step()` trains one step; `time()` times steps."""
+    """One variant: its own copy of the model (in the variant's layout, compiled when asked, in
+    `compile_mode`), its optimizer, GradScaler and batch, and its fp32 and cuDNN switches
+    (`fp32_and_cudnn_switches`, None: as the process has them). `step()` trains one step; `time()` times steps."""
 
     def __init__(self, bench: StepBench, precision: str, channels_last: bool, compile: bool,
-                 wrap: Callable[[torch.nn.Module], torch.nn.Module] | None):
+                 wrap: Callable[[torch.nn.Module], torch.nn.Module] | None, compile_mode: str = "default",
+                 matmul_precision: str | None = None, cudnn_benchmark: bool | None = None):
         self.bench, self.precision, self.device = bench, precision, bench.device
-        self.channels_last, self.compile = channels_last, compile
+        self.channels_last, self.compile, self.compile_mode = channels_last, compile, compile_mode
+        self.matmul_precision, self.cudnn_benchmark = matmul_precision, cudnn_benchmark
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         # A copy: the caller's weights and BatchNorm statistics stay untouched by the timed steps.
         self.model = copy.deepcopy(bench.model).to(self.device, memory_format=self.memory_format).train()
         wrapped = wrap(self.model) if wrap is not None else self.model  # e.g. DistributedDataParallel
-        self.trained = torch.compile(wrapped) if compile else wrapped
+        self.trained = torch.compile(wrapped, mode=compile_mode) if compile else wrapped
         self.optimizer = bench.make_optimizer(self.model)
         self.scaler = grad_scaler(precision, self.device)  # enabled only for fp16; else a pass-through
         self.use_batch(bench.images, bench.targets)
@@ -90,9 +114,10 @@ class TimedStep:
         """One training step (the stored batch unless one is given); True when fp16 skipped it."""
         images = self.images if images is None else images
         targets = self.targets if targets is None else targets
-        training_step(self.trained, images, targets, self.bench.criterion, self.scaler, self.precision,
-                      sync_gradients=sync_gradients)
-        return optimizer_step(self.optimizer, self.scaler)
+        with fp32_and_cudnn_switches(self.device, self.matmul_precision, self.cudnn_benchmark):
+            training_step(self.trained, images, targets, self.bench.criterion, self.scaler, self.precision,
+                          sync_gradients=sync_gradients)
+            return optimizer_step(self.optimizer, self.scaler)
 
     def first_step(self) -> float:
         """Seconds of one step between two syncs: the first one pays for allocations, kernel choice and
@@ -129,12 +154,15 @@ class StepBench:
         return images, torch.randint(self.num_classes, (batch_size,), generator=self.generator)
 
     def variant(self, precision: str = "off", channels_last: bool = False, compile: bool = False, *,
-                wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None) -> TimedStep:
+                wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None, compile_mode: str = "default",
+                matmul_precision: str | None = None, cudnn_benchmark: bool | None = None) -> TimedStep:
         """A timed step of a fresh copy of the model with these switches (precision off, fp16 or bf16;
-        `wrap` wraps the copy before the compile, e.g. in DistributedDataParallel)."""
+        `wrap` wraps the copy before the compile, e.g. in DistributedDataParallel; the Config's
+        `compile_mode`, `matmul_precision` and `cudnn_benchmark`, the last two None for "as set")."""
         if precision not in ("off", "fp16", "bf16"):
             raise ValueError(f"precision={precision!r}: give off, fp16 or bf16 (auto is decided by timing these)")
-        return TimedStep(self, precision, channels_last, compile, wrap)
+        return TimedStep(self, precision, channels_last, compile, wrap, compile_mode, matmul_precision,
+                         cudnn_benchmark)
 
     def time(self, precision: str = "off", channels_last: bool = False, compile: bool = False, *,
              repeats: int = 5, warmup: int = 1) -> StepTiming:

@@ -87,6 +87,9 @@ class RankFailure:
                 code += f" ({signal.Signals(-self.exitcode).name})"
             except ValueError:
                 pass
+        if self.cause == "own" and self.exitcode == -signal.SIGKILL:
+            # No one else sends a worker SIGKILL unasked: the kernel's out-of-memory killer does.
+            code += ", probably out of memory (the kernel's OOM killer: see `dmesg`; lower batch_size or image_size)"
         if self.cause == "own" and self.exitcode is not None and -self.exitcode in _STOP_SIGNALS:
             code += ", stopped while it was exiting"
         tail = "\n".join(f"    {line}" for line in self.last_lines) or "    (no output)"
@@ -125,8 +128,10 @@ class LaunchResult:
     def failure_report(self) -> str:
         if self.ok:
             return f"all {self.world_size} ranks finished"
-        head = (f"torchrun timed out after {self.duration_seconds:.0f} s" if self.timed_out
-                else f"torchrun exited with code {self.returncode}")
+        command = self.commands[0] if self.commands else []
+        endpoint = command[command.index("--rdzv-endpoint") + 1] if "--rdzv-endpoint" in command else "?"
+        head = (f"torchrun timed out after {self.duration_seconds:.0f} s (rendezvous on {endpoint})"
+                if self.timed_out else f"torchrun exited with code {self.returncode}")
         body = "\n".join(failure.describe() for failure in self.failures)
         return f"{head}; per-rank logs in {self.log_dir}\n{body}"
 
@@ -141,6 +146,21 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         return probe.getsockname()[1]
+
+
+def rendezvous_port(host: str = "127.0.0.1", port: int = 0) -> int:
+    """The rendezvous port: `port` (0: one the OS picks as free), checked free on `host` now, so a
+    taken port is one line (LaunchError naming it) instead of a silent wait for the whole timeout:
+    torchrun's c10d agent cannot serve its store there, and it says nothing while it retries."""
+    chosen = port or free_port(host)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is still usable
+        try:
+            probe.bind((host, chosen))
+        except OSError as error:
+            raise LaunchError(f"the rendezvous port {host}:{chosen} is in use ({error.strerror or error}); "
+                              "pass another --port, or --port 0 for a free one") from None
+    return chosen
 
 
 def new_run_id() -> str:
@@ -303,14 +323,15 @@ def launch(nproc: int, params: dict | Config | None = None, profile: str | None 
            command: str = "train", args: list[str] | tuple = (), nnodes: int = 1,
            threads_per_process: int | None = 1, env: dict | None = None, timeout: float | None = None,
            echo=print, check: bool = True, last_lines: int = 15, log_dir: str | os.PathLike | None = None,
-           host: str = "127.0.0.1") -> LaunchResult:
+           host: str = "127.0.0.1", port: int = 0) -> LaunchResult:
     """Run `workbook <command>` (train, or ddp-probe) under torchrun with `nproc` processes per node
     (and `nnodes` torchrun processes on this machine standing in for nodes, joined by c10d rendezvous
     on `host`), streaming every line to `echo` as it arrives. `params` are Config fields (a dict, or a
     Config whose differences from `profile` are passed on). Returns the ledger rows the run recorded;
     when a rank fails, raises LaunchError naming the rank whose own error came first, with its last
     lines (check=False returns the result instead). `timeout` in seconds; None: `fitting_timeout`
-    for this run. On timeout or Ctrl-C every process the launch started is stopped."""
+    for this run. On timeout or Ctrl-C every process the launch started is stopped. `port`: the
+    rendezvous port on `host` (0: a free one); a taken port is a LaunchError before anything starts."""
     if nproc < 1 or nnodes < 1:
         raise ConfigError(f"nproc and nnodes must be at least 1, got nproc={nproc}, nnodes={nnodes}")
     if host not in ("127.0.0.1", "localhost"):
@@ -318,10 +339,10 @@ def launch(nproc: int, params: dict | Config | None = None, profile: str | None 
                           "for real clusters see docs/slurm_example.sh")
     config, params = resolve_params(params, profile)  # a bad value stops here, once, instead of in every worker
     timeout = fitting_timeout(config, command, nproc * nnodes) if timeout is None else timeout
+    rdzv_endpoint = f"{host}:{rendezvous_port(host, port)}"  # a taken port: one line, nothing started
     root, run_id = paths.project_root(), new_run_id()
     log_dir = Path(log_dir) if log_dir else root / "runs" / "ddp_logs" / run_id.replace("/", "_")
     log_dir.mkdir(parents=True, exist_ok=True)
-    rdzv_endpoint = f"{host}:{free_port(host)}"
     worker_args = command_args(command, params, profile, list(args))
     # Every "node" runs the same command: c10d hands out node ranks in order of arrival.
     commands = [torchrun_command(command, worker_args, nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,

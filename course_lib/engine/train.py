@@ -12,7 +12,8 @@ and `torchrun --nproc-per-node N -m course_lib train -p name=value ...`.
 Each switch lives in a module named after it: `mixup.py`, `random_erasing.py`, `label_smoothing.py`,
 `ema.py`, `freeze.py`, `precision.py`, `schedule.py`, `distillation.py`; the bookkeeping in small classes:
 `loss_guard.LossGuard`, `epoch_meter.EpochMeter`, `freeze.BackboneFreezer`,
-`checkpoint_saver.CheckpointSaver`, `run_record.RunRecorder`. Distributed data parallel follows
+`checkpoint_saver.CheckpointSaver`, `run_record.RunRecorder`; monitoring is two switches:
+`monitor.UtilisationMonitor` (monitor_interval) and `grad_norm.GradientNormLog` (grad_norm_log). Distributed data parallel follows
 https://pytorch.org/docs/stable/notes/ddp.html.
 
 Randomness is reproducible per epoch: every epoch seeds python, numpy, torch and the data
@@ -32,7 +33,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from course_lib import ledger, paths
+from course_lib import devices, ledger, paths
 from course_lib.config import Config, ConfigError
 from course_lib.data import datasets, pipeline
 from course_lib.engine import auto_precision, freeze
@@ -40,18 +41,20 @@ from course_lib.engine.checkpoint_saver import CheckpointSaver
 from course_lib.engine.distributed import Distributed, setup_distributed
 from course_lib.engine.ema import make_ema
 from course_lib.engine.epoch_meter import EpochMeter, correct_counts
+from course_lib.engine.grad_norm import LOG_FILE, GradientNormLog
 from course_lib.engine.label_smoothing import make_criterion
 from course_lib.engine.loss_guard import (  # callers catch train.NonFiniteLossError
     LossGuard,
     NonFiniteLossError,
 )
 from course_lib.engine.mixup import make_mixup
-from course_lib.engine.precision import autocast, grad_scaler
+from course_lib.engine.monitor import TIMELINE_FILE, UtilisationMonitor, summary_line
+from course_lib.engine.precision import apply_matmul_precision, autocast, grad_scaler
 from course_lib.engine.progressive_resize import image_size_for_epoch, resize_batch
 from course_lib.engine.random_erasing import make_random_erasing
 from course_lib.engine.run_record import RunRecorder
 from course_lib.engine.schedule import make_optimizer, make_scheduler
-from course_lib.engine.step import optimizer_step, training_step
+from course_lib.engine.step import optimizer_step, region, training_step
 from course_lib.instruments.peak_memory import (
     peak_memory_bytes,
     peak_memory_kind,
@@ -77,6 +80,8 @@ class FitResult:
     skipped_steps: int = 0  # optimizer steps GradScaler skipped because gradients overflowed (fp16)
     duration_seconds: float = 0.0
     step_log: list[dict] = dataclasses.field(default_factory=list)  # per optimizer step: epoch, step, lr, loss
+    monitor: dict = dataclasses.field(default_factory=dict)  # UtilisationMonitor.summary() when monitor_interval > 0
+    grad_norms: list[dict] = dataclasses.field(default_factory=list)  # per step: epoch, step, global_step, grad_norm
 
     @property
     def final(self) -> dict:
@@ -114,6 +119,7 @@ class RunState:
     history: list[dict] = dataclasses.field(default_factory=list)  # one metrics row per epoch
     step_log: list[dict] = dataclasses.field(default_factory=list)  # per optimizer step: epoch, step, lr, loss
     teacher: object | None = None  # distillation.Distiller: soft targets from a frozen teacher; None = labels only
+    grad_norms: GradientNormLog | None = None  # the gradient-norm log and its detectors; None = grad_norm_log off
 
 
 def seed_everything(seed: int) -> None:
@@ -233,8 +239,9 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
         # cuDNN times each convolution's algorithms on the first batch of every new shape, then keeps the
         # fastest; it only pays when shapes repeat (fixed image_size, drop_last). Nothing to tune elsewhere.
         torch.backends.cudnn.benchmark = device.type == "cuda"
-        if device.type != "cuda":
-            log(f"cudnn_benchmark: no effect on {device.type} (cuDNN is CUDA's convolution library)")
+    apply_matmul_precision(config.matmul_precision, device)  # TF32 or exact fp32 for matmuls and convolutions
+    for skipped in devices.skipped_switches(config, device):  # what only acts on CUDA, named, never faked
+        log(f"no effect on {device.type}: {skipped}")
     bundle = bundle or pipeline.build_datasets(config)
     log(f"data: {bundle.source}, {bundle.pipeline}")
     sampler, train_loader, steps_per_epoch = _training_data(bundle.train, config, distributed, device)
@@ -246,6 +253,7 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
     num_classes = len(bundle.classes)
     raw_model = (model if model is not None else factory.build_model(config, num_classes, bundle.classes)).to(
         device, memory_format=torch.channels_last if config.channels_last else torch.preserve_format)
+    refuse_one_value_batch_norm(raw_model, config)
     precision = auto_precision.resolve(config.precision, raw_model, config.image_size, num_classes, device,
                                        batch_size=config.batch_size, channels_last=config.channels_last, log=log)
     log(f"training {config.model} on {len(bundle.train)} images ({num_classes} classes) for {config.epochs} "
@@ -263,7 +271,8 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
         val_loader=validation_loader(bundle.val, config, distributed, device), steps_per_epoch=steps_per_epoch,
         global_batch=global_batch, freezer=freeze.BackboneFreezer(config.freeze_backbone_epochs),
         checkpoints=CheckpointSaver(config.output_dir, distributed.is_main), log=log,
-        teacher=teacher.to(device) if teacher is not None else None)
+        teacher=teacher.to(device) if teacher is not None else None,
+        grad_norms=GradientNormLog.from_config(config) if config.grad_norm_log else None)
     if config.resume and state.checkpoints.restore(state):
         log(f"resuming from {state.checkpoints.path}: {state.start_epoch} of {config.epochs} epochs done")
     elif config.resume:
@@ -325,8 +334,9 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
     steps_done = 0
     for step in range(state.steps_per_epoch):
         for micro_step in range(config.accumulation_steps):
-            images, targets = stage_batch(state.bundle, *next(batches), device, train=True,
-                                          channels_last=config.channels_last)
+            with region("data wait"):  # a named region for torch.profiler (notebook 14)
+                batch = next(batches)
+            images, targets = stage_batch(state.bundle, *batch, device, train=True, channels_last=config.channels_last)
             images = resize_batch(images, side)  # a no-op at the full size
             true_classes = targets  # MixUp makes the targets soft; accuracy counts the true class
             if state.mixup is not None:
@@ -344,7 +354,8 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
             guard.add(loss)
             meter.add(logits, true_classes)
         meter.add_step(state.optimizer.param_groups[0]["lr"])  # the lr this step uses
-        state.skipped_steps += optimizer_step(state.optimizer, state.scaler, clip_norm=config.grad_clip_norm)
+        state.skipped_steps += optimizer_step(state.optimizer, state.scaler, clip_norm=config.grad_clip_norm,
+                                              norm_log=state.grad_norms)
         state.scheduler.step()
         state.global_step += 1
         if state.ema is not None:
@@ -354,6 +365,9 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
         if steps_done % SYNC_EVERY_STEPS == 0 or last:
             losses = guard.check(epoch, steps_done)  # note: a CPU-GPU sync point
             meter.add_losses(losses)
+            if state.grad_norms is not None:  # vanishing or exploding gradients: one line each, the run goes on
+                for finding in state.grad_norms.check(epoch, steps_done, state.global_step):
+                    state.log(finding)
             bar.set_postfix(loss=f"{losses.mean().item():.3f}", lr=f"{state.optimizer.param_groups[0]['lr']:.3g}")
         bar.update(1)
         if last:
@@ -425,6 +439,36 @@ def _epoch_line(row: dict, state: RunState) -> str:
             f"data wait {row['data_wait_fraction']:.0%}{skipped}")
 
 
+def refuse_one_value_batch_norm(model: torch.nn.Module, config: Config) -> None:
+    """With batch_size=1 a BatchNorm layer whose input map is 1x1 has one value per channel, so no
+    batch statistics: torch stops the first step with a long traceback. Find such a layer with one
+    forward pass on the meta device (shapes only, no compute) and refuse in one line instead."""
+    import copy
+
+    if config.batch_size != 1:
+        return
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    probe = copy.deepcopy(model).to("meta").train()
+    seen = []  # (layer name, values per channel) of each BatchNorm input, in call order
+    for name, module in probe.named_modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.register_forward_pre_hook(lambda module, inputs, name=name: seen.append(
+                (name, inputs[0].numel() // max(1, inputs[0].shape[1]))))
+    try:
+        with torch.no_grad():
+            probe(torch.empty(1, 3, config.image_size, config.image_size, device="meta"))
+    except (RuntimeError, NotImplementedError, ValueError):
+        pass  # torch's own check stops at the first such layer, after its pre-hook recorded it
+    single = next((name for name, values in seen if values <= 1), None)
+    if single is not None:
+        raise ConfigError(f"batch_size=1 leaves the BatchNorm layer {single} of {config.model} at "
+                          f"image_size={config.image_size} one value per channel, so it has no batch statistics; "
+                          "use batch_size=2 or more, or a larger "
+                          "image_size")
+
+
 def check_outputs(config: Config, is_main: bool = True) -> None:
     """Fail in the first second, not after an epoch (or at the very end): the checkpoint folder
     takes a file and the ledger opens and takes a write (rank 0 writes both)."""
@@ -453,11 +497,15 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
     started = time.perf_counter()
     distributed, device = setup_distributed(config)
     check_outputs(config, distributed.is_main)
+    # One run per output folder: a second one refuses here, naming the first one's PID.
+    output_lock = paths.OutputLock(config.output_dir).acquire() if distributed.is_main else None
     recorder = RunRecorder(config, distributed.is_main, distributed.world_size, device, started)
-    state = None
+    state = monitor = None
     try:
         state = prepare(config, bundle, distributed=distributed, device=device, verbose=verbose, model=model,
                         teacher=teacher)
+        if config.monitor_interval > 0 and distributed.is_main:  # rank 0 samples its own device and process
+            monitor = UtilisationMonitor(config.monitor_interval, device).start()
         for epoch in range(state.start_epoch, config.epochs):
             row = train_one_epoch(state, epoch, progress=progress)
             if state.val_loader is not None:
@@ -472,6 +520,7 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
             state.history.append(row)
             state.checkpoints.save(state, completed_epochs=epoch + 1)  # refuses non-finite weights
             state.log(_epoch_line(row, state))
+        monitoring = _finish_monitoring(state, monitor)
         if state.skipped_steps:
             state.log(f"GradScaler skipped {state.skipped_steps} optimizer step(s) whose fp16 gradients overflowed")
         result = FitResult(
@@ -479,18 +528,42 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
             checkpoint_path=state.checkpoints.written, ema_model=state.ema.module.eval() if state.ema else None,
             precision=state.precision, device=str(device), world_size=distributed.world_size,
             skipped_steps=state.skipped_steps, duration_seconds=time.perf_counter() - started,
-            step_log=state.step_log)
+            step_log=state.step_log, monitor=monitoring["monitor"],
+            grad_norms=state.grad_norms.rows if state.grad_norms else [])
         recorder.succeeded(
             state.history, state.precision, skipped_steps=state.skipped_steps, epochs_completed=len(state.history),
             first_epoch_seconds=state.history[0]["epoch_seconds"] if state.history else None,
-            checkpoint=str(result.checkpoint_path) if result.checkpoint_path else None)
+            checkpoint=str(result.checkpoint_path) if result.checkpoint_path else None, **monitoring["summary"])
         return result
     except BaseException as error:  # an interrupted run is recorded too, then the error goes on
         recorder.failed(state.history if state else [], state.precision if state else config.precision, error)
         raise
     finally:
+        if monitor is not None and monitor.running:  # the sampler stops with the run, whatever ended it
+            monitor.stop()
+            monitor.write_csv(Path(config.output_dir) / TIMELINE_FILE)
+        if output_lock is not None:
+            output_lock.release()
         if distributed.started_here and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _finish_monitoring(state: RunState, monitor: UtilisationMonitor | None) -> dict:
+    """Stop the monitor, write its timeline and the gradient-norm log into output_dir (rank 0), log
+    one line each; returns {"summary": the ledger row's extra metrics, "monitor": the monitor's summary}."""
+    summary, monitor_summary = {}, {}
+    folder = Path(state.config.output_dir)
+    if monitor is not None:
+        monitor.stop()
+        monitor_summary = monitor.summary()
+        summary.update(monitor_summary, monitor_file=str(monitor.write_csv(folder / TIMELINE_FILE)))
+        state.log(f"{summary_line(monitor_summary)}\n  timeline: {summary['monitor_file']}")
+    if state.grad_norms is not None:
+        summary.update(state.grad_norms.summary())
+        if state.distributed.is_main:
+            summary["grad_norm_file"] = str(state.grad_norms.write_csv(folder / LOG_FILE))
+            state.log(f"{state.grad_norms.summary_line()}\n  log: {summary['grad_norm_file']}")
+    return {"summary": summary, "monitor": monitor_summary}
 
 
 def results_table(results: dict, epoch: int = -1):

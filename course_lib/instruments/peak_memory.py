@@ -16,7 +16,7 @@ import torch
 
 
 @contextmanager
-def _quiet_stderr():
+def quiet_stderr():
     """Silence the profiler's C++ start/stop log lines (written to file descriptor 2)."""
     try:
         saved = os.dup(2)
@@ -45,13 +45,13 @@ def cpu_peak_tracker():
     from torch.profiler import ProfilerActivity, profile
 
     result = {"peak_bytes": None}
-    with _quiet_stderr():
+    with quiet_stderr():
         profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
         profiler.__enter__()
     try:
         yield result
     finally:
-        with _quiet_stderr():
+        with quiet_stderr():
             profiler.__exit__(None, None, None)
             handle, path = tempfile.mkstemp(suffix=".json")
             os.close(handle)

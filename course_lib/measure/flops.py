@@ -1,6 +1,7 @@
 """Model FLOPs utilization (MFU): the FLOPs a training step needs, counted by
-`torch.utils.flop_counter.FlopCounterMode`, times steps per second, over the device's matmul
-peak that `course_lib.measure.peak` measures (Chowdhery et al. 2022, "PaLM", arXiv:2204.02311, App. B).
+`torch.utils.flop_counter.FlopCounterMode`, times steps per second, over the peak that
+`course_lib.measure.peak.mfu_peak` decides for the step's precision on the device
+(Chowdhery et al. 2022, "PaLM", arXiv:2204.02311, App. B).
 """
 from __future__ import annotations
 
@@ -26,32 +27,40 @@ def training_flops_per_image(model: torch.nn.Module, image_size: int, num_classe
     return counter.get_total_flops() / batch_size
 
 
-def model_flops_utilization(flops_per_image: float, images_per_second: float, device, dtype=torch.float32) -> dict:
-    """{"achieved_flops", "peak_flops", "mfu"} with the peak from `peak.peak_flops`
-    (a datasheet number for known GPUs, else the measured matmul throughput)."""
+def model_flops_utilization(flops_per_image: float, images_per_second: float, device, precision="off",
+                            matmul_precision: str | None = None) -> dict:
+    """{"achieved_flops", "peak_flops", "peak_dtype", "peak_source", "mfu"} for a step trained in
+    `precision` ("off"/"fp32", "fp16", "bf16" or a torch dtype), against the one MFU rule's peak
+    (`peak.mfu_peak`: a dense datasheet number for known GPUs, else the measured matmul; fp32
+    against TF32 only where `matmul_precision` lets fp32 use TF32 tensor cores)."""
     from course_lib.measure import peak
 
     achieved = flops_per_image * images_per_second
-    peak_value = peak.peak_flops(device, dtype)
-    return {"achieved_flops": achieved, "peak_flops": peak_value, "peak_source": peak.peak_flops_source(device, dtype),
-            "mfu": achieved / peak_value if peak_value else None}
+    denominator = peak.mfu_peak(precision, device, matmul_precision)
+    peak_value = denominator["peak_flops"]
+    return {"achieved_flops": achieved, "peak_flops": peak_value, "peak_dtype": denominator["dtype"],
+            "peak_source": denominator["source"], "mfu": achieved / peak_value if peak_value else None}
 
 
 def with_mfu(table, model: torch.nn.Module, image_size: int, device, precision: str = "off",
-             images_per_second: str = "images/s", flops_per_image: float | None = None):
+             images_per_second: str = "images/s", flops_per_image: float | None = None,
+             matmul_precision: str | None = None):
     """`table` (a DataFrame of speed results) with an "MFU" column after its images/s column:
-    training FLOPs per image x images/s over the device's peak in each row's precision.
-    `precision` is a column of the table or one precision for all rows ("off"/"fp32", "fp16", "bf16");
-    rows without a speed get None. Pass `flops_per_image` when several tables share one model."""
-    from course_lib.engine.precision import DTYPES
-
+    training FLOPs per image x images/s over the device's peak in each row's precision
+    (`model_flops_utilization`, the one rule). `precision` is a column of the table or one precision
+    for all rows ("off"/"fp32", "fp16", "bf16"); rows without a speed get None. Pass
+    `flops_per_image` when several tables share one model, `matmul_precision` (the run's Config value,
+    or a column of the table) to decide fp32's TF32 question for the run rather than from this
+    process's current settings."""
     flops_per_image = flops_per_image or training_flops_per_image(model, image_size)
     table = table.copy()
     precisions = table[precision] if precision in table.columns else [precision] * len(table)
+    # matmul_precision: one value for all rows, or (a table that compares them) its own column
+    fp32_math = table[matmul_precision] if matmul_precision in table.columns else [matmul_precision] * len(table)
     values = []
-    for speed, name in zip(table[images_per_second], precisions):
-        dtype = DTYPES.get("off" if name in ("fp32", None) else name, torch.float32)
+    for speed, name, math_mode in zip(table[images_per_second], precisions, fp32_math):
         ok = speed is not None and math.isfinite(speed) and speed > 0
-        values.append(model_flops_utilization(flops_per_image, speed, device, dtype)["mfu"] if ok else None)
+        values.append(model_flops_utilization(flops_per_image, speed, device, name or "off", math_mode)["mfu"]
+                      if ok else None)
     table.insert(list(table.columns).index(images_per_second) + 1, "MFU", values)
     return table

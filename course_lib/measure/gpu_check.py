@@ -1,9 +1,11 @@
 """`workbook gpu-check`: every CUDA path of the workbook measured by one command in at most 8 minutes,
 for a GPU lent for a short time. Parts, each with its own time budget: the doctor's facts, the decode
 benchmark with nvJPEG, fp32 vs fp16 + GradScaler vs bf16 vs channels_last vs torch.compile on
-ResNet-50 at 224 px (images/s, peak memory, MFU against the datasheet peak), the memory estimate
-against the measured peak and the real out-of-memory batch finder, the speed-run recipe's time to
-97% on EuroSAT (when present) and DDP scaling (2+ GPUs). A part that fails or overruns is recorded
+ResNet-50 at 224 px (images/s, peak memory, MFU against the one rule's peak, `peak.mfu_peak`), the
+memory bandwidth of a device-to-device copy (the roofline's other roof), the GPU speed switches
+(matmul_precision, cudnn_benchmark, compile_mode), the memory estimate against the measured peak
+and the real out-of-memory batch finder, the speed-run recipe's time to 97% on EuroSAT (when
+present) and DDP scaling (2+ GPUs). `--cpu-dry-run` runs every part's code on the CPU at tiny sizes. A part that fails or overruns is recorded
 with its error and the others still run. Results go to docs/results/<gpu>-<date>/ as JSON and a
 markdown table. MFU: Chowdhery et al. 2022 (PaLM), App. B; timing: `measure.timing`.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import re
 import signal
@@ -30,8 +33,11 @@ from course_lib.measure import flops, memory
 TOTAL_BUDGET_SECONDS = 480  # the whole check: 8 minutes, so it fits a GPU lent for 15
 REPORT_RESERVE_SECONDS = 15  # kept back for writing the report after the last part
 RESULTS_DIR = "docs/results"
-# Seconds per part; they add up to 455 s, under TOTAL_BUDGET_SECONDS with the imports and the report.
-BUDGETS = {"doctor": 40, "decode": 35, "precision": 140, "memory": 70, "speedrun": 110, "ddp": 60}
+DRY_RUN_DIR = "runs/gpu-check-dry-run"  # --cpu-dry-run's results: ignored by git, never docs/results
+# Seconds per part; they add up to 465 s, under TOTAL_BUDGET_SECONDS with the report. ddp is skipped
+# at once on one GPU, which leaves its minute to the parts before it that overran nothing.
+BUDGETS = {"doctor": 30, "decode": 30, "precision": 120, "bandwidth": 10, "switches": 70, "memory": 60,
+           "speedrun": 100, "ddp": 45}
 # The article's benchmark: ResNet-50 at 224 px (torchvision/timm ImageNet head of 1000 classes).
 MODEL, IMAGE_SIZE, BATCH_SIZE, NUM_CLASSES = "resnet50", 224, 128, 1000
 MEMORY_BATCHES = (32, 64, 128)  # estimate vs measured peak at these batch sizes
@@ -92,7 +98,8 @@ def run_part(part: Part, budget_seconds: float) -> PartResult:
         signal.setitimer(signal.ITIMER_REAL, budget_seconds)
     start = time.perf_counter()
     try:
-        return PartResult(part.name, "ok", time.perf_counter() - start, budget_seconds, part.run(budget_seconds))
+        result = part.run(budget_seconds)  # before reading the clock: arguments are evaluated left to right
+        return PartResult(part.name, "ok", time.perf_counter() - start, budget_seconds, result)
     except Exception as error:  # noqa: BLE001 -- any failure of one part is recorded; the rest still run
         first_line = (str(error).strip().splitlines() or [""])[0]
         return PartResult(part.name, "failed", time.perf_counter() - start, budget_seconds,
@@ -179,29 +186,21 @@ def precision_variants(device, compile_model: bool = True) -> list[dict]:
     return variants
 
 
-def mfu_dtype(precision: str, device) -> str:
-    """The dtype whose datasheet peak is the MFU denominator: fp32 training runs its convolutions
-    in TF32 on Ampere and newer (cuDNN's default, torch.backends.cudnn.allow_tf32)."""
-    if precision != "off":
-        return precision
-    device = torch.device(device)
-    if device.type == "cuda" and torch.backends.cudnn.allow_tf32 and torch.cuda.get_device_capability(device)[0] >= 8:
-        return "tf32"
-    return "fp32"
-
-
 def measure_variant(model_name: str, image_size: int, batch_size: int, device, *, precision: str = "off",
-                    channels_last: bool = False, compile: bool = False, steps: int = 10, warmup: int = 3,
-                    num_classes: int = NUM_CLASSES, flops_per_image: float | None = None) -> dict:
+                    channels_last: bool = False, compile: bool = False, compile_mode: str = "default",
+                    matmul_precision: str = "highest", cudnn_benchmark: bool = False, steps: int = 10,
+                    warmup: int = 3, num_classes: int = NUM_CLASSES, flops_per_image: float | None = None) -> dict:
     """images/s (median of `steps` timed steps after `warmup`), the first step's seconds (compile
-    included), the step's peak memory and MFU, for one switch setting, on random images already
-    on the device: the model's own speed, with no input pipeline."""
+    included), the step's peak memory and MFU (`peak.mfu_peak`: fp32 against TF32 only with
+    matmul_precision high or medium), for one switch setting, on random images already on the
+    device: the model's own speed, with no input pipeline."""
     import timm
 
     device = devices.as_device(device)
     bench = StepBench(timm.create_model(model_name, num_classes=num_classes), image_size, batch_size, device,
                       num_classes, optimizer=lambda module: memory.make_optimizer(module, "sgd", lr=0.01))
-    timed = bench.variant(precision, channels_last, compile)
+    timed = bench.variant(precision, channels_last, compile, compile_mode=compile_mode,
+                          matmul_precision=matmul_precision, cudnn_benchmark=cudnn_benchmark)
     raw_model, optimizer = timed.model, timed.optimizer
     if flops_per_image is None:
         flops_per_image = flops.training_flops_per_image(raw_model, image_size, num_classes)
@@ -211,9 +210,10 @@ def measure_variant(model_name: str, image_size: int, batch_size: int, device, *
         memory.parameter_bytes(raw_model) + memory.measured_optimizer_state_bytes(optimizer)
     peak_bytes = live + memory.peak_bytes_during(timed.step, device)
     images_per_second = timing.images_per_second
-    dtype = mfu_dtype(precision, device)
-    utilization = flops.model_flops_utilization(flops_per_image, images_per_second, device, dtype)
-    return {"precision": precision, "channels_last": channels_last, "compile": compile,
+    utilization = flops.model_flops_utilization(flops_per_image, images_per_second, device, precision, matmul_precision)
+    dtype = utilization["peak_dtype"]
+    return {"precision": precision, "channels_last": channels_last, "compile": compile, "compile_mode": compile_mode,
+            "matmul_precision": matmul_precision, "cudnn_benchmark": cudnn_benchmark,
             "images_per_second": images_per_second, "step_seconds": timing.median, "step_seconds_best": timing.best,
             "first_step_seconds": first_step_seconds, "peak_memory_bytes": peak_bytes,
             "peak_memory_kind": memory.peak_memory_kind(device), "flops_per_image": flops_per_image,
@@ -221,16 +221,13 @@ def measure_variant(model_name: str, image_size: int, batch_size: int, device, *
             "peak_tflops": (utilization["peak_flops"] or 0) / 1e12, "peak_source": utilization["peak_source"]}
 
 
-def precision_part(budget_seconds: float = BUDGETS["precision"], *, model_name: str = MODEL,
-                   image_size: int = IMAGE_SIZE, batch_size: int = BATCH_SIZE, device="cuda", steps: int = 10,
-                   warmup: int = 3, compile_model: bool = True, num_classes: int = NUM_CLASSES) -> dict:
-    """Every row of `precision_variants`, stopping (and saying so) when the budget runs out; a
-    variant that fails (a GPU without bf16, compile without a compiler) is a row with its error."""
-    deadline = Deadline(budget_seconds)
-    device = devices.as_device(device)
-    rows, notes = [], []
-    flops_per_image = None
-    for variant in precision_variants(device, compile_model):
+def measure_rows(variants: list[dict], deadline: Deadline, model_name: str, image_size: int, batch_size: int,
+                 device, *, steps: int, warmup: int, num_classes: int, baseline: str) -> list[dict]:
+    """One `measure_variant` row per variant (each a dict with its `label`), in order, until the
+    deadline; then each row's speed and memory against the `baseline` row's ("... vs fp32")."""
+    rows, flops_per_image = [], None
+    for variant in variants:
+        variant = dict(variant)
         label = variant.pop("label")
         if deadline.left() <= 0:
             rows.append({"variant": label, "error": "skipped: the part's budget was spent"})
@@ -243,16 +240,85 @@ def precision_part(budget_seconds: float = BUDGETS["precision"], *, model_name: 
         except (RuntimeError, TypeError, ValueError) as error:  # e.g. bf16 on a pre-Ampere GPU, no compiler
             rows.append({"variant": label, "error": f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"})
         memory.release_memory(device)
-    base = next((r for r in rows if r["variant"] == "fp32" and "images_per_second" in r), None)
+    base = next((r for r in rows if r["variant"] == baseline and "images_per_second" in r), None)
     for row in rows:
         if base and "images_per_second" in row:
             row["speedup_vs_fp32"] = row["images_per_second"] / base["images_per_second"]
             row["memory_vs_fp32"] = row["peak_memory_bytes"] / base["peak_memory_bytes"]
+    return rows
+
+
+def precision_part(budget_seconds: float = BUDGETS["precision"], *, model_name: str = MODEL,
+                   image_size: int = IMAGE_SIZE, batch_size: int = BATCH_SIZE, device="cuda", steps: int = 10,
+                   warmup: int = 3, compile_model: bool = True, num_classes: int = NUM_CLASSES) -> dict:
+    """Every row of `precision_variants`, stopping (and saying so) when the budget runs out; a
+    variant that fails (a GPU without bf16, compile without a compiler) is a row with its error."""
+    device = devices.as_device(device)
+    rows = measure_rows(precision_variants(device, compile_model), Deadline(budget_seconds), model_name, image_size,
+                        batch_size, device, steps=steps, warmup=warmup, num_classes=num_classes, baseline="fp32")
+    notes = []
     measured = [r for r in rows if "images_per_second" in r]
     best = max(measured, key=lambda r: r["images_per_second"]) if measured else None
     return {"summary": {"model": model_name, "image_size": image_size, "batch_size": batch_size,
                         "best_variant": best and best["variant"], "best_images_per_second": best and best["images_per_second"],
                         "best_mfu": best and best["mfu"]}, "rows": rows, "notes": notes}
+
+
+def bandwidth_part(budget_seconds: float = BUDGETS["bandwidth"], *, device="cuda", size_bytes: int | None = None,
+                   matmul_precision: str = "high") -> dict:
+    """Memory bandwidth from a device-to-device copy (`peak.copy_bandwidth`, bytes read plus written)
+    and, per precision, the ridge of the roofline: the FLOP per byte a step must reach to be bound
+    by arithmetic rather than memory (`peak.ridge_intensity` of the one rule's peak over the copy)."""
+    from course_lib.measure import peak
+
+    device = devices.as_device(device)
+    copy = peak.copy_bandwidth(device, size_bytes)
+    bytes_per_second = copy["gb_per_second"] * 1e9
+    rows = []
+    for precision in ("off", "fp16", "bf16"):
+        for fp32_math in ((matmul_precision, "highest") if precision == "off" else (matmul_precision,)):
+            denominator = peak.mfu_peak(precision, device, fp32_math)
+            if denominator["peak_flops"] and all(r["dtype"] != denominator["dtype"] for r in rows):
+                rows.append({"dtype": denominator["dtype"], "peak_tflops": denominator["peak_flops"] / 1e12,
+                             "peak_source": denominator["source"],
+                             "ridge_flop_per_byte": peak.ridge_intensity(denominator["peak_flops"], bytes_per_second)})
+    return {"summary": {"gb_per_second": copy["gb_per_second"], "gb_per_second_median": copy["gb_per_second_median"],
+                        "bytes_moved": copy["bytes_moved"], "device": str(device)}, "rows": rows}
+
+
+def switch_variants(device, compile_modes=("reduce-overhead",)) -> list[dict]:
+    """The PyTorch tuning guide's GPU switches, one at a time: fp32 at each matmul_precision
+    (highest is exact fp32, high and medium allow TF32), cuDNN's autotuner off and on in the
+    reduced precision with channels_last, and torch.compile's other modes over that. Off CUDA
+    the first two change nothing, so they are not timed there (`switches_part` says so)."""
+    amp = amp_precision(device)
+    variants = []
+    if devices.as_device(device).type == "cuda":
+        variants += [dict(label=f"fp32, matmul_precision={name}", precision="off", matmul_precision=name)
+                     for name in ("highest", "high", "medium")]
+        variants += [dict(label=f"{amp} + channels_last, cudnn_benchmark={flag}", precision=amp, channels_last=True,
+                          cudnn_benchmark=flag) for flag in (False, True)]
+    variants += [dict(label=f"{amp} + channels_last + compile mode={mode}", precision=amp, channels_last=True,
+                      compile=True, compile_mode=mode, cudnn_benchmark=True) for mode in compile_modes]
+    return variants
+
+
+def switches_part(budget_seconds: float = BUDGETS["switches"], *, model_name: str = MODEL, image_size: int = IMAGE_SIZE,
+                  batch_size: int = BATCH_SIZE, device="cuda", steps: int = 10, warmup: int = 3,
+                  compile_modes=("reduce-overhead",), num_classes: int = NUM_CLASSES) -> dict:
+    """images/s and MFU of each `switch_variants` row, against the first (fp32 at highest). The
+    max-autotune mode is left out by default: its Triton autotuning of ResNet-50 takes minutes."""
+    device = devices.as_device(device)
+    variants = switch_variants(device, compile_modes)
+    rows = measure_rows(variants, Deadline(budget_seconds), model_name, image_size, batch_size, device, steps=steps,
+                        warmup=warmup, num_classes=num_classes, baseline=variants[0]["label"] if variants else "")
+    notes = ["compile mode=max-autotune is not timed here: its autotuning takes minutes; "
+             "`workbook train -p compile=true -p compile_mode=max-autotune` measures it"]
+    if device.type != "cuda":
+        notes.insert(0, f"matmul_precision and cudnn_benchmark: not measurable on {device.type} (TF32 and cuDNN are "
+                        "CUDA features; the engine leaves them off here)")
+    return {"summary": {"model": model_name, "image_size": image_size, "batch_size": batch_size,
+                        "rows": len([r for r in rows if "images_per_second" in r])}, "rows": rows, "notes": notes}
 
 
 def memory_part(budget_seconds: float = BUDGETS["memory"], *, model_name: str = MODEL, image_size: int = IMAGE_SIZE,
@@ -304,10 +370,13 @@ def speedrun_part(budget_seconds: float = BUDGETS["speedrun"], *, profile: str =
     from course_lib.config import make_config
     from course_lib.engine import speedrun
 
-    eurosat = {"dataset": "imagefolder", "data_dir": str(paths.eurosat_dir())}  # speedrun_skip_reason: it is here
+    folder = paths.eurosat_dir()  # speedrun_skip_reason: it is here
+    eurosat = {"dataset": "imagefolder", "data_dir": str(folder)}
     config = make_config(profile, **{**eurosat, "recipe": "speedrun", **overrides})
     result = speedrun.race(config, budget_seconds=0.7 * budget_seconds, progress=False, verbose=False)
-    return {"summary": {**{k: v for k, v in result.row().items()}, "recipe": "speedrun", "data": config.data_dir},
+    subset = folder / "SUBSET.json"  # written by scripts/pack_eurosat_subset.py: which images were carried
+    return {"summary": {**dict(result.row().items()), "recipe": "speedrun", "data": config.data_dir,
+                        "data_subset": json.loads(subset.read_text()) if subset.is_file() else "the whole folder"},
             "rows": result.curve}
 
 
@@ -335,8 +404,35 @@ def default_parts() -> list[Part]:
     return [Part("doctor", doctor_part, BUDGETS["doctor"]),
             Part("decode", decode_part, BUDGETS["decode"]),
             Part("precision", precision_part, BUDGETS["precision"]),
+            Part("bandwidth", bandwidth_part, BUDGETS["bandwidth"]),
+            Part("switches", switches_part, BUDGETS["switches"]),
             Part("memory", memory_part, BUDGETS["memory"]),
             Part("speedrun", speedrun_part, BUDGETS["speedrun"], speedrun_skip_reason),
+            Part("ddp", ddp_part, BUDGETS["ddp"], ddp_skip_reason)]
+
+
+# The CPU dry run: every part's code on the CPU at tiny sizes (timm's test_resnet at 32 px), so a
+# slot's check has run once before the slot starts. No compile (its first CPU compile takes
+# minutes); ddp keeps its skip reason (it needs 2 GPUs).
+DRY_RUN = dict(model_name="test_resnet", image_size=32, num_classes=10, device="cpu")
+DRY_RUN_SPEEDRUN = dict(model="test_resnet", image_size=32, min_image_size=0, max_train_images=200, epochs=1,
+                        batch_size=16, tta_views=1, device="cpu", precision="off", compile=False)
+
+
+def dry_run_parts() -> list[Part]:
+    """`default_parts` at tiny sizes on the CPU (`workbook gpu-check --cpu-dry-run`)."""
+    tiny = functools.partial
+    return [Part("doctor", doctor_part, BUDGETS["doctor"]),
+            Part("decode", tiny(decode_part, sizes="32", repeats=1, images=8), BUDGETS["decode"]),
+            Part("precision", tiny(precision_part, batch_size=4, steps=1, warmup=0, compile_model=False, **DRY_RUN),
+                 BUDGETS["precision"]),
+            Part("bandwidth", tiny(bandwidth_part, device="cpu", size_bytes=32 * 2**20), BUDGETS["bandwidth"]),
+            Part("switches", tiny(switches_part, batch_size=4, steps=1, warmup=0, compile_modes=(), **DRY_RUN),
+                 BUDGETS["switches"]),
+            Part("memory", tiny(memory_part, batch_sizes=(2, 4), precision="off", max_batch=8, **DRY_RUN),
+                 BUDGETS["memory"]),
+            Part("speedrun", tiny(speedrun_part, profile="smoke", **DRY_RUN_SPEEDRUN), BUDGETS["speedrun"],
+                 speedrun_skip_reason),
             Part("ddp", ddp_part, BUDGETS["ddp"], ddp_skip_reason)]
 
 
@@ -379,6 +475,10 @@ def headline(result: PartResult) -> str:
     if result.name == "precision" and summary.get("best_variant"):
         return (f"best {summary['best_variant']}: {summary['best_images_per_second']:.0f} images/s, "
                 f"MFU {_percent(summary['best_mfu'])}")
+    if result.name == "bandwidth":
+        return f"device-to-device copy {summary['gb_per_second']:.0f} GB/s (read + written)"
+    if result.name == "switches":
+        return f"{summary.get('rows', 0)} switch setting(s) timed"
     if result.name == "memory":
         return f"largest batch {_number(summary.get('largest_batch'))} (estimate {_number(summary.get('largest_batch_estimated'))})"
     if result.name == "speedrun":
@@ -419,6 +519,29 @@ def markdown_report(report: dict) -> str:
                          f"{row['step_seconds'] * 1e3:.1f} | {row['first_step_seconds']:.1f} | {_gib(row['peak_memory_bytes'])} | "
                          f"{_number(row.get('memory_vs_fp32'), '.2f')}x | {_percent(row['mfu'])} | "
                          f"{row['mfu_dtype']} {row['peak_tflops']:.4g} TFLOP/s ({row['peak_source']}) |")
+    if "bandwidth" in parts:
+        b = parts["bandwidth"]["result"]
+        lines += ["", f"## Roofline: memory bandwidth {b['summary']['gb_per_second']:.0f} GB/s (same-device copy, "
+                      "bytes read + written, best of repeats)", "",
+                  "| dtype | peak TFLOP/s | from | ridge FLOP/byte |", "|---|---|---|---|"]
+        for row in b["rows"]:
+            lines.append(f"| {row['dtype']} | {row['peak_tflops']:.4g} | {row['peak_source']} | "
+                         f"{row['ridge_flop_per_byte']:.0f} |")
+        lines += ["", "A step whose FLOP per byte of memory traffic is below a dtype's ridge is bound by memory "
+                      "bandwidth in that dtype, above it by arithmetic."]
+    if "switches" in parts:
+        w = parts["switches"]["result"]
+        lines += ["", f"## GPU speed switches: {w['summary']['model']} at {w['summary']['image_size']} px, batch "
+                      f"{w['summary']['batch_size']}", "",
+                  "| setting | images/s | vs first row | first step s | MFU | of peak |", "|---|---|---|---|---|---|"]
+        for row in w["rows"]:
+            if "error" in row:
+                lines.append(f"| {row['variant']} | {row['error']} | | | | |")
+                continue
+            lines.append(f"| {row['variant']} | {row['images_per_second']:.1f} | {_number(row.get('speedup_vs_fp32'), '.2f')}x | "
+                         f"{row['first_step_seconds']:.1f} | {_percent(row['mfu'])} | {row['mfu_dtype']} "
+                         f"{row['peak_tflops']:.4g} TFLOP/s |")
+        lines += [""] + [f"- {note}" for note in w.get("notes", [])]
     if "memory" in parts:
         m = parts["memory"]["result"]
         s = m["summary"]
@@ -438,7 +561,10 @@ def markdown_report(report: dict) -> str:
                          f"{row['megabytes_per_second']:.1f} | {_number(row.get('speedup_vs_pil'), '.2f')} |")
     if "speedrun" in parts:
         s = parts["speedrun"]["result"]["summary"]
-        lines += ["", "## Speed-run recipe on EuroSAT", "",
+        subset = s.get("data_subset")
+        carried = (f"{subset.get('train_images')} training images ({subset.get('rule')})"
+                   if isinstance(subset, dict) else subset or "the whole folder")
+        lines += ["", f"## Speed-run recipe on EuroSAT ({s.get('data')}: {carried})", "",
                   "| val top-1 | s to 90% | s to 95% | s to 97% | seconds | epochs | images/s | precision |",
                   "|---|---|---|---|---|---|---|---|",
                   f"| {_percent(s['val top-1'])} | {_number(s['s to 90%'], '.0f')} | {_number(s['s to 95%'], '.0f')} | "
@@ -470,10 +596,11 @@ def write_report(results: list[PartResult], folder: Path, *, gpu: str, started: 
 
 
 def run_check(parts: list[Part] | None = None, *, out_root: Path | None = None,
-              total_budget_seconds: float = TOTAL_BUDGET_SECONDS, echo=print) -> Path:
-    """Run every part on this machine's first GPU and write the report; returns its folder."""
+              total_budget_seconds: float = TOTAL_BUDGET_SECONDS, echo=print, gpu: str | None = None) -> Path:
+    """Run every part on this machine's first GPU (or on what `gpu` names: "cpu dry run") and write
+    the report; returns its folder."""
     started = datetime.datetime.now()
-    gpu = torch.cuda.get_device_name(0)
+    gpu = gpu or torch.cuda.get_device_name(0)
     start = time.perf_counter()
     results = run_parts(parts if parts is not None else default_parts(), total_budget_seconds, echo=echo)
     folder = results_folder(gpu, started.date(), out_root)

@@ -422,3 +422,54 @@ def plot_breakdown(estimates: list[MemoryEstimate], labels: list[str] | None = N
     axis.set_title("Estimated training memory by source")
     axis.legend(fontsize=8)
     return figure
+
+
+def free_bytes(device: torch.device) -> int | None:
+    """Memory a training run can still take on `device`: free CUDA memory, or the host's available
+    RAM for the CPU; None where it cannot be told (MPS)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type == "cpu":
+        import psutil
+
+        return psutil.virtual_memory().available
+    return None
+
+
+# A suggested size leaves this share of the free memory unused: the estimate leaves out the
+# allocator's slack, the DataLoader's batches in flight and the framework itself.
+FIT_MARGIN = 0.8
+
+
+def check_fits(config, device: torch.device | None = None, budget_bytes: int | None = None) -> None:
+    """Refuse, before the first step, a run whose estimated training step (`estimate_training_memory`
+    on the meta device: shapes only, fp32 unless a half precision is set) needs more memory than
+    `device` has free, in one ConfigError naming the largest image_size that fits. Models the meta
+    device cannot run are let through (the run then says what is wrong)."""
+    from course_lib.config import ConfigError
+    from course_lib.devices import resolve_device
+
+    device = device or resolve_device(config.device)
+    budget = budget_bytes if budget_bytes is not None else free_bytes(device)
+    if budget is None:
+        return
+    precision = config.precision if config.precision in ("fp16", "bf16") else "off"
+    try:
+        estimate = estimate_training_memory(config.model, config.batch_size, config.image_size, precision,
+                                            config.optimizer, config.momentum, device="meta")
+    except (RuntimeError, NotImplementedError, ValueError, TypeError):
+        return
+    if estimate.total_bytes <= budget:
+        return
+    # Activations and input grow with the pixels (image_size squared); weights and their state do not.
+    fixed = estimate.total_bytes - estimate.activation_bytes_per_image * config.batch_size - estimate.input_bytes
+    growing = estimate.total_bytes - fixed
+    room = FIT_MARGIN * budget - fixed
+    advice = "even the weights, gradients and optimizer state do not fit: use a smaller model"
+    if room > 0:
+        fitting = int(config.image_size * (room / growing) ** 0.5) // 16 * 16
+        advice = (f"use image_size={fitting} or less, or a smaller batch_size" if fitting >= 8
+                  else "use a smaller batch_size or model")
+    raise ConfigError(f"image_size={config.image_size} at batch_size={config.batch_size} needs about "
+                      f"{estimate.total_bytes / 1e9:.1f} GB for one training step of {config.model} (estimated), "
+                      f"more than the {budget / 1e9:.1f} GB free on {device}; {advice}")

@@ -1,6 +1,7 @@
 """Peak arithmetic throughput per dtype: a timed square-matmul probe (best of repeats after a thrown-away
-warm-up) and datasheet peaks for common GPUs, the denominators of MFU; and the precision that is
-measured to be fastest on a device. NVIDIA, "GPU Performance Background User's Guide" (Tensor Core
+warm-up) and dense datasheet peaks for common GPUs, keyed by exact device name; the one rule that
+picks the MFU denominator for a precision on a device (`mfu_peak`); a same-device copy for memory
+bandwidth (the roofline's other roof); and the precision that is measured to be fastest on a device. NVIDIA, "GPU Performance Background User's Guide" (Tensor Core
 dtypes); PyTorch AMP docs for fp16 vs bf16.
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ import torch
 
 from course_lib import devices
 from course_lib.devices import as_device
-from course_lib.instruments.timing import stopwatch
+from course_lib.instruments.timing import stopwatch, time_repeats
 
 # Default seconds per probe. fp32 on CPU is the MFU denominator there, so it gets the most; CPU
 # fp16/bf16 are mostly emulated (10-400x slower) and only need comparing with fp32.
@@ -36,23 +37,58 @@ MATMUL_MAX_REPEATS = 50  # at most: many short repeats give the best one more ch
 MATMUL_MIN_REPEATS = 5  # timed repeats per probe at least, after a thrown-away warm-up
 DTYPE_NAMES = ("fp32", "tf32", "fp16", "bf16")
 _TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-# Dense (no sparsity) datasheet peaks in TFLOP/s, for MFU; fp16/bf16 are tensor-core numbers with
-# fp32 accumulation. Keys are matched as substrings of the device name, most specific first.
+# Dense datasheet peaks in TFLOP/s, for MFU: never the 2:4-sparse figures the datasheets print
+# first (those are exactly twice these). fp16/bf16 and tf32 are tensor-core numbers with fp32
+# accumulation; fp32 is the plain (non-tensor-core) rate. One row per part: the SXM, PCIe and NVL
+# forms of one chip differ in clocks and power, so in their peaks (NVIDIA H100 and H200 datasheets,
+# 2024; A100 datasheet, 2021; L4/L40/L40S/A10 product briefs; Ada and Ampere GeForce whitepapers).
 DATASHEET_TFLOPS = {
-    "H200": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},
+    "H200 SXM": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},
+    "H200 NVL": {"fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5},
+    "H100 SXM": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},
     "H100 PCIe": {"fp32": 51.2, "tf32": 378.0, "fp16": 756.0, "bf16": 756.0},
-    "H100": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},
-    "A100": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
+    "H100 NVL": {"fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5},
+    "A100": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},  # SXM4 and PCIe, 40 and 80 GB alike
     "L40S": {"fp32": 91.6, "tf32": 183.0, "fp16": 362.0, "bf16": 362.0},
-    "L40": {"fp32": 90.5, "tf32": 90.5, "fp16": 181.0, "bf16": 181.0},  # before "L4": "L40" contains it
+    "L40": {"fp32": 90.5, "tf32": 90.5, "fp16": 181.0, "bf16": 181.0},
     "L4": {"fp32": 30.3, "tf32": 60.0, "fp16": 121.0, "bf16": 121.0},
     "A10G": {"fp32": 31.2, "tf32": 62.5, "fp16": 125.0, "bf16": 125.0},
     "A10": {"fp32": 31.2, "tf32": 62.5, "fp16": 125.0, "bf16": 125.0},
     "RTX 4090": {"fp32": 82.6, "tf32": 82.6, "fp16": 165.2, "bf16": 165.2},
     "RTX 3090": {"fp32": 35.6, "tf32": 35.6, "fp16": 71.0, "bf16": 71.0},
-    "V100": {"fp32": 15.7, "fp16": 125.0},
+    "V100 SXM2": {"fp32": 15.7, "fp16": 125.0},
+    "V100 PCIe": {"fp32": 14.0, "fp16": 112.0},
     "T4": {"fp32": 8.1, "fp16": 65.0},
 }
+# The exact names `torch.cuda.get_device_name` (and nvidia-smi) print for each part. Matched
+# whole, never as substrings: "NVIDIA H200 NVL" contains "NVIDIA H200", and a substring match gave
+# the NVL part the SXM part's peak. A name not listed gets the measured matmul as its peak.
+DEVICE_NAMES = {
+    "NVIDIA H200": "H200 SXM",  # the SXM part is named plainly
+    "NVIDIA H200 NVL": "H200 NVL",
+    "NVIDIA H100 80GB HBM3": "H100 SXM",
+    "NVIDIA H100 SXM5 80GB": "H100 SXM",
+    "NVIDIA H100 PCIe": "H100 PCIe",
+    "NVIDIA H100 NVL": "H100 NVL",
+    "NVIDIA A100-SXM4-40GB": "A100",
+    "NVIDIA A100-SXM4-80GB": "A100",
+    "NVIDIA A100-PCIE-40GB": "A100",
+    "NVIDIA A100 80GB PCIe": "A100",
+    "NVIDIA L40S": "L40S",
+    "NVIDIA L40": "L40",
+    "NVIDIA L4": "L4",
+    "NVIDIA A10G": "A10G",
+    "NVIDIA A10": "A10",
+    "NVIDIA GeForce RTX 4090": "RTX 4090",
+    "NVIDIA GeForce RTX 3090": "RTX 3090",
+    "Tesla V100-SXM2-16GB": "V100 SXM2",
+    "Tesla V100-SXM2-32GB": "V100 SXM2",
+    "Tesla V100-PCIE-16GB": "V100 PCIe",
+    "Tesla V100-PCIE-32GB": "V100 PCIe",
+    "Tesla T4": "T4",
+}
+# fp32 matmul precisions (torch.set_float32_matmul_precision) that let fp32 work run on TF32 tensor cores.
+TF32_MATMUL_PRECISIONS = ("high", "medium")
 
 
 def dtype_supported(device, dtype_name: str) -> bool:
@@ -160,10 +196,11 @@ def measure_matmul_tflops(device, dtype) -> float | None:
 
 
 def datasheet_entry(gpu_name: str) -> str | None:
-    """The DATASHEET_TFLOPS key for a GPU name as torch or nvidia-smi print it
-    ("NVIDIA H100 80GB HBM3" -> "H100"), the first (most specific) key the name contains; None
-    for GPUs the table does not list."""
-    return next((key for key in DATASHEET_TFLOPS if key in gpu_name), None)
+    """The DATASHEET_TFLOPS key for a GPU name exactly as torch or nvidia-smi print it
+    ("NVIDIA H100 80GB HBM3" -> "H100 SXM"; case and repeated spaces ignored); None for a name
+    `DEVICE_NAMES` does not list."""
+    wanted = " ".join(gpu_name.split()).casefold()
+    return next((part for name, part in DEVICE_NAMES.items() if name.casefold() == wanted), None)
 
 
 def datasheet_tflops(gpu_name: str, dtype) -> float | None:
@@ -200,6 +237,87 @@ def peak_flops(device, dtype) -> float | None:
         return entry[1] * 1e12
     measured = measure_matmul_tflops(device, name)
     return measured * 1e12 if measured else None
+
+
+def _precision_name(precision) -> str:
+    """"off" | "fp16" | "bf16" from a training precision or a dtype ("fp32", torch.float32 -> "off")."""
+    if isinstance(precision, torch.dtype):
+        return {torch.float32: "off", torch.float16: "fp16", torch.bfloat16: "bf16"}[precision]
+    if precision in (None, "off", "fp32", "tf32"):
+        return "off"
+    if precision in ("fp16", "bf16"):
+        return precision
+    raise ValueError(f"precision {precision!r} has no MFU peak; give off (fp32), fp16 or bf16 (for auto: the "
+                     "precision the run resolved, FitResult.precision)")
+
+
+def tf32_allowed(matmul_precision: str | None = None) -> bool:
+    """Whether fp32 work may run on TF32 tensor cores: `matmul_precision` high or medium (the
+    Config value, which the engine applies to matmuls and cuDNN convolutions alike:
+    `engine.precision.apply_matmul_precision`). None reads this process's current settings, where
+    either torch.get_float32_matmul_precision() or cuDNN's allow_tf32 (on by default) lets it."""
+    if matmul_precision is not None:
+        return matmul_precision in TF32_MATMUL_PRECISIONS
+    return torch.get_float32_matmul_precision() in TF32_MATMUL_PRECISIONS or bool(torch.backends.cudnn.allow_tf32)
+
+
+def mfu_dtype(precision, device, matmul_precision: str | None = None) -> str:
+    """The dtype whose peak is the MFU denominator of a step trained in `precision` on `device`:
+    fp16 or bf16 as trained; fp32 training counts against the TF32 peak only on a CUDA GPU with
+    TF32 tensor cores (compute capability 8.0, Ampere, or newer) whose fp32 work may use them
+    (`tf32_allowed`), else against the plain fp32 peak. CPUs and Apple GPUs: fp32."""
+    name = _precision_name(precision)
+    if name != "off":
+        return name
+    device = as_device(device)
+    if device.type == "cuda" and torch.cuda.is_available() and tf32_allowed(matmul_precision) \
+            and torch.cuda.get_device_capability(device)[0] >= 8:
+        return "tf32"
+    return "fp32"
+
+
+def mfu_peak(precision, device, matmul_precision: str | None = None) -> dict:
+    """The one MFU rule: {"dtype", "peak_flops" (FLOP/s, None when nothing can be measured),
+    "source"} for a step trained in `precision` ("off"/"fp32", "fp16", "bf16" or a torch dtype)
+    on `device`, with fp32's TF32 question answered by `matmul_precision` (`mfu_dtype`). Every MFU
+    figure of the workbook (`measure.flops`, `workbook gpu-check`, the chapters) divides by this."""
+    dtype = mfu_dtype(precision, device, matmul_precision)
+    return {"dtype": dtype, "peak_flops": peak_flops(device, dtype), "source": peak_flops_source(device, dtype)}
+
+
+# --- memory bandwidth ---------------------------------------------------------------------------
+
+COPY_BYTES = {"cuda": 2 * 2**30, "mps": 2**30, "cpu": 256 * 2**20}  # source buffer: several times any cache
+COPY_REPEATS = 10  # timed copies after one thrown-away warm-up; the best one is the peak
+
+
+@functools.lru_cache(maxsize=None)
+def _copy_probe(device_name: str, size_bytes: int, repeats: int) -> dict:
+    device = torch.device(device_name)
+    source = torch.empty(size_bytes // 4, dtype=torch.float32, device=device).fill_(1.0)
+    target = torch.empty_like(source)
+    # One thrown-away warm-up (first-touch pages, lazy init), then the timed copies between syncs.
+    timing = time_repeats(lambda: target.copy_(source), repeats=repeats, warmup=1, device=device)
+    moved = 2 * source.numel() * source.element_size()  # bytes read plus bytes written
+    best, median = timing.best, timing.median
+    return {"device": device_name, "bytes_copied": moved // 2, "bytes_moved": moved, "seconds": best,
+            "gb_per_second": moved / best / 1e9, "gb_per_second_median": moved / median / 1e9, "repeats": repeats}
+
+
+def copy_bandwidth(device, size_bytes: int | None = None, repeats: int = COPY_REPEATS) -> dict:
+    """Memory bandwidth of `device` from a same-device copy (`Tensor.copy_` of a buffer several
+    times the caches: device-to-device on a GPU, RAM to RAM on a CPU), counting bytes read plus
+    bytes written, as STREAM's copy and vendors' bandwidth figures do: {"gb_per_second" (best
+    repeat), "gb_per_second_median", "bytes_moved", ...}. The roof of memory-bound work. Cached."""
+    device = as_device(device)
+    size = int(size_bytes or COPY_BYTES.get(device.type, COPY_BYTES["cpu"]))
+    return _copy_probe(str(device), size, int(repeats))
+
+
+def ridge_intensity(peak_flops_per_second: float, bytes_per_second: float) -> float:
+    """FLOP per byte at which a roofline's two roofs meet: below it work is bound by memory
+    bandwidth, above it by arithmetic (Williams et al. 2009, "Roofline", CACM 52(4))."""
+    return peak_flops_per_second / bytes_per_second
 
 
 @functools.lru_cache(maxsize=None)

@@ -33,13 +33,54 @@ def build_model(config: Config, num_classes: int, classes: list[str] | None = No
 
 def model_from_checkpoint(path: str | os.PathLike, map_location="cpu", use_ema: bool = False) -> torch.nn.Module:
     """Rebuild the model a checkpoint was trained as and load its (or its EMA's) weights, in eval mode."""
-    state = checkpoint.load_checkpoint(path, map_location=map_location)
-    config = make_config(None, **{**state["config"], "checkpoint": "", "pretrained": False})
+    state = load_trained(path, map_location=map_location)
+    config = checkpoint_config(state, path)
     model = build_model(config, len(state["classes"]))
     if use_ema and state.get("ema") is None:
         raise ConfigError(f"{path} has no EMA weights (trained with ema_decay=0)")
-    model.load_state_dict(state["ema"] if use_ema else state["model"])
+    load_weights(model, state["ema"] if use_ema else state["model"], path, config.model)
     return model.to(map_location).eval()
+
+
+# Fields that decide the shapes of a checkpoint's tensors: evaluation and export take them from the
+# checkpoint, so `-p model=...` there would only build a model the weights cannot fill.
+ARCHITECTURE_FIELDS = ("model",)
+
+
+def load_trained(path: str | os.PathLike, map_location="cpu") -> dict:
+    """`checkpoint.load_checkpoint`, plus the entries that rebuilding the model and its data needs:
+    'config' (a dict) and 'classes' (at least one name). A file without them is one CheckpointError."""
+    state = checkpoint.load_checkpoint(path, map_location=map_location)
+    for entry, kind in (("config", dict), ("classes", (list, tuple))):
+        if not isinstance(state.get(entry), kind) or not state[entry]:
+            raise checkpoint.CheckpointError(
+                f"{path} has no {entry!r} entry, so its model and data cannot be rebuilt; use a checkpoint "
+                "written by `workbook train` (or save 'config' and 'classes' with save_checkpoint)")
+    return state
+
+
+def checkpoint_config(state: dict, path: str | os.PathLike, **overrides) -> Config:
+    """The Config a trained checkpoint is evaluated or exported with: its stored values (unknown names
+    dropped), no start checkpoint or hub weights, then `overrides`; changing ARCHITECTURE_FIELDS is refused."""
+    from course_lib.config import FIELD_NAMES
+
+    stored = {key: value for key, value in state["config"].items() if key in FIELD_NAMES}
+    for name in ARCHITECTURE_FIELDS:
+        if name in overrides and overrides[name] is not None and overrides[name] != stored.get(name):
+            raise ConfigError(f"-p {name}={overrides[name]} does not fit {path}, which holds a {stored.get(name)}; "
+                              f"drop -p {name}= (the model comes from the checkpoint)")
+    return make_config(None, **{**stored, "checkpoint": "", "pretrained": False,
+                                **{key: value for key, value in overrides.items() if value is not None}})
+
+
+def load_weights(model: torch.nn.Module, state_dict: dict, path: str | os.PathLike, model_name: str) -> None:
+    """A strict `load_state_dict`; tensors that do not fit are one CheckpointError, not a page of shapes."""
+    try:
+        model.load_state_dict(state_dict)
+    except RuntimeError as error:
+        detail = " ".join(str(error).split())[:160]
+        raise checkpoint.CheckpointError(f"the weights in {path} do not fit a {model_name} ({detail}); "
+                                          "use the checkpoint with the model it was trained as") from None
 
 
 def create_model(model_name: str, num_classes: int, pretrained: bool = False) -> torch.nn.Module:

@@ -105,6 +105,8 @@ def test_setup_shrinks_cpu_runs_and_takes_the_probe_sizes_from_the_profile(setup
     assert table["MFU"].iloc[0] > 0 and pd.isna(table["MFU"].iloc[1])  # no speed, no MFU
     told = setup_without_datasets("smoke", workers=3, probe_steps=4, engine_sweep=True)
     assert (told.workers, told.probe_steps, told.engine_sweep) == (3, 4, True)
+    rehearsal = setup_without_datasets("rehearsal")  # smoke's sizes, the gpu profile's switches
+    assert (rehearsal.probe_steps, rehearsal.engine_sweep, rehearsal.profile) == (2, False, "rehearsal")
     cpu = setup_without_datasets("cpu", max_steps=None)
     assert {name: getattr(cpu.config, name) for name in ddp_scaling.DDP_PROFILES["cpu"]} == ddp_scaling.DDP_PROFILES["cpu"]
     assert (cpu.probe_steps, cpu.engine_sweep) == (5, True)

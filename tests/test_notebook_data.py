@@ -35,7 +35,7 @@ def _setup_cell(stem: str) -> str:
     ("00", "setup_check.setup("), ("02", "data_pipeline.setup("), ("03", "config_with_data(profile"),
     ("04", "config_with_data(profile"), ("05", "ddp_scaling.setup("), ("06", "optimizer_study.notebook_setup("),
     ("07", "regularization_study.study_setup("), ("08", "transfer_plans.notebook_setup("),
-    ("09", "confusion_study.setup("), ("10", "casestudy.case_config("), ("11", "config_with_data(profile"),
+    ("09", "confusion_study.setup("), ("10", "casestudy.notebook_setup("), ("11", "config_with_data(profile"),
     ("12", "time_to_accuracy.race_setup("), ("13", "study.study_setup("),
     ("14", "config_with_data(profile")])
 def test_each_notebook_chooses_its_data_through_the_function_tested_here_and_prints_its_line(stem, call):
@@ -116,10 +116,12 @@ def test_09_trains_on_the_synthetic_data(no_real_data, profile):
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_10_generates_its_landcover_synth_and_trains_on_it(no_real_data, profile):
-    config, data = casestudy.case_config(profile, source_image_size=32, image_size=32)
-    assert data.synthetic and "landcover-synth-32px" in config.data_dir
-    bundle = pipeline.build_datasets(casestudy.baseline_config(config))
+    setup = casestudy.notebook_setup(profile, source_image_size=32, image_size=32)
+    config, bundle = setup.config, setup.bundle
+    assert setup.data.synthetic and "landcover-synth-32px" in config.data_dir
     assert len(bundle.train) >= config.batch_size and len(bundle.val) > 0
+    assert len(setup.noise_seeds) >= 1 and (setup.ddp_processes == 0) == (profile == "smoke" or profile == "gpu")
+    assert "SYNTHETIC DATA" in setup.lines("machine")[0]
 
 
 @pytest.mark.parametrize("profile", PROFILES)

@@ -122,7 +122,7 @@ def test_follow_links_scans_linked_folders_once(linked_folder):
 
 # --- suspect images: 16-bit, decompression bombs, tiny and odd sizes -----------------------------------
 
-def test_a_16_bit_image_is_reported_because_rgb_conversion_clips_it(tmp_path):
+def test_a_16_bit_image_is_reported_with_what_the_loader_does_to_it(tmp_path):
     path = tmp_path / "depth.png"
     gradient = np.linspace(0, 65535, 64 * 64).astype(np.uint16).reshape(64, 64)
     Image.fromarray(gradient).save(path)
@@ -130,8 +130,24 @@ def test_a_16_bit_image_is_reported_because_rgb_conversion_clips_it(tmp_path):
         assert image.mode in ("I;16", "I")
         clipped = np.asarray(image.convert("RGB"))
     assert (clipped == 255).mean() > 0.99  # the fault: almost every pixel turns white
-    assert [(p.kind, "converting it to RGB clips" in p.detail) for p in scan.scan_file(path)] == [
-        ("high-bit-depth", True)]
+    problems = scan.scan_file(path)
+    assert [p.kind for p in problems] == ["high-bit-depth"]
+    # the loader scales it (images.to_rgb), so the message says so, not that it turns white
+    assert "scale 16-bit values to 8 bits (round(v / 257)" in problems[0].detail and "white" not in problems[0].detail
+
+
+def test_a_file_name_with_a_newline_cannot_forge_a_scan_line(tmp_path, capsys):
+    from course_lib import cli
+
+    for split in ("train", "val"):
+        for label in ("a", "b"):
+            (tmp_path / split / label).mkdir(parents=True)
+            Image.new("RGB", (16, 16)).save(tmp_path / split / label / "fine.png")
+    (tmp_path / "train" / "a" / "x.png\nok.png: zero-byte: forged").write_bytes(b"")
+    assert cli.main(["scan", str(tmp_path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and lines[-1] == "checked 5 files: 1 problem(s)", lines
+    assert "x.png\\nok.png: zero-byte: forged: zero-byte:" in lines[0]
 
 
 def test_a_decompression_bomb_is_judged_from_its_header_without_decoding(tmp_path, monkeypatch):

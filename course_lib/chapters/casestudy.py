@@ -89,6 +89,57 @@ def case_config(profile: str, dataset: str | None = None, data_dir: str | None =
     return config, data
 
 
+@dataclasses.dataclass
+class CaseSetup:
+    """Notebook 10's data, config, the baseline's datasets and the choices its parameters left to the
+    profile (`notebook_setup`)."""
+
+    data: object  # paths.DataChoice: what the notebook prints first
+    config: Config
+    bundle: object  # the baseline's DataBundle, shared by the stages that read files
+    profile: str  # resolved
+    noise_seeds: list  # baseline seeds after the first, for the accuracy noise band
+    ddp_processes: int  # processes of the DDP stage; 0: skipped
+    ddp_reason: str
+
+    @property
+    def smoke(self) -> bool:
+        return self.profile == "smoke"
+
+    @property
+    def device(self):
+        """The torch.device the stages train on (a ConfigError when the config asks for an absent GPU)."""
+        return devices.resolve_device(self.config.device)
+
+    def lines(self, hardware: str) -> list[str]:
+        config, bundle = self.config, self.bundle
+        budget = f" of at most {config.max_steps} steps" if config.max_steps else " over the training images"
+        return [("SYNTHETIC DATA: landcover-synth (generated images), not real satellite tiles. " if self.data.synthetic
+                 else "Real images: ") + f"{bundle.source}",
+                f"{config.model} at {config.image_size} px; {len(bundle.train)} training images, {len(bundle.val)} "
+                f"validation; budget per stage: {config.epochs} epoch(s){budget}", f"hardware: {hardware}"]
+
+
+def notebook_setup(profile: str, dataset: str | None = None, data_dir: str | None = None, source_image_size: int = 0,
+                   *, noise_seeds: int = 0, run_ddp: str | bool = "auto", **given) -> CaseSetup:
+    """`case_config` and the baseline's datasets, built once; `noise_seeds` baseline runs (0: 3, smoke 2)
+    for the noise band; the DDP stage's processes (`ddp_world_size`; `run_ddp` false skips it, true
+    forces 2 processes outside smoke)."""
+    from course_lib.config import resolve_profile
+    from course_lib.data import pipeline
+
+    resolved = resolve_profile(profile)
+    config, data = case_config(profile, dataset, data_dir, source_image_size, **given)
+    bundle = pipeline.build_datasets(baseline_config(config))
+    processes, reason = ddp_world_size(resolved, "cuda" if config.device.startswith("cuda") else "cpu")
+    if run_ddp is False or run_ddp == "false":
+        processes, reason = 0, "skipped: run_ddp is false"
+    elif (run_ddp is True or run_ddp == "true") and processes < 2 and resolved != "smoke":
+        processes, reason = 2, "forced by run_ddp"
+    seeds = list(range(1, noise_seeds or (2 if resolved == "smoke" else 3)))
+    return CaseSetup(data, config, bundle, resolved, seeds, processes, reason)
+
+
 def baseline_config(config: Config) -> Config:
     """The article's starting point: every speed switch and recipe setting at its default."""
     return config.replace(num_workers=0, pin_memory=False, prefetch_factor=2, persistent_workers=False,

@@ -30,7 +30,8 @@ from course_lib.data.images import (
 )
 
 _USUAL_MODES = ("RGB", "L")
-# More than 8 bits per channel: PIL's convert("RGB") clips every value above 255 (to white).
+# More than 8 bits per channel. The loader scales 16-bit grey to 8 bits (images.to_rgb: round(v / 257);
+# OpenCV keeps the high byte); values beyond 0-65535 (32-bit integers, floats) are refused in one line.
 _HIGH_BIT_DEPTH_MODES = {"I;16": "16-bit", "I;16B": "16-bit", "I;16L": "16-bit", "I;16N": "16-bit",
                          "I": "32-bit integer", "F": "32-bit float"}
 _FORMAT_EXTENSIONS = {"JPEG": (".jpg", ".jpeg"), "PNG": (".png",), "BMP": (".bmp",), "WEBP": (".webp",),
@@ -55,7 +56,15 @@ class ScanProblem:
     detail: str
 
     def __str__(self):
-        return f"{self.path}: {self.kind}: {self.detail}"
+        # A file name may hold a newline or other control character: shown escaped, it cannot forge a
+        # line of its own in the report.
+        return f"{printable(self.path)}: {self.kind}: {printable(self.detail)}"
+
+
+def printable(text: str) -> str:
+    """`text` with control characters (newline, carriage return, escape ...) written as escapes."""
+    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
+                   for ch in str(text))
 
 
 def _inspect(path: Path, shown: Path | None = None) -> tuple[list[ScanProblem], tuple[int, int] | None]:
@@ -98,8 +107,10 @@ def _inspect(path: Path, shown: Path | None = None) -> tuple[list[ScanProblem], 
                                     f"rename it to {expected[0]}"))
     if mode in _HIGH_BIT_DEPTH_MODES:
         problems.append(ScanProblem(name, "high-bit-depth",
-                                    f"mode {mode} ({_HIGH_BIT_DEPTH_MODES[mode]}): converting it to RGB clips every "
-                                    "value above 255 to white; re-export it as 8-bit (scaled) or remove it"))
+                                    f"mode {mode} ({_HIGH_BIT_DEPTH_MODES[mode]}): the loaders scale 16-bit values to "
+                                    "8 bits (round(v / 257); OpenCV keeps the high byte), so the finer levels are "
+                                    "lost, and values beyond 0-65535 are refused; re-export it as 8-bit if that "
+                                    "matters"))
     elif mode not in _USUAL_MODES:
         problems.append(ScanProblem(name, "unusual-mode",
                                     f"mode {mode} (loaders convert to RGB; check colours/alpha are as intended)"))

@@ -331,21 +331,48 @@ def check_values(values: dict) -> dict:
     return checked
 
 
-def make_config(profile: str | None = "auto", **overrides) -> Config:
-    """Build a Config from a profile plus overrides; overrides that are None are ignored,
-    so a notebook's parameters cell can say `batch_size = None` for "the profile's value"."""
+def make_config(profile: str | None = "auto", *overlays: typing.Mapping[str, typing.Mapping], **params) -> Config:
+    """Build a Config from a profile, its recipe, then each overlay in turn, then `params`.
+
+    An overlay maps profile names to values, such as a chapter's sizes per profile
+    (`{"cpu": {"epochs": 1}}`): only the resolved profile's entry applies, and a key that is no
+    profile name is refused (a typo would otherwise apply nothing). Values that are None, in an
+    overlay or in `params`, are ignored, so a notebook's parameters cell can say `batch_size = None`
+    for "the profile's value"."""
     resolved = resolve_profile(profile)
     values = dict(PROFILES[resolved]) if resolved else {}
     if resolved == "smoke" and os.environ.get(REHEARSAL_ENV):
         values.update(REHEARSAL_SWITCHES)  # a notebook's smoke branches, with the gpu profile's switches
     if profile == "auto" and resolved == "cpu" and mps_available():
         values["device"] = "mps"  # Apple silicon: the cpu profile's sizes, trained on its GPU
-    overrides = {k: v for k, v in overrides.items() if v is not None}
-    recipe = overrides.get("recipe", values.get("recipe"))
+    overlaid = _overlay_values(overlays, resolved)
+    params = {k: v for k, v in params.items() if v is not None}
+    recipe = params.get("recipe", overlaid.get("recipe", values.get("recipe")))
     if recipe:
         values.update(RECIPES[_known_recipe(recipe)])
-    values.update(overrides)
+    values.update(overlaid)
+    values.update(params)
     return Config(**check_values(values))
+
+
+def _overlay_values(overlays, resolved: str | None) -> dict:
+    """The values `overlays` give the resolved profile, later overlays winning, None dropped."""
+    merged = {}
+    for overlay in overlays:
+        unknown = sorted(set(overlay) - set(PROFILES))
+        if unknown:
+            raise ConfigError(f"overlay key(s) {', '.join(map(repr, unknown))} are no profile; "
+                              f"key an overlay by {', '.join(PROFILES)}")
+        merged.update({k: v for k, v in profile_entry(overlay, resolved, {}).items() if v is not None})
+    return merged
+
+
+def profile_entry(per_profile: typing.Mapping, resolved: str | None, default=None):
+    """The entry of a per-profile mapping (an overlay, a chapter's choices) for a resolved profile;
+    `rehearsal` without one of its own takes smoke's, whose sizes it runs at."""
+    if resolved == "rehearsal" and resolved not in per_profile:
+        resolved = "smoke"
+    return per_profile.get(resolved, default)
 
 
 def parse_bool(text: str) -> bool:

@@ -141,6 +141,36 @@ def test_a_recipe_applies_over_the_profile_and_under_overrides():
         make_config("cpu", tta_views=9)
 
 
+def test_overlays_apply_after_profile_and_recipe_and_before_params():
+    from course_lib.config import RECIPES
+
+    sizes = {"cpu": {"epochs": 1, "image_size": 48}, "smoke": {"epochs": 7}}
+    config = make_config("cpu", sizes)
+    assert (config.epochs, config.image_size) == (1, 48)
+    assert config.batch_size == PROFILES["cpu"]["batch_size"]  # what the overlay leaves alone
+    assert make_config("smoke", sizes).epochs == 7 and make_config("gpu", sizes).epochs == PROFILES["gpu"]["epochs"]
+    # later overlays win, explicit params win over every overlay, None params mean "not given"
+    assert make_config("cpu", sizes, {"cpu": {"epochs": 2}}).epochs == 2
+    assert make_config("cpu", sizes, epochs=5).epochs == 5
+    assert make_config("cpu", sizes, epochs=None).epochs == 1
+    # the overlay sits over the recipe (one of its ingredients changed) and may name the recipe itself
+    speedrun_model = RECIPES["speedrun"]["model"]
+    assert make_config("cpu", {"cpu": {"tta_views": 1}}, recipe="speedrun").tta_views == 1
+    assert make_config("cpu", {"cpu": {"recipe": "speedrun"}}).model == speedrun_model
+    # the rehearsal runs at smoke's sizes: smoke's entry, unless the overlay has one of its own
+    assert make_config("rehearsal", sizes).epochs == 7
+    assert make_config("rehearsal", {**sizes, "rehearsal": {"epochs": 3}}).epochs == 3
+    # None in an overlay is dropped too: the profile's value stays
+    assert make_config("cpu", {"cpu": {"epochs": None}}).epochs == PROFILES["cpu"]["epochs"]
+
+
+def test_an_overlay_key_that_is_no_profile_is_refused():
+    with pytest.raises(ConfigError, match=rf"^overlay key\(s\) 'cuda' are no profile; key an overlay by {', '.join(PROFILES)}$"):
+        make_config("cpu", {"cuda": {"epochs": 1}})
+    with pytest.raises(ConfigError, match="unknown"):
+        make_config("cpu", {"cpu": {"epoch": 1}})  # an unknown field, refused as in params
+
+
 # The values the fault-injection pass (issue 13) tried: each gave a traceback or was accepted silently.
 OUT_OF_RANGE = [("lr", -1.0), ("label_smoothing", 2.0), ("seed", -1), ("image_size", 99999), ("lr", float("inf")),
                 ("lr", float("nan")), ("weight_decay", -1.0), ("ema_decay", 2.0), ("random_erasing", 5.0),

@@ -41,3 +41,27 @@ def test_close_recalls_are_not_called_different():
     close = pd.DataFrame({"recall": [0.88, 0.9], "support": [50, 50]}, index=["a", "b"])
     found = confusion_study.claims(SUMMARY, close, PAIRS.assign(true="a"), 0.6, 0.2)
     assert found[1].verdict == claims.NOT_SHOWN and found[2].verdict == claims.HOLDS  # designed share 60% > 20%
+
+
+@pytest.fixture
+def setup_without_datasets(monkeypatch):
+    """`confusion_study.setup` with real data hidden and the datasets not built (the config is tested)."""
+    from course_lib import ledger, paths
+    from course_lib.data import pipeline
+
+    monkeypatch.setenv(paths.DATA_ENV, paths.NO_REAL_DATA)
+    monkeypatch.setattr(pipeline, "build_datasets", lambda config: ("bundle of", config.epochs))
+    monkeypatch.setattr(ledger, "describe_hardware", lambda: "fake machine")
+    return confusion_study.setup
+
+
+def test_setup_trains_one_epoch_on_cpu_unless_told(setup_without_datasets):
+    from course_lib.config import PROFILES
+
+    cpu = setup_without_datasets("cpu")
+    assert cpu.config.epochs == 1 != PROFILES["cpu"]["epochs"] and cpu.bundle == ("bundle of", 1)
+    assert setup_without_datasets("cpu", epochs=3).config.epochs == 3
+    assert setup_without_datasets("cpu", epochs=None, image_size=48).config.image_size == 48
+    smoke = setup_without_datasets("smoke")
+    assert smoke.config.epochs == PROFILES["smoke"]["epochs"] and smoke.profile == "smoke"
+    assert smoke.data.synthetic and smoke.line.startswith("profile smoke: ") and smoke.line.endswith("fake machine")

@@ -75,3 +75,39 @@ def test_claims_measure_the_85_percent_rule_on_four_gpus(t4_seconds, verdict):
     assert found["ddp_efficiency"].measured == pytest.approx(100 * interval["efficiency"])
     assert found["ddp_efficiency"].low is not None and found["ddp_equivalence"].verdict == "holds"
     assert found["ddp_stage3_speedup"].verdict in ("holds", "refuted")
+
+
+@pytest.fixture
+def setup_without_datasets(monkeypatch):
+    """`ddp_scaling.setup` with real data hidden and a 10-image training split (the sizes are tested)."""
+    from types import SimpleNamespace
+
+    from course_lib import ledger, paths
+    from course_lib.data import pipeline
+
+    monkeypatch.setenv(paths.DATA_ENV, paths.NO_REAL_DATA)
+    monkeypatch.setattr(pipeline, "build_datasets", lambda config: SimpleNamespace(train=range(10)))
+    monkeypatch.setattr(ledger, "describe_hardware", lambda: "fake machine")
+    return ddp_scaling.setup
+
+
+def test_setup_shrinks_cpu_runs_and_takes_the_probe_sizes_from_the_profile(setup_without_datasets):
+    from course_lib.config import PROFILES
+
+    smoke = setup_without_datasets("smoke", threads_per_process=2)
+    assert (smoke.probe_steps, smoke.warmup_steps, smoke.profile_steps, smoke.engine_sweep) == (2, 1, 2, False)
+    assert smoke.config.image_size == PROFILES["smoke"]["image_size"] and smoke.config.output_dir == ddp_scaling.OUTPUT_DIR
+    assert smoke.train_images == 10 and smoke.flops_per_image > 0 and smoke.workers >= 1
+    assert smoke.lines()[0].endswith("2 thread(s) each") and smoke.lines()[1] == "machine: fake machine"
+    import pandas as pd
+
+    table = smoke.with_mfu(pd.DataFrame({"images_per_second": [100.0, None]}), "cpu", "off")
+    assert table["MFU"].iloc[0] > 0 and pd.isna(table["MFU"].iloc[1])  # no speed, no MFU
+    told = setup_without_datasets("smoke", workers=3, probe_steps=4, engine_sweep=True)
+    assert (told.workers, told.probe_steps, told.engine_sweep) == (3, 4, True)
+    rehearsal = setup_without_datasets("rehearsal")  # smoke's sizes, the gpu profile's switches
+    assert (rehearsal.probe_steps, rehearsal.engine_sweep, rehearsal.profile) == (2, False, "rehearsal")
+    cpu = setup_without_datasets("cpu", max_steps=None)
+    assert {name: getattr(cpu.config, name) for name in ddp_scaling.DDP_PROFILES["cpu"]} == ddp_scaling.DDP_PROFILES["cpu"]
+    assert (cpu.probe_steps, cpu.engine_sweep) == (5, True)
+    assert setup_without_datasets("cpu", image_size=48, engine_sweep=False).config.image_size == 48

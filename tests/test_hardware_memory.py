@@ -60,3 +60,25 @@ def test_sweep_growth_text():
     sweep = pd.DataFrame({"model": ["m", "m"], "image_size": [64, 64], "batch_size": [16, 32],
                           "measured_peak_bytes": [100, 180]})
     assert hardware_memory.sweep_growth_text(sweep) == "m 64 px 16->32: +80%"
+
+
+def test_setup_picks_the_sweep_device_and_disk_folder(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from course_lib import ledger
+
+    monkeypatch.setattr(ledger, "describe_hardware", lambda: "fake machine")
+    setup = hardware_memory.setup("smoke", str(tmp_path), batch_size=6, precision=None)
+    assert (setup.profile, setup.sweep_profile, setup.config.batch_size) == ("smoke", "smoke", 6)
+    assert setup.probe_folder == tmp_path and setup.lines()[1] == "machine: fake machine"
+    assert hardware_memory.setup("smoke", memory_sweep="cpu").sweep_profile == "cpu"
+    # a config that names CUDA on a machine without one measures on the CPU, under a memory cap
+    monkeypatch.setattr(hardware_memory.torch.cuda, "is_available", lambda: False)
+    cpu = hardware_memory.setup("smoke", device="cuda")
+    assert cpu.device.type == "cpu"
+    estimate = SimpleNamespace(at_batch=lambda batch: SimpleNamespace(total_bytes=1000 * batch))
+    probe = SimpleNamespace(estimate=lambda batch: estimate)
+    assert cpu.memory_cap(probe, {"batch_sizes": [2, 4, 8]}) == 16_000  # the estimate at twice the largest batch
+    assert cpu.memory_cap(probe, {"batch_sizes": [2, 4, 8]}, cap_mib=3) == 3 * 2**20
+    monkeypatch.setattr(hardware_memory.torch.cuda, "is_available", lambda: True)
+    assert hardware_memory.setup("smoke", device="cuda").memory_cap(probe, {"batch_sizes": [8]}) is None

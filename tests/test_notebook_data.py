@@ -6,8 +6,8 @@ import pytest
 from conftest import ROOT
 
 from course_lib import paths
-from course_lib.chapters import (casestudy, compress_and_deploy, confusion_study, data_pipeline, regularization_study,
-                                 time_to_accuracy, transfer_plans)
+from course_lib.chapters import (casestudy, compress_and_deploy, confusion_study, data_pipeline, ddp_scaling,
+                                 regularization_study, setup_check, time_to_accuracy, transfer_plans)
 from course_lib.config import ConfigError
 from course_lib.data import cache, class_split, datasets, landcover, pipeline, shards
 
@@ -32,24 +32,42 @@ def _setup_cell(stem: str) -> str:
 
 
 @pytest.mark.parametrize("stem, call", [
-    ("00", "config_with_data(profile"), ("02", "data_pipeline.pipeline_setup("), ("03", "mixed_precision.notebook_setup("),
-    ("04", "gradient_accumulation.notebook_setup("), ("05", "config_with_data(profile"), ("06", "optimizer_study.notebook_setup("),
+    ("00", "setup_check.setup("), ("02", "data_pipeline.setup("), ("03", "mixed_precision.notebook_setup("),
+    ("04", "gradient_accumulation.notebook_setup("), ("05", "ddp_scaling.setup("), ("06", "optimizer_study.notebook_setup("),
     ("07", "regularization_study.study_setup("), ("08", "transfer_plans.notebook_setup("),
-    ("09", "confusion_study.study_config("), ("10", "casestudy.notebook_setup("), ("11", "troubleshoot.notebook_setup("),
+    ("09", "confusion_study.setup("), ("10", "casestudy.notebook_setup("), ("11", "troubleshoot.notebook_setup("),
     ("12", "time_to_accuracy.race_setup("), ("13", "study.study_setup("),
     ("14", "config_with_data(profile")])
 def test_each_notebook_chooses_its_data_through_the_function_tested_here_and_prints_its_line(stem, call):
     code = _setup_cell(stem)
     assert call in code, f"notebook {stem} no longer calls {call}: the tests below would not cover its data choice"
-    assert ".line)" in code.split(call, 1)[1].split("\n\n", 1)[0] or "data.line)" in code, \
+    assert ".line)" in code.split(call, 1)[1].split("\n\n", 1)[0] or "data.line)" in code \
+        or "print(setup.data.line," in code, \
         f"notebook {stem} does not print the data line"
 
 
 @pytest.mark.parametrize("profile", PROFILES)
+def test_00_shows_the_synthetic_data_it_fell_back_to(no_real_data, profile):
+    setup = setup_check.setup(profile, image_size=32)
+    assert setup.data.synthetic and setup.config.dataset == "landcover-synth"
+    sizes = setup.split_sizes()
+    assert sizes["train"] > 0 and sizes["val"] >= len(setup.bundle.classes)  # a sample grid row per class
+
+
+@pytest.mark.parametrize("profile", PROFILES)
 def test_02_times_no_more_images_than_the_folder_holds(no_real_data, profile):
-    setup = data_pipeline.pipeline_setup(profile, image_size=32)
+    setup = data_pipeline.setup(profile, image_size=32, torch_threads=0)
     assert setup.data.synthetic and "workbook data get eurosat" in setup.data.line
     assert 0 < setup.images <= len(datasets.ImageFolderDataset(setup.folder))
+    cores = setup.cores  # the loader sweep: from none to twice the cores
+    assert setup.sweep_workers == sorted({0, 1, 2, max(1, cores // 2), cores, 2 * cores}) and setup.epochs == 2
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_05_every_worker_gets_a_batch_of_the_profiles_own_data(no_real_data, profile):
+    setup = ddp_scaling.setup(profile, image_size=32)
+    assert setup.data.synthetic and setup.config.dataset == "landcover-synth"
+    assert setup.train_images >= setup.workers * setup.config.batch_size
 
 
 @pytest.mark.parametrize("profile", ["smoke", "cpu"])  # gpu: its setup trains on the GPU it asks for
@@ -123,9 +141,9 @@ def test_08_source_and_label_counts_fit_the_smallest_class(no_real_data, profile
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_09_trains_on_the_synthetic_data(no_real_data, profile):
-    config, data = confusion_study.study_config(profile, image_size=32)
-    assert data.synthetic and config.dataset == "landcover-synth"
-    bundle = pipeline.build_datasets(config)
+    setup = confusion_study.setup(profile, image_size=32)
+    config, bundle = setup.config, setup.bundle
+    assert setup.data.synthetic and config.dataset == "landcover-synth"
     assert len(bundle.train) >= config.batch_size and bundle.test is not None and len(bundle.val) > 0
 
 

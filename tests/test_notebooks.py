@@ -1,5 +1,6 @@
 """Every notebook executes in the smoke profile, and every committed notebook follows the house rules."""
 import ast
+import re
 
 import nbformat
 import pytest
@@ -68,6 +69,40 @@ def test_notebook_parameters_arrive_typed():
                       "range_test_steps": 8, "source": "digits", "target": "auto", "source_epochs": 2,
                       "target_top1": 0.5, "source_image_size": 128}
     assert type(merged["target_top1"]) is float and type(merged["source_epochs"]) is int
+
+
+SETUP_CELL_MAX_LINES = 10  # issue 29: imports, one `<chapter>.setup(profile, ...)` call and a few prints
+# The notebooks whose setup moved into their chapter module (issue 29 point 5): all but 14, whose
+# setup still sizes its profiles in the cell.
+SETUP_CELLS_DONE = ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13"]
+PER_PROFILE_BRANCH = re.compile(r"\bprofile\s*[!=]=|\bif smoke\b|\bsmoke else\b")
+
+
+def _setup_cell_and_body(path) -> tuple[str, list[str]]:
+    """The setup cell (the code cell after the parameters cell) and the code cells after it."""
+    notebook = nbformat.read(str(path), as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    start = next(i for i, cell in enumerate(code) if "parameters" in cell.metadata.get("tags", []))
+    return code[start + 1].source, [cell.source for cell in code[start + 2:]]
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem[:2] in SETUP_CELLS_DONE],
+                         ids=[p.stem for p in NOTEBOOKS if p.stem[:2] in SETUP_CELLS_DONE])
+def test_setup_cell_is_a_few_lines_and_the_body_has_no_profile_branches(path):
+    setup, body = _setup_cell_and_body(path)
+    # imports and comments say what the notebook uses and why; the rule is about the logic
+    lines = [line for line in setup.splitlines() if line.strip() and not line.lstrip().startswith(("import ", "from ", "#"))]
+    assert len(lines) <= SETUP_CELL_MAX_LINES, (f"{path.name}: the setup cell has {len(lines)} lines besides imports; "
+                                                f"move sizes and choices into the chapter's setup (at most "
+                                                f"{SETUP_CELL_MAX_LINES})")
+    assert re.search(r"\w*setup\(profile", setup), \
+        f"{path.name}: the setup cell must call its chapter's setup(profile, ...)"
+    branches = [line.strip() for source in body for line in source.splitlines() if PER_PROFILE_BRANCH.search(line)]
+    assert not branches, f"{path.name}: per-profile branches outside the setup cell: {branches}"
+
+
+def test_setup_cells_done_names_existing_notebooks():
+    assert set(SETUP_CELLS_DONE) <= {path.stem[:2] for path in NOTEBOOKS}
 
 
 CLAIMS_CELL_MAX_LINES = 8  # issue 14: the claims section is a few lines calling course_lib.analysis.claims

@@ -44,3 +44,15 @@ def test_claims_with_a_gpu_compare_it_with_the_cpu(monkeypatch):
     found = {c.key: c for c in setup_check.claims(facts, rows, 2048)}
     assert all(c.verdict == claims.HOLDS for c in found.values())
     assert found["gpu_much_faster"].measured == 800.0
+
+
+def test_setup_builds_the_chosen_data_with_the_given_sizes(monkeypatch):
+    from course_lib import ledger
+
+    monkeypatch.setattr(ledger, "describe_hardware", lambda: "fake machine")
+    setup = setup_check.setup("smoke", image_size=48, dataset=None)
+    assert setup.config.image_size == 48 and setup.profile == "smoke" and setup.data.synthetic
+    assert setup.line == f"profile smoke: {setup.config.dataset} at 48 px on {setup.config.device}; machine: fake machine"
+    sizes = setup.split_sizes()
+    assert sizes["train"] == len(setup.bundle.train) > 0 and sizes["val"] == len(setup.bundle.val)
+    assert set(sizes) == {"train", "val", "test"}

@@ -38,6 +38,11 @@ class DeploySetup:
     channel_ratios: list = dataclasses.field(default_factory=list)  # channel pruning, each a fine-tune
     memory_per_class: int = 20  # continual learning: old images kept per class, replayed in balance
 
+    def compiles_int8(self, choice: str | bool = "auto") -> bool:
+        """The notebook's `compile_int8`: true, false, or auto (the gpu profile only: a C++ compile takes
+        30-90 s on 2 cores)."""
+        return choice is True or choice == "true" or (choice == "auto" and self.profile == "gpu")
+
     def line(self, hardware: str) -> str:
         bundle = self.bundle
         return (f"profile {self.profile}: {bundle.source}, {len(bundle.classes)} classes, {len(bundle.train)} "

@@ -2,26 +2,48 @@
 metrics, classes that score differently beyond binomial noise, the confusion matrix pointing at
 specific pairs, and MixUp's gain with its bootstrap interval. The numbers come from
 `analysis.evaluation`, `analysis.confusion` and `analysis.comparison`; this module compares, and
-builds the notebook's config (`study_config`)."""
+builds the notebook's config and data (`setup`)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from course_lib.analysis import claims as claim_records
 from course_lib.analysis import statistics
 
+# Values over the profile. cpu: one epoch (not the profile's two) keeps both trainings within the
+# notebook's time budget; the analysis needs a model that makes mistakes, not a good one.
+STUDY_PROFILES = {"cpu": {"epochs": 1}}
 
-def study_config(profile: str, data_dir: str | None = None, **values):
-    """(Config, paths.DataChoice) of the notebook's two trainings: the data `datasets.config_with_data`
-    picks (data_dir, else real data when found, not in smoke, else the profile's landcover-synth) and
-    `values` (None: the profile's). cpu: one epoch (not the profile's two) keeps both trainings within
-    the notebook's time budget; the analysis needs a model that makes mistakes, not a good one."""
+
+@dataclasses.dataclass
+class ConfusionSetup:
+    """Notebook 09's config, data and datasets (`setup`)."""
+
+    config: object  # Config of both trainings (the baseline and the MixUp run)
+    data: object  # paths.DataChoice: what the notebook prints first
+    bundle: object  # DataBundle: its training counts per class and whether it has a test split
+    profile: str  # resolved: names the saved evaluations
+    hardware: str  # ledger.describe_hardware()
+
+    @property
+    def line(self) -> str:
+        config = self.config
+        return (f"profile {self.profile}: {config.model} at {config.image_size}px on {config.dataset} "
+                f"{config.data_dir or '(generated cache)'}; {self.hardware}")
+
+
+def setup(profile: str, data_dir: str | None = None, **params) -> ConfusionSetup:
+    """The data `datasets.config_with_data` picks (data_dir, else real data when found, not in smoke,
+    else the profile's landcover-synth), `STUDY_PROFILES` over the profile, then `params` (None: not
+    given), and the datasets of that config."""
+    from course_lib import ledger
     from course_lib.config import resolve_profile
-    from course_lib.data import datasets
+    from course_lib.data import datasets, pipeline
 
-    if values.get("epochs") is None and resolve_profile(profile) == "cpu":
-        values["epochs"] = 1
-    return datasets.config_with_data(profile, data_dir=data_dir, **values)
+    config, data = datasets.config_with_data(profile, STUDY_PROFILES, data_dir=data_dir, **params)
+    return ConfusionSetup(config, data, pipeline.build_datasets(config), resolve_profile(profile),
+                          ledger.describe_hardware())
 
 
 def claims(summary: dict, classes_only, pairs, designed_share: float, even_share: float,

@@ -2,7 +2,7 @@
 shards, the DataLoader knee, pinned memory, the starved accelerator, DataLoader tuning, the disk and
 CPU cores per GPU. The measuring lives in `measure.loader_sweep`, `data.decode`, `data.shards` and
 `measure.disk`; this module only compares what they measured with what the article says, and picks
-the notebook's data and sizes (`pipeline_setup`)."""
+the notebook's data, sizes and machine (`setup`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,29 +18,103 @@ from course_lib.measure import loader_sweep
 DEFAULT_LOADER = "default DataLoader"  # num_workers=0, no pinning, no prefetch, no persistent workers
 
 
+# What each profile measures beyond its sizes. smoke: a check, not a measurement (one timed epoch,
+# two repeats, a few images); cpu and gpu: two timed epochs and medians over 3-5 repeats, the loader
+# sweep from none to twice the cores (`sweep_workers` []).
+PIPELINE_CHOICES = {
+    "smoke": {"sweep_workers": [0, 1], "epochs": 1, "decode_files": 32, "decode_repeats": 2, "generated_images": 8, "decode_sizes": [256],
+              "single_process_images": 64, "training_repeats": 2, "training_batches": 2, "read_repeats": 2,
+              "disk_probe_mib": 8},
+    "cpu": {"sweep_workers": [], "epochs": 2, "decode_files": 512, "decode_repeats": 5, "generated_images": 0, "decode_sizes": [256, 1024],
+            "single_process_images": 256, "training_repeats": 3, "training_batches": 5, "read_repeats": 3,
+            "disk_probe_mib": 64},
+}
+PIPELINE_CHOICES["gpu"] = PIPELINE_CHOICES["cpu"]
+
+
 @dataclasses.dataclass
 class PipelineSetup:
-    """Notebook 02's data and sizes (`pipeline_setup`)."""
+    """Notebook 02's data, sizes and machine (`setup`)."""
 
     data: object  # paths.DataChoice: what the notebook prints first
     config: object  # Config, num_workers resolved to this machine's number
     folder: object  # Path: the training image folder every section reads
     images: int  # images per timed epoch: max_train_images, at most what the folder holds
+    profile: str = "cpu"  # resolved
+    cores: int = 1  # usable CPU cores of this process
+    device: object = None  # torch.device batches are copied to; None on a CPU-only machine
+    model: object = None  # the timm model section 3 trains, on `run_on`
+    flops_per_image: float = 0.0  # its training FLOPs (forward + backward) per image: the MFU columns
+    sweep_workers: list = dataclasses.field(default_factory=list)  # num_workers values of the loader sweep
+    pins: tuple = (False,)  # pin_memory values of the sweep: True only with CUDA, where pinning can help
+    hardware: str = ""  # ledger.describe_hardware()
+    cache_dir: object = None  # Path of the project's data cache: the shards and the disk probe's file
+    physical_cores: int = 1  # of the machine: the knee's share of them is a claim
+    epochs: int = 2  # timed epochs per measurement (after one warm-up epoch)
+    decode_files: int = 512  # the dataset's own files the decoders decode
+    decode_repeats: int = 5  # timed passes per decoder
+    generated_images: int = 0  # generated JPEGs per size; 0: bench.images_for_size
+    decode_sizes: list = dataclasses.field(default_factory=list)  # pixels: generated JPEG sizes
+    single_process_images: int = 256  # images of the one-process rate (half of them with every thread)
+    training_repeats: int = 3  # interleaved repeats of the default vs tuned training comparison
+    training_batches: int = 5  # timed batches per training repeat
+    read_repeats: int = 3  # repeats of the raw-read and cold-read disk timings
+    disk_probe_mib: int = 64  # MiB: size of the disk probe's file
+
+    @property
+    def run_on(self):
+        """Where section 3 trains, and whose peak FLOP/s the MFU columns use."""
+        return self.device or torch.device("cpu")
+
+    def generated_count(self, size: int) -> int:
+        """Generated JPEGs to decode at `size` pixels."""
+        from course_lib.measure import bench
+
+        return self.generated_images or bench.images_for_size(size)
+
+    def lines(self) -> list[str]:
+        """What the notebook prints after the data line."""
+        config = self.config
+        return [(f"profile {self.profile}: {self.folder} at {config.image_size} px, {self.images} images per timed "
+                 f"epoch, batch {config.batch_size}"),
+                (f"machine: {self.hardware}; {self.cores} usable cores; batches go to "
+                 f"{self.device or 'the CPU (no GPU)'}; {torch.get_num_threads()} torch thread(s) in this process")]
 
 
-def pipeline_setup(profile: str, data_dir: str | None = None, **values) -> PipelineSetup:
+def setup(profile: str, data_dir: str | None = None, *, sweep_workers: list | None = None,
+          decode_sizes: list | None = None, torch_threads: int = 1, **params) -> PipelineSetup:
     """The data `datasets.config_with_data` picks (data_dir, else real data when found, not in smoke,
-    else the profile's landcover-synth), the config with `values` (None: the profile's), and the images
-    per timed epoch cut to what the training folder has."""
-    from course_lib import devices
-    from course_lib.data import datasets
+    else the profile's landcover-synth), the config with `params` (None: the profile's), the images
+    per timed epoch cut to what the training folder has, the model section 3 trains, and the profile's
+    measurement sizes (`PIPELINE_CHOICES`). `sweep_workers` empty: [0, 1] in smoke, else 0, 1, 2, half
+    the cores, the cores and twice the cores; `decode_sizes` empty: the profile's. `torch_threads`
+    (0: torch's default) sets this process's intra-op threads: num_workers=0 and DeviceAugment on the
+    CPU run in this process, so keep it to one core."""
+    import timm
 
-    config, data = datasets.config_with_data(profile, data_dir=data_dir, **values)
+    from course_lib import devices, ledger, paths
+    from course_lib.config import profile_entry, resolve_profile
+    from course_lib.data import datasets
+    from course_lib.measure import flops
+
+    config, data = datasets.config_with_data(profile, data_dir=data_dir, **params)
     # num_workers=-1 (the profile's "recommended") becomes this machine's number: the comparisons print it
     config = config.replace(num_workers=devices.resolve_num_workers(config.num_workers))
     folder = loaders.default_image_folder(config)
-    available = len(datasets.ImageFolderDataset(folder))
-    return PipelineSetup(data, config, folder, min(config.max_train_images or available, available))
+    whole = datasets.ImageFolderDataset(folder)
+    resolved, cores = resolve_profile(profile), devices.usable_cores()
+    choices = dict(profile_entry(PIPELINE_CHOICES, resolved))
+    choices["decode_sizes"] = list(decode_sizes or choices["decode_sizes"])
+    profile_workers = choices.pop("sweep_workers")  # []: from none to twice the cores
+    sweep_workers = list(sweep_workers or profile_workers or sorted({0, 1, 2, max(1, cores // 2), cores, 2 * cores}))
+    if torch_threads:
+        torch.set_num_threads(torch_threads)
+    device = devices.transfer_device(config.device)
+    model = timm.create_model(config.model, num_classes=len(whole.classes)).to(device or torch.device("cpu"))
+    return PipelineSetup(data, config, folder, min(config.max_train_images or len(whole), len(whole)), resolved, cores,
+                         device, model, flops.training_flops_per_image(model, config.image_size), sweep_workers,
+                         (False, True) if torch.cuda.is_available() else (False,), ledger.describe_hardware(),
+                         paths.project_root() / paths.CACHE_DIR, physical_cores=devices.physical_cores(), **choices)
 
 
 def pin_memory_rows(dataset, config, setting: loader_sweep.LoaderSetting, epochs: int, device, repeats: int = 3):

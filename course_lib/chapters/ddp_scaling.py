@@ -1,7 +1,10 @@
 """Notebook 05's claims and advice: the articles' DDP rules of thumb (85% scaling efficiency at 4
 GPUs, act when communication passes 15% of a step, stage 3's 2.5x) applied to what `engine.ddp`
-measured, as `analysis.claims` records and as advice lines (`workbook ddp --scaling` prints them)."""
+measured, as `analysis.claims` records and as advice lines (`workbook ddp --scaling` prints them);
+and the notebook's config, data and sizes per profile (`setup`)."""
 from __future__ import annotations
+
+import dataclasses
 
 from course_lib.analysis import claims as claim
 from course_lib.devices import physical_cores
@@ -12,6 +15,76 @@ EFFICIENCY_TARGET = 0.85  # "4-GPU DDP should reach 85% scaling efficiency or be
 COMMUNICATION_LIMIT = 0.15  # "when communication is more than 15% of the step, act"
 ARTICLE_STAGE3_SPEEDUP = 2.5  # "4 GPUs: about 2.5x over single-GPU AMP" (13 min -> ~5 min per epoch)
 ARTICLE_EXAMPLE_MINUTES = (100.0, 35.0)  # 1 GPU 100 min, 4 GPUs 35 min: "71%, low"
+
+# Values over the profile. On a CPU every launch pays process start-up, and the lesson is in the
+# ratios: smaller runs keep the cpu profile near 2 minutes (a GPU keeps its profile's sizes).
+DDP_PROFILES = {"cpu": {"image_size": 32, "max_steps": 8, "max_train_images": 512}}
+OUTPUT_DIR = "runs/checkpoints/ddp"
+# The scaling probe per profile: timed steps per setting, thrown-away warm-up steps, profiled steps
+# (torch.profiler's all-reduce share); smoke: a check, not a measurement. The engine sweep (one
+# launch per worker count) is off in smoke.
+PROBE_CHOICES = {"smoke": {"probe_steps": 2, "warmup_steps": 1, "profile_steps": 2, "engine_sweep": False},
+                 "cpu": {"probe_steps": 5, "warmup_steps": 2, "profile_steps": 3, "engine_sweep": True},
+                 "gpu": {"probe_steps": 5, "warmup_steps": 2, "profile_steps": 3, "engine_sweep": True}}
+
+
+@dataclasses.dataclass
+class DdpSetup:
+    """Notebook 05's config, data and sizes (`setup`)."""
+
+    config: object  # Config every worker trains with
+    data: object  # paths.DataChoice: what the notebook prints first
+    profile: str  # resolved; the workers are launched with it
+    workers: int  # DDP worker processes of the launches and the scaling probe
+    threads_per_process: int  # OMP threads per worker process
+    train_images: int  # images in the training split: the sampler's shards and the probe's epoch
+    flops_per_image: float  # training FLOPs (forward + backward) per image of the model: the MFU columns
+    probe_steps: int  # timed steps per setting in the scaling probe
+    warmup_steps: int  # thrown-away steps before the timed ones
+    profile_steps: int  # steps under torch.profiler for the all-reduce share
+    engine_sweep: bool  # train once per worker count through the engine
+    hardware: str  # ledger.describe_hardware()
+
+    def with_mfu(self, table, device, precision: str):
+        """`table` with an MFU column: its images_per_second times the model's training FLOPs per image,
+        over the peak of the device and precision the workers used."""
+        from course_lib.measure import flops
+
+        return flops.with_mfu(table, None, self.config.image_size, device, precision, "images_per_second",
+                              flops_per_image=self.flops_per_image)
+
+    def lines(self) -> list[str]:
+        """What the notebook prints after the data line."""
+        config = self.config
+        return [(f"profile {self.profile}: {config.model} at {config.image_size} px, {config.batch_size} images per "
+                 f"worker, {self.workers} worker(s) on {config.device}, {self.threads_per_process} thread(s) each"),
+                f"machine: {self.hardware}"]
+
+
+def setup(profile: str, *, workers: int = 0, threads_per_process: int = 1, probe_steps: int = 0,
+          engine_sweep: str | bool = "auto", **params) -> DdpSetup:
+    """The profile's own data (`find_real=False`: WORKBOOK_DATA=<folder> changes it, and every worker
+    gets the same), `DDP_PROFILES` over the profile, then `params` (None: not given); `workers` 0:
+    every GPU, or 2 on a CPU (`torchrun.default_workers`); `probe_steps` 0 and `engine_sweep` "auto":
+    the profile's (`PROBE_CHOICES`)."""
+    from course_lib import ledger
+    from course_lib.config import profile_entry, resolve_profile
+    from course_lib.data.datasets import config_with_data
+    from course_lib.data.pipeline import build_datasets
+    from course_lib.engine import torchrun
+    from course_lib.measure import flops
+    from course_lib.models.factory import build_model
+
+    config, data = config_with_data(profile, DDP_PROFILES, find_real=False, **{"output_dir": OUTPUT_DIR, **params})
+    resolved = resolve_profile(profile)
+    choices = dict(profile_entry(PROBE_CHOICES, resolved))
+    choices["probe_steps"] = probe_steps or choices["probe_steps"]
+    if engine_sweep != "auto":
+        choices["engine_sweep"] = bool(engine_sweep)
+    train_images = len(build_datasets(config).train)
+    flops_per_image = flops.training_flops_per_image(build_model(config, num_classes=8), config.image_size)
+    return DdpSetup(config, data, resolved, workers or torchrun.default_workers(config), threads_per_process,
+                    train_images, flops_per_image, hardware=ledger.describe_hardware(), **choices)
 
 
 def communication_verdict(share: float) -> str:

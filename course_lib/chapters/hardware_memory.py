@@ -2,13 +2,59 @@
 ResNet-50's mixed-precision training memory (measured on a GPU, the workbook's estimate elsewhere), what
 doubling the batch adds, cores and RAM per GPU, the workers rule, random vs sequential reads, and
 whether reduced-precision matmuls are fast here. The measuring lives in `measure.memory`,
-`measure.doctor` and `measure.peak`; this module compares."""
+`measure.doctor` and `measure.peak`; this module compares, and builds the notebook's config (`setup`)."""
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
 from course_lib.analysis import claims as claim_records
 from course_lib.measure import memory
+
+
+@dataclasses.dataclass
+class HardwareSetup:
+    """Notebook 01's config, device, sweep and the folder its disk probe reads (`setup`)."""
+
+    config: object  # Config: the model, batch, precision and optimizer of the memory estimate
+    profile: str  # resolved
+    sweep_profile: str  # which estimate-vs-measured sweep runs (`memory.sweep_plan`)
+    device: torch.device  # where the memory is measured: the CUDA GPU the config names, else the CPU
+    probe_folder: object  # Path the disk probe reads
+    hardware: str  # ledger.describe_hardware()
+
+    def lines(self) -> list[str]:
+        config = self.config
+        return [f"profile {self.profile} -> sweep {self.sweep_profile}; {config.model} at {config.image_size} px on {self.device}",
+                f"machine: {self.hardware}"]
+
+    def memory_cap(self, probe, plan: dict, cap_mib: int = 0) -> int | None:
+        """Bytes the largest-batch search may use: on a CPU `cap_mib` (0: the estimate at twice the
+        plan's largest batch, so the search stops before the machine swaps); on a GPU None, its
+        own memory is the limit (the search stops at CUDA's out-of-memory error)."""
+        if self.device.type != "cpu":
+            return None
+        return cap_mib * 2**20 or probe.estimate(2).at_batch(2 * plan["batch_sizes"][-1]).total_bytes
+
+
+def setup(profile: str, data_dir: str | None = None, memory_sweep: str = "auto", **params) -> HardwareSetup:
+    """The profile with `params` (None: the profile's), the device the config names (the CPU when it
+    names CUDA and none is here), the sweep (`memory_sweep` "auto": the profile's) and the disk
+    probe's folder: data_dir, else the config's data_dir, else the real data every run finds, or
+    the committed sample."""
+    from course_lib import ledger
+    from course_lib.config import make_config, resolve_profile
+    from course_lib.measure import doctor
+    from course_lib.paths import resolve_path
+
+    config = make_config(profile, **params)
+    resolved = resolve_profile(profile)
+    cuda = config.device.startswith("cuda") and torch.cuda.is_available()
+    folder = data_dir or config.data_dir
+    return HardwareSetup(config, resolved, resolved if memory_sweep == "auto" else memory_sweep,
+                         torch.device("cuda" if cuda else "cpu"),
+                         resolve_path(folder) if folder else doctor.default_data_folder(), ledger.describe_hardware())
 
 
 def resnet50_memory(device) -> dict:

@@ -1,11 +1,12 @@
 """The articles' environment check (notebook 00): are the declared packages installed, does
 torch see a GPU, and do CPU and GPU agree on a small matmul? Advice is computed from what
-is found, never canned.
+is found, never canned. `setup` builds the notebook's config, data and datasets.
 
 PyTorch install matrix: https://pytorch.org/get-started/locally/
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata as metadata
 
 from packaging.requirements import Requirement
@@ -13,6 +14,40 @@ from packaging.requirements import Requirement
 from course_lib.instruments.timing import time_repeats
 
 DISTRIBUTION = "course-lib"
+
+
+@dataclasses.dataclass
+class SetupCheck:
+    """Notebook 00's config, data and datasets (`setup`)."""
+
+    config: object  # Config
+    data: object  # paths.DataChoice: what the notebook prints first
+    bundle: object  # DataBundle whose sizes and sample grid the notebook shows
+    profile: str  # resolved
+    hardware: str  # ledger.describe_hardware()
+
+    @property
+    def line(self) -> str:
+        config = self.config
+        return (f"profile {self.profile}: {config.dataset} at {config.image_size} px on {config.device}; "
+                f"machine: {self.hardware}")
+
+    def split_sizes(self) -> dict:
+        """Images per split; 0 for a split the dataset does not have."""
+        return {split: len(getattr(self.bundle, split)) if getattr(self.bundle, split) is not None else 0
+                for split in ("train", "val", "test")}
+
+
+def setup(profile: str, **params) -> SetupCheck:
+    """The data `datasets.config_with_data` picks for `params` (dataset/data_dir, else the real data
+    every run finds, not in smoke, else landcover-synth; None: the profile's) and its datasets."""
+    from course_lib import ledger
+    from course_lib.config import resolve_profile
+    from course_lib.data.datasets import config_with_data
+    from course_lib.data.pipeline import build_datasets
+
+    config, data = config_with_data(profile, **params)
+    return SetupCheck(config, data, build_datasets(config), resolve_profile(profile), ledger.describe_hardware())
 
 
 def package_report(distribution: str = DISTRIBUTION) -> list[dict]:

@@ -181,14 +181,15 @@ def limit_indices(count: int, max_images: int, seed: int) -> list[int] | None:
     return sorted(np.random.default_rng(seed).permutation(count)[:max_images].tolist())
 
 
-def config_with_data(profile: str | None, *, find_real: bool = True, **values) -> tuple[Config, DataChoice]:
-    """(Config, DataChoice) for `profile` and `values` (Config fields; None and "" for dataset or
-    data_dir mean not given): the data `paths.choose_data` picks, under the values. `workbook train`,
+def config_with_data(profile: str | None, *overlays, find_real: bool = True, **values) -> tuple[Config, DataChoice]:
+    """(Config, DataChoice) for `profile`, a chapter's `overlays` (`config.make_config`'s) and `values`
+    (Config fields; None and "" for dataset or data_dir mean not given): the data `paths.choose_data`
+    picks, under the values. `workbook train`,
     `data info`, `speedrun`, `ddp` and the notebooks build their configs here, so they agree on the data."""
     given = {name: value for name, value in values.items()
              if value is not None and not (name in ("dataset", "data_dir") and value == "")}
     choice = choose_data(resolve_profile(profile), given.get("data_dir"), given.get("dataset"), find_real=find_real)
-    return make_config(profile, **{**choice.overrides, **given}), choice
+    return make_config(profile, *overlays, **{**choice.overrides, **given}), choice
 
 
 def image_folder_root(config: Config) -> Path:

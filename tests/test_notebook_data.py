@@ -37,7 +37,7 @@ def _setup_cell(stem: str) -> str:
     ("07", "regularization_study.study_setup("), ("08", "transfer_plans.notebook_setup("),
     ("09", "confusion_study.setup("), ("10", "casestudy.notebook_setup("), ("11", "troubleshoot.notebook_setup("),
     ("12", "time_to_accuracy.race_setup("), ("13", "study.study_setup("),
-    ("14", "config_with_data(profile")])
+    ("14", "profiling.setup(")])
 def test_each_notebook_chooses_its_data_through_the_function_tested_here_and_prints_its_line(stem, call):
     code = _setup_cell(stem)
     assert call in code, f"notebook {stem} no longer calls {call}: the tests below would not cover its data choice"
@@ -101,6 +101,15 @@ def test_11_makes_its_problems_on_the_cpu_transforms(no_real_data, profile):
         assert setup.config.max_steps == (4 if profile == "smoke" else 12) and len(setup.bundle.train) > 0
     finally:
         shutil.rmtree(setup.scratch, ignore_errors=True)
+
+
+@pytest.mark.parametrize("profile", ["smoke", "cpu"])  # gpu: its setup profiles the GPU it asks for
+def test_14_profiles_a_few_steps_of_the_profiles_data(no_real_data, profile):
+    from course_lib.chapters import profiling
+
+    setup = profiling.setup(profile, image_size=32)
+    assert setup.data.synthetic and setup.config.epochs == 1
+    assert setup.config.max_steps == (4 if profile == "smoke" else 10) and setup.monitor_interval == 0.1
 
 
 @pytest.mark.parametrize("profile", PROFILES)

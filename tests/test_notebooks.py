@@ -72,9 +72,8 @@ def test_notebook_parameters_arrive_typed():
 
 
 SETUP_CELL_MAX_LINES = 10  # issue 29: imports, one `<chapter>.setup(profile, ...)` call and a few prints
-# The notebooks whose setup moved into their chapter module (issue 29 point 5): all but 14, whose
-# setup still sizes its profiles in the cell.
-SETUP_CELLS_DONE = ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13"]
+# The notebooks whose setup moved into their chapter module (issue 29 point 5): every one.
+SETUP_CELLS_DONE = ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13", "14"]
 PER_PROFILE_BRANCH = re.compile(r"\bprofile\s*[!=]=|\bif smoke\b|\bsmoke else\b")
 
 

@@ -50,6 +50,38 @@ class EpochProfile:
         return float(self.phases.loc["data wait", "share of epoch"])
 
 
+@dataclasses.dataclass
+class ProfilingSetup:
+    """Notebook 14's config, data and the sizes its parameters left to the profile (`setup`)."""
+
+    data: object  # paths.DataChoice: what the notebook prints first
+    config: Config  # one epoch of a few profiled steps, writing into OUTPUT_DIR
+    device: torch.device
+    folder: str  # the run's folder: traces, timelines, snapshots and checkpoints go here
+    monitor_interval: float  # seconds between utilisation samples
+    repeats: int  # timed repeats of the checkpointing comparison
+
+    def line(self, hardware: str) -> str:
+        config = self.config
+        return (f"{config.model}, {config.image_size} px, batch {config.batch_size}, {config.max_steps} profiled steps, "
+                f"device {self.device}; hardware: {hardware}")
+
+
+def setup(profile: str, *, max_steps: int | None = None, monitor_interval: float = 0.0, repeats: int = 0,
+          **given) -> ProfilingSetup:
+    """The data `datasets.config_with_data` picks (real data when found), one epoch of `max_steps`
+    profiled steps (None: 10, smoke 4), utilisation sampled every `monitor_interval` seconds (0: 0.1)
+    and `repeats` timed repeats (0: 5, smoke 2)."""
+    from course_lib.config import resolve_profile
+    from course_lib.data.datasets import config_with_data
+
+    smoke = resolve_profile(profile) == "smoke"
+    base, data = config_with_data(profile, **{k: v for k, v in given.items() if v is not None})
+    config = base.replace(epochs=1, max_steps=max_steps or (4 if smoke else 10), output_dir=OUTPUT_DIR)
+    return ProfilingSetup(data, config, devices.resolve_device(config.device), OUTPUT_DIR, monitor_interval or 0.1,
+                          repeats or (2 if smoke else 5))
+
+
 def _profiler_activities(device: torch.device) -> list:
     from torch.profiler import ProfilerActivity
 

@@ -62,9 +62,9 @@ def run_folder_with_corrupt_file(tmp_path):
     return root
 
 
-def _train_arguments(folder, tmp_path, bad_images):
+def _train_arguments(folder, tmp_path, bad_images, num_workers=1):
     return ["train", "--profile", "smoke", "--no-progress", "-p", "dataset=imagefolder", "-p", f"data_dir={folder}",
-            "-p", "num_workers=1", "-p", "batch_size=3", "-p", "max_steps=0", "-p", "max_train_images=0",
+            "-p", f"num_workers={num_workers}", "-p", "batch_size=3", "-p", "max_steps=0", "-p", "max_train_images=0",
             "-p", f"bad_images={bad_images}", "-p", f"output_dir={tmp_path / 'out'}"]
 
 
@@ -182,7 +182,7 @@ def test_a_damaged_png_with_decoder_torchvision_in_2_workers_is_one_line_or_a_co
     damaged = bytearray(png.read_bytes())
     damaged[damaged.index(b"IDAT") + 40] ^= 0xFF  # one byte of the compressed pixels
     png.write_bytes(bytes(damaged))
-    arguments = [*_train_arguments(root, tmp_path, bad_images), "-p", "decoder=torchvision", "-p", "num_workers=2"]
+    arguments = [*_train_arguments(root, tmp_path, bad_images, num_workers=2), "-p", "decoder=torchvision"]
     code = cli.main(arguments)
     row = ledger.Ledger().rows(kind="train")[0]
     if bad_images == "fail":

@@ -188,3 +188,22 @@ def test_run_notes_name_the_stages_not_kept():
     study.rows.append({"stage": "ddp", "kept": False})
     notes = casestudy.run_notes(study, smoke=True, synthetic=True)
     assert "not kept on this hardware: ddp" in notes and "SYNTHETIC" in notes and "Smoke" in notes
+
+
+def test_a_ddp_stage_records_the_precision_its_workers_resolved(config, monkeypatch, tmp_path):
+    """precision=auto is resolved by the torchrun workers: the stage's row (and its MFU) takes the
+    precision their ledger row names. Before, the row kept "auto" and the table's MFU raised."""
+    from course_lib.engine import torchrun
+
+    metrics = {"images_per_second": 120.0, "epoch_images_per_second": [118.0, 122.0], "val_top1": 0.5}
+    launched = torchrun.LaunchResult(run_id="test", commands=[], returncode=0, world_size=2, nnodes=1,
+                                     duration_seconds=1.0, lines=[], rank_lines={}, failures=[], log_dir=tmp_path,
+                                     rows=[{"metrics": metrics, "parameters": {"precision_used": "bf16"}}])
+    monkeypatch.setattr(torchrun, "launch", lambda *args, **kwargs: launched)
+    study = casestudy.CaseStudy(casestudy.baseline_config(config).replace(precision="auto"), profile="cpu")
+    study.rows = [{**_row("baseline", 100.0, rates=[99.0, 100.0, 101.0]), "speedup_vs_baseline": 1.0,
+                   "world_size": 1, "precision": "off"}]
+    study.num_classes = 8
+    row = study.run("ddp", world_size=2)
+    assert row["precision"] == "bf16" and row["world_size"] == 2
+    assert study.table().loc["ddp", "MFU"] > 0

@@ -332,8 +332,7 @@ class CaseStudy:
             rates = metrics.get("epoch_images_per_second") or (
                 [metrics["images_per_second"]] if metrics.get("images_per_second") else [])
             # The workers resolve precision=auto themselves: their ledger row says what they trained in.
-            row_parameters = launched.rows[0].get("parameters", {}) if launched.rows else {}
-            precision_used = row_parameters.get("precision_used") or config.precision
+            precision_used = launched.parameters.get("precision_used") or config.precision
         else:
             # A bar per epoch (tqdm.auto: a widget in a notebook) instead of log lines: stages take minutes.
             bundle = self.bundle_for(config)

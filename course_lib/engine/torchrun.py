@@ -125,6 +125,11 @@ class LaunchResult:
         """The metrics of the newest ledger row (empty when the workers recorded nothing)."""
         return self.rows[0]["metrics"] if self.rows else {}
 
+    @property
+    def parameters(self) -> dict:
+        """The parameters of the newest ledger row: what the workers ran with (precision_used ...)."""
+        return self.rows[0].get("parameters", {}) if self.rows else {}
+
     def failure_report(self) -> str:
         if self.ok:
             return f"all {self.world_size} ranks finished"

@@ -562,6 +562,8 @@ def _add_reference(subparsers) -> None:
     save.add_argument("--path", help=f"ledger file (default: ${LEDGER_ENV} or runs/ledger.sqlite)")
     save.add_argument("--to", help="folder to write into (default: results/reference under the project)")
     actions.add_parser("list", help="the committed references: notebook, machine, date, command")
+    actions.add_parser("table", help="the committed references' accuracy verdicts: counts per notebook and every "
+                                     "accuracy claim, as the README's markdown tables")
     parser.set_defaults(func=_reference)
 
 
@@ -569,6 +571,13 @@ def _reference(args) -> int:
     from course_lib import ledger
     from course_lib.analysis import reference
 
+    if args.action == "table":
+        from course_lib.analysis import claims
+
+        print(claims.accuracy_counts_table(claims.accuracy_counts(whose="reference")))
+        print()
+        print(claims.accuracy_results_table())
+        return 0
     if args.action == "list":
         found = sorted(reference.folder().glob("*/*.json"))
         for path in found:

@@ -341,8 +341,11 @@ def scoreboard_html(book=None) -> str:
         f"<details><summary>{html.escape(claims.SMOKE)}: {len(smoke)} measurement(s) of the smoke profile (a "
         f"few steps on tiny inputs, to check that the notebooks run), left out of the counts</summary><table>"
         f"{header}{smoke_rows}</table></details>")
+    accuracy = "; ".join(f"{notebook}: {count[claims.CONCLUSIVE]} of {count['total']}"
+                         for notebook, count in claims.accuracy_counts(board).items())
     return (f"<h2>Claims scoreboard</h2><p>Every claim of the two articles, newest measurement per machine from "
-            f"the ledger (<code>workbook claims</code>): {html.escape(counts)}.</p><table>{header}"
+            f"the ledger (<code>workbook claims</code>): {html.escape(counts)}.</p>"
+            f"<p>Conclusive accuracy verdicts per notebook (yours): {html.escape(accuracy)}.</p><table>{header}"
             f"{rows(evidence, lambda item: item['verdict'])}</table>{smoke_section}")
 
 

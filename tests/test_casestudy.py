@@ -207,3 +207,17 @@ def test_a_ddp_stage_records_the_precision_its_workers_resolved(config, monkeypa
     row = study.run("ddp", world_size=2)
     assert row["precision"] == "bf16" and row["world_size"] == 2
     assert study.table().loc["ddp", "MFU"] > 0
+
+
+def test_a_stage_within_the_baselines_noise_says_how_many_seeds_would_settle_it(monkeypatch):
+    from course_lib.analysis import statistics
+
+    monkeypatch.setattr(claims, "_hardware", lambda: "test machine")
+    study = _study_with_rates([100, 104, 98, 102], [300, 310], top1s=(0.70, 0.72, 0.71), fastest_top1=0.715)
+    found = {c.key: c for c in casestudy.claims_table(study)}["casestudy_accuracy"]
+    needed = statistics.seeds_needed(0.005, 0.01 * 2 ** 0.5)  # +0.5 points; one run's difference spreads by std * sqrt 2
+    assert found.verdict == claims.NOT_SHOWN and needed > 3
+    assert f"power: about {needed} paired seeds of this stage and the baseline would show +0.5 points" in found.reason
+    assert study.seeds_needed(0.71) is None  # no difference to find
+    shown = {c.key: c for c in casestudy.claims_table(_study_with_rates([100, 104], [1600]))}["casestudy_accuracy"]
+    assert shown.verdict == claims.HOLDS and "power" not in shown.reason

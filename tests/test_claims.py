@@ -160,3 +160,82 @@ def test_rows_without_a_profile_read_unknown_and_old_verdicts_are_reworded():
     assert board["amp_speedup"]["verdict"] == claims.NOT_SHOWN
     assert board["amp_accuracy"]["verdict"] == claims.REFUTED
 
+
+
+def test_every_accuracy_claim_is_registered_under_its_own_notebook():
+    for notebook, keys in claims.ACCURACY_CLAIMS.items():
+        assert keys and len(set(keys)) == len(keys)
+        assert {claims.article_claim(key).notebook for key in keys} == {notebook}
+
+
+def test_accuracy_verdicts_are_counted_per_notebook_newest_first_smoke_left_out(capsys, monkeypatch, tmp_path):
+    from course_lib import ledger as ledger_module
+    from course_lib.analysis import reference
+
+    monkeypatch.setattr(reference, "folder", lambda: tmp_path / "no-reference")  # the reader's counts alone
+
+    claims.record([claims.measured("adamw_vs_sgd", 1.0, (-2.0, 4.0), "an old run", hardware="machine A"),
+                   claims.checked("ema_steady_gain", None, "contains 0", hardware="machine A")], profile="cpu")
+    claims.record([claims.measured("adamw_vs_sgd", 7.0, (1.7, 12.3), "AdamW - SGD", hardware="machine B"),
+                   claims.checked("too_many_tricks", False, "refuted", hardware="machine A"),
+                   claims.not_measurable("regularization_cifar10", "no CIFAR-10 here", hardware="machine A")],
+                  profile="cpu")
+    monkeypatch.setenv(ledger_module.PROFILE_ENV, "smoke")  # a smoke run's verdicts are not evidence
+    claims.record([claims.checked("adamw_sensitivity", True, "4 steps", hardware="machine A")])
+    monkeypatch.delenv(ledger_module.PROFILE_ENV)
+    counts = claims.accuracy_counts(claims.scoreboard())
+    assert list(counts) == ["06", "07", "08", "10", "12", "13"]
+    # 06: the newer machine B run (holds) counts, not machine A's older inconclusive one; the smoke
+    # check of adamw_sensitivity is left out, so that claim is not measured yet.
+    assert counts["06"] == {claims.CONCLUSIVE: 1, claims.INCONCLUSIVE: 0, claims.NOT_MEASURABLE: 0,
+                            claims.NOT_MEASURED: 1, "total": 2}
+    assert counts["07"] == {claims.CONCLUSIVE: 1, claims.INCONCLUSIVE: 1, claims.NOT_MEASURABLE: 1,
+                            claims.NOT_MEASURED: 4, "total": 7}
+    assert counts["13"][claims.NOT_MEASURED] == counts["13"]["total"] == 2
+    text = claims.format_accuracy_counts(counts)
+    assert text.splitlines()[0] == "06: 1 of 2 accuracy verdicts conclusive (1 not measured yet)"
+    assert ("07: 1 of 7 accuracy verdicts conclusive (1 inconclusive, 1 not measurable here, 4 not measured yet)"
+            in text)
+    assert cli.main(["claims"]) == 0
+    shown = capsys.readouterr().out
+    assert "accuracy verdicts per notebook (yours):\n    06: 1 of 2 accuracy verdicts conclusive" in shown
+    assert "(reference" not in shown  # no reference result in this test's folder
+    assert "Conclusive accuracy verdicts per notebook (yours): 06: 1 of 2; 07: 1 of 7;" in report.scoreboard_html()
+    with pytest.raises(ValueError, match="count 'yours'"):
+        claims.accuracy_counts([], whose="mine")
+
+
+def test_the_references_accuracy_verdicts_are_counted_apart_from_the_readers(tmp_path, capsys, monkeypatch):
+    from course_lib.analysis import reference
+
+    claim_rows = [dataclasses.asdict(claims.measured("adamw_vs_sgd", 7.0, (1.7, 12.3), "AdamW - SGD, 3 seeds",
+                                                     hardware="machine R")),
+                  dataclasses.asdict(claims.checked("adamw_sensitivity", None, "within noise", hardware="machine R"))]
+    reference.save(reference.Reference(notebook="06", hardware="machine R", date="2026-12-02", profile="cpu",
+                                       command="workbook run --profile cpu --only 06", parameters={}, versions={},
+                                       run_id="r", claims=claim_rows), tmp_path)
+    board = [{"key": "adamw_vs_sgd", "verdict": claims.REFUTED, "evidence": True, "created_at": "2026"}]
+    yours = claims.accuracy_counts(board)
+    theirs = claims.accuracy_counts(board, whose="reference", root=tmp_path)
+    assert (yours["06"][claims.CONCLUSIVE], yours["06"][claims.NOT_MEASURED]) == (1, 1)
+    assert (theirs["06"][claims.CONCLUSIVE], theirs["06"][claims.INCONCLUSIVE]) == (1, 1)
+    assert theirs["07"][claims.NOT_MEASURED] == theirs["07"]["total"] == 7
+    assert claims.accuracy_counts_table(theirs).splitlines()[2] == "| 06 | 1 | 1 | 0 | 0 | 2 |"
+    table = claims.accuracy_results_table(tmp_path).splitlines()
+    assert table[2].startswith("| 06 | `adamw_vs_sgd` | +7.00 points | [+1.70 points, +12.30 points] | holds | AdamW")
+    assert table[4].startswith("| 07 | `regularization_remote_sensing` | - | - | not in the reference | no reference")
+    monkeypatch.setattr(reference, "folder", lambda: tmp_path)
+    assert cli.main(["reference", "table"]) == 0
+    shown = capsys.readouterr().out
+    assert "| 06 | 1 | 1 | 0 | 0 | 2 |" in shown and "| 06 | `adamw_vs_sgd` |" in shown
+
+
+def test_the_readmes_accuracy_counts_are_those_of_the_committed_reference_results():
+    from course_lib.analysis import reference
+
+    if not list(reference.folder().glob("*/*.json")):
+        pytest.skip("no reference result is committed (results/reference/)")
+    readme = (ROOT / "README.md").read_text()
+    for table in (claims.accuracy_counts_table(claims.accuracy_counts(whose="reference")),
+                  claims.accuracy_results_table()):
+        assert table in readme, f"a README table of the reference results is stale; paste in:\n{table}"

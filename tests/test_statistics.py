@@ -167,3 +167,31 @@ def test_validation_noise_is_zero_when_every_resample_scores_the_same():
     probabilities = np.eye(3)[labels] * 0.97 + 0.01
     noise = statistics.validation_noise(labels, probabilities, draws=20)
     assert noise["val top-1"] == 0.0 and noise["ECE"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_seeds_needed_gives_the_textbook_sample_size_and_its_power_holds_in_simulation():
+    from scipy import stats
+
+    assert statistics.seeds_needed(1.0, 1.0) == 10  # d = 1, 5% two-sided, 80% power: n = 9.94
+    assert statistics.seeds_needed(-0.5, 1.0) == 34  # d = 0.5: n = 33.4, whatever the sign
+    assert statistics.seeds_needed(0.0, 1.0) is None and statistics.seeds_needed(1.0, 0.0) is None
+    assert statistics.seeds_needed(10.0, 0.1) == 2  # never fewer than the 2 a t interval needs
+    n = statistics.seeds_needed(0.8, 1.0)
+    differences = np.random.default_rng(0).normal(0.8, 1.0, size=(4000, n))  # 4,000 experiments of n seeds
+    shown = stats.ttest_1samp(differences, 0.0, axis=1).pvalue < 0.05
+    assert 0.77 < shown.mean() < 0.86  # about the 80% power asked for (n rounded up: a little more)
+    with pytest.raises(ValueError, match="power must lie in"):
+        statistics.seeds_needed(1.0, 1.0, power=1.5)
+
+
+def test_an_inconclusive_paired_comparison_says_how_many_seeds_would_settle_it():
+    baseline = np.array([0.70, 0.80, 0.90])
+    unclear = statistics.paired_difference(baseline + np.array([0.02, -0.01, 0.02]), baseline)
+    assert unclear["beyond"] == 0
+    assert unclear["seeds_needed"] == statistics.seeds_needed(unclear["delta"], unclear["std"]) > 3
+    assert statistics.paired_difference(baseline + 0.01 + np.array([0.001, 0, -0.001]), baseline)[
+        "seeds_needed"] is None  # already shown
+    frame = pd.DataFrame({"variant": ["baseline"] * 3 + ["same"] * 3, "seed": [0, 1, 2] * 2,
+                          "top1": [0.80, 0.85, 0.82, 0.81, 0.84, 0.84]})
+    table = statistics.compare_variants(frame, "top1")
+    assert table.loc["same", "verdict"] == "within noise" and table.loc["same", "seeds needed"] >= 3

@@ -25,6 +25,10 @@ Each measurement is recorded with the profile it ran in (the ledger's profile co
 `WORKBOOK_PROFILE`, or `show(..., profile=)`; rows without one read "unknown"). A smoke-profile run is
 a check that the notebook runs, with a few steps on tiny inputs: `scoreboard` lists its verdicts apart
 as "smoke: not evidence" and leaves them out of the counts.
+
+`accuracy_counts` counts, per accuracy chapter (`ACCURACY_CLAIMS`: notebooks 06, 07, 08, 10, 12 and 13),
+how many accuracy verdicts are conclusive (holds or refuted) and how many inconclusive, for the reader's
+newest measurements or for the committed reference results; `workbook claims` and the run report show it.
 """
 from __future__ import annotations
 
@@ -546,6 +550,104 @@ def _reference_of(key: str, notebook: str, cache: dict) -> dict | None:
             "date": found.date, "profile": found.profile, "command": found.command}
 
 
+# The accuracy claims of the six accuracy chapters (issue 24): those whose measurement is an accuracy, a
+# difference of accuracies or a calibration error, not a time, a speed or a memory figure. A verdict on
+# one is conclusive when it holds or is refuted (its interval excludes "no effect", or lies wholly
+# outside the claimed range), and inconclusive when it is "not shown beyond noise".
+ACCURACY_CLAIMS: dict[str, tuple[str, ...]] = {
+    "06": ("adamw_vs_sgd", "adamw_sensitivity"),
+    "07": ("regularization_remote_sensing", "regularization_cifar10", "mixup_remote_sensing", "ema_steady_gain",
+           "too_many_tricks", "label_smoothing_alone", "label_smoothing_calibration"),
+    "08": ("transfer_learning", "transfer_beats_scratch", "transfer_freeze_recipe"),
+    "10": ("casestudy_adamw", "casestudy_regularization", "casestudy_accuracy"),
+    "12": ("eurosat_finetuned_reference", "eurosat_scratch_reference", "speedrun_97_in_10_minutes"),
+    "13": ("deploy_distillation", "continual_learning"),
+}
+CONCLUSIVE, INCONCLUSIVE = "conclusive", "inconclusive"
+ACCURACY_OUTCOMES = (CONCLUSIVE, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED)
+
+
+def _outcome(verdict: str | None) -> str:
+    if verdict in (HOLDS, REFUTED):
+        return CONCLUSIVE
+    if verdict == NOT_SHOWN:
+        return INCONCLUSIVE
+    return NOT_MEASURABLE if verdict == NOT_MEASURABLE else NOT_MEASURED
+
+
+def accuracy_counts(board: list[dict] | None = None, whose: str = "yours", root=None) -> dict[str, dict[str, int]]:
+    """Per accuracy notebook (`ACCURACY_CLAIMS`): how many of its accuracy claims are conclusive,
+    inconclusive, not measurable here and not measured yet, and their total. `whose="yours"` counts the
+    newest measurement of each claim on `board` (`scoreboard()`: any machine; smoke-profile ones are not
+    evidence and are left out); `whose="reference"` counts the committed reference results instead
+    (`analysis.reference.find`, from `root` when given), whatever the reader has measured."""
+    from course_lib.analysis import reference
+
+    if whose not in ("yours", "reference"):
+        raise ValueError(f"whose={whose!r}: count 'yours' (the ledger's measurements) or 'reference'")
+    verdicts: dict[str, str | None] = {}
+    if whose == "yours":
+        newest: dict[str, dict] = {}
+        for item in scoreboard() if board is None else board:
+            if item.get("evidence", True) and item["verdict"] != NOT_MEASURED:
+                kept = newest.get(item["key"])
+                if kept is None or (item.get("created_at") or "") > (kept.get("created_at") or ""):
+                    newest[item["key"]] = item
+        verdicts = {key: item["verdict"] for key, item in newest.items()}
+    else:
+        for notebook, keys in ACCURACY_CLAIMS.items():
+            try:
+                found = reference.find(notebook, root=root)
+            except reference.ReferenceResultError:
+                found = None
+            verdicts.update({key: (found.claim(key) or {}).get("verdict") for key in keys} if found else {})
+    counts = {}
+    for notebook, keys in ACCURACY_CLAIMS.items():
+        outcomes = [_outcome(verdicts.get(key)) for key in keys]
+        counts[notebook] = {**{outcome: outcomes.count(outcome) for outcome in ACCURACY_OUTCOMES},
+                            "total": len(keys)}
+    return counts
+
+
+def accuracy_counts_table(counts: dict[str, dict[str, int]]) -> str:
+    """`accuracy_counts` as the markdown table the README carries (tests/test_claims.py holds the
+    README's copy to the committed reference results)."""
+    lines = ["| notebook | conclusive | inconclusive | not measurable here | not measured | of |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {notebook} | {count[CONCLUSIVE]} | {count[INCONCLUSIVE]} | {count[NOT_MEASURABLE]} | "
+              f"{count[NOT_MEASURED]} | {count['total']} |" for notebook, count in counts.items()]
+    return "\n".join(lines)
+
+
+def accuracy_results_table(root=None) -> str:
+    """Every accuracy claim (`ACCURACY_CLAIMS`) of the committed reference results, as the markdown
+    table the README carries: notebook, claim, measured, 95% interval, verdict and how it was measured
+    (the reason names the seeds, epochs and data); "-" where a notebook has no reference yet.
+    `workbook reference table` prints it; tests/test_claims.py holds the README's copy to the files."""
+    from course_lib.analysis import reference
+
+    lines = ["| notebook | claim | measured | 95% interval | verdict | how it was measured |", "|---|---|---|---|---|---|"]
+    for notebook, keys in ACCURACY_CLAIMS.items():
+        found = reference.find(notebook, root=root)
+        for key in keys:
+            item = found.claim(key) if found else None
+            figure = _figure(item, article_claim(key).unit)
+            reason = (item or {}).get("reason") or ("no reference of this notebook" if found is None else "-")
+            lines.append(f"| {notebook} | `{key}` | {figure['measured']} | {figure['interval']} | {figure['verdict']} | "
+                         + reason.replace("|", "/").replace("\n", " ") + " |")
+    return "\n".join(lines)
+
+
+def format_accuracy_counts(counts: dict[str, dict[str, int]]) -> str:
+    """One line per notebook: "07: 5 of 7 accuracy verdicts conclusive (1 inconclusive, 1 not measurable here)"."""
+    lines = []
+    for notebook, count in counts.items():
+        rest = [f"{count[outcome]} {outcome}" for outcome in ACCURACY_OUTCOMES[1:] if count[outcome]]
+        lines.append(f"{notebook}: {count[CONCLUSIVE]} of {count['total']} accuracy verdicts conclusive"
+                     + (f" ({', '.join(rest)})" if rest else ""))
+    return "\n".join(lines)
+
+
 def verdict_counts(board: list[dict]) -> dict[str, int]:
     """How many scoreboard items have each verdict, smoke-profile ones left out (they are not evidence)."""
     counted = [item for item in board if item.get("evidence", True)]
@@ -574,6 +676,12 @@ def format_scoreboard(board: list[dict]) -> str:
                          + (f" {figure['interval']}" if figure["interval"] != "-" else "")
                          + f" on {figure['hardware']}, profile {figure['profile']}, {figure['date']}")
     lines.append(", ".join(f"{count} {verdict}" for verdict, count in verdict_counts(board).items()))
+    for whose in ("yours", "reference"):
+        counts = accuracy_counts(board, whose)  # the references' counts: of every committed reference
+        if whose == "yours" or any(count[NOT_MEASURED] < count["total"] for count in counts.values()):
+            lines.append(f"accuracy verdicts per notebook ({whose}"
+                         + (", not your run):" if whose == "reference" else "):"))
+            lines += ["    " + line for line in format_accuracy_counts(counts).splitlines()]
     if smoke:
         lines.append(f"{SMOKE} ({len(smoke)} measurement(s) of the smoke profile, left out of the counts):")
         lines += [f"    [{item['notebook']}] {item['key']}: measured {item['measured']}"

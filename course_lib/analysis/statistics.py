@@ -151,7 +151,38 @@ def paired_difference(values, baseline, level: float = 0.95) -> dict:
     interval = confidence_interval(values - baseline, level)
     beyond = 1 if interval["low"] > 0 else -1 if interval["high"] < 0 else 0
     return {"delta": interval["mean"], "low": interval["low"], "high": interval["high"], "beyond": beyond,
-            "runs": interval["runs"]}
+            "runs": interval["runs"], "std": interval["std"],
+            "seeds_needed": None if beyond else seeds_needed(interval["mean"], interval["std"], level=level)}
+
+
+def power_note(paired: dict, unit: str = "points") -> str:
+    """For a claim's reason: "" when `paired` (`paired_difference`) is beyond noise, else what would
+    settle it ("; power: about 14 paired seeds would show +0.80 points at 80% power, from this run's
+    spread of 1.10 over 3 pairs")."""
+    needed = paired.get("seeds_needed")
+    if paired.get("beyond") or needed is None:
+        return ""
+    return (f"; power: about {needed} paired seeds would show {paired['delta']:+.2f} {unit} at 80% power, from this "
+            f"run's spread of {paired['std']:.2f} over {paired['runs']} pairs")
+
+
+def seeds_needed(effect: float, std: float, level: float = 0.95, power: float = 0.8) -> int | None:
+    """A power calculation for an inconclusive paired comparison: how many seeds (pairs) a paired t
+    test at `level` needs to show a true mean difference of `effect` with probability `power`, when
+    the per-seed differences spread by `std` (the spread this run measured). statsmodels'
+    `TTestPower.solve_power` (the one-sample t test the paired difference is); at least 2. None
+    when there is no effect to find (`effect` 0) or no spread to measure it with (`std` 0 or not
+    finite)."""
+    from statsmodels.stats.power import TTestPower
+
+    _check_level(level)
+    if not 0 < power < 1:
+        raise ValueError(f"power must lie in (0, 1), got {power}")
+    if not (math.isfinite(effect) and math.isfinite(std)) or effect == 0 or std <= 0:
+        return None
+    needed = TTestPower().solve_power(effect_size=abs(effect) / std, alpha=1 - level, power=power,
+                                      alternative="two-sided")
+    return max(2, math.ceil(float(np.asarray(needed).item())))
 
 
 def paired_ratio_interval(values, baseline, level: float = 0.95) -> dict:
@@ -220,8 +251,10 @@ def compare_variants(frame, metric: str, baseline: str = "baseline", variant: st
                      level: float = 0.95):
     """One row per variant of a long table (one row per variant and seed): runs, mean and its
     confidence interval, and the paired difference to the baseline over the seeds both ran, with its
-    interval and a verdict ("better", "worse", "within noise"). The one "is it beyond noise?"
-    verdict of notebooks 03, 06, 07 and 10."""
+    interval and a verdict ("better", "worse", "within noise"); for a variant within noise, "seeds
+    needed" is the power calculation from the spread measured here (`seeds_needed`: how many seeds
+    would show a difference of this size at 80% power). The one "is it beyond noise?" verdict of
+    notebooks 03, 06, 07 and 10."""
     import pandas as pd
 
     if baseline not in set(frame[variant]):
@@ -239,7 +272,8 @@ def compare_variants(frame, metric: str, baseline: str = "baseline", variant: st
         if name != baseline and len(common) >= 2:
             paired = paired_difference(values[common], reference[common], level)
             row.update({"delta": paired["delta"], "delta low": paired["low"], "delta high": paired["high"],
-                        "verdict": {1: "better", -1: "worse", 0: "within noise"}[paired["beyond"]]})
+                        "verdict": {1: "better", -1: "worse", 0: "within noise"}[paired["beyond"]],
+                        "seeds needed": paired["seeds_needed"]})
         rows.append(row)
     return pd.DataFrame(rows).set_index(variant)
 

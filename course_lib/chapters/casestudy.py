@@ -313,6 +313,19 @@ class CaseStudy:
         floor = statistics.binomial_std(mean, self.rows[0].get("val_images") or 1)
         return statistics.difference_beyond_noise([top1], self.baseline_top1s, z=z, floor=floor)
 
+    def seeds_needed(self, top1: float) -> int | None:
+        """The power calculation for a stage whose top-1 is within the baseline's noise: how many seeds
+        of the stage and of the baseline, paired, would show a difference of this size at 80% power
+        (`statistics.seeds_needed`, with the spread of one run's difference from another: the baseline
+        seeds' std times sqrt 2). None before 2 baseline seeds."""
+        from course_lib.analysis import statistics
+
+        if len(self.baseline_top1s) < 2 or top1 is None or math.isnan(top1):
+            return None
+        mean = sum(self.baseline_top1s) / len(self.baseline_top1s)
+        std = math.sqrt(sum((value - mean) ** 2 for value in self.baseline_top1s) / (len(self.baseline_top1s) - 1))
+        return statistics.seeds_needed(top1 - mean, std * math.sqrt(2))
+
     def run(self, stage: str, *, world_size: int | None = None, note: str = "", echo=print, **changes) -> dict:
         """Train the stage with `changes` on top of the kept configuration (and `world_size`
         processes for the DDP stage), record it and return its row."""
@@ -572,8 +585,11 @@ def claims_table(study: CaseStudy, hardware: str | None = None) -> list:
         if test is None:
             return None, f"top-1 {row['val_top1']:.1%} {after} (fewer than 2 baseline seeds: no noise band)"
         holds = {1: True, -1: False, 0: None}[test["beyond"]]
+        needed = study.seeds_needed(row["val_top1"]) if holds is None else None
         return holds, (f"top-1 {row['val_top1']:.1%} {after}, {100 * test['delta']:+.1f} points vs the "
-                       f"baseline seeds' mean (noise band ±{100 * test['band']:.1f})")
+                       f"baseline seeds' mean (noise band ±{100 * test['band']:.1f})"
+                       + (f"; power: about {needed} paired seeds of this stage and the baseline would show "
+                          f"{100 * test['delta']:+.1f} points at 80%" if needed else ""))
 
     found = []
     speedup = speedup_interval(study)

@@ -143,6 +143,7 @@ def claims(frame, range_tests: dict, article_values: list[float], article_steps_
     sensitive (the spreads), the warm-up + cosine recipe (the schedule at known points), the
     learning-rate sweep (the range test) and the AdamW range (the grid's best AdamW learning rate)."""
     from course_lib.analysis import claims as claim
+    from course_lib.analysis import statistics
 
     spread = sensitivity(frame)
     difference = adamw_minus_sgd(frame)
@@ -162,7 +163,7 @@ def claims(frame, range_tests: dict, article_values: list[float], article_steps_
     return [
         claim.measured("adamw_vs_sgd", difference["delta"], (difference["low"], difference["high"]),
                        reason=f"mean of {difference['pairs']} pairs (learning-rate rank x seed): {runs} runs per "
-                              f"optimizer over {seeds} seeds at {grid_text}"),
+                              f"optimizer over {seeds} seeds at {grid_text}" + statistics.power_note(difference)),
         claim.checked("adamw_sensitivity", adamw_spread < sgd_spread,
                       reason=f"top-1 spread over the grid; {spread_text}"),
         claim.checked("warmup_cosine", recipe_ok,

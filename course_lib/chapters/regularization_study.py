@@ -332,8 +332,8 @@ def ema_table(study: Study):
         compared = statistics.compare_variants(points, "top-1 %", baseline="raw", variant="weights")
         row = {"variant": trick, "raw top-1 %": compared.loc["raw", "mean"], "EMA top-1 %": compared.loc["ema", "mean"],
                "EMA kept": f"{int(group[group['weights'] == 'ema']['kept'].sum())} of {group['seed'].nunique()} seeds"}
-        for column in ("delta", "delta low", "delta high", "verdict"):
-            row[f"EMA - raw {column}" if column != "verdict" else "verdict"] = compared.loc["ema"].get(column)
+        for column in ("delta", "delta low", "delta high", "verdict", "seeds needed"):
+            row[f"EMA - raw {column}" if column.startswith("delta") else column] = compared.loc["ema"].get(column)
         rows.append(row)
     return pd.DataFrame(rows).set_index("variant") if rows else pd.DataFrame()
 
@@ -435,7 +435,11 @@ _VERDICT_WORDS = {1: "better than the baseline beyond noise", -1: "worse than th
 
 
 def _interval_text(row, unit: str = "points") -> str:
-    return f"{row['delta']:+.2f} {unit} [{row['low']:+.2f}, {row['high']:+.2f}]"
+    """A paired difference and its interval; when it is within noise, the power calculation too
+    (`statistics.power_note`: how many seeds would settle it)."""
+    from course_lib.analysis import statistics
+
+    return f"{row['delta']:+.2f} {unit} [{row['low']:+.2f}, {row['high']:+.2f}]" + statistics.power_note(row, unit)
 
 
 def _paired(values, baseline) -> dict:
@@ -482,13 +486,17 @@ def _mixup_claim(study: Study, control: Study | str, remote_sensing: bool):
 
 
 def _ema_claim(study: Study):
+    import pandas as pd
+
     table = ema_table(study)
     if table.empty:
         return claim_records.not_measurable("ema_steady_gain", "no variant with a weight EMA ran (variants parameter)")
     main = table.loc["ema"] if "ema" in table.index else table.iloc[0]
     each = "; ".join(f"{name}: {row['EMA - raw delta']:+.2f} [{row['EMA - raw delta low']:+.2f}, "
-                     f"{row['EMA - raw delta high']:+.2f}] points, {row['verdict']}, EMA kept on {row['EMA kept']}"
-                     for name, row in table.iterrows())
+                     f"{row['EMA - raw delta high']:+.2f}] points, {row['verdict']}"
+                     + (f" (power: about {row['seeds needed']:.0f} paired seeds would settle it at 80%)"
+                        if row["verdict"] == "within noise" and pd.notna(row.get("seeds needed")) else "")
+                     + f", EMA kept on {row['EMA kept']}" for name, row in table.iterrows())
     return claim_records.checked(
         "ema_steady_gain", True if (table["verdict"] == "better").all() else False if (table["verdict"] == "worse").any()
         else None,

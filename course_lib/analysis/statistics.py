@@ -180,9 +180,11 @@ def seeds_needed(effect: float, std: float, level: float = 0.95, power: float = 
         raise ValueError(f"power must lie in (0, 1), got {power}")
     if not (math.isfinite(effect) and math.isfinite(std)) or effect == 0 or std <= 0:
         return None
-    needed = TTestPower().solve_power(effect_size=abs(effect) / std, alpha=1 - level, power=power,
-                                      alternative="two-sided")
-    return max(2, math.ceil(float(np.asarray(needed).item())))
+    analysis, size = TTestPower(), abs(effect) / std
+    if analysis.power(effect_size=size, nobs=2, alpha=1 - level, alternative="two-sided") >= power:
+        return 2  # already at 2 seeds (the solver has no root below: it returns NaN there)
+    needed = analysis.solve_power(effect_size=size, alpha=1 - level, power=power, alternative="two-sided")
+    return math.ceil(float(np.asarray(needed).item()))
 
 
 def paired_ratio_interval(values, baseline, level: float = 0.95) -> dict:

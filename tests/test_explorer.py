@@ -292,14 +292,15 @@ def _parent(root, widget):
                 None)
 
 
-def test_a_rendered_notebook_shows_a_picture_of_the_explorer_not_a_blank_widget():
+def test_a_rendered_notebook_shows_a_picture_of_the_explorer_not_a_blank_widget(tmp_path):
     """nbconvert (the run report's HTML) skips a widget whose state was not saved, as papermill's is
     not: the explorer's display carries a PNG of its matrix, which the HTML shows instead."""
     pytest.importorskip("ipywidgets")
     import base64
 
     import nbformat
-    from nbconvert import HTMLExporter
+
+    from course_lib import report, runner
 
     view = ConfusionExplorer(_many_classes(10), ordering="name")
     bundle = view.widget()._repr_mimebundle_()
@@ -308,7 +309,10 @@ def test_a_rendered_notebook_shows_a_picture_of_the_explorer_not_a_blank_widget(
     assert picture.startswith(b"\x89PNG") and len(picture) > 5000
     cell = nbformat.v4.new_code_cell("view.widget()")
     cell.outputs = [nbformat.v4.new_output("display_data", data=bundle)]
-    body, _ = HTMLExporter().from_notebook_node(nbformat.v4.new_notebook(cells=[cell]))
+    executed = tmp_path / "09_confusion_matrix_analysis.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), executed)
+    body = runner.to_html(executed).read_text()  # the page the run report links to
     assert f'src="data:image/png;base64,{bundle["image/png"]}"' in body
+    assert report.key_figure(nbformat.read(executed, as_version=4)) == picture  # and the report's thumbnail
     assert "open the notebook in JupyterLab" in body and "VBox(children" not in body
     plt.close("all")

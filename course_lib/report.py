@@ -25,25 +25,8 @@ SPEED_KEYS = ("images_per_second", "images/s")
 CLAIMS_HEADING = "what we measured vs"
 FIGURES_DIR = "figures"
 THUMBNAIL_PIXELS = 220
-RUNNING = "(running)"  # rows written after the last finished notebook
-
-
-def rows_by_notebook(rows: list[dict]) -> dict[str, list[dict]]:
-    """The run's ledger rows grouped by the notebook that wrote them. Notebooks run one after
-    another and the runner records a notebook's own row (kind "notebook") when it ends, so every
-    other row belongs to the first notebook row after it (ids increase with time); rows after the
-    last notebook row belong to the notebook still running."""
-    groups: dict[str, list[dict]] = {}
-    pending: list[dict] = []
-    for row in sorted(rows, key=lambda r: r["id"]):
-        if row["kind"] == "notebook":
-            groups.setdefault(row["name"], []).extend(pending)
-            pending = []
-        else:
-            pending.append(row)
-    if pending:
-        groups[RUNNING] = pending
-    return groups
+# Rows grouped by the notebook that wrote them (the ledger knows how the runner records them).
+RUNNING, rows_by_notebook = ledger.RUNNING, ledger.rows_by_notebook
 
 
 def _first(metrics: dict, keys) -> float | None:

@@ -480,8 +480,6 @@ def compare_runs(before: RunRecord, after: RunRecord, level: float = 0.95, draws
     """Two runs, notebook by notebook: the run's profile, commit, machine and torch; each notebook's
     parameters beside its status and seconds; then the rows each notebook wrote, matched by kind,
     name and order (the third training run of a grid with the third), parameters beside metrics."""
-    from course_lib import report
-
     statistics._check_level(level)
     run_ids = (before.run_id, after.run_id)
     first = [next((row for row in run.rows if row.get("hardware")), {}) for run in (before, after)]
@@ -489,7 +487,7 @@ def compare_runs(before: RunRecord, after: RunRecord, level: float = 0.95, draws
     changes = parameter_changes("run", *context, run_ids)
     only_before, only_after = [], []
     notebooks = [run.notebook_rows() for run in (before, after)]
-    groups = [report.rows_by_notebook(run.rows) for run in (before, after)]
+    groups = [ledger.rows_by_notebook(run.rows) for run in (before, after)]
     for name in dict.fromkeys([*notebooks[0], *notebooks[1]]):
         if name not in notebooks[1] or name not in notebooks[0]:
             (only_before if name in notebooks[0] else only_after).append(name)

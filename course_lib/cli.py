@@ -459,12 +459,7 @@ def _add_compare(subparsers) -> None:
 def _compare(args) -> int:
     from course_lib.analysis import comparison
 
-    (kind, before), (other, after) = (comparison.resolve(reference, args.split) for reference in (args.before,
-                                                                                                  args.after))
-    if kind != other:
-        named = {"run": "a run", "row": "a ledger row", "evaluation": "an evaluation"}
-        raise WorkbookError(f"{args.before} is {named[kind]} and {args.after} {named[other]}: compare two runs, two "
-                            "ledger rows or two evaluations")
+    kind, before, after = comparison.resolve_pair(args.before, args.after, args.split)
     if kind in ("run", "row"):
         try:
             changes = (comparison.compare_runs if kind == "run" else comparison.compare_rows)(

@@ -239,6 +239,13 @@ def test_workbook_compare_two_ledger_rows(two_runs, capsys):
     assert "profile smoke -> cpu" in text and "epochs 1 -> 3 (+2)" in text and "seconds 3 -> 9 (+6)" in text
     result = comparison.compare_rows(rows[0], rows[1], draws=200)
     assert [c.name for c in result.changes if c.kind == "parameter"] == ["profile", "epochs"]
+    saved = _evaluation("saved", BEFORE)  # an eval row with its file is an evaluation, but beside a row it is a row
+    saved.save(two_runs)
+    eval_row = ledger.Ledger().record("eval", "saved", parameters={"path": str(saved.path)},
+                                      metrics={"top1": 0.6, "images": 10})
+    assert comparison.resolve(str(eval_row))[0] == "evaluation"
+    kind, before, after = comparison.resolve_pair(str(rows[0]["id"]), str(eval_row))
+    assert (kind, before["kind"], after["kind"]) == ("row", "train", "eval")
 
 
 def test_unknown_run_ids_and_mixed_kinds_are_one_line_errors(two_runs, tmp_path, capsys):

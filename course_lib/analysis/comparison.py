@@ -531,3 +531,21 @@ def resolve(reference: str, split: str = "val", book=None):
             f"no evaluation {reference!r}, and no run or ledger row of that id: give two run ids (folders under "
             "runs/), two ledger row ids, or two evaluations (a saved .npz, a checkpoint .pt, an eval row's name); "
             "`ls runs/` and `workbook ledger` list them") from None
+
+
+def resolve_pair(first: str, second: str, split: str = "val", book=None) -> tuple[str, object, object]:
+    """(kind, A, B) for `workbook compare A B`: two runs, two ledger rows or two evaluations. Two row
+    ids of which one is an eval row with its saved file compare as rows; other mixtures are refused
+    in one line (WorkbookError)."""
+    from course_lib.config import WorkbookError
+
+    book = book or ledger.Ledger()
+    (kind, before), (other, after) = (resolve(reference, split, book) for reference in (first, second))
+    if kind != other and {kind, other} == {"row", "evaluation"} and first.isdigit() and second.isdigit():
+        rows = {row["id"]: row for row in book.rows()}
+        return "row", rows[int(first)], rows[int(second)]
+    if kind != other:
+        named = {"run": "a run", "row": "a ledger row", "evaluation": "an evaluation"}
+        raise WorkbookError(f"{first} is {named[kind]} and {second} {named[other]}: compare two runs, two ledger rows "
+                            "or two evaluations")
+    return kind, before, after

@@ -435,10 +435,17 @@ def _eval(args) -> int:
 # --- compare ----------------------------------------------------------------------------------
 
 def _add_compare(subparsers) -> None:
-    parser = subparsers.add_parser("compare", help="compare two evaluations image by image: deltas with bootstrap CIs")
-    parser.add_argument("before", metavar="EVAL_A", help="the baseline: an evaluation name, eval ledger row id, "
-                                                         "saved .npz, or a checkpoint .pt (evaluated now)")
-    parser.add_argument("after", metavar="EVAL_B", help="the changed run, in the same forms")
+    parser = subparsers.add_parser(
+        "compare", help="compare two runs or ledger rows (the parameters that differ beside the results that "
+                        "differ), or two evaluations image by image (deltas with bootstrap CIs)",
+        description="Two run ids (folders under runs/) or two ledger row ids: the parameters that differ beside "
+                    "the results that differ, with intervals where the results have them (Newcombe's for two "
+                    "accuracies). Two evaluations: per-class deltas with paired bootstrap intervals and the "
+                    "images that flipped.")
+    parser.add_argument("before", metavar="A", help="the baseline: a run id or folder, a ledger row id, or an "
+                                                    "evaluation (name, eval row id, saved .npz, or a checkpoint .pt, "
+                                                    "evaluated now)")
+    parser.add_argument("after", metavar="B", help="the changed one, in the same form")
     parser.add_argument("--split", default="val", choices=("train", "val", "test"),
                         help="split to evaluate a checkpoint on (default val)")
     parser.add_argument("--draws", type=int, default=1000, help="bootstrap resamples (default 1000)")
@@ -452,8 +459,15 @@ def _add_compare(subparsers) -> None:
 def _compare(args) -> int:
     from course_lib.analysis import comparison
 
-    before = comparison.resolve_evaluation(args.before, args.split)
-    after = comparison.resolve_evaluation(args.after, args.split)
+    kind, before, after = comparison.resolve_pair(args.before, args.after, args.split)
+    if kind in ("run", "row"):
+        try:
+            changes = (comparison.compare_runs if kind == "run" else comparison.compare_rows)(
+                before, after, level=args.level, draws=args.draws)
+        except ValueError as error:
+            raise WorkbookError(str(error)) from None
+        print(json.dumps(changes.to_dict(), indent=2, default=str) if args.json else changes.format())
+        return 0
     try:
         result = comparison.compare(before, after, draws=args.draws, level=args.level, seed=args.seed)
     except ValueError as error:

@@ -454,6 +454,27 @@ def record(kind: str, name: str, **kwargs) -> int | None:
     return book.record(kind, name, **kwargs)
 
 
+RUNNING = "(running)"  # rows_by_notebook: rows written after the last finished notebook
+
+
+def rows_by_notebook(rows: list[dict]) -> dict[str, list[dict]]:
+    """The run's ledger rows grouped by the notebook that wrote them. Notebooks run one after
+    another and the runner records a notebook's own row (kind "notebook") when it ends, so every
+    other row belongs to the first notebook row after it (ids increase with time); rows after the
+    last notebook row belong to the notebook still running."""
+    groups: dict[str, list[dict]] = {}
+    pending: list[dict] = []
+    for row in sorted(rows, key=lambda r: r["id"]):
+        if row["kind"] == "notebook":
+            groups.setdefault(row["name"], []).extend(pending)
+            pending = []
+        else:
+            pending.append(row)
+    if pending:
+        groups[RUNNING] = pending
+    return groups
+
+
 def format_rows(records: list[dict]) -> str:
     """A plain-text table for `workbook ledger`."""
     header = ("id", "created_at", "run_id", "kind", "name", "status", "seconds", "metrics")

@@ -25,25 +25,8 @@ SPEED_KEYS = ("images_per_second", "images/s")
 CLAIMS_HEADING = "what we measured vs"
 FIGURES_DIR = "figures"
 THUMBNAIL_PIXELS = 220
-RUNNING = "(running)"  # rows written after the last finished notebook
-
-
-def rows_by_notebook(rows: list[dict]) -> dict[str, list[dict]]:
-    """The run's ledger rows grouped by the notebook that wrote them. Notebooks run one after
-    another and the runner records a notebook's own row (kind "notebook") when it ends, so every
-    other row belongs to the first notebook row after it (ids increase with time); rows after the
-    last notebook row belong to the notebook still running."""
-    groups: dict[str, list[dict]] = {}
-    pending: list[dict] = []
-    for row in sorted(rows, key=lambda r: r["id"]):
-        if row["kind"] == "notebook":
-            groups.setdefault(row["name"], []).extend(pending)
-            pending = []
-        else:
-            pending.append(row)
-    if pending:
-        groups[RUNNING] = pending
-    return groups
+# Rows grouped by the notebook that wrote them (the ledger knows how the runner records them).
+RUNNING, rows_by_notebook = ledger.RUNNING, ledger.rows_by_notebook
 
 
 def _first(metrics: dict, keys) -> float | None:
@@ -288,6 +271,7 @@ details table{{font-size:12px}}</style></head><body>
 torch {html.escape(str(versions.get('torch')))}; commit {html.escape(str(commit))}.
 Headline numbers come from the ledger rows each notebook wrote (<code>workbook ledger --run {html.escape(run_id)}</code>);
 every images/s figure was measured on the hardware named here.</p>
+{compare_html(out_dir, run_id)}
 {note}
 <table><tr><th>notebook</th><th>status</th><th>seconds</th><th>headline numbers</th><th>claims</th>
 <th>key figure</th><th>error</th></tr>
@@ -299,6 +283,18 @@ every images/s figure was measured on the hardware named here.</p>
     index = out_dir / "index.html"
     write_atomically(index, page)
     return index
+
+
+def compare_html(out_dir: Path, run_id: str) -> str:
+    """The command that compares this run with the one before it in the same runs/ folder (or with any
+    other run): the parameters that differ beside the results that differ (`workbook compare`)."""
+    # Run ids begin with their start time (runner.new_run_id), so the names sort in time order.
+    earlier = sorted(summary.parent.name for summary in Path(out_dir).parent.glob("*/summary.json")
+                     if summary.parent.name < run_id)
+    other = html.escape(earlier[-1]) if earlier else "OTHER_RUN_ID"
+    return (f"<p>Compare with {'the run before' if earlier else 'another run'}: <code>workbook compare {other} "
+            f"{html.escape(run_id)}</code> lists the parameters that differ beside the results that differ, with "
+            "intervals where the results have them.</p>")
 
 
 def scoreboard_html(book=None) -> str:

@@ -1,7 +1,8 @@
 """The confusion explorer in a real browser: JupyterLab started from this environment on
 127.0.0.1 with a random token, notebook 09 (smoke profile) opened in headless Chromium driven by
 Playwright (https://playwright.dev/python/) with Debian's system browser, all cells run, a matrix
-cell clicked and the filters changed. ipywidgets can break in ways Python never sees (a missing
+cell clicked (the true/predicted dropdowns follow it), the filters changed, a comparison chosen and
+its flipped images shown. ipywidgets can break in ways Python never sees (a missing
 front-end extension, a widget that renders nothing); only a browser shows them.
 
 Skipped, with a one-line reason, where Playwright or Chromium is missing (`.ci/run` installs
@@ -151,6 +152,15 @@ def _wait_for_caption(page, pattern: str):
                            arg=[f"{GALLERY} .workbook-gallery-caption", pattern], timeout=STEP_MS)
 
 
+def _wait_for_choice(page, control: str, expected: str):
+    """Wait until the explorer's `control` dropdown (workbook-true, workbook-predicted) shows `expected`
+    (ipywidgets writes a label's spaces as no-break spaces)."""
+    page.wait_for_function("([selector, expected]) => { const node = document.querySelector(selector); "
+                           "return node && node.selectedIndex >= 0 && "
+                           "node.options[node.selectedIndex].text.replace(/\u00a0/g, ' ') === expected; }",
+                           arg=[f".workbook-explorer .{control} select", expected], timeout=STEP_MS)
+
+
 def _cells_by_images(page) -> list[tuple[int, str, int]]:
     """(position, tooltip, images) of every matrix button, most images first."""
     titles = page.eval_on_selector_all(".workbook-explorer .workbook-cm-cell", "nodes => nodes.map(n => n.title)")
@@ -193,6 +203,8 @@ def test_explorer_in_jupyterlab_shows_a_clicked_cells_images_and_filters_them(ch
                 (item for item in named if item[1][0] != item[1][1] and item[0][2] > 0), named[0])
             page.locator(".workbook-explorer .workbook-cm-cell").nth(position).click()
             _wait_for_caption(page, f"true {re.escape(true_name)} → predicted {re.escape(predicted_name)}")
+            _wait_for_choice(page, "workbook-true", true_name)  # the dropdowns follow the clicked cell
+            _wait_for_choice(page, "workbook-predicted", predicted_name)
             shown = _thumbnails(page)
             assert len(shown) == min(images, 12) > 0, f"{title}: {len(shown)} images shown"
             assert page.locator(f"{GALLERY} img").first.evaluate("img => img.complete && img.naturalWidth > 0")
@@ -222,6 +234,37 @@ def test_explorer_in_jupyterlab_shows_a_clicked_cells_images_and_filters_them(ch
             page.locator(".workbook-explorer .workbook-cm-cell").nth(position).focus()
             page.keyboard.press("Enter")
             _wait_for_caption(page, f"true {re.escape(true_name)} → predicted {re.escape(predicted_name)}")
+            _wait_for_choice(page, "workbook-true", true_name)
+            _wait_for_choice(page, "workbook-predicted", predicted_name)
+
+            # Ten classes fit: the grid has no horizontal scroll, and "show cell" keeps its words.
+            scroll = page.locator(".workbook-explorer .workbook-matrix").evaluate(
+                "grid => { const box = grid.parentElement; return [box.scrollWidth, box.clientWidth]; }")
+            columns = page.locator(".workbook-explorer .workbook-cm-cell").count() ** 0.5
+            if columns <= 10:
+                assert scroll[0] <= scroll[1], f"{columns:.0f} columns scroll: {scroll[0]} px in {scroll[1]} px"
+            show = page.locator(".workbook-explorer .workbook-show").evaluate("b => [b.scrollWidth, b.clientWidth]")
+            assert show[0] <= show[1], f'"show cell" is cut: {show[0]} px of text in {show[1]} px'
+
+            # "compare to" the MixUp run: the matrix becomes after - before, and a flips button shows the
+            # images that flipped, each captioned with what the other model said.
+            page.locator(".workbook-explorer .widget-slider .noUi-handle").first.focus()
+            page.keyboard.press("Home")  # back to every confidence
+            _wait_for_caption(page, "confidence ≥ 0.00")
+            page.locator(".workbook-explorer .workbook-compare select").select_option(index=1)
+            page.wait_for_selector(".workbook-explorer .workbook-deltas", timeout=STEP_MS)
+            assert "after - before" in page.inner_text(".workbook-explorer")
+            flips = {css: int(re.search(r"\((\d+)\)", page.inner_text(f".workbook-explorer .{css}")).group(1))
+                     for css in ("workbook-right-to-wrong", "workbook-wrong-to-right")}
+            css, count = max(flips.items(), key=lambda item: item[1])
+            assert count > 0, f"no image flipped between the two models: {flips}"
+            page.locator(f".workbook-explorer .{css}").click()
+            words = css.removeprefix("workbook-").replace("-", " ")
+            _wait_for_caption(page, f"{words}: {min(count, 12)} of {count} images")
+            assert len(_thumbnails(page)) == min(count, 12)
+            assert "was " in page.inner_text(f"{GALLERY} figure.workbook-thumb >> nth=0")
+            page.locator(f"{GALLERY} figure.workbook-thumb img").first.click()  # a flipped image: a picture only
+            assert len(_thumbnails(page)) == min(count, 12)
 
             # The hostile class name is shown as text and ran nothing.
             assert page.evaluate("() => window.workbookXss") is None, "a class name ran script in the browser"

@@ -73,6 +73,7 @@ def test_widget_controls_drive_the_same_handlers():
     assert first_pair[1] == (0, 1)  # after: forest -> grassland is its only confusion
     controls["pairs"].value = first_pair[1]
     assert view.gallery_table["index"].tolist() == [2]
+    assert (controls["true"].value, controls["predicted"].value) == (0, 1)  # a chosen pair sets the dropdowns too
     controls["min_confidence"].value = 0.96
     assert view.confidence_range == (0.96, 1.0) and view.gallery_table.empty
     assert "no images here" in controls["gallery"].value
@@ -112,6 +113,11 @@ def test_matrix_cells_are_buttons_that_show_their_images_when_clicked():
     assert "true forest → predicted grassland: 3 of 3 images with confidence ≥ 0.00" in gallery
     assert gallery.index('data-image="img_2.jpg"') < gallery.index('data-image="img_3.jpg"')  # most confident first
     assert button.layout.border.startswith("3px")  # the selected cell is marked
+    controls = view._controls
+    assert (controls["true"].value, controls["predicted"].value) == (0, 1)  # the dropdowns follow the click
+    view._buttons[(2, 2)].click()
+    assert (controls["true"].label, controls["predicted"].label) == ("water", "water")
+    button.click()
     view._controls["min_confidence"].value = 0.6
     assert view._controls["gallery"].value.count('class="workbook-thumb"') == 2
     view._controls["normalize"].value = "true"  # the grid is rebuilt, the selection kept
@@ -233,4 +239,80 @@ def test_hostile_class_names_reach_the_html_widgets_as_text():
     for name in HOSTILE:
         assert _event_handlers(explorer.column_label_html(name) + explorer.row_label_html(name)) == []
     assert _event_handlers('<p onclick="x">') == [("p", "onclick")]  # the check itself sees an attack
+    plt.close("all")
+
+
+# --- issue 28: ten classes fit, and a rendered notebook shows a picture of the matrix -------------
+
+def _many_classes(count):
+    rng = np.random.default_rng(0)
+    labels = np.arange(200) % count
+    predicted = np.where(rng.random(200) < 0.7, labels, rng.integers(0, count, 200))
+    probabilities = np.full((200, count), 0.1 / count)
+    probabilities[np.arange(200), predicted] += 0.9
+    evaluation = Evaluation(f"{count}-classes", [f"class name {i}" for i in range(count)], labels, probabilities,
+                            [f"img_{i}.jpg" for i in range(200)])
+    evaluation.image_loader = lambda index: np.zeros((8, 8, 3), np.uint8)
+    return evaluation
+
+
+def _grid_pixels(view):
+    """Width of the matrix grid from its CSS columns ("130px repeat(10, 46px)")."""
+    import re
+
+    label, count, cell = map(int, re.fullmatch(r"(\d+)px repeat\((\d+), (\d+)px\)",
+                                               view._controls["grid"].layout.grid_template_columns).groups())
+    return label + count * cell
+
+
+def test_ten_classes_fit_without_scrolling_and_show_cell_keeps_its_words():
+    pytest.importorskip("ipywidgets")
+    view = ConfusionExplorer(_many_classes(10), ordering="name")
+    root = view.widget()
+    box = _parent(root, view._controls["grid"])  # the scrolling box around the grid
+    assert _grid_pixels(view) <= int(box.layout.max_width.removesuffix("px"))  # all 10 columns, no scroll bar
+    assert "scrolls" not in view._controls["matrix_title"].value
+    matrix_column = _parent(root, box)
+    assert matrix_column.layout.flex == "0 0 auto"  # the side panel cannot squeeze the matrix
+    assert "wrap" in _parent(root, matrix_column).layout.flex_flow  # a narrow page moves the panel below instead
+    show = view._controls["show"]
+    assert show.layout.flex == "0 0 auto" and show.layout.width == "auto"  # never shrunk to "s..."
+    wide = ConfusionExplorer(_many_classes(14), ordering="name")
+    wide.widget()
+    assert _grid_pixels(wide) > int(box.layout.max_width.removesuffix("px"))
+    assert "the grid scrolls: 10 columns fit" in wide._controls["matrix_title"].value  # a labelled scroll
+    plt.close("all")
+
+
+def _parent(root, widget):
+    """The box that holds `widget`, searched from `root`."""
+    if widget in getattr(root, "children", ()):
+        return root
+    return next((found for child in getattr(root, "children", ()) if (found := _parent(child, widget)) is not None),
+                None)
+
+
+def test_a_rendered_notebook_shows_a_picture_of_the_explorer_not_a_blank_widget(tmp_path):
+    """nbconvert (the run report's HTML) skips a widget whose state was not saved, as papermill's is
+    not: the explorer's display carries a PNG of its matrix, which the HTML shows instead."""
+    pytest.importorskip("ipywidgets")
+    import base64
+
+    import nbformat
+
+    from course_lib import report, runner
+
+    view = ConfusionExplorer(_many_classes(10), ordering="name")
+    bundle = view.widget()._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle  # a live front-end still gets the widget
+    picture = base64.b64decode(bundle["image/png"])
+    assert picture.startswith(b"\x89PNG") and len(picture) > 5000
+    cell = nbformat.v4.new_code_cell("view.widget()")
+    cell.outputs = [nbformat.v4.new_output("display_data", data=bundle)]
+    executed = tmp_path / "09_confusion_matrix_analysis.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), executed)
+    body = runner.to_html(executed).read_text()  # the page the run report links to
+    assert f'src="data:image/png;base64,{bundle["image/png"]}"' in body
+    assert report.key_figure(nbformat.read(executed, as_version=4)) == picture  # and the report's thumbnail
+    assert "open the notebook in JupyterLab" in body and "VBox(children" not in body
     plt.close("all")

@@ -89,7 +89,8 @@ def _run(command: str, folder: Path, env: dict, exit_codes=(0,)) -> list[str]:
 
 def _marks(command) -> list:
     """The slow kinds a command is (for `make test-fast`): it runs notebooks, or starts torchrun."""
-    return ([pytest.mark.notebook] if command.run.startswith("workbook run") else []) + \
+    runs_notebooks = any(step.startswith("workbook run") for step in (command.run, *command.before))
+    return ([pytest.mark.notebook] if runs_notebooks else []) + \
         ([pytest.mark.torchrun] if "torchrun" in command.run or command.run.startswith("workbook ddp") else [])
 
 

@@ -92,6 +92,11 @@ def test_workbook_report_regenerates_the_index_with_results(tmp_path, monkeypatc
     assert "<b>900</b> images/s" in accumulation and "cell 3: ValueError: bad" in accumulation
     assert "0.9" not in accumulation  # another run's row stays out
     assert "05_ddp.ipynb" in page and "not run" in page
+    assert f"<code>workbook compare OTHER_RUN_ID {run_id}</code>" in page  # the only run: compare with another
+    _fake_run(tmp_path, run_id="20260102-000000-smoke-later")
+    later = (tmp_path / "runs" / "20260102-000000-smoke-later")
+    page = report.regenerate(str(later)).read_text()
+    assert f"the run before: <code>workbook compare {run_id} 20260102-000000-smoke-later</code>" in page
     monkeypatch.chdir(tmp_path)  # runs/<id> is found by id, under the project folder
     monkeypatch.setattr(report.paths, "project_root", lambda: tmp_path)
     assert cli.main(["report", run_id]) == 0

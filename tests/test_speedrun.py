@@ -73,6 +73,7 @@ def test_a_race_records_a_curve_milestones_and_a_ledger_row(tmp_path):
     assert result.time_to(0.0) == first and result.time_to(1.01) is None
     row = ledger.Ledger().rows(kind="speedrun")[0]
     assert row["name"] == "tiny" and len(row["metrics"]["curve"]) == 3
+    assert row["metrics"]["val_images"] == 32  # the count Newcombe's interval needs (`workbook compare`)
 
 
 def test_a_budget_stops_at_the_step_that_passes_it(tmp_path):

@@ -58,6 +58,27 @@ def test_wilson_interval_matches_the_closed_form():
         statistics.binomial_interval(5, 3)
 
 
+@pytest.mark.parametrize("before, after, expected", [
+    ((48, 80), (56, 70), (0.2000, 0.0524, 0.3339)),  # Newcombe 1998, Table II, example (a), method 10
+    ((3, 10), (9, 10), (0.6000, 0.1705, 0.8090)),  # example (b)
+])
+def test_difference_of_proportions_matches_newcombes_table(before, after, expected):
+    found = statistics.difference_of_proportions(*before, *after)
+    assert (found["delta"], found["low"], found["high"]) == pytest.approx(expected, abs=5e-5)
+    swapped = statistics.difference_of_proportions(*after, *before)  # the interval turns round with the sign
+    assert (swapped["low"], swapped["high"]) == pytest.approx((-expected[2], -expected[1]), abs=5e-5)
+
+
+def test_difference_of_proportions_narrows_with_more_images():
+    small = statistics.difference_of_proportions(80, 100, 85, 100)
+    large = statistics.difference_of_proportions(800, 1000, 850, 1000)
+    assert large["delta"] == pytest.approx(small["delta"])
+    assert large["high"] - large["low"] < small["high"] - small["low"]
+    assert small["low"] < 0 < large["low"]  # 5 points on 100 images is within noise, on 1000 it is not
+    with pytest.raises(ValueError, match="correct <= total"):
+        statistics.difference_of_proportions(5, 3, 1, 3)
+
+
 def test_compare_variants_gives_interval_and_verdict_per_variant():
     frame = pd.DataFrame({"variant": ["baseline"] * 3 + ["better"] * 3 + ["same"] * 3,
                           "seed": [0, 1, 2] * 3,

@@ -60,6 +60,7 @@ def test_fit_returns_model_history_checkpoint_and_ledger_row(tmp_path):
     assert_same_weights(weights_of(rebuilt), weights_of(result.model))
     rows = ledger.Ledger().rows(kind="train")
     assert rows[0]["status"] == "ok" and rows[0]["metrics"]["epochs_completed"] == 2
+    assert rows[0]["metrics"]["val_images"] == len(tensor_bundle().val)  # what gives top-1 its interval
 
 
 def test_channels_last_and_label_smoothing_and_mixup_run(tmp_path):

@@ -4,9 +4,13 @@ the most-confused pairs with examples, and an ipywidgets explorer that ties them
 The explorer's matrix is a grid of ipywidgets Buttons, one per cell, coloured like the heat map:
 a click (or Tab to a cell and Enter) shows that cell's images, most confident first; filters pick
 the split, the minimum confidence and the normalisation. Buttons, dropdowns and HTML are core
-ipywidgets, which JupyterLab 4 renders with no extension to build. Beyond `max_classes` classes
-the grid shows the most-confused block and scrolls. With a second evaluation of the same images
-it shows the difference, per-class deltas (`comparison.py`) and the images that flipped.
+ipywidgets, which JupyterLab 4 renders with no extension to build. Clicking a cell also sets the
+true/predicted dropdowns to it. Ten classes fit without scrolling (the side panel wraps below the
+matrix when the page is narrow); beyond that the title says the grid scrolls, and beyond
+`max_classes` it shows the most-confused block. With a second evaluation of the same images it
+shows the difference, per-class deltas (`comparison.py`) and the images that flipped. Where no
+widget can render (nbconvert's HTML of an executed notebook: the run report) the display carries a
+static PNG of the matrix instead (`ConfusionExplorer.picture_png`).
 
 Every view is also a plain function returning a table, HTML or a Figure, so a notebook run by
 papermill (no browser) shows the same analysis and tests drive it without a browser.
@@ -14,7 +18,10 @@ Widgets: https://ipywidgets.readthedocs.io/
 """
 from __future__ import annotations
 
+import base64
+import functools
 import html
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -242,8 +249,35 @@ def comparison_html(result) -> str:
 
 
 GALLERY_MODES = ("cell", "right_to_wrong", "wrong_to_right")
-CELL_PIXELS = 46  # side of one clickable matrix cell; the grid scrolls beyond GRID_MAX_PIXELS
-GRID_MAX_PIXELS = 560
+CELL_PIXELS = 46  # width of one clickable matrix cell
+ROW_LABEL_PIXELS = 130  # the true-class names left of the grid
+FITTING_CLASSES = 10  # EuroSAT's 10 columns fit without scrolling; more scroll, and the title says so
+GRID_MAX_PIXELS = ROW_LABEL_PIXELS + FITTING_CLASSES * CELL_PIXELS + 8  # 8: the scroll box's border and slack
+PICTURE_DPI = 100  # the static picture of the matrix in a rendered (non-live) notebook
+
+
+@functools.cache
+def _explorer_box():
+    """ipywidgets.VBox whose display also carries a static picture (PNG, and HTML wrapping it) of the
+    matrix: a live front-end renders the widget (its mime type ranks first), while nbconvert, which
+    skips a widget whose state was not saved, shows the picture instead of a blank output."""
+    import ipywidgets as widgets
+
+    class ExplorerBox(widgets.VBox):
+        picture = None  # a callable returning PNG bytes, called when the box is displayed
+
+        def _repr_mimebundle_(self, **kwargs):
+            bundle = super()._repr_mimebundle_(**kwargs)
+            if bundle is not None and self.picture is not None:
+                encoded = base64.b64encode(self.picture()).decode("ascii")
+                bundle["image/png"] = encoded
+                bundle["text/html"] = (f'<figure class="workbook-explorer-picture"><img src="data:image/png;base64,'
+                                       f'{encoded}" alt="confusion matrix of the explorer"><figcaption><small>A '
+                                       "picture of the explorer's matrix: open the notebook in JupyterLab with a "
+                                       "kernel to click its cells.</small></figcaption></figure>")
+            return bundle
+
+    return ExplorerBox
 
 
 class ConfusionExplorer:
@@ -362,6 +396,16 @@ class ConfusionExplorer:
         return confusion.plot_confusion(current.counts(), current.classes, self.normalize, self.ordering,
                                       self.max_classes, title=current.name)
 
+    def picture_png(self) -> bytes:
+        """The matrix as the widget shows it now (`matrix_figure`), as PNG bytes."""
+        import matplotlib.pyplot as plt
+
+        figure = self.matrix_figure()
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=PICTURE_DPI, bbox_inches="tight")
+        plt.close(figure)
+        return buffer.getvalue()
+
     def comparison(self):
         """`comparison.compare(baseline, current)` when comparing, else None (cached per pair)."""
         from course_lib.analysis import comparison
@@ -438,6 +482,8 @@ class ConfusionExplorer:
         """Handler for the cell controls: change["new"] is (true_index, predicted_index)."""
         true_index, predicted_index = change["new"]
         table = self.select(true_index, predicted_index)
+        if self._controls is not None:  # the dropdowns name the cell shown, however it was chosen
+            self._controls["true"].value, self._controls["predicted"].value = self.selected_cell
         self._show_gallery()
         self._mark_selected()
         return table
@@ -516,9 +562,11 @@ class ConfusionExplorer:
                 self._buttons[button.cell] = button
                 children.append(button)
         c["grid"].children = children
-        c["grid"].layout.grid_template_columns = f"130px repeat({shown}, {CELL_PIXELS}px)"
+        c["grid"].layout.grid_template_columns = f"{ROW_LABEL_PIXELS}px repeat({shown}, {CELL_PIXELS}px)"
         scope = f"{shown} most-confused of {self.evaluation.num_classes} classes" \
             if shown < self.evaluation.num_classes else f"{shown} classes"
+        if shown > FITTING_CLASSES:
+            scope += f" (the grid scrolls: {FITTING_CLASSES} columns fit)"
         what = f"after - before ({self.compare_name} -> {self.evaluation_name})" if self._baseline() else \
             self.evaluation_name
         c["matrix_title"].value = (f"<b>{html.escape(what)}</b>: {html.escape(self.normalize)}-normalised, {scope}, "
@@ -573,14 +621,15 @@ class ConfusionExplorer:
                                               description="order by", **wide),
             "min_confidence": widgets.FloatSlider(value=self.min_confidence, min=0.0, max=1.0, step=0.05,
                                                   continuous_update=False, description="min confidence", **wide),
-            "matrix_title": widgets.HTML(),
+            "matrix_title": widgets.HTML(layout=widgets.Layout(max_width=f"{GRID_MAX_PIXELS}px")),
             "grid": widgets.GridBox(layout=widgets.Layout(grid_gap="0px", align_items="center")),
             "pairs": widgets.Select(options=self._pair_options(), value=None, rows=6,
                                     description="confused", layout=widgets.Layout(width="460px")),
             "true": widgets.Dropdown(options=classes, description="true", layout=widgets.Layout(width="220px")),
             "predicted": widgets.Dropdown(options=classes, description="predicted",
                                           layout=widgets.Layout(width="220px")),
-            "show": widgets.Button(description="show cell"),
+            # flex 0 0 auto: the button keeps its words' width instead of shrinking to "s..."
+            "show": widgets.Button(description="show cell", layout=widgets.Layout(width="auto", flex="0 0 auto")),
             "comparison": widgets.HTML(),
             "right_to_wrong": widgets.Button(description="right -> wrong"),
             "wrong_to_right": widgets.Button(description="wrong -> right"),
@@ -589,6 +638,8 @@ class ConfusionExplorer:
         c["flips"] = widgets.HBox([c["right_to_wrong"], c["wrong_to_right"]])
         c["gallery"].add_class("workbook-gallery")
         c["grid"].add_class("workbook-matrix")
+        for key in ("compare", "true", "predicted", "show", "right_to_wrong", "wrong_to_right"):
+            c[key].add_class(f"workbook-{key.replace('_', '-')}")  # names a browser test (or a user's CSS) can find
         self._controls = c
         for key in ("split", "evaluation", "compare", "normalize", "ordering", "min_confidence"):
             c[key].observe(self.on_settings_changed, names="value")
@@ -598,16 +649,22 @@ class ConfusionExplorer:
         c["wrong_to_right"].on_click(lambda _: self._on_flips("wrong_to_right"))
         self._show_matrix()
         self._show_gallery()
-        scroller = widgets.Box([c["grid"]], layout=widgets.Layout(overflow="auto", max_height=f"{GRID_MAX_PIXELS}px",
-                                                                  max_width=f"{GRID_MAX_PIXELS + 140}px"))
-        root = widgets.VBox([
-            widgets.HBox([c["split"], c["evaluation"], c["compare"]]),
-            widgets.HBox([c["normalize"], c["ordering"]]),
+        # The matrix never shrinks below FITTING_CLASSES columns (flex 0 0 auto); rows wrap, so on a
+        # narrow page the side panel moves below the matrix instead of squeezing it into a scroll.
+        wrap = {"flex_flow": "row wrap", "align_items": "flex-start"}
+        scroller = widgets.Box([c["grid"]], layout=widgets.Layout(overflow="auto", max_width=f"{GRID_MAX_PIXELS}px",
+                                                                  max_height=f"{GRID_MAX_PIXELS}px"))
+        root = _explorer_box()([
+            widgets.HBox([c["split"], c["evaluation"], c["compare"]], layout=widgets.Layout(flex_flow="row wrap")),
+            widgets.HBox([c["normalize"], c["ordering"]], layout=widgets.Layout(flex_flow="row wrap")),
             c["min_confidence"],
-            widgets.HBox([widgets.VBox([c["matrix_title"], scroller]),
-                          widgets.VBox([c["pairs"], widgets.HBox([c["true"], c["predicted"], c["show"]]),
-                                        c["comparison"], c["flips"]])]),
+            widgets.HBox([widgets.VBox([c["matrix_title"], scroller], layout=widgets.Layout(flex="0 0 auto")),
+                          widgets.VBox([c["pairs"], widgets.HBox([c["true"], c["predicted"], c["show"]],
+                                                                 layout=widgets.Layout(flex_flow="row wrap")),
+                                        c["comparison"], c["flips"]], layout=widgets.Layout(flex="1 1 460px"))],
+                         layout=widgets.Layout(**wrap)),
             c["gallery"],
         ])
+        root.picture = self.picture_png
         root.add_class("workbook-explorer")
         return root

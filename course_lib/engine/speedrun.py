@@ -127,7 +127,7 @@ def race(config: Config, *, budget_seconds: float | None = None, label: str = ""
         ledger.record("speedrun", result.label, duration_seconds=result.seconds,
                       parameters={**config.to_dict(), "budget_seconds": budget_seconds, "precision_used": state.precision},
                       metrics={k: v for k, v in result.row().items() if isinstance(v, (int, float)) and v is not None}
-                      | {"curve": curve})
+                      | {"curve": curve, "val_images": result.val_images})
     return result
 
 

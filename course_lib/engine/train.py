@@ -509,7 +509,8 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
         for epoch in range(state.start_epoch, config.epochs):
             row = train_one_epoch(state, epoch, progress=progress)
             if state.val_loader is not None:
-                row.update(_columns("val", validate(state.model, state)))
+                scores = validate(state.model, state)
+                row.update(_columns("val", scores), val_images=scores["images"])  # the count gives top-1 its interval
                 if state.ema is not None:  # the averaged weights, on the same images
                     row.update(_columns("ema_val", validate(state.ema.module, state)))
                 if config.tta_views > 1 and epoch + 1 == config.epochs:  # the recipe's final prediction

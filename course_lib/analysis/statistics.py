@@ -254,17 +254,19 @@ def difference_of_proportions(correct_before: int, total_before: int, correct_af
     """after - before for two accuracies (correct of total images each), with Newcombe's hybrid
     score interval (Newcombe 1998, "Interval estimation for the difference between independent
     proportions: comparison of eleven methods", Stat. Med. 17:873, method 10), built from each
-    accuracy's Wilson interval (`binomial_interval`). It treats the two accuracies as independent:
-    for two models scored on the same images it is conservative (their errors are correlated), and
-    the paired image-by-image interval needs the predictions (`compare` of two evaluations).
-    Returns delta, low and high."""
-    low_before, high_before = binomial_interval(correct_before, total_before, level)
-    low_after, high_after = binomial_interval(correct_after, total_after, level)
-    before, after = correct_before / total_before, correct_after / total_after
-    delta = after - before
-    return {"delta": delta,
-            "low": delta - math.sqrt((after - low_after) ** 2 + (high_before - before) ** 2),
-            "high": delta + math.sqrt((high_after - after) ** 2 + (before - low_before) ** 2)}
+    accuracy's Wilson interval: statsmodels' `confint_proportions_2indep(method="newcomb")`. It treats
+    the two accuracies as independent: for two models scored on the same images it is conservative
+    (their errors are correlated), and the paired image-by-image interval needs the predictions
+    (`compare` of two evaluations). Returns delta, low and high."""
+    from statsmodels.stats.proportion import confint_proportions_2indep
+
+    _check_level(level)
+    for correct, total in ((correct_before, total_before), (correct_after, total_after)):
+        if not 0 <= correct <= total or total <= 0:
+            raise ValueError(f"an accuracy needs 0 <= correct <= total and total > 0, got {correct} of {total}")
+    low, high = confint_proportions_2indep(correct_after, total_after, correct_before, total_before,
+                                           method="newcomb", compare="diff", alpha=1 - level)
+    return {"delta": correct_after / total_after - correct_before / total_before, "low": float(low), "high": float(high)}
 
 
 def compare_variants(frame, metric: str, baseline: str = "baseline", variant: str = "variant", seed: str = "seed",

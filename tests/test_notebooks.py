@@ -153,8 +153,13 @@ def _speed_tables_without_mfu(notebook) -> list[list[str]]:
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_runs_in_smoke_profile(path, tmp_path, capfd):
+    before = set(path.parent.rglob("*"))
     result = runner.execute_notebook(path, tmp_path / path.name, {"profile": "smoke"})
     assert result.status == "ok", f"{path.name} failed: {result.error}"
+    # Every file a notebook writes goes under runs/ or data_cache/ at the project root (paths.resolve_path):
+    # one written relative to the kernel's working folder would land in notebooks/, beside the sources.
+    stray = sorted(str(p.relative_to(path.parent)) for p in set(path.parent.rglob("*")) - before)
+    assert not stray, f"{path.name} wrote into notebooks/: {stray[:5]}"
     executed = nbformat.read(str(tmp_path / path.name), as_version=4)
     assert not _speed_tables_without_mfu(executed), \
         f"{path.name}: speed tables without an MFU column: {_speed_tables_without_mfu(executed)}"

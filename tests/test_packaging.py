@@ -62,3 +62,52 @@ def test_make_test_fast_skips_the_registered_slow_markers():
     assert "test_two_worker_ddp_equals_one_worker_training_on_gloo" in torchrun
     assert "test_the_rank_log_stream_sorts_lines_by_rank_and_shows_them_as_they_arrive" not in torchrun  # no processes
     assert _collected("-m", "notebook", "tests/test_notebooks.py") == {"test_runs_in_smoke_profile"}
+
+
+# --- make venv: PyTorch's CPU-only wheels on request, nbstripout as the notebooks' git filter ---------
+
+def _make_dry_run(tmp_path, *variables):
+    """The commands `make venv` would run for a venv that does not exist yet (make -n runs none of them)."""
+    return subprocess.run(["make", "-n", "venv", f"VENV={tmp_path / 'venv'}", *variables], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_make_venv_torch_cpu_installs_the_cpu_wheels_first_and_the_default_does_not(tmp_path):
+    default = _make_dry_run(tmp_path)
+    assert default.returncode == 0, default.stderr
+    assert "download.pytorch.org" not in default.stdout  # CI's `make test` installs exactly as before
+    cpu = _make_dry_run(tmp_path, "TORCH=cpu")
+    assert cpu.returncode == 0, cpu.stderr
+    commands = cpu.stdout.splitlines()
+    wheels = next(i for i, line in enumerate(commands) if "--index-url https://download.pytorch.org/whl/cpu" in line)
+    project = next(i for i, line in enumerate(commands) if "-m pip install --quiet -e '.[dev]'" in line)
+    assert "torch torchvision" in commands[wheels] and wheels < project  # pip then keeps the CPU build
+    assert [line for line in commands if line not in default.stdout.splitlines()] == [commands[wheels]]
+
+
+def test_make_venv_refuses_an_unknown_torch_choice_in_one_line(tmp_path):
+    done = _make_dry_run(tmp_path, "TORCH=cuda")
+    assert done.returncode != 0
+    assert "TORCH=cuda is not a choice; use TORCH=cpu" in done.stderr
+
+
+def test_make_venv_installs_nbstripout_as_the_notebooks_git_filter(tmp_path):
+    assert "nbstripout" in _make_dry_run(tmp_path).stdout
+    assert "*.ipynb filter=nbstripout" in (ROOT / ".gitattributes").read_text().splitlines()
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    assert "nbstripout" in {_name(r) for r in dev}
+
+
+def test_the_committed_notebooks_are_what_the_filter_would_commit():
+    """nbstripout as the filter runs it (ids kept) changes nothing in a committed notebook: no output,
+    count or volatile metadata to strip, so installing the filter leaves the working tree clean."""
+    import json
+
+    import nbformat
+    from nbstripout import strip_output
+
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        committed = json.loads(path.read_text())
+        stripped = strip_output(nbformat.reads(path.read_text(), as_version=nbformat.NO_CONVERT),
+                                keep_output=False, keep_count=False, keep_id=True)
+        assert json.loads(nbformat.writes(stripped)) == committed, f"{path.name} has outputs or metadata to strip"

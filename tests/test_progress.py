@@ -63,8 +63,9 @@ def test_disabled_shows_nothing():
 
 def test_track_counts_an_iterable():
     stream = io.StringIO()
-    assert list(progress.track(["a", "b"], "seeds", unit="seeds", stream=stream, interval=0)) == ["a", "b"]
-    assert stream.getvalue().splitlines() == ["seeds: 2 seeds, started", "seeds: 1/2 seeds (50%), 0 s, about 0 s left",
+    assert list(progress.track(["a", "b"], "seeds", unit="seeds", stream=stream, interval=0, clock=FakeClock())) \
+        == ["a", "b"]
+    assert stream.getvalue().splitlines() == ["seeds: 2 seeds, started", "seeds: 1/2 seeds (50%), 0 s",
                                               "seeds: 2/2 seeds (100%), 0 s", "seeds: 2/2 seeds (100%), 0 s, done"]
 
 
@@ -83,3 +84,16 @@ def test_a_terminal_gets_a_tqdm_bar():
 
 def test_outside_a_kernel_it_is_not_a_notebook():
     assert not progress.in_notebook()
+
+
+def test_bytes_are_shown_in_mebibytes_from_where_a_resumed_download_starts():
+    stream, clock = io.StringIO(), FakeClock()
+    with progress.Progress(8 * 2**20, "EuroSAT.zip", in_bytes=True, initial=2 * 2**20, stream=stream, interval=5,
+                           clock=clock) as bar:
+        for _ in range(6):
+            clock.now += 3
+            bar.update(2**20)
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "EuroSAT.zip: 8.0 MiB, started"
+    assert lines[1] == "EuroSAT.zip: 4.0/8.0 MiB (50%), 6 s, about 12 s left"  # 2 MiB in 6 s, 4 to go
+    assert lines[-1] == "EuroSAT.zip: 8.0/8.0 MiB (100%), 18 s, done"

@@ -563,9 +563,10 @@ def test_no_silence_warning_with_silence_zero(tmp_path):
     assert "warning" not in stream.getvalue()
 
 
-def test_workbook_run_warns_about_a_silent_cell_but_not_a_talking_one(tmp_path):
+def test_workbook_run_warns_about_a_silent_cell_but_not_a_talking_one(tmp_path, capfd):
     """Real kernels: a cell that sleeps 4 s without output is named (threshold 1.5 s); a cell that prints
-    every 0.3 s for as long is not, so the watch sees the kernel's output messages (`watching_engine`)."""
+    every 0.3 s for as long is not, so the watch sees the kernel's output messages (`watching_engine`).
+    An all-ok run leaves nothing on the terminal's stderr (no kernel ERROR line from the shutdown's interrupt)."""
     folder = tmp_path / "notebooks"
     folder.mkdir()
     _notebook(folder / "00_quiet.ipynb", 'profile = "auto"  # profile', "import time\ntime.sleep(4)")
@@ -577,7 +578,9 @@ def test_workbook_run_warns_about_a_silent_cell_but_not_a_talking_one(tmp_path):
     assert [r.status for r in results] == ["ok", "ok"], [r.error for r in results]
     warnings = [line for line in stream.getvalue().splitlines() if "warning" in line]
     assert len(warnings) == 1, stream.getvalue()
-    assert warnings[0].startswith("[00] 00_quiet: warning: cell 2/2 (import time) has printed nothing for ")
+    # cells: the parameters cell, the one papermill injects, then the sleeping one
+    assert warnings[0].startswith("[00] 00_quiet: warning: cell 3/3 (import time) has printed nothing for ")
+    assert capfd.readouterr().err == ""
 
 
 def test_a_negative_silence_threshold_is_refused_in_one_line(book):

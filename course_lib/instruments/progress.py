@@ -1,8 +1,8 @@
 """Progress of the calls that take more than a few seconds (a grid of fits, an ablation, a seed loop,
-an epoch): a tqdm bar (https://tqdm.github.io) in a notebook (a widget, `tqdm.auto`) or on a
-terminal, and plain lines, without carriage returns, when the output is a pipe or a file (a CI log,
-`workbook train | tee train.log`): one every `interval` seconds, plus a start and an end line for
-an outer loop (`leave=True`).
+an epoch, a download): a tqdm bar (https://tqdm.github.io) in a notebook (a widget, `tqdm.auto`) or
+on a terminal, and plain lines, without carriage returns, when the output is a pipe or a file (a CI
+log, `workbook train | tee train.log`): one every `interval` seconds, plus a start and an end line
+for an outer loop (`leave=True`).
 """
 from __future__ import annotations
 
@@ -32,23 +32,30 @@ def _duration(seconds: float) -> str:
     return f"{minutes} min {whole:02d} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
+def _mebibytes(count: float) -> str:
+    return f"{count / 2**20:.1f}"
+
+
 class Progress:
     """One long call's progress, with tqdm's verbs: `update(n)`, `set_postfix(loss=...)` or
     `set_postfix_str("what runs now")`, `close()` (or a `with` block).
 
     `plain=None` decides from where the output goes: a bar in a notebook or when `stream` (default
     stderr, as tqdm) is a terminal, plain lines otherwise. `enabled=False` shows nothing.
+    `in_bytes`: counts are bytes, shown in MiB (`initial`: bytes already there, a resumed download).
     A plain line reads `grid: 3/18 fits (17%), 42 s, about 3 min 30 s left; adamw lr 0.003 seed 1`.
     """
 
     def __init__(self, total: int | None, description: str, *, unit: str = "", enabled: bool = True,
-                 leave: bool = True, stream=None, plain: bool | None = None,
-                 interval: float = PLAIN_LINE_SECONDS, clock=time.monotonic):
-        self.total, self.description, self.unit = total, description, unit
+                 leave: bool = True, stream=None, plain: bool | None = None, in_bytes: bool = False,
+                 initial: int = 0, interval: float = PLAIN_LINE_SECONDS, clock=time.monotonic):
+        self.total, self.description, self.in_bytes = total, description, in_bytes
+        self.unit = "MiB" if in_bytes else unit
         self.enabled, self.leave, self.interval, self.clock = enabled, leave, interval, clock
         self.stream = stream if stream is not None else sys.stderr
         self.plain = not (in_notebook() or _is_terminal(self.stream)) if plain is None else plain
-        self.count, self.postfix, self.lines_written, self.closed = 0, "", 0, False
+        self.initial = self.count = initial
+        self.postfix, self.lines_written, self.closed = "", 0, False
         self.started = self.last_line = clock()
         self.bar = None
         if not enabled:
@@ -60,8 +67,11 @@ class Progress:
         from tqdm.auto import tqdm
 
         options = {"file": stream} if stream is not None else {}
-        self.bar = tqdm(total=total, desc=description, unit=f" {unit}" if unit else "it", leave=leave,
-                        dynamic_ncols=True, **options)
+        if in_bytes:
+            options.update(unit="B", unit_scale=True, unit_divisor=1024)
+        else:
+            options["unit"] = f" {unit}" if unit else "it"
+        self.bar = tqdm(total=total, desc=description, initial=initial, leave=leave, dynamic_ncols=True, **options)
 
     def __enter__(self) -> Progress:
         return self
@@ -98,17 +108,19 @@ class Progress:
         """The plain line as things stand; `state`: "started", "done" or "" (under way)."""
         seconds = self.clock() - self.started
         unit = f" {self.unit}" if self.unit else ""
+        shown = _mebibytes if self.in_bytes else str
         if state == "started":
-            size = f"{self.total}{unit}" if self.total is not None else "started"
-            return f"{self.description}: {size}" + (", started" if self.total is not None else "")
-        counts = f"{self.count}/{self.total}{unit}" if self.total else f"{self.count}{unit}"
+            return f"{self.description}: " + (f"{shown(self.total)}{unit}, started" if self.total is not None
+                                              else "started")
+        counts = f"{shown(self.count)}/{shown(self.total)}{unit}" if self.total else f"{shown(self.count)}{unit}"
         if self.total:
             counts += f" ({100 * self.count / self.total:.0f}%)"
         text = f"{self.description}: {counts}, {_duration(seconds)}"
         if state == "done":
             text += ", done"
-        elif self.total and 0 < self.count < self.total:
-            text += f", about {_duration(seconds / self.count * (self.total - self.count))} left"
+        elif self.total and self.initial < self.count < self.total:  # the rate of this run, a resumed part aside
+            rate = (self.count - self.initial) / seconds if seconds > 0 else 0
+            text += f", about {_duration((self.total - self.count) / rate)} left" if rate > 0 else ""
         return text + (f"; {self.postfix}" if self.postfix and state != "done" else "")
 
     def _line(self, state: str = "") -> None:

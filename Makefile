@@ -22,13 +22,16 @@ STAMP := $(VENV)/.installed
 
 # The last step makes nbstripout the git filter of *.ipynb (.gitattributes names it): outputs saved in
 # JupyterLab stay in the working file and never reach a commit. Outside a git checkout there is nothing to set.
+# --keep-id: the cells keep their ids (nbstripout would renumber them 0, 1, ...; `--install` cannot say so).
+NBSTRIPOUT_CLEAN = $(abspath $(BIN))/python -m nbstripout --keep-id
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet torch torchvision --index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python -m ipykernel install --prefix $(VENV) --name python3 > /dev/null
-	if command -v git > /dev/null && git rev-parse --git-dir > /dev/null 2>&1; then $(BIN)/nbstripout --install --keep-id; fi
+	if command -v git > /dev/null && git rev-parse --git-dir > /dev/null 2>&1; then $(BIN)/nbstripout --install \
+	    && git config filter.nbstripout.clean "$(NBSTRIPOUT_CLEAN)"; fi
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -48,10 +48,11 @@ class Progress:
 
     def __init__(self, total: int | None, description: str, *, unit: str = "", enabled: bool = True,
                  leave: bool = True, stream=None, plain: bool | None = None, in_bytes: bool = False,
-                 initial: int = 0, interval: float = PLAIN_LINE_SECONDS, clock=time.monotonic):
+                 initial: int = 0, interval: float | None = None, clock=time.monotonic):
         self.total, self.description, self.in_bytes = total, description, in_bytes
         self.unit = "MiB" if in_bytes else unit
-        self.enabled, self.leave, self.interval, self.clock = enabled, leave, interval, clock
+        self.enabled, self.leave, self.clock = enabled, leave, clock
+        self.interval = PLAIN_LINE_SECONDS if interval is None else interval
         self.stream = stream if stream is not None else sys.stderr
         self.plain = not (in_notebook() or _is_terminal(self.stream)) if plain is None else plain
         self.initial = self.count = initial

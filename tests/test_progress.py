@@ -97,3 +97,16 @@ def test_bytes_are_shown_in_mebibytes_from_where_a_resumed_download_starts():
     assert lines[0] == "EuroSAT.zip: 8.0 MiB, started"
     assert lines[1] == "EuroSAT.zip: 4.0/8.0 MiB (50%), 6 s, about 12 s left"  # 2 MiB in 6 s, 4 to go
     assert lines[-1] == "EuroSAT.zip: 8.0/8.0 MiB (100%), 18 s, done"
+
+
+def test_a_delayed_bar_stays_hidden_for_a_short_call():
+    stream = Terminal()
+    assert list(progress.track(range(3), "predicting", stream=stream, leave=False, delay=60)) == [0, 1, 2]
+    assert "predicting" not in stream.getvalue()
+
+
+def test_track_over_an_iterable_without_a_length():
+    stream = io.StringIO()
+    items = (i for i in range(3))
+    assert list(progress.track(items, "stream", stream=stream, interval=0, clock=FakeClock())) == [0, 1, 2]
+    assert stream.getvalue().splitlines()[-1] == "stream: 3, 0 s, done"

@@ -43,12 +43,13 @@ class Progress:
     `plain=None` decides from where the output goes: a bar in a notebook or when `stream` (default
     stderr, as tqdm) is a terminal, plain lines otherwise. `enabled=False` shows nothing.
     `in_bytes`: counts are bytes, shown in MiB (`initial`: bytes already there, a resumed download).
+    `delay`: no bar (and no start line) for a call that ends within that many seconds, tqdm's `delay`.
     A plain line reads `grid: 3/18 fits (17%), 42 s, about 3 min 30 s left; adamw lr 0.003 seed 1`.
     """
 
     def __init__(self, total: int | None, description: str, *, unit: str = "", enabled: bool = True,
                  leave: bool = True, stream=None, plain: bool | None = None, in_bytes: bool = False,
-                 initial: int = 0, interval: float | None = None, clock=time.monotonic):
+                 initial: int = 0, interval: float | None = None, delay: float = 0.0, clock=time.monotonic):
         self.total, self.description, self.in_bytes = total, description, in_bytes
         self.unit = "MiB" if in_bytes else unit
         self.enabled, self.leave, self.clock = enabled, leave, clock
@@ -62,7 +63,7 @@ class Progress:
         if not enabled:
             return
         if self.plain:
-            if leave:
+            if leave and not delay:
                 self._line("started")
             return
         from tqdm.auto import tqdm
@@ -72,7 +73,8 @@ class Progress:
             options.update(unit="B", unit_scale=True, unit_divisor=1024)
         else:
             options["unit"] = f" {unit}" if unit else "it"
-        self.bar = tqdm(total=total, desc=description, initial=initial, leave=leave, dynamic_ncols=True, **options)
+        self.bar = tqdm(total=total, desc=description, initial=initial, leave=leave, delay=delay, dynamic_ncols=True,
+                        **options)
 
     def __enter__(self) -> Progress:
         return self
@@ -133,8 +135,11 @@ class Progress:
 
 def track(iterable, description: str, *, total: int | None = None, **options):
     """Iterate `iterable` under a `Progress` of its length (`total` for one without a len())."""
-    if total is None and hasattr(iterable, "__len__"):
-        total = len(iterable)
+    if total is None:
+        try:
+            total = len(iterable)
+        except TypeError:  # no len(): a generator, a DataLoader over a stream
+            pass
     with Progress(total, description, **options) as progress:
         for item in iterable:
             yield item

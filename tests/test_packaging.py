@@ -116,3 +116,29 @@ def test_the_committed_notebooks_are_what_the_filter_would_commit(tmp_path):
         cleaned = nbformat.reads((tmp_path / path.name).read_text(), as_version=nbformat.NO_CONVERT)
         assert cleaned == nbformat.reads(path.read_text(), as_version=nbformat.NO_CONVERT), \
             f"{path.name} has outputs or metadata to strip"
+
+
+def test_with_the_filter_a_saved_notebooks_outputs_stay_out_of_the_commit(tmp_path):
+    """The filter as `make venv` sets it, in a scratch repository: a notebook saved with outputs (as
+    JupyterLab does) is staged without them, with its cell ids kept, while the working file keeps them."""
+    import shutil
+
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
+
+    git("init", "-q")
+    shutil.copy(ROOT / ".gitattributes", tmp_path / ".gitattributes")
+    git("config", "filter.nbstripout.clean", f"{sys.executable} -m nbstripout --keep-id")
+    git("config", "filter.nbstripout.smudge", "cat")
+    git("config", "filter.nbstripout.required", "true")
+    cell = new_code_cell("print(1)", id="c00-01", execution_count=3,
+                         outputs=[new_output("stream", name="stdout", text="1\n")])
+    nbformat.write(new_notebook(cells=[cell]), str(tmp_path / "00_saved.ipynb"))
+    git("add", "00_saved.ipynb")
+    staged = nbformat.reads(git("show", ":00_saved.ipynb").stdout, as_version=4)
+    assert staged.cells[0].outputs == [] and staged.cells[0].execution_count is None
+    assert staged.cells[0].id == "c00-01" and staged.cells[0].source == "print(1)"
+    assert nbformat.read(str(tmp_path / "00_saved.ipynb"), as_version=4).cells[0].outputs  # the working file keeps them

@@ -4,17 +4,34 @@ VENV ?= .venv
 # --system-site-packages in the NGC container (Dockerfile, containers/workbook.def): the venv sees and
 # keeps NVIDIA's own torch build instead of installing one from PyPI.
 VENV_FLAGS ?=
+# TORCH=cpu: PyTorch's CPU-only wheels (the index Dockerfile.cpu uses) installed before the project, so
+# pip keeps them instead of PyPI's default CUDA build; empty (the default): PyPI's torch, as always.
+TORCH ?=
+TORCH_INDEX_cpu := https://download.pytorch.org/whl/cpu
+TORCH_INDEX := $(TORCH_INDEX_$(TORCH))
+ifneq ($(TORCH),)
+ifeq ($(TORCH_INDEX),)
+$(error TORCH=$(TORCH) is not a choice; use TORCH=cpu for the CPU-only wheels, or leave TORCH out)
+endif
+endif
 BIN := $(VENV)/bin
 PROFILE ?= auto
 STAMP := $(VENV)/.installed
 
 .PHONY: workbook test test-fast lab venv clean-venv
 
+# The last step makes nbstripout the git filter of *.ipynb (.gitattributes names it): outputs saved in
+# JupyterLab stay in the working file and never reach a commit. Outside a git checkout there is nothing to set.
+# --keep-id: the cells keep their ids (nbstripout would renumber them 0, 1, ...; `--install` cannot say so).
+NBSTRIPOUT_CLEAN = $(abspath $(BIN))/python -m nbstripout --keep-id
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet torch torchvision --index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python -m ipykernel install --prefix $(VENV) --name python3 > /dev/null
+	if command -v git > /dev/null && git rev-parse --git-dir > /dev/null 2>&1; then $(BIN)/nbstripout --install \
+	    && git config filter.nbstripout.clean "$(NBSTRIPOUT_CLEAN)"; fi
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -40,6 +40,8 @@ def _add_run(subparsers) -> None:
                         help="a notebook parameter, checked against the parameters cells (repeatable)")
     parser.add_argument("--out", help="output folder (default: runs/<run id>)")
     parser.add_argument("--cell-timeout", type=int, default=runner.CELL_TIMEOUT_SECONDS, help="seconds per cell")
+    parser.add_argument("--silent-cell-warning", type=float, default=runner.SILENT_CELL_SECONDS, metavar="SECONDS",
+                        help="warn, naming the cell, when a cell prints nothing this long (0: never; default %(default)g)")
     parser.set_defaults(func=_run)
 
 
@@ -48,7 +50,7 @@ def _run(args) -> int:
 
     try:
         out, results = runner.run_workbook(args.profile, args.only, args.param, args.out,
-                                           cell_timeout=args.cell_timeout)
+                                           cell_timeout=args.cell_timeout, silence_seconds=args.silent_cell_warning)
     except runner.RunInterrupted as stop:
         print(f"workbook run: {stop}", file=sys.stderr)
         return stop.exit_code  # the shell's code for a process stopped by that signal (130 = 128 + SIGINT)

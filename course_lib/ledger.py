@@ -475,22 +475,57 @@ def rows_by_notebook(rows: list[dict]) -> dict[str, list[dict]]:
     return groups
 
 
-def format_rows(records: list[dict]) -> str:
-    """A plain-text table for `workbook ledger`."""
+LIST_ITEMS_SHOWN = 4  # a per-epoch list in `workbook ledger` shows this many values, then its length
+
+
+def format_rows(records: list[dict], width: int | None = None) -> str:
+    """A plain-text table for `workbook ledger`, numbers to their meaningful digits (`meaningful`).
+    The metrics column is never cut: it wraps, metric by metric, onto lines under itself to fit
+    `width` columns (default: the terminal's, 120 when piped)."""
     header = ("id", "created_at", "run_id", "kind", "name", "status", "seconds", "metrics")
-    lines = []
+    lines, metrics = [], []
     for r in records:
-        metrics = ", ".join(f"{k}={_short(v)}" for k, v in sorted(r["metrics"].items()))
+        metrics.append([f"{k}={meaningful(v)}" for k, v in sorted(r["metrics"].items())])
         seconds = "" if r["duration_seconds"] is None else f"{r['duration_seconds']:.1f}"
-        lines.append((str(r["id"]), r["created_at"], r["run_id"] or "", r["kind"], r["name"], r["status"],
-                      seconds, metrics[:80]))
-    widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
-    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
-    out += ["  ".join(c.ljust(w) for c, w in zip(line, widths)) for line in lines]
+        lines.append((str(r["id"]), r["created_at"], r["run_id"] or "", r["kind"], r["name"], r["status"], seconds))
+    widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header[:-1])]
+    indent = sum(widths) + 2 * len(widths)  # where the metrics column starts
+    room = max(40, (width or shutil.get_terminal_size((120, 24)).columns) - indent)
+    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths)) + "  metrics"]
+    for line, items in zip(lines, metrics):
+        first, *rest = _wrap(items, room) or [""]
+        out.append(("  ".join(c.ljust(w) for c, w in zip(line, widths)) + "  " + first).rstrip())
+        out += [" " * indent + more for more in rest]
     return "\n".join(out)
 
 
-def _short(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+def _wrap(items: list[str], room: int) -> list[str]:
+    """`items` joined with ", " into lines of at most `room` characters (a longer item has a line of its own)."""
+    wrapped = []
+    for item in items:
+        if wrapped and len(wrapped[-1]) + 2 + len(item) + 1 <= room:  # + 1: the comma a wrapped line ends with
+            wrapped[-1] += ", " + item
+        else:
+            if wrapped:
+                wrapped[-1] += ","
+            wrapped.append(item)
+    return wrapped
+
+
+def meaningful(value) -> str:
+    """A metric as a reader wants it: 3 significant digits (0.953, 12.3, 1.2e-05), whole numbers from 100
+    on (1234 images/s; 3 significant again from a million), integers as they are; lists and dicts item by
+    item, a long list shortened."""
+    if isinstance(value, bool) or not isinstance(value, (float, list, tuple, dict)):
+        return str(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {meaningful(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        shown = [meaningful(v) for v in value[:LIST_ITEMS_SHOWN]]
+        more = f", ... ({len(value)} values)" if len(value) > LIST_ITEMS_SHOWN else ""
+        return "[" + ", ".join(shown) + more + "]"
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)
+    if value == int(value) and abs(value) < 1e6:
+        return str(int(value))
+    return f"{value:.0f}" if 100 <= abs(value) < 1e6 else f"{value:.3g}"

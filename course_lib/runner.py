@@ -8,13 +8,15 @@ stop the others; `index.html` and `summary.json` are rewritten after every noteb
 stopped by Ctrl-C (`RunInterrupted`) or a crash still leaves a page of what ran. Before anything
 runs, every notebook must parse (a broken one is named with its line and column), the output
 folder must be writable and the ledger sound. While they run, each notebook prints a start line, a cell counter and its
-status with the duration (`NotebookProgress`), nothing else: kernels are reached over Unix
+status with the duration (`NotebookProgress`), and a warning naming any cell that prints nothing for
+a minute, nothing else: kernels are reached over Unix
 sockets (`kernel_transport`), so ipykernel has no TCP warning to print.
 """
 from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -47,6 +49,7 @@ NOTEBOOK_PATTERN = re.compile(r"^(\d\d)_[\w-]+\.ipynb$")
 KERNEL_NAME = "python3"
 CELL_TIMEOUT_SECONDS = 1800  # one cell; the gpu profile trains for minutes
 PIPED_PROGRESS_SECONDS = 60  # at most one cell-counter line per notebook this often when stdout is not a terminal
+SILENT_CELL_SECONDS = 60  # a cell that sends no output (text, display, widget update) this long is named in a warning
 CLEAR_TO_END_OF_LINE = "\x1b[K"  # ANSI: erase what a longer previous counter left on the line
 
 
@@ -357,10 +360,50 @@ def rehearsal_line() -> str:
             f"skipped, CUDA only: {skipped}")
 
 
+WATCHING_ENGINE = "workbook-watching"  # the papermill engine `watching_engine` registers
+# Kernel messages that are not output: the busy/idle status and the echo of the cell's code.
+NOT_OUTPUT_MESSAGES = frozenset({"status", "execute_input"})
+
+
+@functools.cache
+def watching_engine() -> str:
+    """Register (once) and name a papermill engine whose client calls `on_output()` for every output
+    message a cell sends: printed text, a display, a widget update (a tqdm bar in a notebook is a
+    widget), a cleared output. papermill's own engine (`NBClientEngine`) builds its client inline,
+    so the engine is its three lines again with the subclass in place (papermill.engines, 2.x)."""
+    from papermill.clientwrap import PapermillNotebookClient
+    from papermill.engines import NBClientEngine, logger, papermill_engines
+    from papermill.utils import merge_kwargs, remove_args
+    from traitlets import Callable
+
+    class WatchingClient(PapermillNotebookClient):
+        on_output = Callable(default_value=None, allow_none=True).tag(config=True)
+
+        def process_message(self, msg, cell, cell_index):
+            if self.on_output is not None and msg["msg_type"] not in NOT_OUTPUT_MESSAGES:
+                self.on_output()
+            return super().process_message(msg, cell, cell_index)
+
+    class WatchingEngine(NBClientEngine):
+        @classmethod
+        def execute_managed_notebook(cls, nb_man, kernel_name, log_output=False, stdout_file=None,
+                                     stderr_file=None, start_timeout=60, execution_timeout=None, **kwargs):
+            timeout = execution_timeout or kwargs.get("timeout")
+            kwargs = remove_args(["input_path", "timeout", "startup_timeout"], **kwargs)
+            options = merge_kwargs(kwargs, timeout=timeout, startup_timeout=start_timeout,
+                                   kernel_name=kernel_name, log=logger, log_output=log_output,
+                                   stdout_file=stdout_file, stderr_file=stderr_file)
+            return WatchingClient(nb_man, **options).execute()
+
+    papermill_engines.register(WATCHING_ENGINE, WatchingEngine)
+    return WATCHING_ENGINE
+
+
 def execute_notebook(path: Path, output: Path, parameters: dict, cell_timeout: int = CELL_TIMEOUT_SECONDS,
-                     on_cell=None) -> NotebookResult:
+                     on_cell=None, on_output=None) -> NotebookResult:
     """Run one notebook with papermill; a failure is caught and described, not raised.
-    `on_cell(number)` is called as each code cell starts (1-based, the injected parameters cell included).
+    `on_cell(number, source)` is called as each code cell starts (1-based, the injected parameters cell
+    included, with the cell's code), `on_output()` for each output a cell sends (`watching_engine`).
     The kernel sees `parameters["profile"]` as WORKBOOK_PROFILE (`profile_for_kernels`). The
     `rehearsal` profile runs the notebook with profile smoke and the gpu profile's switches
     (`rehearsal_kernel`)."""
@@ -372,7 +415,10 @@ def execute_notebook(path: Path, output: Path, parameters: dict, cell_timeout: i
     if on_cell is not None:
         numbers = itertools.count(1)
         # nbclient calls on_cell_execute just before it sends a non-empty code cell to the kernel.
-        hooks["on_cell_execute"] = lambda cell, cell_index: on_cell(next(numbers))
+        hooks["on_cell_execute"] = lambda cell, cell_index: on_cell(next(numbers), cell.source)
+    if on_output is not None:
+        hooks["on_output"] = on_output
+        hooks["engine_name"] = watching_engine()
     try:
         with kernel_transport() as transport, profile_for_kernels(parameters.get("profile")), \
                 rehearsal_kernel(parameters.get("profile")) as kernel_profile:
@@ -399,24 +445,30 @@ def format_duration(seconds: float) -> str:
 
 
 class NotebookProgress:
-    """What `workbook run` prints for one notebook: a start line, a cell counter and, at the end,
-    the status with the duration; nothing else.
+    """What `workbook run` prints for one notebook: a start line, a cell counter, a warning when a
+    cell has sent no output for `silence` seconds and, at the end, the status with the duration.
 
     On a terminal the counter is one line rewritten in place every second (`\\r`), and the final
     line replaces it. Piped (CI logs, `| tee`) there is no carriage return: a counter line at most
-    every `interval` seconds, long cells included (`interval=0`: one line per cell).
+    every `interval` seconds, long cells included (`interval=0`: one line per cell). The silence
+    warning names the cell (number and first line of code) once per silent stretch: output from
+    the cell (`on_output`) or the next cell starts the watch again (`silence=0`: no warning).
     """
 
     def __init__(self, path: Path, total_cells: int, stream=None, interactive: bool | None = None,
-                 interval: float = PIPED_PROGRESS_SECONDS, clock=time.monotonic):
+                 interval: float = PIPED_PROGRESS_SECONDS, clock=time.monotonic,
+                 silence: float = SILENT_CELL_SECONDS):
         self.tag = f"[{path.name[:2]}] {path.stem}"
         self.total_cells = total_cells
         self.stream = stream or sys.stdout
         self.interactive = self.stream.isatty() if interactive is None else interactive
         self.interval = interval
+        self.silence = silence
         self.clock = clock
         self.cell = 0
-        self.started = self.last_line = None
+        self.cell_code = ""  # first line of the running cell's code, for the silence warning
+        self.started = self.last_line = self.last_output = None
+        self.warned = False  # already warned about this silent stretch
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker = None
@@ -427,21 +479,35 @@ class NotebookProgress:
     def counter_line(self) -> str:
         return f"{self.tag}: cell {self.cell}/{self.total_cells}, {format_duration(self.elapsed())}"
 
+    def silence_line(self, seconds: float) -> str:
+        code = f" ({self.cell_code})" if self.cell_code else ""
+        return (f"{self.tag}: warning: cell {self.cell}/{self.total_cells}{code} has printed nothing for "
+                f"{format_duration(seconds)}; it is still running (Ctrl-C stops the run)")
+
     def start(self, ticking: bool = True) -> None:
         """Print the start line; with `ticking`, a thread refreshes the counter during long cells."""
-        self.started = self.last_line = self.clock()
+        self.started = self.last_line = self.last_output = self.clock()
         self._write(f"{self.tag}: started at {time.strftime('%H:%M:%S')}, {self.total_cells} code cells\n")
         if ticking:
             self._ticker = threading.Thread(target=self._tick_until_stopped, daemon=True)
             self._ticker.start()
 
-    def on_cell(self, number: int) -> None:
+    def on_cell(self, number: int, source: str = "") -> None:
         with self._lock:
             self.cell = number
+            lines = [line.strip() for line in source.splitlines() if line.strip() and not line.strip().startswith("#")]
+            self.cell_code = (lines[0][:60] + ("..." if len(lines[0]) > 60 else "")) if lines else ""
+            self.last_output, self.warned = self.clock(), False
             self._show(new_cell=True)
+
+    def on_output(self) -> None:
+        """The running cell sent output (called from papermill's client, in the main thread)."""
+        with self._lock:
+            self.last_output, self.warned = self.clock(), False
 
     def tick(self) -> None:
         with self._lock:
+            self._warn_if_silent()
             self._show(new_cell=False)
 
     def finish(self, status: str, seconds: float, error: str | None = None) -> None:
@@ -450,6 +516,15 @@ class NotebookProgress:
             self._ticker.join()
         line = f"{self.tag}: {status} in {format_duration(seconds)}" + (f": {error}" if error else "")
         with self._lock:
+            self._write(("\r" + line + CLEAR_TO_END_OF_LINE if self.interactive else line) + "\n")
+
+    def _warn_if_silent(self) -> None:
+        if self.started is None or self.cell == 0 or self.silence <= 0 or self.warned:
+            return
+        silent = self.clock() - self.last_output
+        if silent >= self.silence:
+            self.warned = True
+            line = self.silence_line(silent)
             self._write(("\r" + line + CLEAR_TO_END_OF_LINE if self.interactive else line) + "\n")
 
     def _show(self, new_cell: bool) -> None:
@@ -569,11 +644,16 @@ def new_run_id(profile: str) -> str:
 def run_workbook(profile: str = "auto", only: str | None = None, assignments: list[str] | None = None,
                  out_dir: str | os.PathLike | None = None, notebooks_folder: Path | None = None,
                  cell_timeout: int = CELL_TIMEOUT_SECONDS, stream=None,
-                 progress_interval: float = PIPED_PROGRESS_SECONDS) -> tuple[Path, list[NotebookResult]]:
+                 progress_interval: float = PIPED_PROGRESS_SECONDS,
+                 silence_seconds: float = SILENT_CELL_SECONDS) -> tuple[Path, list[NotebookResult]]:
     """Check the notebooks, parameters, output folder and ledger, then execute the notebooks in
-    order, printing each one's progress (`NotebookProgress`) to `stream` (default stdout) and
+    order, printing each one's progress (`NotebookProgress`; a warning for a cell silent for
+    `silence_seconds`, 0 = never) to `stream` (default stdout) and
     rewriting index.html and summary.json after each. Returns (run folder, results); Ctrl-C
     raises RunInterrupted after the reports are written."""
+    if not silence_seconds >= 0:  # also refuses NaN
+        raise ConfigError(f"--silent-cell-warning must be a number of seconds, or 0 for no warning; "
+                          f"got {silence_seconds:g}")
     resolved = resolve_profile(profile)
     notebooks = list_notebooks(notebooks_folder, only)
     if not notebooks:
@@ -603,10 +683,12 @@ def run_workbook(profile: str = "auto", only: str | None = None, assignments: li
             write_reports(out, run_id, resolved, results, [p.name for p in notebooks], state="running")
             for number, path in enumerate(notebooks):
                 parameters = {"profile": resolved, **per_notebook[path]}
-                progress = NotebookProgress(path, code_cell_count(path), stream, interval=progress_interval)
+                progress = NotebookProgress(path, code_cell_count(path), stream, interval=progress_interval,
+                                            silence=silence_seconds)
                 running = (number, path, parameters, progress)
                 progress.start()
-                result = execute_notebook(path, out / path.name, parameters, cell_timeout, on_cell=progress.on_cell)
+                result = execute_notebook(path, out / path.name, parameters, cell_timeout, on_cell=progress.on_cell,
+                                          on_output=progress.on_output)
                 running = None  # finished: what follows only records it
                 progress.finish(result.status, result.duration_seconds, result.error)
                 results.append(result)

@@ -281,3 +281,26 @@ def test_a_locked_ledger_says_so_within_seconds_then_waits(tmp_path, monkeypatch
     assert "waiting up to 2 s more" in capsys.readouterr().err
     holder.close()
     assert [row["name"] for row in ledger.Ledger(path).rows()] == ["after", "before"]
+
+
+@pytest.mark.parametrize("value, text", [(0.953412, "0.953"), (12.3456, "12.3"), (1234.56, "1235"), (3.0, "3"),
+                                         (1.234e-5, "1.23e-05"), (2.5e9, "2.5e+09"), (7, "7"), (True, "True"),
+                                         ("cpu", "cpu"), ([0.91234, 0.95678], "[0.912, 0.957]"),
+                                         ([1.5] * 6, "[1.5, 1.5, 1.5, 1.5, ... (6 values)]"),
+                                         ({"a": 0.123456}, "{a: 0.123}"), (float("nan"), "nan")])
+def test_metrics_are_shown_to_their_meaningful_digits(value, text):
+    assert ledger.meaningful(value) == text
+
+
+def test_the_metrics_column_wraps_instead_of_being_cut():
+    metrics = {f"metric_{i:02d}": 0.123456789 * (i + 1) for i in range(12)}
+    row = {"id": 1, "created_at": "2026-12-02T10:00:00", "run_id": "r", "kind": "train", "name": "n",
+           "status": "ok", "duration_seconds": 2.0, "metrics": metrics}
+    lines = ledger.format_rows([row], width=120).splitlines()
+    assert lines[0].split() == ["id", "created_at", "run_id", "kind", "name", "status", "seconds", "metrics"]
+    column = lines[0].index("metrics")
+    assert len(lines) > 2 and all(len(line) <= 120 for line in lines)
+    assert all(line[:column].strip() == "" for line in lines[2:])  # continuation lines sit under the column
+    shown = " ".join(line[column:] for line in lines[1:])
+    assert all(f"{name}={ledger.meaningful(value)}" in shown for name, value in metrics.items())
+    assert "metric_11=1.48" in shown

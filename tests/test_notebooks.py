@@ -1,6 +1,7 @@
 """Every notebook executes in the smoke profile, and every committed notebook follows the house rules."""
 import ast
 import re
+import subprocess
 
 import nbformat
 import pytest
@@ -19,13 +20,30 @@ def _parameters_cell(path):
     return notebook, cells
 
 
+def _committed_notebook(path):
+    """What a commit of `path` holds. With the nbstripout filter `make venv` sets, `git add` strips the
+    outputs a JupyterLab save left in the working file, so the staged copy is read; without it (or
+    outside a git checkout), the working file itself."""
+    try:
+        filtered = subprocess.run(["git", "config", "--get", "filter.nbstripout.clean"], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=30).returncode == 0
+        staged = subprocess.run(["git", "show", f":{path.relative_to(ROOT).as_posix()}"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=30) if filtered else None
+    except (OSError, subprocess.SubprocessError):  # no git here
+        staged = None
+    if staged is not None and staged.returncode == 0:
+        return nbformat.reads(staged.stdout, as_version=4)
+    return nbformat.read(str(path), as_version=4)
+
+
 def test_there_are_notebooks():
     assert NOTEBOOKS and NOTEBOOKS[0].name == "00_setup_check.ipynb"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_committed_without_outputs_and_with_parameters(path):
-    notebook, cells = _parameters_cell(path)
+    _, cells = _parameters_cell(path)
+    notebook = _committed_notebook(path)
     assert len(cells) == 1, f"{path.name}: needs exactly one cell tagged 'parameters'"
     with_outputs = [i for i, c in enumerate(notebook.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
     assert not with_outputs, f"{path.name}: cells {with_outputs} have outputs; clear them before committing"
@@ -153,8 +171,13 @@ def _speed_tables_without_mfu(notebook) -> list[list[str]]:
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_runs_in_smoke_profile(path, tmp_path, capfd):
+    before = set(path.parent.rglob("*"))
     result = runner.execute_notebook(path, tmp_path / path.name, {"profile": "smoke"})
     assert result.status == "ok", f"{path.name} failed: {result.error}"
+    # Every file a notebook writes goes under runs/ or data_cache/ at the project root (paths.resolve_path):
+    # one written relative to the kernel's working folder would land in notebooks/, beside the sources.
+    stray = sorted(str(p.relative_to(path.parent)) for p in set(path.parent.rglob("*")) - before)
+    assert not stray, f"{path.name} wrote into notebooks/: {stray[:5]}"
     executed = nbformat.read(str(tmp_path / path.name), as_version=4)
     assert not _speed_tables_without_mfu(executed), \
         f"{path.name}: speed tables without an MFU column: {_speed_tables_without_mfu(executed)}"

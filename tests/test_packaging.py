@@ -62,3 +62,83 @@ def test_make_test_fast_skips_the_registered_slow_markers():
     assert "test_two_worker_ddp_equals_one_worker_training_on_gloo" in torchrun
     assert "test_the_rank_log_stream_sorts_lines_by_rank_and_shows_them_as_they_arrive" not in torchrun  # no processes
     assert _collected("-m", "notebook", "tests/test_notebooks.py") == {"test_runs_in_smoke_profile"}
+
+
+# --- make venv: PyTorch's CPU-only wheels on request, nbstripout as the notebooks' git filter ---------
+
+def _make_dry_run(tmp_path, *variables):
+    """The commands `make venv` would run for a venv that does not exist yet (make -n runs none of them)."""
+    return subprocess.run(["make", "-n", "venv", f"VENV={tmp_path / 'venv'}", *variables], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_make_venv_torch_cpu_installs_the_cpu_wheels_first_and_the_default_does_not(tmp_path):
+    default = _make_dry_run(tmp_path)
+    assert default.returncode == 0, default.stderr
+    assert "download.pytorch.org" not in default.stdout  # CI's `make test` installs exactly as before
+    cpu = _make_dry_run(tmp_path, "TORCH=cpu")
+    assert cpu.returncode == 0, cpu.stderr
+    commands = cpu.stdout.splitlines()
+    wheels = next(i for i, line in enumerate(commands) if "--index-url https://download.pytorch.org/whl/cpu" in line)
+    project = next(i for i, line in enumerate(commands) if "-m pip install --quiet -e '.[dev]'" in line)
+    assert "torch torchvision" in commands[wheels] and wheels < project  # pip then keeps the CPU build
+    assert [line for line in commands if line not in default.stdout.splitlines()] == [commands[wheels]]
+
+
+def test_make_venv_refuses_an_unknown_torch_choice_in_one_line(tmp_path):
+    done = _make_dry_run(tmp_path, "TORCH=cuda")
+    assert done.returncode != 0
+    assert "TORCH=cuda is not a choice; use TORCH=cpu" in done.stderr
+
+
+def test_make_venv_installs_nbstripout_as_the_notebooks_git_filter(tmp_path):
+    assert "nbstripout" in _make_dry_run(tmp_path).stdout
+    assert "*.ipynb filter=nbstripout" in (ROOT / ".gitattributes").read_text().splitlines()
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    assert "nbstripout" in {_name(r) for r in dev}
+
+
+def test_the_committed_notebooks_are_what_the_filter_would_commit(tmp_path):
+    """The clean filter `make venv` sets (nbstripout --keep-id) changes nothing a committed notebook says:
+    no output, count or volatile metadata to strip and every cell id kept, so installing the filter
+    leaves the notebooks as they are (nbformat's reader: a source as one string or as lines is the same)."""
+    import shutil
+
+    import nbformat
+
+    makefile = (ROOT / "Makefile").read_text()
+    assert "NBSTRIPOUT_CLEAN = $(abspath $(BIN))/python -m nbstripout --keep-id" in makefile
+    assert 'git config filter.nbstripout.clean "$(NBSTRIPOUT_CLEAN)"' in makefile
+    committed = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    copies = [shutil.copy(path, tmp_path / path.name) for path in committed]
+    subprocess.run([sys.executable, "-m", "nbstripout", "--keep-id", *map(str, copies)], check=True, timeout=300)
+    for path in committed:
+        cleaned = nbformat.reads((tmp_path / path.name).read_text(), as_version=nbformat.NO_CONVERT)
+        assert cleaned == nbformat.reads(path.read_text(), as_version=nbformat.NO_CONVERT), \
+            f"{path.name} has outputs or metadata to strip"
+
+
+def test_with_the_filter_a_saved_notebooks_outputs_stay_out_of_the_commit(tmp_path):
+    """The filter as `make venv` sets it, in a scratch repository: a notebook saved with outputs (as
+    JupyterLab does) is staged without them, with its cell ids kept, while the working file keeps them."""
+    import shutil
+
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
+
+    git("init", "-q")
+    shutil.copy(ROOT / ".gitattributes", tmp_path / ".gitattributes")
+    git("config", "filter.nbstripout.clean", f"{sys.executable} -m nbstripout --keep-id")
+    git("config", "filter.nbstripout.smudge", "cat")
+    git("config", "filter.nbstripout.required", "true")
+    cell = new_code_cell("print(1)", id="c00-01", execution_count=3,
+                         outputs=[new_output("stream", name="stdout", text="1\n")])
+    nbformat.write(new_notebook(cells=[cell]), str(tmp_path / "00_saved.ipynb"))
+    git("add", "00_saved.ipynb")
+    staged = nbformat.reads(git("show", ":00_saved.ipynb").stdout, as_version=4)
+    assert staged.cells[0].outputs == [] and staged.cells[0].execution_count is None
+    assert staged.cells[0].id == "c00-01" and staged.cells[0].source == "print(1)"
+    assert nbformat.read(str(tmp_path / "00_saved.ipynb"), as_version=4).cells[0].outputs  # the working file keeps them

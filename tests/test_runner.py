@@ -528,3 +528,61 @@ def test_report_on_a_truncated_summary_is_one_line(tmp_path, capsys, content):
     assert cli.main(["report", str(tmp_path)]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and f"{tmp_path / 'summary.json'} cannot be read" in error, error
+
+
+# --- a cell that prints nothing for a long time is named --------------------------------------------
+
+def test_a_silent_cell_is_named_once_per_silent_stretch(tmp_path):
+    stream, clock = io.StringIO(), FakeClock()
+    progress = runner.NotebookProgress(tmp_path / "12_time.ipynb", 5, stream, interactive=False, interval=0,
+                                       clock=clock, silence=60)
+    progress.start(ticking=False)
+    progress.on_cell(3, "# the ablation\nresults = study.ablation(config)\nresults")
+    clock.now += 59
+    progress.tick()  # not yet
+    clock.now += 2
+    progress.tick()
+    clock.now += 30
+    progress.tick()  # the same stretch: warned once
+    progress.on_output()
+    clock.now += 61
+    progress.tick()  # output, then silent again: a second warning
+    warnings = [line for line in stream.getvalue().splitlines() if "warning" in line]
+    assert warnings == ["[12] 12_time: warning: cell 3/5 (results = study.ablation(config)) has printed nothing "
+                        "for 1 min 01 s; it is still running (Ctrl-C stops the run)"] * 2
+
+
+def test_no_silence_warning_with_silence_zero(tmp_path):
+    stream, clock = io.StringIO(), FakeClock()
+    progress = runner.NotebookProgress(tmp_path / "00_a.ipynb", 1, stream, interactive=False, interval=0,
+                                       clock=clock, silence=0)
+    progress.start(ticking=False)
+    progress.on_cell(1, "work()")
+    clock.now += 3600
+    progress.tick()
+    assert "warning" not in stream.getvalue()
+
+
+def test_workbook_run_warns_about_a_silent_cell_but_not_a_talking_one(tmp_path, capfd):
+    """Real kernels: a cell that sleeps 4 s without output is named (threshold 1.5 s); a cell that prints
+    every 0.3 s for as long is not, so the watch sees the kernel's output messages (`watching_engine`).
+    An all-ok run leaves nothing on the terminal's stderr (no kernel ERROR line from the shutdown's interrupt)."""
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    _notebook(folder / "00_quiet.ipynb", 'profile = "auto"  # profile', "import time\ntime.sleep(4)")
+    _notebook(folder / "01_talking.ipynb", 'profile = "auto"  # profile',
+              "import time\nfor i in range(13):\n    print(i, flush=True)\n    time.sleep(0.3)")
+    stream = io.StringIO()
+    _, results = runner.run_workbook("smoke", out_dir=tmp_path / "out", notebooks_folder=folder, stream=stream,
+                                     silence_seconds=1.5)
+    assert [r.status for r in results] == ["ok", "ok"], [r.error for r in results]
+    warnings = [line for line in stream.getvalue().splitlines() if "warning" in line]
+    assert len(warnings) == 1, stream.getvalue()
+    # cells: the parameters cell, the one papermill injects, then the sleeping one
+    assert warnings[0].startswith("[00] 00_quiet: warning: cell 3/3 (import time) has printed nothing for ")
+    assert capfd.readouterr().err == ""
+
+
+def test_a_negative_silence_threshold_is_refused_in_one_line(book):
+    with pytest.raises(ConfigError, match="--silent-cell-warning must be a number of seconds"):
+        runner.run_workbook("smoke", notebooks_folder=book, silence_seconds=-1)

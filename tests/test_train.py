@@ -483,3 +483,17 @@ def test_batch_size_one_with_batch_norm_on_a_1x1_map_is_one_line(tmp_path, capsy
     model = timm.create_model("test_resnet", num_classes=2)
     train.refuse_one_value_batch_norm(model, make_config("smoke", batch_size=1, image_size=128))  # 4x4 maps: fine
     train.refuse_one_value_batch_norm(model, make_config("smoke", batch_size=2, image_size=32))
+
+
+def test_piped_epoch_progress_is_plain_lines_without_carriage_returns(tmp_path, capsys, monkeypatch):
+    """`workbook train | tee log`: stderr is no terminal, so each epoch's bar is plain lines (here one per
+    step: the line interval set to 0) and the log holds no tqdm carriage return."""
+    from course_lib.instruments import progress
+
+    monkeypatch.setattr(progress, "PLAIN_LINE_SECONDS", 0.0)
+    train.fit(tiny_config(tmp_path, epochs=2, max_steps=3), bundle=tensor_bundle(), progress=True, verbose=False)
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    lines = [line for line in err.splitlines() if line.startswith("epoch ")]
+    assert lines[0].startswith("epoch 1/2: 1/") and " steps (" in lines[0]
+    assert any(line.startswith("epoch 2/2: ") and line.endswith(", done") for line in lines)

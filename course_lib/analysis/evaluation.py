@@ -208,6 +208,9 @@ def _raw_image(base, index: int):
     return image
 
 
+PREDICT_BAR_DELAY_SECONDS = 5.0  # `predict` shows a bar (or plain lines) only once it has run this long
+
+
 def predict(model, dataset, config, *, device_stage=None, views: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """(labels, softmax probabilities) of `model` over `dataset`, in dataset order. Evaluation runs
     in fp32: it is a small share of the time, and reduced precision would blur the calibration.
@@ -220,6 +223,7 @@ def predict(model, dataset, config, *, device_stage=None, views: int = 1) -> tup
 
     from course_lib.data.loaders import make_loader
     from course_lib.data.overhead_augment import DIHEDRAL_VIEWS, dihedral_views
+    from course_lib.instruments.progress import track
 
     if not 1 <= views <= DIHEDRAL_VIEWS:
         raise ValueError(f"test-time augmentation views must be 1..{DIHEDRAL_VIEWS}, got {views}")
@@ -229,7 +233,9 @@ def predict(model, dataset, config, *, device_stage=None, views: int = 1) -> tup
     loader = make_loader(dataset, config, train=False, drop_last=False)
     all_labels, all_probabilities = [], []
     with torch.inference_mode():
-        for images, labels in loader:
+        # A bar only when the split takes more than a few seconds (a large split, 8 views on a CPU).
+        batches = track(loader, "predicting", unit="batches", leave=False, delay=PREDICT_BAR_DELAY_SECONDS)
+        for images, labels in batches:
             images = device_stage(images, device, train=False) if device_stage else images.to(device, non_blocking=True)
             probabilities = sum(torch.softmax(model(view.contiguous(memory_format=memory_format)).float(), dim=1)
                                 for view in dihedral_views(images, views)) / views

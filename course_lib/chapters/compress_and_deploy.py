@@ -18,6 +18,7 @@ from course_lib.deploy import export, pruning, quantization
 from course_lib.deploy.latency import forward_flops_per_image, speed_row
 from course_lib.engine import continual, train
 from course_lib.engine.distillation import Distiller
+from course_lib.instruments.progress import Progress, track
 from course_lib.models import checkpoint, factory
 
 
@@ -153,13 +154,17 @@ def distillation_study(teacher, student_config: Config, bundle, seeds, *, temper
                        weight: float = 0.9, speed: dict | None = None, **fit_options) -> list[dict]:
     """The student trained on labels alone and with the teacher's soft targets, once per seed."""
     rows = []
+    bar = Progress(2 * len(seeds), "distillation", unit="fits")
     for seed in seeds:
         for method, distiller in (("labels only", None), (f"distilled (T={temperature:g}, weight {weight:g})",
                                                           Distiller(teacher, temperature, weight))):
             config = student_config.replace(seed=seed, output_dir=str(
                 Path(student_config.output_dir) / f"{'kd' if distiller else 'labels'}-{seed}"))
+            bar.set_postfix_str(f"{method}, seed {seed}")
             result = train.fit(config, bundle=bundle, teacher=distiller, **fit_options)
             rows.append(describe(result.model, bundle, config, speed, student=config.model, method=method, seed=seed))
+            bar.update()
+    bar.close()
     return rows
 
 
@@ -171,8 +176,10 @@ def pruning_study(model, config: Config, bundle, sparsities, channel_ratios, *, 
     finetune = config.replace(epochs=finetune_epochs, lr=config.lr / 10, warmup_epochs=0.0, ema_decay=0.0)
     rows = [describe(model, bundle, config, speed, method="dense (teacher)", requested=0.0,
                      **{"zero weights": pruning.weight_sparsity(model)})]
+    bar = Progress(len(sparsities) + len(channel_ratios), "pruning", unit="fine-tunes")
     for kind, amounts in (("unstructured L1", sparsities), ("channels L1", channel_ratios)):
         for amount in amounts:
+            bar.set_postfix_str(f"{kind} {amount:g}")
             pruned = copy.deepcopy(model)
             settings = finetune
             if kind == "unstructured L1":
@@ -186,6 +193,8 @@ def pruning_study(model, config: Config, bundle, sparsities, channel_ratios, *, 
             final = pruning.make_permanent(result.model)
             rows.append(describe(final, bundle, config, speed, method=kind, requested=amount,
                                  **{"zero weights": pruning.weight_sparsity(final)}))
+            bar.update()
+    bar.close()
     return rows
 
 
@@ -221,7 +230,7 @@ def export_study(model, int8_graph, config: Config, bundle, folder: str | Path, 
                  calibration_batches: int = 8) -> list[dict]:
     """The model served four ways (torch.export .pt2 fp32 and int8, ONNX fp32 and int8 through
     onnxruntime), each checked against PyTorch on a validation batch and measured."""
-    folder = Path(folder)
+    folder = paths.resolve_path(folder)  # under the project (runs/), not the notebook's folder
     images = export.image_batches(bundle.val, config, bundle.device_stage, batches=1)[0]
     calibration = export.image_batches(bundle.train, config, bundle.device_stage, calibration_batches)
     onnx_fp32 = export.export_onnx(model, images, folder / "model.onnx")
@@ -238,7 +247,7 @@ def export_study(model, int8_graph, config: Config, bundle, folder: str | Path, 
              "onnxruntime fp32": "model.onnx", "onnxruntime int8 (static QDQ)": "model-int8.onnx"}
     rows = []
     flops_per_image = forward_flops_per_image(model, config.image_size)  # the same arithmetic however it is served
-    for label, runner in served.items():
+    for label, runner in track(served.items(), "checking and timing the exports", total=len(served), unit="ways"):
         row = {"served as": label, "file MB": (folder / files[label]).stat().st_size / 1e6 if label in files else None,
                "max |logit diff|": export.max_difference(model, runner, images) if runner is not model else 0.0,
                "val top-1": top1(runner, bundle, config),
@@ -264,17 +273,23 @@ def continual_study(config: Config, bundle, old_classes: int, *, memory_per_clas
     validation classes."""
     split = continual.ClassSplit.first(len(bundle.classes), old_classes)
     groups = {"old classes": split.old, "new classes": split.new}
+    bar = Progress(1 + len(continual.STRATEGIES), "continual learning", unit="fits")
+    bar.set_postfix_str("step 1: old classes")
     first = train.fit(config.replace(output_dir=str(Path(config.output_dir) / "old")),
                       bundle=continual.task_bundle(bundle, split), **fit_options)
     rows = [{"strategy": "step 1: old classes only", **continual.accuracy_by_group(
         first.model, bundle.val, config, groups, bundle.device_stage)}]
+    bar.update()
     for strategy in continual.STRATEGIES:
+        bar.set_postfix_str(f"step 2: {strategy}")
         result = continual.learn_new_classes(
             first.model, config.replace(output_dir=str(Path(config.output_dir) / strategy)), bundle, split, strategy,
             memory_per_class=memory_per_class, temperature=temperature, distillation_weight=distillation_weight,
             **fit_options)
         rows.append({"strategy": f"step 2: {strategy}", **continual.accuracy_by_group(
             result.model, bundle.val, config, groups, bundle.device_stage)})
+        bar.update()
+    bar.close()
     for row in rows:
         row["forgetting (old, points)"] = 100 * (rows[0]["old classes"] - row["old classes"])
     return rows

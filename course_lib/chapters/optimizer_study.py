@@ -13,6 +13,7 @@ import dataclasses
 import time
 
 from course_lib.config import Config
+from course_lib.instruments.progress import Progress
 
 # Each optimizer at its usual learning rate, a third of it and three times it.
 LEARNING_RATE_FACTORS = (1 / 3, 1.0, 3.0)
@@ -91,16 +92,18 @@ def optimizer_overrides(optimizer: str, lr: float) -> dict:
     return {"optimizer": optimizer, "lr": lr, "min_lr": lr / 100, "weight_decay": decay}
 
 
-def run_grid(config: Config, grid: dict, seeds, bundle=None, fit=None) -> list[dict]:
+def run_grid(config: Config, grid: dict, seeds, bundle=None, fit=None, progress: bool = True) -> list[dict]:
     """Train `config` once per (optimizer, learning rate, seed); one row per run with the learning
     rate's rank in its optimizer's grid (0 = smallest), validation top-1 and images/s. `fit` is
-    `train.fit` (a stand-in in tests)."""
+    `train.fit` (a stand-in in tests). `progress`: one bar (or plain line) over the grid's fits."""
     if fit is None:
         from course_lib.engine.train import fit
     rows = []
+    bar = Progress(sum(map(len, grid.values())) * len(seeds), "grid", unit="fits", enabled=progress)
     for optimizer, learning_rates in grid.items():
         for rank, lr in enumerate(learning_rates):
             for seed in seeds:
+                bar.set_postfix_str(f"{optimizer} lr {lr:.3g} seed {seed}")
                 started = time.perf_counter()
                 result = fit(config.replace(seed=seed, **optimizer_overrides(optimizer, lr)), bundle=bundle,
                              progress=False, verbose=False)
@@ -109,6 +112,8 @@ def run_grid(config: Config, grid: dict, seeds, bundle=None, fit=None) -> list[d
                              "val top-1": final.get("val_top1"), "train loss": final.get("train_loss"),
                              "images/s": final.get("images_per_second"),
                              "seconds": time.perf_counter() - started})
+                bar.update()
+    bar.close()
     return rows
 
 

@@ -22,6 +22,7 @@ from course_lib.analysis import claims as claim_records
 from course_lib.analysis import statistics
 from course_lib.analysis.statistics import _scores
 from course_lib.config import Config, ConfigError, make_config
+from course_lib.instruments.progress import Progress
 
 # The article's "safe combination": label smoothing 0.1 + MixUp alpha 0.2 + light Random Erasing.
 # "Light" is read as erasing a box in a quarter of the images (timm's usual probability).
@@ -272,20 +273,21 @@ def run_study(config: Config, names: list[str], seeds: list[int], ema_decay: flo
     seed, every variant in turn: a change in the machine's load during the study then spreads
     over all variants instead of landing on one."""
     import pandas as pd
-    from tqdm.auto import tqdm
 
     from course_lib.measure import flops
 
     started = time.perf_counter()
     rows, flops_per_image = [], None
     pending = [(seed, name) for seed in seeds for name in names]
-    bar = tqdm(pending, desc=f"runs on {data}", disable=not progress)
-    for seed, name in bar:
+    bar = Progress(len(pending), f"runs on {data}", unit="fits", enabled=progress)
+    for seed, name in pending:
         bar.set_postfix_str(f"{name}, seed {seed}")
         result = fit_variant(config, name, ema_decay, bundle, seed=seed, progress=False)
         rows += score_run(name, result, bundle.val, bundle.device_stage)
         if flops_per_image is None:
             flops_per_image = flops.training_flops_per_image(result.model, config.image_size)
+        bar.update()
+    bar.close()
     return Study(pd.DataFrame(rows), config, data, len(bundle.train), len(bundle.val), flops_per_image,
                  time.perf_counter() - started)
 

@@ -11,6 +11,7 @@ import dataclasses
 from course_lib.analysis import statistics
 from course_lib.config import Config
 from course_lib.engine import speedrun
+from course_lib.instruments.progress import Progress
 from course_lib.measure import flops
 
 # Each ingredient of the speed-run recipe and the Config change that takes it out. The data ingredients
@@ -142,6 +143,8 @@ def ablate(config: Config, seeds: list[int], ingredients: list[str] | None = Non
     shared = scored(bundle if bundle is not None else pipeline.build_datasets(config)) \
         if validation_per_class or bundle is not None else None
     out = []
+    # One bar over all the fits (about 280 s on cpu); `progress` adds a bar per epoch of each.
+    bar = Progress(len(runs) * len(seeds), "ablation", unit="fits")
     for ingredient, changes in runs:
         results = []
         # The data pipeline changes with storage/augmentation: only reuse the bundle when it cannot.
@@ -149,11 +152,31 @@ def ablate(config: Config, seeds: list[int], ingredients: list[str] | None = Non
         own = shared if same_data else (scored(pipeline.build_datasets(config.replace(**changes)))
                                         if validation_per_class else None)
         for seed in seeds:
+            bar.set_postfix_str(f"{ingredient}, seed {seed}")
             variant = config.replace(**changes, seed=seed)
             results.append(speedrun.race(variant, label=f"without {ingredient}" if changes else ingredient,
                                          bundle=own, progress=progress, verbose=False))
+            bar.update()
         out.append(Ablation(ingredient, changes, results))
+    bar.close()
     return out
+
+
+def rounded(table):
+    """`table` with each number to the digits it means: top-1 and its changes (fractions) to a tenth of a
+    point, MFU (a fraction) to a hundredth of a percent, images/s whole, seconds to a tenth."""
+    digits = {}
+    for column in table.columns:
+        name = str(column).lower()
+        if "mfu" in name and "peak" not in name:
+            digits[column] = 4
+        elif "top-1" in name or "change" in name:
+            digits[column] = 3
+        elif "images/s" in name:
+            digits[column] = 0
+        elif name.startswith("s to") or "seconds" in name or name.endswith(" s"):
+            digits[column] = 1
+    return table.round(digits)  # text and empty columns are left as they are
 
 
 def ablation_table(ablations: list[Ablation], level: float = 0.95, device: str = "cpu"):
@@ -178,7 +201,7 @@ def ablation_table(ablations: list[Ablation], level: float = 0.95, device: str =
         table[column] = compared.get(column)
     table.loc["full recipe", "change vs full"] = 0.0
     table["beyond noise"] = table["verdict"].isin(["better", "worse"])
-    return table.rename(columns={"delta low": "change low", "delta high": "change high"})
+    return rounded(table.rename(columns={"delta low": "change low", "delta high": "change high"}))
 
 
 def top1_at(result, seconds: float, slack: float = 0.05) -> float | None:
@@ -224,7 +247,7 @@ def race_table(results: list, device: str = "cpu", at_seconds: float | None = No
         row = {**{k: row[k] for k in columns[:columns.index("images/s") + 1]}, "MFU": utilization["mfu"],
                **{k: row[k] for k in columns[columns.index("images/s") + 1:]}, "MFU peak from": utilization["peak_source"]}
         rows.append(row)
-    return pd.DataFrame(rows).set_index("label")
+    return rounded(pd.DataFrame(rows).set_index("label"))
 
 
 def plot_race(results: list, title: str = "", axis=None, equal_seconds: float | None = None):

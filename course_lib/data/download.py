@@ -19,7 +19,6 @@ import json
 import os
 import pickle
 import shutil
-import sys
 import tarfile
 import time
 import urllib.error
@@ -32,6 +31,7 @@ from typing import Callable
 from course_lib.config import WorkbookError
 from course_lib.data.build_lock import exclusive_build
 from course_lib.data.fixed_splits import LAYOUT_SPLITS, carve_out, load_eurosat_split
+from course_lib.instruments.progress import Progress
 from course_lib.paths import CACHE_DIR, check_writable, resolve_path
 
 DOWNLOADABLE = ("eurosat", "cifar10", "imagenette")
@@ -144,8 +144,6 @@ def fetch(url: str, destination: Path, name: str, *, progress: bool = True,
     """Download `url` to `destination` through `<destination>.part`, resuming a part left by an
     earlier run with an HTTP Range request (or starting over where the server ignores it). A
     download that ends short of its Content-Length keeps the part and raises DownloadError."""
-    from tqdm import tqdm
-
     part = destination.with_name(destination.name + ".part")
     for attempt in range(2):  # a second time only when the server refused the range (416)
         start = part.stat().st_size if part.exists() else 0
@@ -167,9 +165,8 @@ def fetch(url: str, destination: Path, name: str, *, progress: bool = True,
         start = start if resumed else 0  # a 200 answer is the whole file: start over
         total = start + response.length if response.length is not None else None
         try:
-            with open(part, "ab" if start else "wb") as handle, tqdm(
-                    total=total, initial=start, unit="B", unit_scale=True, unit_divisor=1024, desc=destination.name,
-                    disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
+            with open(part, "ab" if start else "wb") as handle, Progress(
+                    total, destination.name, in_bytes=True, initial=start, enabled=progress) as bar:
                 while chunk := response.read(CHUNK_BYTES):
                     handle.write(chunk)
                     bar.update(len(chunk))
@@ -238,12 +235,11 @@ def _lay_out_cifar10(extracted: Path, layout: Path, progress: bool) -> dict:
     import numpy as np
     from PIL import Image
     from torchvision.datasets import CIFAR10
-    from tqdm import tqdm
 
     base = _find_folder(extracted, CIFAR10.base_folder, "cifar-10-python.tar.gz")
     classes = _unpickle(base / CIFAR10.meta["filename"])[CIFAR10.meta["key"]]
     counts, made = dict.fromkeys(LAYOUT_SPLITS, 0), set()
-    bar = tqdm(desc="PNG files", unit=" images", disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    bar = Progress(None, "PNG files", unit="images", enabled=progress)
     for official, files in (("train", CIFAR10.train_list), ("test", CIFAR10.test_list)):
         batches = [_unpickle(base / file_name) for file_name, _ in files]
         pixels = np.concatenate([batch["data"] for batch in batches]).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)

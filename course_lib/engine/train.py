@@ -60,6 +60,7 @@ from course_lib.instruments.peak_memory import (
     peak_memory_kind,
     reset_peak_memory,
 )
+from course_lib.instruments.progress import Progress
 from course_lib.models import factory
 
 # Reading the loss is a CPU-GPU sync point; do it every this many optimizer steps, not every step.
@@ -310,8 +311,6 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
     `stop()`, asked after each optimizer step, ends the epoch early (a time-to-accuracy race's
     budget; single process only, since DDP ranks must agree on the number of steps).
     Returns the epoch's training metrics row (all ranks together); the driver adds validation."""
-    from tqdm.auto import tqdm
-
     config, device, distributed = state.config, state.device, state.distributed
     seed_epoch(state, epoch)
     if state.freezer.maybe_unfreeze(epoch):
@@ -322,8 +321,9 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
     reset_peak_memory(device)
     guard = LossGuard(config.accumulation_steps, config.lr, state.precision)
     meter = EpochMeter(device, distributed.enabled, distributed.world_size)
-    bar = tqdm(total=state.steps_per_epoch, desc=f"epoch {epoch + 1}/{config.epochs}", leave=False,
-               disable=not (progress and distributed.is_main), dynamic_ncols=True)
+    # A bar in a notebook or on a terminal, a plain line every 10 s when piped (`workbook train | tee`).
+    bar = Progress(state.steps_per_epoch, f"epoch {epoch + 1}/{config.epochs}", unit="steps", leave=False,
+                   enabled=progress and distributed.is_main)
     if stop is not None and distributed.enabled:
         raise ValueError("train_one_epoch(stop=...) is for one process: DDP ranks must run the same steps")
     batches = _epoch_batches(state, meter.timer)

@@ -562,14 +562,15 @@ def article_claims(study: Study, control: Study | str, remote_sensing: bool) -> 
 
 # --- section 7: which weights to keep: last, EMA, SWA, best.pt, and early stopping ---------------
 
-# Values over the study's config. cpu: the speed-run's smallest net at 32 px on 1,000 images, so that
+# Values over the study's config. cpu: the speed-run's smallest net at 32 px on 600 images, so that
 # two runs per seed over 3 seeds stay within about 25 s on 2 cores; the engine validates every epoch
 # here (best.pt and early stopping read it), on half of the validation split.
 WEIGHT_CHOICE_PROFILES: dict[str, dict] = {
     "smoke": {"epochs": 3},
     "cpu": {"model": "speedrun_resnet_tiny", "image_size": 32, "batch_size": 64, "epochs": 6,
-            "max_train_images": 1000, "lr": 0.1, "warmup_epochs": 0.5},
-    "gpu": {"epochs": 8},
+            "max_train_images": 600, "lr": 0.1, "warmup_epochs": 0.5},
+    "gpu": {"model": "speedrun_resnet", "image_size": 64, "batch_size": 128, "epochs": 10, "max_train_images": 5000,
+            "lr": 0.2, "warmup_epochs": 1.0, "storage": "cache", "augmentation": "device", "num_workers": 0},
 }
 # Validation images in each half (choosing, held out) per profile; absent: half the split each. The cpu
 # profile's 600 keep the per-epoch validation a small share of a run (600 images: +-2 points binomial).

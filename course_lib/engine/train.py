@@ -42,8 +42,8 @@ from course_lib.config import Config, ConfigError
 from course_lib.data import datasets, pipeline
 from course_lib.engine import auto_precision, freeze
 from course_lib.engine.checkpoint_saver import CheckpointSaver
-from course_lib.engine.early_stopping import ValidationTracker
 from course_lib.engine.distributed import Distributed, setup_distributed
+from course_lib.engine.early_stopping import ValidationTracker
 from course_lib.engine.ema import make_ema
 from course_lib.engine.epoch_meter import EpochMeter, correct_counts
 from course_lib.engine.grad_norm import LOG_FILE, GradientNormLog
@@ -193,7 +193,7 @@ def _training_data(dataset, config: Config, distributed: Distributed, device: to
 
     balanced = config.class_balance == "sampler"
     if isinstance(dataset, ResidentSplit):  # storage=device: batches cut on the device, no DataLoader
-        weights = class_balance.sample_weights(dataset.targets, len(dataset.classes)) if balanced else None
+        weights = class_balance.sample_weights(dataset.targets, num_classes) if balanced else None
         batches = ResidentBatches(dataset, config.batch_size, device, shuffle=True, drop_last=True,
                                   seed=config.seed, rank=distributed.rank, world_size=distributed.world_size,
                                   sample_weights=weights)

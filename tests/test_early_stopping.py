@@ -60,7 +60,7 @@ def test_fit_stops_at_the_plateau_and_best_pt_holds_the_best_epoch(tmp_path, mon
 
     assert len(result.history) == 6 and result.stopped_early_after == 6
     assert (result.best_epoch, result.best_val_top1) == (3, 0.7)
-    assert result.best_checkpoint_path == tmp_path / "checkpoints" / checkpoint.BEST_NAME
+    assert result.best_checkpoint_path == result.checkpoint_path.with_name(checkpoint.BEST_NAME)
     best = checkpoint.load_checkpoint(result.best_checkpoint_path)
     assert best["epoch"] == 3 and best["history"][-1]["val_top1"] == 0.7
     for name, tensor in seen[2].items():  # the weights validated after epoch 3
@@ -74,7 +74,7 @@ def test_without_patience_every_epoch_runs_and_the_best_is_still_named(tmp_path,
     planted_validation(monkeypatch, [0.3, 0.9, 0.4])
     result = train.fit(tiny_config(tmp_path, epochs=3, max_steps=1), bundle=bundle(), progress=False, verbose=False)
     assert len(result.history) == 3 and result.stopped_early_after is None and result.best_epoch == 2
-    assert result.best_checkpoint_path is None and not (tmp_path / "checkpoints" / checkpoint.BEST_NAME).exists()
+    assert result.best_checkpoint_path is None and not result.checkpoint_path.with_name(checkpoint.BEST_NAME).exists()
 
 
 def test_a_resumed_run_that_had_stopped_trains_no_further(tmp_path, monkeypatch):

@@ -130,7 +130,7 @@ def test_storage_device_batches_draw_balanced_with_sample_weights(tmp_path):
 
 def test_fit_trains_with_each_correction(tmp_path):
     for choice in ("none", "weighted_loss", "sampler"):
-        config = tiny_config(tmp_path, class_balance=choice, epochs=1, output_dir=str(tmp_path / choice))
+        config = tiny_config(tmp_path, class_balance=choice, epochs=1, max_steps=2, output_dir=str(tmp_path / choice))
         result = train.fit(config, bundle=imbalanced_bundle(), progress=False, verbose=False)
         assert np.isfinite(result.final["train_loss"]) and "val_top1" in result.final
 

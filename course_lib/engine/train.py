@@ -636,8 +636,10 @@ def _finish_swa(state: RunState) -> dict:
 
     seed_epoch(state, state.config.epochs)  # an order of its own, after every training epoch's
     model = state.swa.finish(images(), state.distributed.world_size)
-    state.log(f"SWA: {state.swa.snapshots} epoch(s) averaged, BatchNorm statistics recomputed")
-    return _columns("swa_val", validate(model, state)) if state.val_loader is not None else {}
+    scores = validate(model, state) if state.val_loader is not None else None
+    state.log(f"SWA: {state.swa.snapshots} epoch(s) averaged, BatchNorm statistics recomputed"
+              + (f"; validation top-1 {scores['top1']:.1%}" if scores else ""))
+    return _columns("swa_val", scores) if scores else {}
 
 
 def _finish_monitoring(state: RunState, monitor: UtilisationMonitor | None) -> dict:

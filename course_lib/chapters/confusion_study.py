@@ -104,17 +104,20 @@ IMBALANCE_RATIO = 10.0  # images of the largest class / of the smallest, after t
 CORRECTIONS = ("none", "weighted_loss", "sampler")  # the class_balance values compared
 BOOTSTRAP_DRAWS = 1000  # resamples of the validation images for every interval of the section
 # Values over the notebook's config: the fast pipeline (pre-decoded uint8 cache, augmentation per batch
-# on the device, no workers) and, on a CPU, the speed-run's smallest net, so that three trainings on
-# the long tail stay within about 20 s on 2 cores; on a GPU the speed-run's wider net at 64 px (a 64 px cache
-# of the split is 12 KB per image, where 224 px would be 150 KB).
+# on the device, no workers) and, on a CPU, the speed-run's smallest net in fp32 (precision=auto would
+# time bf16 before each of these short runs), so that three trainings on the long tail stay within
+# about 20 s on 2 cores; its 32 px cache of 2,000 training images is notebook 07 section 7's, built once.
+# On a GPU the speed-run's wider net at 64 px (a 64 px cache is 12 KB per image, 224 px would be 150 KB).
 IMBALANCE_PROFILES = {
     "smoke": {"storage": "cache", "augmentation": "device", "num_workers": 0},
-    "cpu": {"model": "speedrun_resnet_tiny", "image_size": 32, "batch_size": 64, "epochs": 4, "max_steps": 0,
-            "storage": "cache", "augmentation": "device", "num_workers": 0, "lr": 0.1,
-            "warmup_epochs": 0.5},
+    "cpu": {"model": "speedrun_resnet_tiny", "image_size": 32, "batch_size": 32, "epochs": 5, "max_steps": 0,
+            "max_train_images": 2000, "storage": "cache", "augmentation": "device", "num_workers": 0, "lr": 0.05,
+            "warmup_epochs": 0.5, "precision": "off"},
     "gpu": {"model": "speedrun_resnet", "image_size": 64, "batch_size": 128, "epochs": 10, "lr": 0.2, "warmup_epochs": 1.0,
             "storage": "cache", "augmentation": "device", "num_workers": 0},
 }
+# Validation images each model is scored on (a seeded choice), per profile; absent: the whole split.
+IMBALANCE_VALIDATION_IMAGES = {"cpu": 1000}
 
 
 @dataclasses.dataclass
@@ -144,6 +147,7 @@ class ImbalanceStudy:
         table.loc["macro F1"] = [None] + [float(report.loc["macro avg", "f1"]) for report in reports.values()]
         table.loc["top-1"] = [None] + [float((predicted == self.labels).mean()) for predicted in self.predictions.values()]
         table.loc[["macro F1", "top-1"], "train images"] = int(sum(self.train_counts))
+        table["train images"] = table["train images"].astype("Int64")
         return table
 
     def describe(self) -> str:
@@ -166,20 +170,24 @@ def imbalance_study(setup: ConfusionSetup, ratio: float = IMBALANCE_RATIO, corre
                     progress: bool = False) -> ImbalanceStudy:
     """Cut the training split to a long tail (`data.long_tail`, head = the first class), train once per
     class_balance value on it (the engine's validation switched off: each model is scored once,
-    here), and predict the whole validation split with each."""
+    here), and predict the validation split with each (`IMBALANCE_VALIDATION_IMAGES` of it)."""
     import time
 
     import numpy as np
 
     from course_lib.analysis import evaluation
+    from course_lib.config import profile_entry
     from course_lib.data import long_tail, pipeline
     from course_lib.data.class_split import targets_of
+    from course_lib.data.datasets import TransformedSubset, limit_indices
     from course_lib.engine import train
 
     started = time.perf_counter()
     config = imbalance_config(setup)
     bundle = pipeline.build_datasets(config)
     cut = long_tail.long_tail_bundle(bundle, ratio, seed=config.seed)
+    kept = limit_indices(len(bundle.val), profile_entry(IMBALANCE_VALIDATION_IMAGES, setup.profile, 0), seed=0)
+    scored = bundle.val if kept is None else TransformedSubset(bundle.val, kept)
     counts = np.bincount(targets_of(cut.train), minlength=len(cut.classes))
     if len(cut.train) < config.batch_size:  # smoke: a tail of a small sample is shorter than one batch
         config = config.replace(batch_size=max(2, len(cut.train) // 4))
@@ -187,7 +195,7 @@ def imbalance_study(setup: ConfusionSetup, ratio: float = IMBALANCE_RATIO, corre
     for correction in corrections:
         run = config.replace(class_balance=correction, output_dir=f"{config.output_dir}/{correction}")
         result = train.fit(run, bundle=dataclasses.replace(cut, val=None), progress=progress, verbose=False)
-        labels, probabilities = evaluation.predict(result.model, bundle.val, run, device_stage=bundle.device_stage)
+        labels, probabilities = evaluation.predict(result.model, scored, run, device_stage=bundle.device_stage)
         predictions[correction] = probabilities.argmax(axis=1)
     return ImbalanceStudy(list(cut.classes), counts, labels, predictions, config, ratio, time.perf_counter() - started,
                           str(bundle.source))

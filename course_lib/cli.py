@@ -281,6 +281,9 @@ def _train(args) -> int:
         return 1
     if result.checkpoint_path and int(os.environ.get("RANK", "0")) == 0:
         print(f"checkpoint: {result.checkpoint_path}")
+        if result.best_checkpoint_path:  # save_best
+            print(f"best: {result.best_checkpoint_path} (epoch {result.best_epoch}, validation top-1 "
+                  f"{result.best_val_top1:.2%})")
     return 0
 
 

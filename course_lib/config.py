@@ -18,6 +18,8 @@ PROFILE_NAMES = ("smoke", "cpu", "gpu", "auto", "rehearsal")
 DECODER_NAMES = ("pil", "opencv", "torchvision", "nvjpeg")
 STORAGE_NAMES = ("files", "cache", "shards", "device")
 AUGMENTATION_PLACES = ("cpu", "device", "none")
+# class_balance's values (data.class_balance implements the two corrections).
+CLASS_BALANCE_NAMES = ("none", "weighted_loss", "sampler")
 # The committed landcover-synth sample (relative to the project root).
 SAMPLE_DATA_DIR = "data_samples/landcover-synth"
 
@@ -70,6 +72,11 @@ class Config:
     random_erasing: float = 0.0  # probability of erasing a random box per image
     ema_decay: float = 0.0  # weight EMA decay per step; 0 = off
     tta_views: int = 1  # test-time augmentation: predictions averaged over 1 (off), 2 (mirror) .. 8 (all symmetries) views
+    class_balance: str = "none"  # none | weighted_loss (cross-entropy weighted by inverse class frequency, N / (classes x n_c)) | sampler (training images drawn with replacement, each class equally often)
+    # --- choosing and averaging weights ---
+    save_best: bool = False  # also keep output_dir/best.pt: the checkpoint of the epoch with the highest validation top-1
+    early_stopping_patience: int = 0  # epochs without a validation top-1 improvement after which training stops; 0 = off
+    swa_epochs: int = 0  # stochastic weight averaging over the last N epochs (one snapshot per epoch, learning rate held constant from where SWA begins, BatchNorm statistics recomputed); 0 = off
     # --- speed switches ---
     precision: str = "auto"  # off | fp16 | bf16 | auto (chosen from measured device speed)
     channels_last: bool = False  # NHWC memory format for convolutions
@@ -227,6 +234,7 @@ _CHOICES = {
     "augment_recipe": ("light", "heavy", "overhead"),  # data.transforms.RECIPES
     "optimizer": ("sgd", "adamw"),
     "precision": ("off", "fp16", "bf16", "auto"),
+    "class_balance": CLASS_BALANCE_NAMES,
 }
 
 
@@ -247,7 +255,7 @@ UPPER_BOUNDS = {
     "batch_size": 65_536, "epochs": 10_000, "max_steps": 10_000_000, "accumulation_steps": 1024,
     "num_workers": 128, "prefetch_factor": 64, "max_train_images": 1_000_000_000, "freeze_backbone_epochs": 10_000,
     "warmup_epochs": 10_000, "weight_decay": 1.0, "grad_clip_norm": 1e6, "mixup_alpha": 100.0,
-    "cutmix_alpha": 100.0, "backbone_lr_scale": 100.0,
+    "cutmix_alpha": 100.0, "backbone_lr_scale": 100.0, "early_stopping_patience": 10_000,
 }
 # Below this a learning rate moves no float32 weight at all (the smallest step that changes 1.0 is
 # 6e-8 of it; 1e-12 leaves a wide margin and refuses lr=5e-324).
@@ -310,6 +318,17 @@ def _check_ranges(values: dict) -> None:
         refuse("exploding_grad_factor", "0 (off) or above 1 (a jump over that many times the recent median)")
     if values["backbone_lr_scale"] <= 0:
         refuse("backbone_lr_scale", "above 0", "to keep the backbone fixed use freeze_backbone_epochs")
+    if values["early_stopping_patience"] < 0:
+        refuse("early_stopping_patience", "0 (off) or more epochs")
+    if not 0 <= values["swa_epochs"] < values["epochs"]:
+        refuse("swa_epochs", f"0 (off) up to epochs - 1 ({values['epochs'] - 1})",
+               "SWA averages the last epochs and needs at least one epoch of the normal schedule before them")
+    if values["class_balance"] == "weighted_loss" and (values["mixup_alpha"] or values["cutmix_alpha"]):
+        refuse("class_balance", "none or sampler with mixup_alpha or cutmix_alpha above 0",
+               "mixed targets have no single class to weight; use class_balance=sampler")
+    if values["class_balance"] != "none" and values["storage"] == "shards":
+        refuse("class_balance", "none with storage=shards",
+               "a tar stream gives no labels up front to count; use storage=cache or files")
 
 
 def check_values(values: dict) -> dict:

@@ -181,7 +181,9 @@ OUT_OF_RANGE = [("lr", -1.0), ("label_smoothing", 2.0), ("seed", -1), ("image_si
                 ("max_steps", 10**8), ("epochs", 10**6), ("lr", 5e-324), ("batch_size", 10**6),
                 ("weight_decay", 5.0), ("freeze_backbone_epochs", 10**6), ("warmup_epochs", 1e6),
                 ("max_train_images", 10**12), ("mixup_alpha", 1e4), ("cutmix_alpha", 1e4),
-                ("backbone_lr_scale", 1e4), ("grad_clip_norm", 1e9), ("output_dir", "")]
+                ("backbone_lr_scale", 1e4), ("grad_clip_norm", 1e9), ("output_dir", ""),
+                # issue 27: the switches that choose and average weights
+                ("early_stopping_patience", -1), ("early_stopping_patience", 10**6), ("swa_epochs", 1)]
 
 
 @pytest.mark.parametrize("name,value", OUT_OF_RANGE)

@@ -65,3 +65,51 @@ def test_setup_trains_one_epoch_on_cpu_unless_told(setup_without_datasets):
     smoke = setup_without_datasets("smoke")
     assert smoke.config.epochs == PROFILES["smoke"]["epochs"] and smoke.profile == "smoke"
     assert smoke.data.synthetic and smoke.line.startswith("profile smoke: ") and smoke.line.endswith("fake machine")
+
+
+# --- section 9: class imbalance ---------------------------------------------------------------
+
+def imbalance(predictions_by_correction, counts=(40, 20, 10, 5)):
+    import numpy as np
+
+    labels = np.repeat(np.arange(4), 50)
+    return confusion_study.ImbalanceStudy(["a", "b", "c", "d"], np.array(counts), labels,
+                                          {name: np.asarray(p) for name, p in predictions_by_correction.items()},
+                                          _FakeConfig(),
+                                          10.0, 1.0, "fake")
+
+
+class _FakeConfig:
+    model, image_size, epochs = "tiny", 32, 1
+
+
+def predictions_with_recall(recalls, seed=0):
+    """Predictions of 50 images per class getting `recalls[c]` of class c right (the rest as class 0 or 1)."""
+    import numpy as np
+
+    predicted = []
+    for label, recall in enumerate(recalls):
+        right = round(50 * recall)
+        wrong = 1 if label == 0 else 0
+        predicted += [label] * right + [wrong] * (50 - right)
+    return np.array(predicted)
+
+
+def test_recall_that_follows_the_training_counts_supports_few_samples_low_recall():
+    study = imbalance({"none": predictions_with_recall([0.95, 0.8, 0.5, 0.2]),
+                       "weighted_loss": predictions_with_recall([0.9, 0.85, 0.75, 0.7]),
+                       "sampler": predictions_with_recall([0.95, 0.8, 0.5, 0.2])})
+    found = {claim.key: claim for claim in confusion_study.imbalance_claims(study, draws=200)}
+    assert found["few_samples_low_recall"].verdict == claims.HOLDS and found["few_samples_low_recall"].measured == 1.0
+    assert found["imbalance_weighted_loss"].verdict == claims.HOLDS  # the tail recovers: macro-F1 up beyond noise
+    assert found["imbalance_sampler"].verdict == claims.NOT_SHOWN  # the same predictions: no change
+    table = study.table()
+    assert list(table.columns) == ["train images", "recall none", "recall weighted_loss", "recall sampler"]
+    assert table.loc["d", "recall none"] == pytest.approx(0.2) and table.loc["top-1", "train images"] == 75
+
+
+def test_recall_unrelated_to_the_counts_does_not_show_the_claim():
+    study = imbalance({"none": predictions_with_recall([0.6, 0.9, 0.6, 0.9])})
+    found = {claim.key: claim for claim in confusion_study.imbalance_claims(study, draws=200)}
+    assert found["few_samples_low_recall"].verdict in (claims.NOT_SHOWN, claims.REFUTED)
+    assert found["imbalance_sampler"].verdict == claims.NOT_MEASURABLE

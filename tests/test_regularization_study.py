@@ -371,3 +371,64 @@ def test_cifar10_control_with_corrupted_files_gives_the_reason(tmp_path):
     _fake_cifar10(tmp_path)  # torchvision's real md5 sums do not match these files
     reason = regularization_study.cifar10_control(make_config("smoke"), [0, 1], 0.5, folder=str(tmp_path))
     assert isinstance(reason, str) and "CIFAR-10 not found" in reason
+
+
+# --- section 7: which weights to keep ----------------------------------------------------------
+
+def weight_runs(gains, stopped=(4, None, 5), epochs_trained=(5, 6, 6)):
+    """A WeightChoice with three seeds: the full run's last weights at 60/61/62 %, each other weight
+    `gains[weights]` points above them; the early-stopping run's best.pt likewise ("early")."""
+    rows = []
+    for seed in range(3):
+        last = 60.0 + seed
+        for weights in ("last", "EMA", "SWA", "best.pt"):
+            rows.append({"run": "full", "weights": weights, "seed": seed, "top-1 %": last + gains.get(weights, 0.0)
+                         + (0.1 * seed if weights != "last" else 0.0), "loss": 1.0, "epochs trained": 6,
+                         "best epoch": 5, "stopped after": None, "train s": 1.0})
+        for weights in ("last", "best.pt"):
+            rows.append({"run": "early stopping", "weights": weights, "seed": seed,
+                         "top-1 %": last + gains["early"] + 0.1 * seed, "loss": 1.0,
+                         "epochs trained": epochs_trained[seed], "best epoch": 3, "stopped after": stopped[seed],
+                         "train s": 1.0})
+    config = make_config("smoke", epochs=6)
+    return regularization_study.WeightChoice(pd.DataFrame(rows), config, 2, 2, 100, 1.0)
+
+
+def test_weight_choice_claims_follow_the_paired_intervals():
+    choice = weight_runs({"EMA": 0.5, "SWA": 2.0, "best.pt": -2.0, "early": 0.0})
+    found = {claim.key: claim for claim in regularization_study.weight_choice_claims(choice)}
+    assert found["swa_gain"].verdict == "holds" and found["swa_gain"].measured == pytest.approx(2.1)
+    assert found["best_checkpoint_gain"].verdict == "refuted"
+    assert found["early_stopping"].verdict == "holds"  # stopped on 2 of 3 seeds, not lower beyond noise
+    assert "2 of 3 seeds" in found["early_stopping"].reason
+    table = choice.table()
+    assert table.loc[("full", "SWA"), "verdict"] == "higher" and table.loc[("full", "SWA"), "stopped early"] == "0 of 3"
+    assert table.loc[("early stopping", "best.pt"), "epochs trained"] == pytest.approx(17 / 3)
+
+
+def test_early_stopping_that_never_stopped_is_not_shown_and_a_loss_refutes_it():
+    never = weight_runs({"early": 0.0}, stopped=(None, None, None), epochs_trained=(6, 6, 6))
+    assert regularization_study.weight_choice_claims(never)[0].verdict == "not shown beyond noise"
+    worse = weight_runs({"early": -3.0})
+    assert regularization_study.weight_choice_claims(worse)[0].verdict == "refuted"
+
+
+def test_swa_epochs_for_and_the_validation_halves():
+    assert [regularization_study.swa_epochs_for(e) for e in (2, 3, 6, 8, 40)] == [1, 1, 2, 2, 10]
+    choosing, held_out = regularization_study.split_validation(_Numbered(10))
+    assert len(choosing) == len(held_out) == 5 and not set(choosing.indices) & set(held_out.indices)
+    capped = regularization_study.split_validation(_Numbered(10), limit=2)
+    assert [len(part) for part in capped] == [2, 2]
+
+
+class _Numbered(torch.utils.data.Dataset):
+    classes = ["a"]
+
+    def __init__(self, count):
+        self.targets = [0] * count
+
+    def __len__(self):
+        return len(self.targets)
+
+    def __getitem__(self, index):
+        return torch.zeros(3, 2, 2, dtype=torch.uint8), 0

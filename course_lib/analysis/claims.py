@@ -202,6 +202,13 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # filled per notebook belo
            "the combination)", "07"),
     _qualitative("label_smoothing_calibration", "A1", "5.3", "label smoothing changes calibration (ECE; the article does "
            "not discuss it: context)", "07"),
+    _qualitative("early_stopping", "A2", "training monitoring", "use early stopping: stop when validation accuracy no "
+           "longer improves, saving epochs at no accuracy cost (value: best.pt of the stopped run minus the full run's "
+           "last weights, points)", "07"),
+    _qualitative("best_checkpoint_gain", "A2", "training monitoring", "(context the notebook adds) the best validation "
+           "epoch's checkpoint (best.pt) scores above the last weights on held-out images (value: points)", "07"),
+    _qualitative("swa_gain", "Izmailov et al. 2018 (arXiv:1803.05407)", "SWA", "(context the notebook adds) averaging "
+           "the weights of the last epochs (SWA) scores above the last weights, as an EMA does (value: points)", "07"),
     # notebook 08
     _qualitative("transfer_beats_scratch", "A1", "5.4", "fine-tuning pretrained weights beats training from scratch "
            "(93.5% against 92% on the article's inspection task)", "08"),
@@ -216,6 +223,12 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # filled per notebook belo
            "(value: the top pair's share of its true class)", "09"),
     _qualitative("mixup_helps_09", "A1", "6.4", "MixUp helps remote-sensing images (unclear class boundaries): one "
            "seed, image-by-image (value: top-1 gain)", "09"),
+    _qualitative("few_samples_low_recall", "A2", "evaluation", "a class scores low because it has too few training "
+           "images (on a long-tailed cut, value: Spearman correlation of training images and recall per class)", "09"),
+    _qualitative("imbalance_weighted_loss", "A2", "evaluation", "(context the notebook adds) weighting the loss by "
+           "inverse class frequency raises macro-F1 on a long-tailed split (value: macro-F1 change)", "09"),
+    _qualitative("imbalance_sampler", "A2", "evaluation", "(context the notebook adds) a class-balanced sampler raises "
+           "macro-F1 on a long-tailed split (value: macro-F1 change)", "09"),
     # notebook 10
     _qualitative("casestudy_dataloader", "A1", "6", "stage 1: the DataLoader fix (workers, pinned memory, prefetch) cut "
            "the epoch from 40 to 26 min (1.54x), GPU utilisation 40% -> 85%", "10"),

@@ -2,7 +2,10 @@
 metrics, classes that score differently beyond binomial noise, the confusion matrix pointing at
 specific pairs, and MixUp's gain with its bootstrap interval. The numbers come from
 `analysis.evaluation`, `analysis.confusion` and `analysis.comparison`; this module compares, and
-builds the notebook's config and data (`setup`)."""
+builds the notebook's config and data (`setup`). Section 9, class imbalance: a long-tailed cut of the
+training split (`data.long_tail`) trained with each `class_balance` correction (`imbalance_study`),
+per-class recall and macro-F1, and the article's "few samples explain low per-class accuracy"
+(`imbalance_claims`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -92,4 +95,158 @@ def claims(summary: dict, classes_only, pairs, designed_share: float, even_share
             reason=f"alpha {mixup_alpha}: top-1 {summary['top1']:.3f} -> {mixup_summary['top1']:.3f} "
                    f"({delta['delta']:+.3f}, paired bootstrap 95% [{delta['low']:+.3f}, {delta['high']:+.3f}]), ECE "
                    f"{summary['ece']:.3f} -> {mixup_summary['ece']:.3f}; one seed each (notebook 07 repeats seeds)"))
+    return found
+
+
+# --- class imbalance (section 9): a long-tailed training split, three corrections ---------------
+
+IMBALANCE_RATIO = 10.0  # images of the largest class / of the smallest, after the cut (Cui et al. 2019's CIFAR-LT 10)
+CORRECTIONS = ("none", "weighted_loss", "sampler")  # the class_balance values compared
+BOOTSTRAP_DRAWS = 1000  # resamples of the validation images for every interval of the section
+# Values over the notebook's config: the fast pipeline (pre-decoded uint8 cache, augmentation per batch
+# on the device, no workers) and, on a CPU, the speed-run's smallest net in fp32 (precision=auto would
+# time bf16 before each of these short runs), so that three trainings on the long tail stay within
+# about 20 s on 2 cores; its 32 px cache of 2,000 training images is notebook 07 section 7's, built once.
+# On a GPU the speed-run's wider net at 64 px (a 64 px cache is 12 KB per image, 224 px would be 150 KB).
+IMBALANCE_PROFILES = {
+    "smoke": {"storage": "cache", "augmentation": "device", "num_workers": 0},
+    "cpu": {"model": "speedrun_resnet_tiny", "image_size": 32, "batch_size": 32, "epochs": 5, "max_steps": 0,
+            "max_train_images": 2000, "storage": "cache", "augmentation": "device", "num_workers": 0, "lr": 0.05,
+            "warmup_epochs": 0.5, "precision": "off"},
+    "gpu": {"model": "speedrun_resnet", "image_size": 64, "batch_size": 128, "epochs": 10, "lr": 0.2, "warmup_epochs": 1.0,
+            "storage": "cache", "augmentation": "device", "num_workers": 0},
+}
+# Validation images each model is scored on (a seeded choice), per profile; absent: the whole split.
+IMBALANCE_VALIDATION_IMAGES = {"cpu": 1000}
+
+
+@dataclasses.dataclass
+class ImbalanceStudy:
+    """The three trainings on one long-tailed split, each scored once on the full validation split."""
+
+    classes: list
+    train_counts: object  # np.ndarray, training images per class after the cut (head first)
+    labels: object  # np.ndarray of the validation labels
+    predictions: dict  # correction -> np.ndarray of predicted classes, same images
+    config: object  # Config of the runs (class_balance aside)
+    ratio: float
+    seconds: float  # wall clock of the three trainings and their scoring
+    source: str  # what the long tail was cut from
+
+    def table(self):
+        """Per class: training images and recall under each correction; then macro-F1 and top-1 rows."""
+        import pandas as pd
+
+        from course_lib.analysis import metrics
+
+        reports = {name: metrics.per_class_table(self.labels, predicted, self.classes)
+                   for name, predicted in self.predictions.items()}
+        table = pd.DataFrame({"train images": list(self.train_counts)}, index=pd.Index(self.classes, name="class"))
+        for name, report in reports.items():
+            table[f"recall {name}"] = report["recall"].to_numpy()[:len(self.classes)]
+        table.loc["macro F1"] = [None] + [float(report.loc["macro avg", "f1"]) for report in reports.values()]
+        table.loc["top-1"] = [None] + [float((predicted == self.labels).mean()) for predicted in self.predictions.values()]
+        table.loc[["macro F1", "top-1"], "train images"] = int(sum(self.train_counts))
+        table["train images"] = table["train images"].astype("Int64")
+        return table
+
+    def describe(self) -> str:
+        config = self.config
+        return (f"{config.model} at {config.image_size} px, {config.epochs} epoch(s) on {int(sum(self.train_counts))} "
+                f"training images ({self.train_counts[0]} to {self.train_counts[-1]} per class, ratio {self.ratio:g}) "
+                f"cut from {self.source}; {len(self.labels)} validation images, one seed per correction, "
+                f"{self.seconds:.0f} s")
+
+
+def imbalance_config(setup: ConfusionSetup):
+    """The notebook's config with `IMBALANCE_PROFILES`' values for its profile."""
+    from course_lib.config import profile_entry
+
+    return setup.config.replace(**profile_entry(IMBALANCE_PROFILES, setup.profile, {}),
+                                output_dir=f"{setup.config.output_dir.rstrip('/')}/09_imbalance")
+
+
+def imbalance_study(setup: ConfusionSetup, ratio: float = IMBALANCE_RATIO, corrections=CORRECTIONS,
+                    progress: bool = False) -> ImbalanceStudy:
+    """Cut the training split to a long tail (`data.long_tail`, head = the first class), train once per
+    class_balance value on it (the engine's validation switched off: each model is scored once,
+    here), and predict the validation split with each (`IMBALANCE_VALIDATION_IMAGES` of it)."""
+    import time
+
+    import numpy as np
+
+    from course_lib.analysis import evaluation
+    from course_lib.config import profile_entry
+    from course_lib.data import long_tail, pipeline
+    from course_lib.data.class_split import targets_of
+    from course_lib.data.datasets import TransformedSubset, limit_indices
+    from course_lib.engine import train
+
+    started = time.perf_counter()
+    config = imbalance_config(setup)
+    bundle = pipeline.build_datasets(config)
+    cut = long_tail.long_tail_bundle(bundle, ratio, seed=config.seed)
+    kept = limit_indices(len(bundle.val), profile_entry(IMBALANCE_VALIDATION_IMAGES, setup.profile, 0), seed=0)
+    scored = bundle.val if kept is None else TransformedSubset(bundle.val, kept)
+    counts = np.bincount(targets_of(cut.train), minlength=len(cut.classes))
+    if len(cut.train) < config.batch_size:  # smoke: a tail of a small sample is shorter than one batch
+        config = config.replace(batch_size=max(2, len(cut.train) // 4))
+    predictions, labels = {}, None
+    for correction in corrections:
+        run = config.replace(class_balance=correction, output_dir=f"{config.output_dir}/{correction}")
+        result = train.fit(run, bundle=dataclasses.replace(cut, val=None), progress=progress, verbose=False)
+        labels, probabilities = evaluation.predict(result.model, scored, run, device_stage=bundle.device_stage)
+        predictions[correction] = probabilities.argmax(axis=1)
+    return ImbalanceStudy(list(cut.classes), counts, labels, predictions, config, ratio, time.perf_counter() - started,
+                          str(bundle.source))
+
+
+def imbalance_claims(study: ImbalanceStudy, draws: int = BOOTSTRAP_DRAWS) -> list:
+    """"Few samples explain low per-class accuracy": the Spearman correlation of training images and
+    recall over the classes of the uncorrected run, with a bootstrap interval over validation images
+    (holds when it lies wholly above 0). Each correction's macro-F1 change against none, on the same
+    bootstrap resamples (paired): better beyond noise holds, worse refutes."""
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    from course_lib.analysis.comparison import bootstrap_scores
+
+    classes = len(study.classes)
+    weights = statistics.bootstrap_weights(len(study.labels), draws, seed=0)
+    scores = {name: bootstrap_scores(study.labels, predicted, classes, weights)
+              for name, predicted in study.predictions.items()}
+    exact = {name: bootstrap_scores(study.labels, predicted, classes, np.ones((1, len(study.labels))))
+             for name, predicted in study.predictions.items()}
+    found = []
+    if "none" not in study.predictions:
+        return [claim_records.not_measurable("few_samples_low_recall", "the uncorrected run (none) was not trained")]
+    counts = np.asarray(study.train_counts, dtype=float)
+
+    def correlation(recall):
+        return float(spearmanr(counts, recall)[0]) if np.ptp(recall) > 0 else 0.0
+
+    value = correlation(exact["none"]["recall"][0])
+    draws_of = np.array([correlation(recall) for recall in scores["none"]["recall"]])
+    low, high = statistics.percentile_interval(draws_of)
+    tail, head = exact["none"]["recall"][0][-(classes // 2):].mean(), exact["none"]["recall"][0][:classes // 2].mean()
+    found.append(claim_records.checked(
+        "few_samples_low_recall", claim_records.beyond_noise(float(low), float(high)), value=value,
+        interval=(min(float(low), value), max(float(high), value)),
+        reason=f"no correction: Spearman correlation of training images and recall over {classes} classes "
+               f"{value:+.2f}, bootstrap 95% [{low:+.2f}, {high:+.2f}] over validation images; mean recall of the "
+               f"head half {head:.2f}, of the tail half {tail:.2f}; {study.describe()}"))
+    for name, key in (("weighted_loss", "imbalance_weighted_loss"), ("sampler", "imbalance_sampler")):
+        if name not in study.predictions:
+            found.append(claim_records.not_measurable(key, f"class_balance={name} was not trained"))
+            continue
+        delta = float(exact[name]["f1"][0].mean() - exact["none"]["f1"][0].mean())
+        low, high = statistics.percentile_interval(scores[name]["f1"].mean(axis=1) - scores["none"]["f1"].mean(axis=1))
+        tail_recall = (exact[name]["recall"][0][-(classes // 2):].mean(), tail)
+        found.append(claim_records.checked(
+            key, claim_records.beyond_noise(float(low), float(high)), value=delta,
+            interval=(min(float(low), delta), max(float(high), delta)),
+            reason=f"macro-F1 {exact['none']['f1'][0].mean():.3f} -> {exact[name]['f1'][0].mean():.3f} "
+                   f"({delta:+.3f}, paired bootstrap 95% [{low:+.3f}, {high:+.3f}] over validation images; one seed "
+                   f"each, so seed noise is not in the interval); tail-half recall {tail_recall[1]:.2f} -> "
+                   f"{tail_recall[0]:.2f}"))
     return found

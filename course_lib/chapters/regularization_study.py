@@ -568,3 +568,170 @@ def article_claims(study: Study, control: Study | str, remote_sensing: bool) -> 
                           lambda beyond: beyond != 0 or None, "ECE in points (holds when it changes beyond noise)",
                           metric="ECE"),
     ]
+
+
+# --- section 7: which weights to keep: last, EMA, SWA, best.pt, and early stopping ---------------
+
+# Values over the study's config. cpu: the speed-run's smallest net at 32 px in fp32 (precision=auto
+# would time bf16 before each short run), trained on 400 images of a 2,000-image cache (notebook 09
+# section 9 reads the same cache), so that two runs per seed over 3 seeds stay within about 25 s on
+# 2 cores; the engine validates every epoch here (best.pt and early stopping read it), on part of the
+# validation split.
+WEIGHT_CHOICE_PROFILES: dict[str, dict] = {
+    "smoke": {"epochs": 3},
+    "cpu": {"model": "speedrun_resnet_tiny", "image_size": 32, "batch_size": 32, "epochs": 6,
+            "max_train_images": 2000, "lr": 0.05, "warmup_epochs": 0.5, "precision": "off"},
+    "gpu": {"model": "speedrun_resnet", "image_size": 64, "batch_size": 128, "epochs": 10, "max_train_images": 5000,
+            "lr": 0.2, "warmup_epochs": 1.0, "storage": "cache", "augmentation": "device", "num_workers": 0},
+}
+# Validation images in each half (choosing, held out) per profile; absent: half the split each. The cpu
+# profile's 400 keep the per-epoch validation a small share of a run (400 images: +-2.5 points binomial).
+VALIDATION_HALF = {"cpu": 400}
+WEIGHT_CHOICE_TRAIN_IMAGES = {"cpu": 400}  # training images of each run (a seeded choice); absent: all
+EARLY_STOPPING_PATIENCE = 2  # epochs without a higher validation top-1
+SWA_SHARE = 0.25  # the last quarter of the epochs averaged (Izmailov et al. 2018 start SWA at 75% of the budget)
+WEIGHTS_ORDER = ("last", "EMA", "SWA", "best.pt")
+
+
+def swa_epochs_for(epochs: int) -> int:
+    """SWA over the last `SWA_SHARE` of the epochs: at least 1, at most epochs - 1."""
+    return min(epochs - 1, max(1, round(SWA_SHARE * epochs)))
+
+
+def split_validation(dataset, seed: int = 0, limit: int = 0) -> tuple:
+    """(choosing, held out): a seeded random half of the validation split for the engine to choose on
+    (best.pt, early stopping), and the other half to score every kept weight on, so that choosing by
+    validation does not flatter the chosen weights; `limit` > 0 caps each half at that many images."""
+    import numpy as np
+
+    from course_lib.data.datasets import TransformedSubset
+
+    order = np.random.default_rng(seed).permutation(len(dataset))
+    half = len(dataset) // 2 if not limit else min(limit, len(dataset) // 2)
+    return (TransformedSubset(dataset, sorted(order[:half].tolist())),
+            TransformedSubset(dataset, sorted(order[half:2 * half].tolist())))
+
+
+@dataclasses.dataclass
+class WeightChoice:
+    """Per seed, a full run (EMA, SWA over its last epochs, best.pt) and an early-stopping run, every
+    kept weight scored on the held-out half of the validation split."""
+
+    runs: object  # DataFrame: run, weights, seed, top-1 %, loss, epochs trained, best epoch, stopped after, train s
+    config: Config
+    swa_epochs: int
+    patience: int
+    held_out_images: int
+    seconds: float
+
+    def table(self):
+        """Mean over seeds per run and weights: top-1 %, the paired difference with the full run's last
+        weights (points, t interval over seeds), epochs trained, best epoch."""
+        import pandas as pd
+
+        runs = self.runs
+        reference = runs[(runs["run"] == "full") & (runs["weights"] == "last")].set_index("seed")["top-1 %"]
+        rows = []
+        for (run, weights), group in runs.groupby(["run", "weights"], sort=False):
+            values = group.set_index("seed")["top-1 %"]
+            row = {"run": run, "weights": weights, "seeds": len(values), "top-1 %": values.mean(),
+                   "epochs trained": group["epochs trained"].mean(), "best epoch": group["best epoch"].mean(),
+                   "stopped early": f"{int(group['stopped after'].notna().sum())} of {len(group)}"}
+            if not (run == "full" and weights == "last"):
+                paired = _paired(values, reference)
+                if paired is not None:
+                    row.update({"vs last (points)": paired["delta"], "low": paired["low"], "high": paired["high"],
+                                "verdict": {1: "higher", -1: "lower", 0: "within noise"}[paired["beyond"]]})
+            rows.append(row)
+        return pd.DataFrame(rows).set_index(["run", "weights"])
+
+    def describe(self) -> str:
+        config = self.config
+        return (f"{config.model} at {config.image_size} px, {config.epochs} epochs planned, SWA over the last "
+                f"{self.swa_epochs}, patience {self.patience}, {len(set(self.runs['seed']))} seeds; scored on "
+                f"{self.held_out_images} held-out validation images")
+
+
+def weight_choice_study(setup: StudySetup, profile: str, progress: bool = False) -> WeightChoice:
+    """Per seed of the study: the full run (ema_decay for its length, swa_epochs = `swa_epochs_for`,
+    save_best) and the same run with early_stopping_patience = EARLY_STOPPING_PATIENCE and save_best;
+    the engine chooses on half of the validation split (`split_validation`), every weight is scored on
+    the other half."""
+    import pandas as pd
+
+    from course_lib.config import profile_entry, resolve_profile
+    from course_lib.data import pipeline
+    from course_lib.data.datasets import TransformedSubset, limit_indices
+    from course_lib.engine import train
+    from course_lib.models import factory
+
+    started = time.perf_counter()
+    config = setup.config.replace(**profile_entry(WEIGHT_CHOICE_PROFILES, resolve_profile(profile), {}))
+    bundle = pipeline.build_datasets(config)
+    kept = limit_indices(len(bundle.train), WEIGHT_CHOICE_TRAIN_IMAGES.get(resolve_profile(profile), 0), seed=0)
+    if kept is not None:
+        bundle = dataclasses.replace(bundle, train=TransformedSubset(bundle.train, kept))
+    if len(bundle.train) < config.batch_size:
+        config = config.replace(batch_size=max(1, len(bundle.train) // 2))
+    choosing, held_out = split_validation(bundle.val, limit=VALIDATION_HALF.get(resolve_profile(profile), 0))
+    steps = len(bundle.train) // config.batch_size
+    steps = min(steps, config.max_steps) if config.max_steps else steps
+    swa_epochs = swa_epochs_for(config.epochs)
+    plans = {"full": {"ema_decay": ema_decay_for(steps * config.epochs), "swa_epochs": swa_epochs, "save_best": True},
+             "early stopping": {"early_stopping_patience": EARLY_STOPPING_PATIENCE, "save_best": True}}
+    rows = []
+    for seed in setup.seeds:
+        for run, switches in plans.items():
+            folder = f"{config.output_dir.rstrip('/')}/07_weights_{run.replace(' ', '_')}_seed{seed}"
+            result = train.fit(config.replace(seed=seed, output_dir=folder, **switches),
+                               bundle=dataclasses.replace(bundle, val=choosing), progress=progress, verbose=False)
+            kept = {"last": result.model, "EMA": result.ema_model, "SWA": result.swa_model,
+                    "best.pt": factory.model_from_checkpoint(result.best_checkpoint_path)}
+            for weights in WEIGHTS_ORDER:
+                if kept[weights] is None:
+                    continue
+                scores = score(kept[weights], held_out, result.config, device_stage=bundle.device_stage)
+                rows.append({"run": run, "weights": weights, "seed": seed, "top-1 %": scores["top1"] * 100,
+                             "loss": scores["loss"], "epochs trained": len(result.history),
+                             "best epoch": result.best_epoch, "stopped after": result.stopped_early_after,
+                             "train s": training_speed(result.history)["train_seconds"]})
+    return WeightChoice(pd.DataFrame(rows), config, swa_epochs, EARLY_STOPPING_PATIENCE, len(held_out),
+                        time.perf_counter() - started)
+
+
+def weight_choice_claims(choice: WeightChoice) -> list:
+    """"Use early stopping": the early-stopping run's best.pt against the full run's last weights,
+    paired by seed (holds when it stopped early on some seed and is not lower beyond noise; refuted
+    when lower beyond noise; not shown when it never stopped, so nothing was saved). best.pt and
+    SWA against the last weights of the same full runs: higher beyond noise holds, lower refutes."""
+    runs = choice.runs
+    points = runs.pivot_table(index="seed", columns=["run", "weights"], values="top-1 %")
+    last = points[("full", "last")]
+    found = []
+    early = runs[(runs["run"] == "early stopping") & (runs["weights"] == "best.pt")]
+    paired = _paired(points[("early stopping", "best.pt")], last)
+    stopped = int(early["stopped after"].notna().sum())
+    planned = choice.config.epochs
+    saved = 1 - early["epochs trained"].mean() / planned
+    if paired is None:
+        found.append(claim_records.not_measurable("early_stopping", "fewer than 2 seeds"))
+    else:
+        holds = None if stopped == 0 else (False if paired["beyond"] < 0 else True)
+        found.append(claim_records.checked(
+            "early_stopping", holds, value=paired["delta"], interval=(paired["low"], paired["high"]),
+            reason=f"stopped early on {stopped} of {len(early)} seeds, {saved:.0%} of the {planned} planned epochs "
+                   f"saved; best.pt of the stopped run - last weights of the full run {_interval_text(paired)} "
+                   f"(paired over seeds, 95% t); {choice.describe()}"))
+    for key, weights in (("best_checkpoint_gain", "best.pt"), ("swa_gain", "SWA")):
+        if ("full", weights) not in points:
+            found.append(claim_records.not_measurable(key, f"the full runs kept no {weights} weights"))
+            continue
+        paired = _paired(points[("full", weights)], last)
+        if paired is None:
+            found.append(claim_records.not_measurable(key, "fewer than 2 seeds"))
+            continue
+        found.append(claim_records.checked(
+            key, _raises(paired["beyond"]), value=paired["delta"], interval=(paired["low"], paired["high"]),
+            reason=f"{weights} - last weights of the same full runs {_interval_text(paired)} (paired over seeds, "
+                   f"95% t); {choice.describe()}"))
+    return found

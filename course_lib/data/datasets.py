@@ -117,7 +117,7 @@ class TransformedSubset:
 
     def __init__(self, dataset, indices, transform=None):
         self.dataset, self.indices, self.transform = dataset, list(indices), transform
-        self.classes = dataset.classes
+        self.classes = getattr(dataset, "classes", None)
         targets = getattr(dataset, "targets", None)
         self.targets = [targets[i] for i in self.indices] if targets is not None else None
 

@@ -60,13 +60,18 @@ class ResidentSplit(torch.utils.data.Dataset):
 class ResidentBatches:
     """Batches of a ResidentSplit on `device`: each epoch a permutation drawn from (seed, epoch) on
     the CPU (so every rank and device agrees), this rank's every world_size-th share of it, then
-    batches by indexing. `set_epoch` as DistributedSampler has it; `len` is the batches per epoch."""
+    batches by indexing. `set_epoch` as DistributedSampler has it; `len` is the batches per epoch.
+    `sample_weights` (one per image, e.g. `class_balance.sample_weights`) replaces the permutation by
+    a draw of as many images with replacement (`class_balance.balanced_order`): class_balance=sampler."""
 
     generator = None  # the engine reseeds a DataLoader's generator each epoch; the order here is (seed, epoch)
 
     def __init__(self, split: ResidentSplit, batch_size: int, device, *, shuffle: bool, drop_last: bool,
-                 seed: int = 0, rank: int = 0, world_size: int = 1):
+                 seed: int = 0, rank: int = 0, world_size: int = 1, sample_weights: torch.Tensor | None = None):
+        if sample_weights is not None and len(sample_weights) != len(split):
+            raise ValueError(f"sample_weights has {len(sample_weights)} entries for {len(split)} images")
         self.split, self.batch_size, self.device = split.on(device), batch_size, torch.device(device)
+        self.sample_weights = sample_weights
         self.shuffle, self.drop_last, self.seed, self.rank, self.world_size = shuffle, drop_last, seed, rank, world_size
         self.epoch = 0
 
@@ -75,7 +80,11 @@ class ResidentBatches:
 
     def _indices(self) -> torch.Tensor:
         count = len(self.split)
-        if self.shuffle:
+        if self.shuffle and self.sample_weights is not None:
+            from course_lib.data.class_balance import balanced_order
+
+            order = balanced_order(self.sample_weights, count, self.seed, self.epoch)
+        elif self.shuffle:
             order = torch.randperm(count, generator=torch.Generator().manual_seed(self.seed + self.epoch))
         else:
             order = torch.arange(count)

@@ -8,6 +8,9 @@ differs. Only `epochs` may grow or shrink (and switches that change speed, not r
 decay then ends at the new last step, continuing from the current learning rate.
 Weights holding NaN or inf are never written: the save raises NonFiniteLossError instead, and the
 checkpoint a save replaces stays beside it as `prev.pt` (a hard link, so no extra disk until then).
+With save_best, `keep_best()` after an epoch with a new best validation top-1 gives that epoch's
+last.pt a second name, `best.pt` (a hard link, as prev.pt), so best.pt is a whole checkpoint of the
+best epoch: `checkpoint=best.pt` and `workbook eval` read it like last.pt.
 See https://pytorch.org/tutorials/recipes/recipes/saving_and_loading_a_general_checkpoint.html.
 """
 from __future__ import annotations
@@ -29,6 +32,7 @@ MAY_CHANGE_ON_RESUME = frozenset({
     "data_dir", "device", "decoder", "storage", "bad_images", "recipe",  # recipe: its values are compared
     "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "compile", "channels_last",
     "tta_views",  # evaluation only
+    "save_best", "early_stopping_patience",  # which epoch is kept and when the run ends, not what a step learns
 })
 
 
@@ -55,6 +59,7 @@ class CheckpointSaver:
         self.path = paths.resolve_path(output_dir) / checkpoint.LAST_NAME
         self.is_main = is_main  # under DDP every rank holds the same weights: rank 0 writes them
         self.written: Path | None = None
+        self.best_written: Path | None = None  # best.pt, once keep_best has put it there
 
     def restore(self, state) -> bool:
         """Load `last.pt` into `state` (weights, optimizer, schedule, scaler, EMA, epoch and step
@@ -85,9 +90,14 @@ class CheckpointSaver:
         state.scaler.load_state_dict(saved["scaler"])
         if state.ema is not None and saved.get("ema") is not None:
             state.ema.module.load_state_dict(saved["ema"])
+        if state.swa is not None and saved.get("swa") is not None:
+            state.swa.load_state_dict(saved["swa"])
         state.start_epoch, state.global_step = saved["epoch"], saved["global_step"]
         state.skipped_steps, state.history = saved.get("skipped_steps", 0), list(saved.get("history", []))
         self.written = self.path
+        best = self.path.with_name(checkpoint.BEST_NAME)
+        if state.config.save_best and best.exists():  # the earlier part of the run kept its best epoch
+            self.best_written = best
         return True
 
     def save(self, state, completed_epochs: int) -> Path | None:
@@ -95,7 +105,8 @@ class CheckpointSaver:
         checkpoint it replaces as `prev.pt`. Non-finite weights raise NonFiniteLossError on every
         rank (they hold the same weights) and write nothing: last.pt stays the last good one."""
         weights = {"model": state.raw_model.state_dict(),
-                   "ema": state.ema.module.state_dict() if state.ema is not None else None}
+                   "ema": state.ema.module.state_dict() if state.ema is not None else None,
+                   "swa": state.swa.state_dict() if state.swa is not None else None}
         bad = checkpoint.first_non_finite(weights)
         if bad is not None:
             name, count, size = bad
@@ -121,25 +132,38 @@ class CheckpointSaver:
         }, self.path)
         return self.written
 
+    def keep_best(self) -> Path | None:
+        """Make best.pt the checkpoint `save` has just written (rank 0; a hard link, or a copy where the
+        filesystem has none, put in place by an atomic rename). Call it after an epoch's save."""
+        if not self.is_main or self.written is None:
+            return None
+        self.best_written = self._link(self.written, self.path.with_name(checkpoint.BEST_NAME))
+        return self.best_written
+
+    @staticmethod
+    def _link(source: Path, target: Path) -> Path:
+        """`target` becomes another name for `source`'s file, atomically."""
+        temporary = checkpoint.temporary_path(target)  # cleared with the others if a kill leaves it
+        try:
+            try:
+                os.link(source, temporary)
+            except OSError:
+                shutil.copyfile(source, temporary)
+            os.replace(temporary, target)
+        except OSError as error:
+            raise checkpoint.CheckpointError(f"cannot write {target} ({error}); "
+                                             "set output_dir to a folder you can write") from None
+        finally:
+            temporary.unlink(missing_ok=True)
+        return target
+
     def _keep_previous(self) -> None:
         """Make `prev.pt` the current last.pt before a new one is renamed over it. last.pt never
         goes missing: prev.pt is a new name for the same file (a hard link, or a copy where the
         filesystem has none), put in place by an atomic rename."""
         if not self.path.exists():
             return
-        previous = self.path.with_name(checkpoint.PREVIOUS_NAME)
-        temporary = checkpoint.temporary_path(previous)  # cleared with the others if a kill leaves it
-        try:
-            try:
-                os.link(self.path, temporary)
-            except OSError:
-                shutil.copyfile(self.path, temporary)
-            os.replace(temporary, previous)
-        except OSError as error:
-            raise checkpoint.CheckpointError(f"cannot keep the previous checkpoint as {previous} ({error}); "
-                                             "set output_dir to a folder you can write") from None
-        finally:
-            temporary.unlink(missing_ok=True)
+        self._link(self.path, self.path.with_name(checkpoint.PREVIOUS_NAME))
 
 
 def _cosine_lengths(scheduler) -> dict:

@@ -9,8 +9,12 @@ and `torchrun --nproc-per-node N -m course_lib train -p name=value ...`.
   bundle's device stage, MixUp/CutMix, random erasing, `step.training_step` per micro-batch,
   `step.optimizer_step` every `accumulation_steps` micro-batches, scheduler and EMA after each step;
 - `validate(model, state)` scores a model on the validation split (the weights and their EMA).
+After each epoch's validation the driver tracks the best epoch (`early_stopping.ValidationTracker`:
+`save_best` keeps its checkpoint as best.pt, `early_stopping_patience` ends the run), and in the last
+`swa_epochs` epochs it adds a snapshot to the weight average (`swa.WeightAverager`), scored at the end.
 Each switch lives in a module named after it: `mixup.py`, `random_erasing.py`, `label_smoothing.py`,
-`ema.py`, `freeze.py`, `precision.py`, `schedule.py`, `distillation.py`; the bookkeeping in small classes:
+`ema.py`, `swa.py`, `freeze.py`, `precision.py`, `schedule.py`, `distillation.py`, `data/class_balance.py`
+(class_balance); the bookkeeping in small classes: `early_stopping.ValidationTracker`,
 `loss_guard.LossGuard`, `epoch_meter.EpochMeter`, `freeze.BackboneFreezer`,
 `checkpoint_saver.CheckpointSaver`, `run_record.RunRecorder`; monitoring is two switches:
 `monitor.UtilisationMonitor` (monitor_interval) and `grad_norm.GradientNormLog` (grad_norm_log). Distributed data parallel follows
@@ -39,6 +43,7 @@ from course_lib.data import datasets, pipeline
 from course_lib.engine import auto_precision, freeze
 from course_lib.engine.checkpoint_saver import CheckpointSaver
 from course_lib.engine.distributed import Distributed, setup_distributed
+from course_lib.engine.early_stopping import ValidationTracker
 from course_lib.engine.ema import make_ema
 from course_lib.engine.epoch_meter import EpochMeter, correct_counts
 from course_lib.engine.grad_norm import LOG_FILE, GradientNormLog
@@ -55,6 +60,7 @@ from course_lib.engine.random_erasing import make_random_erasing
 from course_lib.engine.run_record import RunRecorder
 from course_lib.engine.schedule import make_optimizer, make_scheduler
 from course_lib.engine.step import optimizer_step, region, training_step
+from course_lib.engine.swa import WeightAverager
 from course_lib.instruments.peak_memory import (
     peak_memory_bytes,
     peak_memory_kind,
@@ -83,6 +89,11 @@ class FitResult:
     step_log: list[dict] = dataclasses.field(default_factory=list)  # per optimizer step: epoch, step, lr, loss
     monitor: dict = dataclasses.field(default_factory=dict)  # UtilisationMonitor.summary() when monitor_interval > 0
     grad_norms: list[dict] = dataclasses.field(default_factory=list)  # per step: epoch, step, global_step, grad_norm
+    best_epoch: int | None = None  # 1-based epoch of the highest validation top-1 (None without validation)
+    best_val_top1: float | None = None
+    best_checkpoint_path: Path | None = None  # output_dir/best.pt when save_best (rank 0)
+    stopped_early_after: int | None = None  # the epoch (1-based) after which early stopping ended the run; None: it ran every epoch
+    swa_model: torch.nn.Module | None = None  # the weight average of the last swa_epochs epochs, BatchNorm updated; None when off or not reached
 
     @property
     def final(self) -> dict:
@@ -121,6 +132,8 @@ class RunState:
     step_log: list[dict] = dataclasses.field(default_factory=list)  # per optimizer step: epoch, step, lr, loss
     teacher: object | None = None  # distillation.Distiller: soft targets from a frozen teacher; None = labels only
     grad_norms: GradientNormLog | None = None  # the gradient-norm log and its detectors; None = grad_norm_log off
+    tracker: ValidationTracker = dataclasses.field(default_factory=ValidationTracker)  # best epoch, early stopping
+    swa: WeightAverager | None = None  # the weight average of the last swa_epochs epochs; None = swa_epochs 0
 
 
 def seed_everything(seed: int) -> None:
@@ -170,27 +183,40 @@ def wrap_model(raw_model: torch.nn.Module, config: Config, distributed: Distribu
     return model
 
 
-def _training_data(dataset, config: Config, distributed: Distributed, device: torch.device):
-    """(sampler or None, loader, optimizer steps per epoch) for the training split."""
+def _training_data(dataset, config: Config, distributed: Distributed, device: torch.device, num_classes: int):
+    """(sampler or None, loader, optimizer steps per epoch) for the training split; class_balance=sampler
+    draws its images class-balanced (`data.class_balance`)."""
     from torch.utils.data import DistributedSampler
 
+    from course_lib.data import class_balance
     from course_lib.data.loaders import make_loader
     from course_lib.data.resident import ResidentBatches, ResidentSplit
 
+    balanced = config.class_balance == "sampler"
     if isinstance(dataset, ResidentSplit):  # storage=device: batches cut on the device, no DataLoader
+        weights = class_balance.sample_weights(dataset.targets, num_classes) if balanced else None
         batches = ResidentBatches(dataset, config.batch_size, device, shuffle=True, drop_last=True,
-                                  seed=config.seed, rank=distributed.rank, world_size=distributed.world_size)
+                                  seed=config.seed, rank=distributed.rank, world_size=distributed.world_size,
+                                  sample_weights=weights)
         return batches, batches, _capped(len(batches) // config.accumulation_steps, config)
     if isinstance(dataset, torch.utils.data.IterableDataset):
+        if config.class_balance != "none":
+            raise ConfigError(f"class_balance={config.class_balance} needs the training labels up front, and "
+                              f"{type(dataset).__name__} is a stream; use storage=cache or files")
         # A stream (tar shards) splits itself across ranks and workers: no sampler, and its len()
         # is what this rank's part yields. Its order comes from the stream's own shuffling, not
         # from (seed, epoch), so resuming such a run is not guaranteed to be exact.
         loader = make_loader(dataset, config, train=True)
         return None, loader, _capped(len(dataset) // (config.batch_size * config.accumulation_steps), config)
     # DistributedSampler even for one process, because its order depends only on (seed, epoch),
-    # which is what makes resuming exact.
-    sampler = DistributedSampler(dataset, num_replicas=distributed.world_size, rank=distributed.rank,
-                                 shuffle=True, seed=config.seed, drop_last=True)
+    # which is what makes resuming exact; the class-balanced sampler draws the same way.
+    if balanced:
+        sampler = class_balance.ClassBalancedSampler(class_balance.training_targets(dataset), num_classes,
+                                                     num_replicas=distributed.world_size, rank=distributed.rank,
+                                                     seed=config.seed)
+    else:
+        sampler = DistributedSampler(dataset, num_replicas=distributed.world_size, rank=distributed.rank,
+                                     shuffle=True, seed=config.seed, drop_last=True)
     loader = make_loader(dataset, config, train=True, sampler=sampler)
     return sampler, loader, _capped(len(loader) // config.accumulation_steps, config)
 
@@ -223,6 +249,26 @@ def _quiet(*args, **kwargs) -> None:
     pass
 
 
+def loss_weights(dataset, config: Config, num_classes: int, device: torch.device) -> torch.Tensor | None:
+    """class_balance=weighted_loss: the inverse-frequency class weights of the training split
+    (`data.class_balance.class_weights`) on `device`; None otherwise."""
+    from course_lib.data import class_balance
+
+    if config.class_balance != "weighted_loss":
+        return None
+    counts = class_balance.class_counts(class_balance.training_targets(dataset), num_classes)
+    return class_balance.class_weights(counts).to(device)
+
+
+def refuse_choosing_without_validation(config: Config, val_loader) -> None:
+    """save_best and early stopping read validation top-1: without a validation split, one line, not a silent no-op."""
+    asked = [name for name, on in (("save_best", config.save_best),
+                                   ("early_stopping_patience", config.early_stopping_patience)) if on]
+    if asked and val_loader is None:
+        raise ConfigError(f"{' and '.join(asked)} choose by validation top-1, but this run has no validation images; "
+                          "give the data a validation split, or switch them off")
+
+
 def prepare(config: Config, bundle=None, *, distributed: Distributed | None = None,
             device: torch.device | None = None, verbose: bool = True, model: torch.nn.Module | None = None,
             teacher=None) -> RunState:
@@ -245,12 +291,15 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
         log(f"no effect on {device.type}: {skipped}")
     bundle = bundle or pipeline.build_datasets(config)
     log(f"data: {bundle.source}, {bundle.pipeline}")
-    sampler, train_loader, steps_per_epoch = _training_data(bundle.train, config, distributed, device)
+    sampler, train_loader, steps_per_epoch = _training_data(bundle.train, config, distributed, device,
+                                                            len(bundle.classes))
     global_batch = config.batch_size * config.accumulation_steps * distributed.world_size
     if steps_per_epoch < 1:
         raise ConfigError(f"the training split has {len(bundle.train)} images, fewer than one optimizer step "
                           f"({global_batch} = batch_size x accumulation_steps x processes); "
                           "lower batch_size or accumulation_steps")
+    val_loader = validation_loader(bundle.val, config, distributed, device)
+    refuse_choosing_without_validation(config, val_loader)
     num_classes = len(bundle.classes)
     raw_model = (model if model is not None else factory.build_model(config, num_classes, bundle.classes)).to(
         device, memory_format=torch.channels_last if config.channels_last else torch.preserve_format)
@@ -267,17 +316,21 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
         config=config, bundle=bundle, device=device, precision=precision, distributed=distributed,
         model=raw_model, raw_model=raw_model, optimizer=optimizer,
         scheduler=make_scheduler(optimizer, config, steps_per_epoch), scaler=grad_scaler(precision, device),
-        ema=make_ema(raw_model, config), criterion=make_criterion(config, mixing=mixup is not None),
+        ema=make_ema(raw_model, config),
+        criterion=make_criterion(config, mixing=mixup is not None,
+                                 class_weights=loss_weights(bundle.train, config, num_classes, device)),
         mixup=mixup, eraser=make_random_erasing(config, device), train_loader=train_loader, sampler=sampler,
-        val_loader=validation_loader(bundle.val, config, distributed, device), steps_per_epoch=steps_per_epoch,
+        val_loader=val_loader, steps_per_epoch=steps_per_epoch,
         global_batch=global_batch, freezer=freeze.BackboneFreezer(config.freeze_backbone_epochs),
         checkpoints=CheckpointSaver(config.output_dir, distributed.is_main), log=log,
         teacher=teacher.to(device) if teacher is not None else None,
-        grad_norms=GradientNormLog.from_config(config) if config.grad_norm_log else None)
+        grad_norms=GradientNormLog.from_config(config) if config.grad_norm_log else None,
+        swa=WeightAverager(raw_model, config.epochs, config.swa_epochs) if config.swa_epochs else None)
     if config.resume and state.checkpoints.restore(state):
         log(f"resuming from {state.checkpoints.path}: {state.start_epoch} of {config.epochs} epochs done")
     elif config.resume:
         log(f"resume: no checkpoint at {state.checkpoints.path} yet; starting from scratch")
+    state.tracker = ValidationTracker.from_history(state.history, config.early_stopping_patience)
     if state.freezer.start(raw_model, state.start_epoch):
         log(f"backbone frozen for epochs 1-{config.freeze_backbone_epochs}: training the head only "
             f"({factory.count_parameters(raw_model, trainable_only=True):,} of "
@@ -356,7 +409,8 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
         meter.add_step(state.optimizer.param_groups[0]["lr"])  # the lr this step uses
         state.skipped_steps += optimizer_step(state.optimizer, state.scaler, clip_norm=config.grad_clip_norm,
                                               norm_log=state.grad_norms)
-        state.scheduler.step()
+        if state.swa is None or not state.swa.holds_lr(epoch):  # SWA's epochs keep the lr they began with
+            state.scheduler.step()
         state.global_step += 1
         if state.ema is not None:
             state.ema.update(state.raw_model, step=state.global_step)
@@ -480,7 +534,7 @@ def check_outputs(config: Config, is_main: bool = True) -> None:
 def _check_validation_loss(row: dict, state: RunState, epoch: int) -> None:
     """The loss guard sees each loss before its update; the last update of an epoch can still make
     the weights NaN, which the validation loss shows. Stop there, before any checkpoint is written."""
-    for column in ("val_loss", "ema_val_loss", "val_tta_loss"):
+    for column in ("val_loss", "ema_val_loss", "val_tta_loss", "swa_val_loss"):
         if column in row and not np.isfinite(row[column]):
             causes = LossGuard(state.config.accumulation_steps, state.config.lr, state.precision).likely_causes()
             raise NonFiniteLossError(f"the validation loss ({column}) became {row[column]} after epoch {epoch + 1}; "
@@ -506,20 +560,36 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
                         teacher=teacher)
         if config.monitor_interval > 0 and distributed.is_main:  # rank 0 samples its own device and process
             monitor = UtilisationMonitor(config.monitor_interval, device).start()
+        stopped_early_after = None
         for epoch in range(state.start_epoch, config.epochs):
+            if state.tracker.should_stop:  # after `epoch` epochs: no higher validation top-1 for `patience` of them
+                stopped_early_after = epoch
+                state.log(f"early stopping after epoch {epoch}: no higher validation top-1 for "
+                          f"{config.early_stopping_patience} epoch(s); best {state.tracker.best_top1:.1%} at epoch "
+                          f"{state.tracker.best_epoch}")
+                break
             row = train_one_epoch(state, epoch, progress=progress)
+            if state.swa is not None:
+                state.swa.update(state.raw_model, epoch)  # a snapshot in each of the last swa_epochs epochs
+            improved = False
             if state.val_loader is not None:
                 scores = validate(state.model, state)
                 row.update(_columns("val", scores), val_images=scores["images"])  # the count gives top-1 its interval
                 if state.ema is not None:  # the averaged weights, on the same images
                     row.update(_columns("ema_val", validate(state.ema.module, state)))
-                if config.tta_views > 1 and epoch + 1 == config.epochs:  # the recipe's final prediction
-                    weights = state.ema.module if state.ema is not None else state.model
-                    row.update(_columns("val_tta", validate(weights, state, views=config.tta_views)))
+                improved = state.tracker.update(epoch + 1, row["val_top1"])
+            last = epoch + 1 == config.epochs or state.tracker.should_stop
+            if state.val_loader is not None and last and config.tta_views > 1:  # the recipe's final prediction
+                weights = state.ema.module if state.ema is not None else state.model
+                row.update(_columns("val_tta", validate(weights, state, views=config.tta_views)))
+            if last and state.swa is not None and state.swa.snapshots:
+                row.update(_finish_swa(state))
             row["skipped_images"] = skipped_images(state)
             _check_validation_loss(row, state, epoch)
             state.history.append(row)
             state.checkpoints.save(state, completed_epochs=epoch + 1)  # refuses non-finite weights
+            if config.save_best and improved:
+                state.checkpoints.keep_best()  # best.pt: this epoch's last.pt, under a second name
             state.log(_epoch_line(row, state))
         monitoring = _finish_monitoring(state, monitor)
         if state.skipped_steps:
@@ -530,11 +600,16 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
             precision=state.precision, device=str(device), world_size=distributed.world_size,
             skipped_steps=state.skipped_steps, duration_seconds=time.perf_counter() - started,
             step_log=state.step_log, monitor=monitoring["monitor"],
-            grad_norms=state.grad_norms.rows if state.grad_norms else [])
+            grad_norms=state.grad_norms.rows if state.grad_norms else [], **state.tracker.summary(),
+            best_checkpoint_path=state.checkpoints.best_written, stopped_early_after=stopped_early_after,
+            swa_model=state.swa.module.eval() if state.swa is not None and state.swa.snapshots else None)
         recorder.succeeded(
             state.history, state.precision, skipped_steps=state.skipped_steps, epochs_completed=len(state.history),
             first_epoch_seconds=state.history[0]["epoch_seconds"] if state.history else None,
-            checkpoint=str(result.checkpoint_path) if result.checkpoint_path else None, **monitoring["summary"])
+            checkpoint=str(result.checkpoint_path) if result.checkpoint_path else None, **state.tracker.summary(),
+            best_checkpoint=str(result.best_checkpoint_path) if result.best_checkpoint_path else None,
+            stopped_early_after=stopped_early_after, swa_snapshots=state.swa.snapshots if state.swa else 0,
+            **monitoring["summary"])
         return result
     except BaseException as error:  # an interrupted run is recorded too, then the error goes on
         recorder.failed(state.history if state else [], state.precision if state else config.precision, error)
@@ -547,6 +622,25 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
             output_lock.release()
         if distributed.started_here and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _finish_swa(state: RunState) -> dict:
+    """Recompute the weight average's BatchNorm statistics over one epoch of training batches (as the
+    loop stages them: the device stage and its augmentation, channels_last), then score it: the
+    `swa_val_*` columns (none without a validation split)."""
+    from course_lib.data.loaders import DataWaitTimer
+
+    def images():
+        for images, targets in _epoch_batches(state, DataWaitTimer()):
+            yield stage_batch(state.bundle, images, targets, state.device, train=True,
+                              channels_last=state.config.channels_last)[0]
+
+    seed_epoch(state, state.config.epochs)  # an order of its own, after every training epoch's
+    model = state.swa.finish(images(), state.distributed.world_size)
+    scores = validate(model, state) if state.val_loader is not None else None
+    state.log(f"SWA: {state.swa.snapshots} epoch(s) averaged, BatchNorm statistics recomputed"
+              + (f"; validation top-1 {scores['top1']:.1%}" if scores else ""))
+    return _columns("swa_val", scores) if scores else {}
 
 
 def _finish_monitoring(state: RunState, monitor: UtilisationMonitor | None) -> dict:

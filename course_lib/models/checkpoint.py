@@ -29,6 +29,7 @@ from course_lib.config import ConfigError
 
 FORMAT = "workbook-checkpoint-v1"
 LAST_NAME = "last.pt"  # the checkpoint `resume` continues from
+BEST_NAME = "best.pt"  # the checkpoint of the epoch with the highest validation top-1 (save_best)
 PREVIOUS_NAME = "prev.pt"  # the checkpoint last.pt replaced: one epoch earlier, kept in case last.pt is bad
 # Temp files of another machine sharing the folder count as stale only after this long (seconds):
 # their process cannot be asked whether it is alive, and no save takes an hour.

@@ -190,17 +190,17 @@ def test_accuracy_verdicts_are_counted_per_notebook_newest_first_smoke_left_out(
     assert counts["06"] == {claims.CONCLUSIVE: 1, claims.INCONCLUSIVE: 0, claims.NOT_MEASURABLE: 0,
                             claims.NOT_MEASURED: 1, "total": 2}
     assert counts["07"] == {claims.CONCLUSIVE: 1, claims.INCONCLUSIVE: 1, claims.NOT_MEASURABLE: 1,
-                            claims.NOT_MEASURED: 4, "total": 7}
+                            claims.NOT_MEASURED: 7, "total": 10}
     assert counts["13"][claims.NOT_MEASURED] == counts["13"]["total"] == 2
     text = claims.format_accuracy_counts(counts)
     assert text.splitlines()[0] == "06: 1 of 2 accuracy verdicts conclusive (1 not measured yet)"
-    assert ("07: 1 of 7 accuracy verdicts conclusive (1 inconclusive, 1 not measurable here, 4 not measured yet)"
+    assert ("07: 1 of 10 accuracy verdicts conclusive (1 inconclusive, 1 not measurable here, 7 not measured yet)"
             in text)
     assert cli.main(["claims"]) == 0
     shown = capsys.readouterr().out
     assert "accuracy verdicts per notebook (yours):\n    06: 1 of 2 accuracy verdicts conclusive" in shown
     assert "(reference" not in shown  # no reference result in this test's folder
-    assert "Conclusive accuracy verdicts per notebook (yours): 06: 1 of 2; 07: 1 of 7;" in report.scoreboard_html()
+    assert "Conclusive accuracy verdicts per notebook (yours): 06: 1 of 2; 07: 1 of 10;" in report.scoreboard_html()
     with pytest.raises(ValueError, match="count 'yours'"):
         claims.accuracy_counts([], whose="mine")
 
@@ -219,7 +219,7 @@ def test_the_references_accuracy_verdicts_are_counted_apart_from_the_readers(tmp
     theirs = claims.accuracy_counts(board, whose="reference", root=tmp_path)
     assert (yours["06"][claims.CONCLUSIVE], yours["06"][claims.NOT_MEASURED]) == (1, 1)
     assert (theirs["06"][claims.CONCLUSIVE], theirs["06"][claims.INCONCLUSIVE]) == (1, 1)
-    assert theirs["07"][claims.NOT_MEASURED] == theirs["07"]["total"] == 7
+    assert theirs["07"][claims.NOT_MEASURED] == theirs["07"]["total"] == 10
     assert claims.accuracy_counts_table(theirs).splitlines()[2] == "| 06 | 1 | 1 | 0 | 0 | 2 |"
     table = claims.accuracy_results_table(tmp_path).splitlines()
     assert table[2].startswith("| 06 | `adamw_vs_sgd` | +7.00 points | [+1.70 points, +12.30 points] | holds | AdamW")

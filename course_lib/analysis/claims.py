@@ -570,7 +570,8 @@ def _reference_of(key: str, notebook: str, cache: dict) -> dict | None:
 ACCURACY_CLAIMS: dict[str, tuple[str, ...]] = {
     "06": ("adamw_vs_sgd", "adamw_sensitivity"),
     "07": ("regularization_remote_sensing", "regularization_cifar10", "mixup_remote_sensing", "ema_steady_gain",
-           "too_many_tricks", "label_smoothing_alone", "label_smoothing_calibration"),
+           "too_many_tricks", "label_smoothing_alone", "label_smoothing_calibration", "early_stopping",
+           "best_checkpoint_gain", "swa_gain"),
     "08": ("transfer_learning", "transfer_beats_scratch", "transfer_freeze_recipe"),
     "10": ("casestudy_adamw", "casestudy_regularization", "casestudy_accuracy"),
     "12": ("eurosat_finetuned_reference", "eurosat_scratch_reference", "speedrun_97_in_10_minutes"),

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from course_lib import devices
+from course_lib import devices, paths
 from course_lib.analysis import claims as claim_records
 from course_lib.config import Config, ConfigError
 from course_lib.engine import train
@@ -57,7 +57,7 @@ class ProfilingSetup:
     data: object  # paths.DataChoice: what the notebook prints first
     config: Config  # one epoch of a few profiled steps, writing into OUTPUT_DIR
     device: torch.device
-    folder: str  # the run's folder: traces, timelines, snapshots and checkpoints go here
+    folder: str  # the run's folder, absolute (under the project root): traces, timelines, snapshots, checkpoints
     monitor_interval: float  # seconds between utilisation samples
     repeats: int  # timed repeats of the checkpointing comparison
 
@@ -78,7 +78,8 @@ def setup(profile: str, *, max_steps: int | None = None, monitor_interval: float
     smoke = resolve_profile(profile) == "smoke"
     base, data = config_with_data(profile, **{k: v for k, v in given.items() if v is not None})
     config = base.replace(epochs=1, max_steps=max_steps or (4 if smoke else 10), output_dir=OUTPUT_DIR)
-    return ProfilingSetup(data, config, devices.resolve_device(config.device), OUTPUT_DIR, monitor_interval or 0.1,
+    return ProfilingSetup(data, config, devices.resolve_device(config.device), str(paths.resolve_path(OUTPUT_DIR)),
+                          monitor_interval or 0.1,
                           repeats or (2 if smoke else 5))
 
 
@@ -94,7 +95,7 @@ def profile_epoch(config: Config, folder: str | Path, label: str = "baseline", *
     utilisation monitor sampling alongside; the trace goes to `folder/trace_<label>.json`."""
     from torch.profiler import profile
 
-    folder = Path(folder)
+    folder = paths.resolve_path(folder)  # relative to the project root, as every output folder
     folder.mkdir(parents=True, exist_ok=True)
     state = train.prepare(config, verbose=False)
     steps, state.steps_per_epoch = state.steps_per_epoch, 1  # warm-up: one step pays first-call allocations and

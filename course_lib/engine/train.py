@@ -617,7 +617,7 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
     finally:
         if monitor is not None and monitor.running:  # the sampler stops with the run, whatever ended it
             monitor.stop()
-            monitor.write_csv(Path(config.output_dir) / TIMELINE_FILE)
+            monitor.write_csv(paths.resolve_path(config.output_dir) / TIMELINE_FILE)
         if output_lock is not None:
             output_lock.release()
         if distributed.started_here and dist.is_initialized():
@@ -647,7 +647,7 @@ def _finish_monitoring(state: RunState, monitor: UtilisationMonitor | None) -> d
     """Stop the monitor, write its timeline and the gradient-norm log into output_dir (rank 0), log
     one line each; returns {"summary": the ledger row's extra metrics, "monitor": the monitor's summary}."""
     summary, monitor_summary = {}, {}
-    folder = Path(state.config.output_dir)
+    folder = paths.resolve_path(state.config.output_dir)  # the project root's runs/, from a notebook too
     if monitor is not None:
         monitor.stop()
         monitor_summary = monitor.summary()

@@ -62,8 +62,9 @@ class Config:
     lr: float = 0.1  # peak learning rate (after warmup)
     momentum: float = 0.9  # SGD momentum
     weight_decay: float = 5e-4  # decoupled for AdamW, L2 for SGD
-    warmup_epochs: float = 0.0  # epochs of linear warmup before cosine decay
-    min_lr: float = 0.0  # learning rate at the end of cosine decay
+    warmup_epochs: float = 0.0  # epochs of linear warmup before the decay (onecycle: its rising phase)
+    lr_schedule: str = "cosine"  # after warmup: cosine (to min_lr) | linear (straight to min_lr) | constant (lr throughout) | step (x0.1 at 50% and 75% of the steps after warmup) | onecycle (torch's OneCycleLR: cosine up from lr/25, then down to lr/25e4; SGD momentum cycles 0.95-0.85)
+    min_lr: float = 0.0  # learning rate at the end of the cosine or linear decay
     grad_clip_norm: float = 0.0  # max global gradient L2 norm; 0 = no clipping
     # --- regularisation ---
     label_smoothing: float = 0.0  # eps, 0-1: target = (1 - eps) on the true class + eps / classes on every class
@@ -237,6 +238,7 @@ _CHOICES = {
     "augmentation": AUGMENTATION_PLACES,
     "augment_recipe": ("light", "heavy", "overhead"),  # data.transforms.RECIPES
     "optimizer": ("sgd", "adamw"),
+    "lr_schedule": ("cosine", "linear", "constant", "step", "onecycle"),  # engine.schedule.SCHEDULES
     "precision": ("off", "fp16", "bf16", "auto"),
     "class_balance": CLASS_BALANCE_NAMES,
 }
@@ -298,7 +300,7 @@ def _check_ranges(values: dict) -> None:
     if not values["output_dir"].strip():
         refuse("output_dir", "a folder", "e.g. runs/checkpoints (empty would write checkpoints into the project root)")
     if values["min_lr"] > values["lr"]:
-        refuse("min_lr", f"at most lr ({values['lr']!r}), where the cosine decay ends")
+        refuse("min_lr", f"at most lr ({values['lr']!r}), where the decay ends")
     for name, meaning in (("momentum", "0 (plain SGD) up to, not including, 1"),
                           ("label_smoothing", "0 (off) up to, not including, 1 (a uniform target: the labels ignored)"),
                           ("ema_decay", "0 (off) or between 0 and 1 (e.g. 0.999)")):

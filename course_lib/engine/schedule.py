@@ -1,14 +1,18 @@
 """Optimizers and learning-rate schedules: SGD with momentum or AdamW (Loshchilov & Hutter 2019,
 "Decoupled Weight Decay Regularization", arXiv:1711.05101), linear warmup (Goyal et al. 2017,
-"Accurate, Large Minibatch SGD", arXiv:1706.02677) then cosine decay (Loshchilov & Hutter 2017,
-"SGDR", arXiv:1608.03983), built from torch.optim.lr_scheduler and stepped once per optimizer step.
+"Accurate, Large Minibatch SGD", arXiv:1706.02677) then `Config.lr_schedule`: cosine decay
+(Loshchilov & Hutter 2017, "SGDR", arXiv:1608.03983), linear decay to the floor (airbench's
+schedule, arXiv:2404.00498), a constant rate (the control), steps of x0.1 (He et al. 2016,
+arXiv:1512.03385), or one-cycle (Smith & Topin 2019, "Super-Convergence", arXiv:1708.07120, as torch's
+OneCycleLR). Built from torch.optim.lr_scheduler and stepped once per optimizer step;
+`learning_rate_at` is each schedule's closed form, which the tests hold the schedulers to.
 """
 from __future__ import annotations
 
 import math
 
 import torch
-from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
+from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, MultiStepLR, OneCycleLR, SequentialLR
 
 from course_lib.config import Config, ConfigError
 
@@ -33,29 +37,84 @@ def warmup_steps_for(config: Config, steps_per_epoch: int) -> int:
     return int(round(config.warmup_epochs * steps_per_epoch))
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, config: Config, steps_per_epoch: int):
-    """Linear warmup over `warmup_epochs`, then cosine decay to `min_lr` at the last step.
-    Call `.step()` after every optimizer step (not every epoch)."""
+SCHEDULES = ("cosine", "linear", "constant", "step", "onecycle")  # Config.lr_schedule's values
+STEP_MILESTONES = (0.5, 0.75)  # step: fractions of the steps after warmup where the rate drops
+STEP_GAMMA = 0.1  # step: the factor of each drop
+# onecycle: torch's defaults (Smith & Topin): start at lr / 25, end at lr / (25 x 1e4); the rise
+# takes the warmup's share of the run, or 30% when there is no warmup.
+ONECYCLE_DIV, ONECYCLE_FINAL_DIV, ONECYCLE_RISE = 25.0, 1e4, 0.3
+
+
+def _phases(config: Config, steps_per_epoch: int) -> tuple[int, int]:
+    """(total optimizer steps, warmup steps), the warmup leaving at least one step of decay."""
     total_steps = max(1, config.epochs * steps_per_epoch)
-    warmup_steps = min(warmup_steps_for(config, steps_per_epoch), total_steps - 1)
+    return total_steps, min(warmup_steps_for(config, steps_per_epoch), total_steps - 1)
+
+
+def _step_milestones(decay_steps: int) -> list[int]:
+    return [max(1, round(fraction * decay_steps)) for fraction in STEP_MILESTONES]
+
+
+def _onecycle_rise(config: Config, total_steps: int, warmup_steps: int) -> float:
+    return warmup_steps / total_steps if warmup_steps > 0 else ONECYCLE_RISE
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, config: Config, steps_per_epoch: int):
+    """Linear warmup over `warmup_epochs`, then `config.lr_schedule` to the last step (onecycle:
+    torch's OneCycleLR, whose rise replaces the warmup). Call `.step()` after every optimizer
+    step (not every epoch)."""
+    total_steps, warmup_steps = _phases(config, steps_per_epoch)
+    if config.lr_schedule == "onecycle":
+        return OneCycleLR(optimizer, max_lr=config.lr, total_steps=total_steps,
+                          pct_start=_onecycle_rise(config, total_steps, warmup_steps), anneal_strategy="cos",
+                          div_factor=ONECYCLE_DIV, final_div_factor=ONECYCLE_FINAL_DIV)
+    decay_steps = max(1, total_steps - warmup_steps)
     eta_min = min(config.min_lr, config.lr)
-    cosine = CosineAnnealingLR(optimizer, T_max=max(1, total_steps - warmup_steps), eta_min=eta_min)
+    if config.lr_schedule == "cosine":
+        decay = CosineAnnealingLR(optimizer, T_max=decay_steps, eta_min=eta_min)
+    elif config.lr_schedule == "linear":
+        decay = LinearLR(optimizer, start_factor=1.0, end_factor=eta_min / config.lr if config.lr else 0.0,
+                         total_iters=decay_steps)
+    elif config.lr_schedule == "step":
+        decay = MultiStepLR(optimizer, milestones=_step_milestones(decay_steps), gamma=STEP_GAMMA)
+    elif config.lr_schedule == "constant":
+        decay = LambdaLR(optimizer, lambda step: 1.0)
+    else:
+        raise ConfigError(f"lr_schedule={config.lr_schedule!r} is not one of {', '.join(SCHEDULES)}")
     if warmup_steps <= 0:
-        return cosine
+        return decay
     # start_factor 1/(W+1): step i of warmup uses lr * (i+1)/(W+1), reaching lr exactly at step W.
     warmup = LinearLR(optimizer, start_factor=1.0 / (warmup_steps + 1), end_factor=1.0, total_iters=warmup_steps)
-    return SequentialLR(optimizer, [warmup, cosine], milestones=[warmup_steps])
+    return SequentialLR(optimizer, [warmup, decay], milestones=[warmup_steps])
+
+
+def _annealed(start: float, end: float, fraction: float) -> float:
+    """Cosine from `start` (fraction 0) to `end` (fraction 1)."""
+    return end + (start - end) * (1 + math.cos(math.pi * fraction)) / 2
 
 
 def learning_rate_at(step: int, config: Config, steps_per_epoch: int) -> float:
-    """The closed form of `make_scheduler` (what tests check the scheduler against)."""
-    total_steps = max(1, config.epochs * steps_per_epoch)
-    warmup_steps = min(warmup_steps_for(config, steps_per_epoch), total_steps - 1)
+    """The closed form of `make_scheduler` (what tests check the schedulers against)."""
+    total_steps, warmup_steps = _phases(config, steps_per_epoch)
+    if config.lr_schedule == "onecycle":  # OneCycleLR's two phases, as its documentation writes them
+        start = config.lr / ONECYCLE_DIV
+        peak_step = float(_onecycle_rise(config, total_steps, warmup_steps) * total_steps) - 1
+        if step <= peak_step:
+            return _annealed(start, config.lr, step / peak_step)
+        return _annealed(config.lr, start / ONECYCLE_FINAL_DIV, (step - peak_step) / (total_steps - 1 - peak_step))
     eta_min = min(config.min_lr, config.lr)
     if step < warmup_steps:
         return config.lr * (step + 1) / (warmup_steps + 1)
-    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-    return eta_min + (config.lr - eta_min) * (1 + math.cos(math.pi * progress)) / 2
+    decay_steps = max(1, total_steps - warmup_steps)
+    progress = (step - warmup_steps) / decay_steps
+    if config.lr_schedule == "linear":
+        return config.lr + (eta_min - config.lr) * progress
+    if config.lr_schedule == "step":
+        drops = sum(step - warmup_steps >= milestone for milestone in _step_milestones(decay_steps))
+        return config.lr * STEP_GAMMA ** drops
+    if config.lr_schedule == "constant":
+        return config.lr
+    return _annealed(config.lr, eta_min, progress)
 
 
 def schedule_values(config: Config, steps_per_epoch: int) -> list[float]:

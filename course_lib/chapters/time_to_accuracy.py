@@ -20,6 +20,7 @@ ABLATIONS: dict[str, dict] = {
     "test-time augmentation (8 views)": {"tta_views": 1},
     "symmetries of the square (overhead)": {"augment_recipe": "light"},
     "label smoothing": {"label_smoothing": 0.0},
+    "linear decay (vs cosine)": {"lr_schedule": "cosine"},
     "warm-up": {"warmup_epochs": 0.0},
     "progressive resizing (from 32 px)": {"min_image_size": 0},
     "resident on the device (storage=device)": {"storage": "cache"},

@@ -18,7 +18,7 @@ BIN := $(VENV)/bin
 PROFILE ?= auto
 STAMP := $(VENV)/.installed
 
-.PHONY: workbook test test-fast lab venv clean-venv
+.PHONY: workbook test test-fast lab docs venv clean-venv
 
 # The last step makes nbstripout the git filter of *.ipynb (.gitattributes names it): outputs saved in
 # JupyterLab stay in the working file and never reach a commit. Outside a git checkout there is nothing to set.
@@ -49,6 +49,11 @@ test-fast: $(STAMP)
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/
+
+# The executed book: docs pages + a run's executed chapters + the claims scoreboard, into runs/<id>/site/.
+# RUN=<id> picks the run (default: the newest; with none, the smoke profile is executed first).
+docs: $(STAMP)
+	$(BIN)/workbook docs build $(RUN)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -582,7 +582,7 @@ def _add_reference(subparsers) -> None:
     save.add_argument("--to", help="folder to write into (default: results/reference under the project)")
     actions.add_parser("list", help="the committed references: notebook, machine, date, command")
     actions.add_parser("table", help="the committed references' accuracy verdicts: counts per notebook and every "
-                                     "accuracy claim, as the README's markdown tables")
+                                     "accuracy claim, as docs/results.md's markdown tables")
     parser.set_defaults(func=_reference)
 
 
@@ -610,6 +610,73 @@ def _reference(args) -> int:
     for item in made:
         print(f"wrote {reference.save(item, Path(args.to) if args.to else None)}: notebook {item.notebook}, "
               f"{len(item.claims)} claim(s)")
+    return 0
+
+
+# --- docs -------------------------------------------------------------------------------------
+
+def _add_docs(subparsers) -> None:
+    parser = subparsers.add_parser("docs", help="the README's and docs/*.md's generated tables and pictures, "
+                                                "from the committed results files")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    tables = actions.add_parser("tables", help="rewrite every generated table in README.md and docs/*.md from "
+                                               "benchmarks/results/, results/reference/ and the Config")
+    tables.add_argument("--check", action="store_true", help="change nothing; exit 1 naming each stale table")
+    figures = actions.add_parser("figures", help="draw docs/images/race.png from benchmarks/results/"
+                                                 "speedrun_speedrun.json (and the explorer's picture from --eval)")
+    build = actions.add_parser("build", help="a static site (MkDocs) of README, docs/*.md, a run's executed chapters "
+                                             "and the claims scoreboard, into runs/<id>/site/")
+    build.add_argument("run", nargs="?", help="run id or folder (default: the newest run under runs/; with none, "
+                                              "the notebooks are executed first in --profile)")
+    build.add_argument("--profile", default="smoke", help="profile of the run made when there is none (default smoke)")
+    figures.add_argument("--eval", metavar="EVAL", help="a saved evaluation (runs/evals/NAME.npz) whose explorer "
+                                                        "picture becomes docs/images/explorer-eurosat.png")
+    parser.set_defaults(func=_docs)
+
+
+def _docs(args) -> int:
+    from course_lib import doc_tables, paths
+
+    root = paths.project_root()
+    if args.action == "build":
+        return _docs_build(args, root)
+    if args.action == "tables":
+        changed = doc_tables.update(root, check=args.check)
+        for item in changed:
+            print(f"{'stale' if args.check else 'rewrote'}: {item}")
+        if args.check and changed:
+            print("run `workbook docs tables` to regenerate them", file=sys.stderr)
+            return 1
+        if not changed:
+            print(f"{sum(map(len, doc_tables.block_names(root).values()))} generated table(s), all up to date")
+        return 0
+    doc_tables.race_figure(root / doc_tables.RACE_FIGURE)
+    print(f"wrote {doc_tables.RACE_FIGURE}")
+    if args.eval:
+        evaluation_path = Path(args.eval)
+        if not evaluation_path.is_file():
+            raise WorkbookError(f"--eval {args.eval}: no such saved evaluation; `workbook eval CHECKPOINT` writes "
+                                "one under runs/evals/")
+        doc_tables.explorer_figure(evaluation_path, root / doc_tables.EXPLORER_FIGURE)
+        print(f"wrote {doc_tables.EXPLORER_FIGURE}")
+    return 0
+
+
+def _docs_build(args, root: Path) -> int:
+    from course_lib import book, paths, runner
+
+    if args.run:
+        run = Path(args.run) if Path(args.run).is_dir() else root / paths.RUNS_DIR / args.run
+        if not (run / "summary.json").is_file():
+            raise WorkbookError(f"{args.run} is not a run (no summary.json in {run}); `ls runs/` lists the runs")
+    elif book.run_folders(root / paths.RUNS_DIR):
+        run = book.run_folders(root / paths.RUNS_DIR)[-1]
+    else:
+        print(f"docs build: no run under runs/ yet; executing the notebooks in the {args.profile} profile first",
+              flush=True)
+        run, _ = runner.run_workbook(args.profile)
+    index = book.build(run, root)
+    print(f"docs build: the site of run {run.name} is in {index.parent}/ (open {index})")
     return 0
 
 
@@ -679,7 +746,8 @@ def _ledger_check(path: Path) -> int:
 
 # Subcommands, in the order `workbook --help` lists them.
 SUBCOMMANDS = (_add_run, _add_doctor, _add_gpu_check, _add_data, _add_bench, _add_train, _add_speedrun, _add_ddp,
-               _add_eval, _add_compare, _add_export, _add_report, _add_claims, _add_reference, _add_ledger)
+               _add_eval, _add_compare, _add_export, _add_report, _add_claims, _add_reference, _add_ledger,
+               _add_docs)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -160,7 +160,7 @@ REHEARSAL_ENV = "WORKBOOK_REHEARSAL"
 # Recipes: named sets of values for the same fields, like profiles but about *how* to train rather
 # than *where*: applied over the profile, under explicit overrides. Each ingredient is one field, so
 # `-p recipe=speedrun -p tta_views=1` shows what test-time augmentation was worth. Notebook 12
-# measures every ingredient; the values and their reasons are in the README's "Time to accuracy".
+# measures every ingredient; the values and their reasons are in docs/time_to_accuracy.md.
 RECIPES: dict[str, dict] = {
     # The fastest road to 97% on EuroSAT found on 2 CPU cores: a small residual net (airbench-style),
     # the whole split pre-decoded and resident as one uint8 tensor (storage=device: no DataLoader),
@@ -452,8 +452,8 @@ def refuse_repeated(name: str, given: dict, text: str) -> None:
 
 
 def configuration_table() -> str:
-    """The README's configuration table (field, default, each profile's value, unit comment), in
-    Markdown; tests/test_config.py checks that README.md holds exactly this."""
+    """The configuration table of docs/profiles.md (field, default, each profile's value, unit comment), in
+    Markdown; `workbook docs tables` writes it there and tests/test_config.py checks the copy."""
     comments, defaults = field_comments(), Config()
     profiles = [name for name in PROFILE_NAMES if name in PROFILES]
     lines = [f"| field | default | {' | '.join(profiles)} | meaning and unit |",
@@ -465,7 +465,7 @@ def configuration_table() -> str:
 
 
 def field_comments() -> dict[str, str]:
-    """Each field's unit comment, read from this file, for `--help` and the README table."""
+    """Each field's unit comment, read from this file, for `--help` and the configuration table."""
     import inspect
     import re
 

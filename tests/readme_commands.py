@@ -1,6 +1,6 @@
-"""Every command the README shows in a code block, and how a test runs it in the smoke profile.
+"""Every command the README and docs/*.md show in a code block, and how a test runs it in the smoke profile.
 
-One entry per command, in README order: `shown` is the command as the README prints it (without its
+One entry per command, in README order (then docs/*.md): `shown` is the command as the README prints it (without its
 comment); `run` is what tests/test_readme_commands.py executes, in a scratch project, with `--profile
 smoke` (or the smoke-sized form of the same command); `last_line` is a regular expression for its last
 printed line; `before` are commands that set the stage (a checkpoint to evaluate). A command that

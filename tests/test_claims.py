@@ -230,12 +230,12 @@ def test_the_references_accuracy_verdicts_are_counted_apart_from_the_readers(tmp
     assert "| 06 | 1 | 1 | 0 | 0 | 2 |" in shown and "| 06 | `adamw_vs_sgd` |" in shown
 
 
-def test_the_readmes_accuracy_counts_are_those_of_the_committed_reference_results():
+def test_the_results_pages_accuracy_tables_are_those_of_the_committed_reference_results():
     from course_lib.analysis import reference
 
     if not list(reference.folder().glob("*/*.json")):
         pytest.skip("no reference result is committed (results/reference/)")
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "results.md").read_text()
     for table in (claims.accuracy_counts_table(claims.accuracy_counts(whose="reference")),
                   claims.accuracy_results_table()):
-        assert table in readme, f"a README table of the reference results is stale; paste in:\n{table}"
+        assert table in page, "a table of the reference results in docs/results.md is stale: run `workbook docs tables`"

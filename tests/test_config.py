@@ -105,24 +105,24 @@ def test_replace_is_checked():
     assert isinstance(config, Config)
 
 
-def test_readme_documents_every_field():
+def test_the_profiles_page_documents_every_field():
     from conftest import ROOT
 
-    readme = (ROOT / "README.md").read_text()
-    missing = [name for name in FIELD_NAMES if f"| `{name}` |" not in readme]
-    assert not missing, f"README's configuration table lacks {missing}"
+    page = (ROOT / "docs" / "profiles.md").read_text()
+    missing = [name for name in FIELD_NAMES if f"| `{name}` |" not in page]
+    assert not missing, f"docs/profiles.md's configuration table lacks {missing}"
 
 
-def test_readme_table_is_the_generated_one():
-    """Defaults, profile values and comments in the README match the code; regenerate with
-    `python -c "from course_lib.config import configuration_table; print(configuration_table())"`."""
+def test_the_profiles_page_table_is_the_generated_one():
+    """Defaults, profile values and comments in docs/profiles.md match the code; regenerate with
+    `workbook docs tables`."""
     from conftest import ROOT
 
     from course_lib.config import configuration_table
 
     table = configuration_table()
     assert table.count("\n") == len(FIELD_NAMES) + 1
-    assert table in (ROOT / "README.md").read_text()
+    assert table in (ROOT / "docs" / "profiles.md").read_text()
 
 
 def test_a_recipe_applies_over_the_profile_and_under_overrides():

@@ -1,4 +1,4 @@
-"""Every command the README shows in a code block runs, in the smoke profile, to its last printed line.
+"""Every command the README and docs/*.md show in a code block runs, in the smoke profile, to its last line.
 
 The list is tests/readme_commands.py. The commands run in README order, each in a subprocess, inside
 a scratch project (a folder with pyproject.toml and links to course_lib/, benchmarks/ and the
@@ -45,13 +45,19 @@ def readme_commands(text: str) -> list[str]:
     return found
 
 
+def shown_commands() -> list[str]:
+    """The commands of the README and of every docs page it links to (docs/*.md), in that order."""
+    return [command for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+            for command in readme_commands(page.read_text())]
+
+
 def test_the_list_holds_exactly_the_readmes_commands():
-    shown = readme_commands((ROOT / "README.md").read_text())
+    shown = shown_commands()
     listed = [command.shown for command in COMMANDS]
     missing = [c for c in shown if c not in listed]
     stale = [c for c in listed if c not in shown]
-    assert not missing, f"README commands not in tests/readme_commands.py: {missing}"
-    assert not stale, f"tests/readme_commands.py lists commands the README no longer shows: {stale}"
+    assert not missing, f"README and docs/*.md commands not in tests/readme_commands.py: {missing}"
+    assert not stale, f"tests/readme_commands.py lists commands neither the README nor docs/*.md shows: {stale}"
 
 
 def test_the_extractor_reads_fenced_and_indented_blocks():

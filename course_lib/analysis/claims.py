@@ -624,8 +624,8 @@ def accuracy_counts(board: list[dict] | None = None, whose: str = "yours", root=
 
 
 def accuracy_counts_table(counts: dict[str, dict[str, int]]) -> str:
-    """`accuracy_counts` as the markdown table the README carries (tests/test_claims.py holds the
-    README's copy to the committed reference results)."""
+    """`accuracy_counts` as the markdown table docs/results.md carries (`workbook docs tables` writes it;
+    tests/test_claims.py holds the copy to the committed reference results)."""
     lines = ["| notebook | conclusive | inconclusive | not measurable here | not measured | of |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {notebook} | {count[CONCLUSIVE]} | {count[INCONCLUSIVE]} | {count[NOT_MEASURABLE]} | "
@@ -635,9 +635,9 @@ def accuracy_counts_table(counts: dict[str, dict[str, int]]) -> str:
 
 def accuracy_results_table(root=None) -> str:
     """Every accuracy claim (`ACCURACY_CLAIMS`) of the committed reference results, as the markdown
-    table the README carries: notebook, claim, measured, 95% interval, verdict and how it was measured
+    table docs/results.md carries: notebook, claim, measured, 95% interval, verdict and how it was measured
     (the reason names the seeds, epochs and data); "-" where a notebook has no reference yet.
-    `workbook reference table` prints it; tests/test_claims.py holds the README's copy to the files."""
+    `workbook reference table` prints it; tests/test_claims.py holds the copy there to the files."""
     from course_lib.analysis import reference
 
     lines = ["| notebook | claim | measured | 95% interval | verdict | how it was measured |", "|---|---|---|---|---|---|"]

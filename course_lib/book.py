@@ -1,0 +1,133 @@
+"""The executed book: the README and docs/*.md, the chapters as one run executed them (runs/<id>/NN_*.ipynb,
+outputs and figures included) and the claims scoreboard, built into a static site (`make docs`, `workbook
+docs build`), so the chapters can be read with their outputs without running them, as d2l, fastbook and
+uvadlc publish theirs.
+
+Why MkDocs with mkdocs-material and mkdocs-jupyter rather than Jupyter Book 2: the pages are already plain
+Markdown and the run already holds executed .ipynb files, which mkdocs-jupyter renders as they are (nbconvert,
+no re-execution), all from pip in Python; Jupyter Book 2 builds with mystmd, a Node.js program the venv does
+not have. The site is static HTML with its search index, readable from the folder or any web server."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from course_lib import paths
+from course_lib.config import WorkbookError
+
+SITE_SOURCE = "site-src"  # inside the run folder: what MkDocs reads (generated, never edited)
+SITE = "site"  # inside the run folder: the built site, site/index.html its front page
+CHAPTERS = "chapters"  # the executed notebooks, inside SITE_SOURCE
+BUILD_SECONDS = 600
+NOTEBOOK = re.compile(r"^(\d\d)_[\w-]+\.ipynb$")
+# README links that point into docs/ become links inside the site, whose pages sit side by side.
+DOCS_LINK = re.compile(r"\]\(docs/")
+
+
+class BookError(WorkbookError):
+    """No run to publish, or MkDocs missing or failing; one line with the fix."""
+
+
+def run_folders(runs: Path | None = None) -> list[Path]:
+    """Run folders under runs/ (those with a summary.json), oldest first by name (ids start with the date)."""
+    runs = Path(runs or paths.project_root() / paths.RUNS_DIR)
+    return sorted(p for p in runs.glob("*/") if (p / "summary.json").is_file()) if runs.is_dir() else []
+
+
+def executed_chapters(run: Path) -> list[Path]:
+    """The run's executed chapter notebooks, in chapter order."""
+    return sorted(p for p in Path(run).glob("*.ipynb") if NOTEBOOK.match(p.name))
+
+
+def _chapter_title(notebook: Path) -> str:
+    """The first Markdown heading of the notebook, else its file name."""
+    cells = json.loads(notebook.read_text()).get("cells", [])
+    for cell in cells:
+        if cell.get("cell_type") == "markdown":
+            text = "".join(cell.get("source", []))
+            heading = next((line.lstrip("# ").strip() for line in text.splitlines() if line.startswith("#")), "")
+            if heading:
+                return heading
+    return notebook.stem
+
+
+def _front_page(root: Path) -> str:
+    """README.md with its docs/ links and pictures pointing inside the site."""
+    return DOCS_LINK.sub("](", (root / "README.md").read_text())
+
+
+def _scoreboard_page(ledger_path: Path | None) -> str:
+    from course_lib import ledger, report
+
+    book = ledger.Ledger(ledger_path) if ledger_path else None
+    return ("# Claims scoreboard\n\nEvery claim of the two articles with the newest measurement per machine in "
+            "this project's ledger (`workbook claims`), smoke-profile measurements apart.\n\n"
+            + report.scoreboard_html(book) + "\n")
+
+
+def stage(run: Path, root: Path | None = None, ledger_path: Path | None = None) -> Path:
+    """Write RUN/site-src/: the front page, the docs pages and images, the executed chapters, the scoreboard
+    and mkdocs.yml with the navigation. Returns the mkdocs.yml path."""
+    root, run = Path(root or paths.project_root()), Path(run)
+    chapters = executed_chapters(run)
+    if not chapters:
+        raise BookError(f"{run} holds no executed chapter (NN_name.ipynb); run `workbook run --profile smoke` "
+                        "(or `make workbook`) first, or name another run")
+    source = run / SITE_SOURCE
+    if source.exists():
+        shutil.rmtree(source)
+    (source / CHAPTERS).mkdir(parents=True)
+    (source / "index.md").write_text(_front_page(root))
+    pages = sorted((root / "docs").glob("*.md"))
+    for page in pages:
+        shutil.copy2(page, source / page.name)
+    if (root / "docs" / "images").is_dir():
+        shutil.copytree(root / "docs" / "images", source / "images")
+    for notebook in chapters:
+        shutil.copy2(notebook, source / CHAPTERS / notebook.name)
+    (source / "scoreboard.md").write_text(_scoreboard_page(ledger_path))
+    summary = json.loads((run / "summary.json").read_text())
+    nav = [{"Home": "index.md"},
+           {"Chapters": [{_chapter_title(n): f"{CHAPTERS}/{n.name}"} for n in chapters]},
+           {"Claims scoreboard": "scoreboard.md"},
+           {"Reference": [{_page_title(p): p.name} for p in pages]}]
+    config = {
+        "site_name": "Fast CNN Training Workbook",
+        "site_description": f"run {summary.get('run_id', run.name)}, profile {summary.get('profile', '?')}",
+        # relative to this file, which lives in the run folder (MkDocs refuses a docs_dir holding its config)
+        "docs_dir": SITE_SOURCE, "site_dir": SITE, "use_directory_urls": False,
+        "theme": {"name": "material", "features": ["navigation.sections", "search.highlight"]},
+        "plugins": ["search", {"mkdocs-jupyter": {"execute": False, "include_source": True}}],
+        "markdown_extensions": ["tables", "admonition", "attr_list"],
+        "nav": nav,
+    }
+    config_path = run / "mkdocs.yml"
+    config_path.write_text(json.dumps(config, indent=2))  # JSON is YAML
+    return config_path
+
+
+def _page_title(page: Path) -> str:
+    first = page.read_text().splitlines()[0] if page.read_text() else ""
+    return first.lstrip("# ").replace("`", "").strip() or page.stem
+
+
+def build(run: Path, root: Path | None = None, ledger_path: Path | None = None) -> Path:
+    """Stage RUN and build it with MkDocs into RUN/site/; returns RUN/site/index.html."""
+    try:
+        import mkdocs  # noqa: F401
+        import mkdocs_jupyter  # noqa: F401
+        import material  # noqa: F401
+    except ImportError as error:
+        raise BookError(f"{error.name} is not installed; `make venv` installs mkdocs-material and mkdocs-jupyter "
+                        "(the project's dev extra)") from None
+    config = stage(run, root, ledger_path)
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--quiet", "--config-file", str(config)],
+                          cwd=config.parent, capture_output=True, text=True, timeout=BUILD_SECONDS)
+    if done.returncode != 0:
+        last = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:] or ["no output"]
+        raise BookError(f"mkdocs build failed for {run}: {last[0]}")
+    return Path(run) / SITE / "index.html"

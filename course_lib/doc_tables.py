@@ -1,0 +1,236 @@
+"""The tables and pictures README.md and docs/*.md show, generated from the files that hold the results
+(benchmarks/results/, results/reference/, the Config's own code), never typed by hand: `workbook docs
+tables` rewrites every generated block in place, `--check` names the stale ones (tests/test_doc_tables.py
+runs it), and `workbook docs figures` draws the README's pictures from the same files.
+
+A generated block in a page is
+
+    <!-- generated: NAME (workbook docs tables) -->
+    ... what GENERATORS[NAME]() returns ...
+    <!-- end generated -->
+
+NAME is a key of `GENERATORS`, or `benchmark:STEM` for the body of benchmarks/results/STEM.md (which the
+benchmark script writes together with STEM.json, from the same measurements)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from course_lib import paths
+from course_lib.config import WorkbookError
+
+BEGIN = re.compile(r"<!-- generated: (?P<name>[\w:.-]+) \(workbook docs tables\) -->\n")
+END = "<!-- end generated -->"
+RESULTS = Path("benchmarks") / "results"
+REFERENCES = Path("results") / "reference"  # analysis.reference.REFERENCE_FOLDER
+IMAGES = Path("docs") / "images"
+RACE_FIGURE = IMAGES / "race.png"
+EXPLORER_FIGURE = IMAGES / "explorer-eurosat.png"
+
+
+class DocTablesError(WorkbookError):
+    """A page names a generated block that does not exist, or leaves one open; one line with the fix."""
+
+
+def pages(root: Path | None = None) -> list[Path]:
+    """The pages that may carry generated blocks: README.md and every docs/*.md."""
+    root = Path(root or paths.project_root())
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def _results(stem: str, root: Path) -> dict:
+    path = root / RESULTS / f"{stem}.json"
+    if not path.is_file():
+        raise DocTablesError(f"{path} is missing: run benchmarks/bench_{stem.split('_')[0]}.py to write it, "
+                             "or take its block out of the page")
+    return json.loads(path.read_text())
+
+
+def _interval(stat: dict, scale: float = 1.0, digits: int = 2, unit: str = "") -> str:
+    return (f"{stat['mean'] * scale:.{digits}f}{unit} [{stat['low'] * scale:.{digits}f}, "
+            f"{stat['high'] * scale:.{digits}f}]")
+
+
+def headline_table(root: Path | None = None) -> str:
+    """The README's short table of headline results: what, measured value, hardware and load, and the split
+    it was scored on, read from benchmarks/results/*.json and the committed reference results."""
+    root = Path(root or paths.project_root())
+    rows = []
+    run = _results("speedrun_speedrun", root)
+    summary, load = run["summary"], f"load {run['load_average_before']:.1f}-{run['load_average_after']:.1f}"
+    where = f"{run['hardware']}, {load}, {run['started'][:10]}"
+    split = f"EuroSAT `valid` ({summary['runs']} seeds, mean [95% interval]; tuned on a carve-out of `train`)"
+    rows.append((f"speed-run recipe: top-1, single view; {summary['tta_views']}-view TTA",
+                 f"{_interval(summary['top1'], 100, unit='%')}; {_interval(summary['top1_tta'], 100, unit='%')}",
+                 where, split))
+    to_target = (f"{_interval(summary['seconds_to_target'], digits=0)} s (reached by {summary['reached_target']} of "
+                 f"{summary['runs']}); " if summary.get("seconds_to_target") else "not reached; ")
+    rows.append((f"speed-run recipe: seconds to {summary['target']:.0%} single view; whole run (decoding included)",
+                 to_target + f"{_interval(summary['seconds'], digits=0)} s", where, split))
+    best = _results("speedrun_best", root)
+    best_top1 = best["summary"].get("val top-1") if isinstance(best.get("summary"), dict) else None
+    if best_top1 is not None:
+        rows.append(("`best` recipe: top-1 with TTA, from scratch", f"{best_top1:.2%} after "
+                     f"{best['summary'].get('seconds', 0):.0f} s (one seed)",
+                     f"{best['hardware']}, load {best['load_average_before']:.1f}, {best['started'][:10]}",
+                     "EuroSAT `valid` (the split it was tuned on: not held out)"))
+    data = _results("engine_data", root)
+    by_setting = {(r["storage"], r["decoder"], r["augmentation"], r["num_workers"]): r for r in data["rows"]}
+    files, cache = by_setting.get(("files", "pil", "cpu", 1)), by_setting.get(("cache", "pil", "device", 1))
+    if files and cache:
+        rows.append(("engine images/s, pre-decoded cache + device augmentation vs JPEG files",
+                     f"{cache['images_per_second'] / files['images_per_second']:.2f}x "
+                     f"({cache['images_per_second']:.0f} vs {files['images_per_second']:.0f} images/s, "
+                     f"{data['parameters'].get('model', 'resnet18')})",
+                     f"{data['hardware']}, load {data['load_average_before']:.1f}-{data['load_average_after']:.1f}",
+                     "EuroSAT `train` (speed, not accuracy)"))
+    from course_lib.analysis import claims
+
+    counts = claims.accuracy_counts(whose="reference", root=root / REFERENCES)
+    conclusive = sum(count[claims.CONCLUSIVE] for count in counts.values())
+    total = sum(count["total"] for count in counts.values())
+    machines = sorted(p.name for p in (root / REFERENCES).iterdir() if p.is_dir()) if (root / REFERENCES).is_dir() else []
+    rows.append(("accuracy chapters whose verdict is conclusive (holds or refuted)", f"{conclusive} of {total}",
+                 ", ".join(machines) or "no reference committed", "EuroSAT `valid`, the reference cpu run"))
+    lines = ["| result | measured | hardware | scored on |", "|---|---|---|---|"]
+    lines += [f"| {what} | {value} | {hardware} | {split} |" for what, value, hardware, split in rows]
+    return "\n".join(lines)
+
+
+def benchmark_body(stem: str, root: Path | None = None) -> str:
+    """benchmarks/results/STEM.md without its title line: what the benchmark wrote with STEM.json."""
+    root = Path(root or paths.project_root())
+    path = root / RESULTS / f"{stem}.md"
+    if not path.is_file():
+        raise DocTablesError(f"{path} is missing: run the benchmark that writes it, or take its block out of the page")
+    lines = path.read_text().splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    return "\n".join(lines).strip("\n")
+
+
+def _configuration(root: Path) -> str:
+    from course_lib.config import configuration_table
+
+    return configuration_table()
+
+
+def _reference_counts(root: Path) -> str:
+    from course_lib.analysis import claims
+
+    return claims.accuracy_counts_table(claims.accuracy_counts(whose="reference", root=root / REFERENCES))
+
+
+def _reference_accuracy(root: Path) -> str:
+    from course_lib.analysis import claims
+
+    return claims.accuracy_results_table(root=root / REFERENCES)
+
+
+GENERATORS = {
+    "configuration": _configuration,
+    "headline": headline_table,
+    "reference-counts": _reference_counts,
+    "reference-accuracy": _reference_accuracy,
+}
+
+
+def render(name: str, root: Path | None = None) -> str:
+    """What the block NAME holds today, from the files under `root`."""
+    root = Path(root or paths.project_root())
+    if name.startswith("benchmark:"):
+        return benchmark_body(name.split(":", 1)[1], root)
+    if name not in GENERATORS:
+        raise DocTablesError(f"no generated table is called {name!r}; the names are {', '.join(GENERATORS)} "
+                             "and benchmark:STEM (benchmarks/results/STEM.md)")
+    return GENERATORS[name](root)
+
+
+def refresh(text: str, root: Path | None = None, page: str = "page") -> tuple[str, list[str]]:
+    """`text` with every generated block rewritten, and the names of the blocks that changed."""
+    out, stale, position = [], [], 0
+    for match in BEGIN.finditer(text):
+        if match.start() < position:
+            continue  # a marker inside a block already rewritten
+        end = text.find(END, match.end())
+        if end < 0:
+            raise DocTablesError(f"{page}: the generated block {match['name']!r} has no '{END}' line; add it after "
+                                 "the table")
+        fresh = render(match["name"], root).rstrip("\n") + "\n"
+        if text[match.end():end] != fresh:
+            stale.append(match["name"])
+        out += [text[position:match.end()], fresh]
+        position = end
+    out.append(text[position:])
+    return "".join(out), stale
+
+
+def update(root: Path | None = None, check: bool = False) -> list[str]:
+    """Rewrite every page's generated blocks (or, with `check`, only compare); return "page: block" for each
+    block that was (or would be) changed."""
+    root = Path(root or paths.project_root())
+    changed = []
+    for page in pages(root):
+        if not page.is_file():
+            continue
+        text = page.read_text()
+        fresh, stale = refresh(text, root, page.relative_to(root).as_posix())
+        changed += [f"{page.relative_to(root).as_posix()}: {name}" for name in stale]
+        if stale and not check:
+            page.write_text(fresh)
+    return changed
+
+
+def block_names(root: Path | None = None) -> dict[str, list[str]]:
+    """Which generated blocks each page carries, page by page."""
+    root = Path(root or paths.project_root())
+    return {page.relative_to(root).as_posix(): [m["name"] for m in BEGIN.finditer(page.read_text())]
+            for page in pages(root) if page.is_file()}
+
+
+def race_figure(out: Path, results: Path | None = None):
+    """Top-1 (single view) against seconds for every seed of the committed speed-run benchmark, with its
+    target and the seconds by which it should be reached: the README's race picture. Returns the figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run = json.loads(Path(results or paths.project_root() / RESULTS / "speedrun_speedrun.json").read_text())
+    figure, axes = plt.subplots(figsize=(7, 3.6), dpi=110)
+    for seed in run["seeds"]:
+        curve = seed["curve"]
+        seconds = [point["seconds"] for point in curve]
+        top1 = [100 * point["val_top1"] for point in curve]  # the race's curve is single-view
+        axes.plot(seconds, top1, marker=".", linewidth=1.2, label=f"seed {seed['seed']}")
+    target = 100 * run["summary"]["target"]
+    axes.axhline(target, color="grey", linestyle="--", linewidth=1)
+    axes.axvline(150, color="grey", linestyle=":", linewidth=1)
+    axes.text(146, 62, "150 s: the target", color="grey", fontsize=8, rotation=90)
+    axes.text(2, target + 0.6, f"{target:.0f}%", color="grey", fontsize=8)
+    axes.set_ylim(50, 100)
+    axes.set_xlim(0, max(160, max(s["seconds"] for s in run["seeds"]) + 10))
+    axes.set_xlabel("seconds since the start, decoding included")
+    axes.set_ylabel("validation top-1, single view (%)")
+    axes.set_title(f"speed-run recipe on EuroSAT valid, {len(run['seeds'])} seeds: {run['hardware']}", fontsize=9)
+    axes.legend(fontsize=7, loc="lower center", ncol=5)
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out)
+    plt.close(figure)
+    return figure
+
+
+def explorer_figure(evaluation_path: Path, out: Path) -> Path:
+    """The confusion explorer's static picture (`ConfusionExplorer.picture_png`, what a rendered notebook
+    shows in place of the live widget) of a saved evaluation, written to `out`."""
+    from course_lib.analysis import evaluation, explorer
+
+    view = explorer.ConfusionExplorer([evaluation.Evaluation.load(evaluation_path)])
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(view.picture_png())
+    return out

@@ -1,0 +1,90 @@
+"""The executed book (`make docs`): a run's chapters, the docs pages and the scoreboard staged for MkDocs and
+built into a static site, which headless Chromium then reads: the navigation leads to a chapter, and the
+chapter shows its rendered figure and table."""
+import json
+
+import nbformat
+import pytest
+from conftest import ROOT
+
+from course_lib import book, cli, runner
+
+
+def _fake_run(folder, notebooks=("00_setup_check.ipynb",)):
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({"run_id": folder.name, "profile": "smoke"}))
+    for name in notebooks:
+        notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Chapter title\n\ntext"),
+                                                   nbformat.v4.new_code_cell("1 + 1")])
+        nbformat.write(notebook, folder / name)
+    return folder
+
+
+def test_a_run_is_staged_with_the_front_page_the_pages_the_chapters_and_the_scoreboard(tmp_path):
+    run = _fake_run(tmp_path / "runs" / "20260101-000000-smoke-abcd", ("00_setup_check.ipynb", "09_x.ipynb"))
+    config = json.loads(book.stage(run, ROOT).read_text())
+    source = run / book.SITE_SOURCE
+    front = (source / "index.md").read_text()
+    assert "](docs/" not in front and "](profiles.md)" in front and "](images/race.png)" in front
+    assert (source / "images" / "race.png").is_file() and (source / "profiles.md").is_file()
+    assert sorted(p.name for p in (source / book.CHAPTERS).iterdir()) == ["00_setup_check.ipynb", "09_x.ipynb"]
+    assert "Claims scoreboard" in (source / "scoreboard.md").read_text()
+    nav = {next(iter(item)): next(iter(item.values())) for item in config["nav"]}
+    assert nav["Chapters"] == [{"Chapter title": "chapters/00_setup_check.ipynb"}, {"Chapter title": "chapters/09_x.ipynb"}]
+    assert {"Profiles and parameters": "profiles.md"} in nav["Reference"]
+    assert config["docs_dir"] == book.SITE_SOURCE and config["site_dir"] == book.SITE
+
+
+def test_a_run_without_chapters_is_one_line_naming_the_fix(tmp_path):
+    run = _fake_run(tmp_path / "empty", ())
+    with pytest.raises(book.BookError, match="holds no executed chapter.*workbook run --profile smoke") as caught:
+        book.stage(run, ROOT)
+    assert "\n" not in str(caught.value)
+
+
+def test_the_cli_refuses_a_run_that_is_not_one(tmp_path, capsys):
+    assert cli.main(["docs", "build", str(tmp_path)]) == 2
+    assert "is not a run (no summary.json" in capsys.readouterr().err
+
+
+def test_the_newest_run_is_the_default(tmp_path):
+    for name in ("20260101-000000-smoke-aaaa", "20260102-000000-cpu-bbbb"):
+        _fake_run(tmp_path / name)
+    (tmp_path / "checkpoints").mkdir()
+    assert [p.name for p in book.run_folders(tmp_path)] == ["20260101-000000-smoke-aaaa", "20260102-000000-cpu-bbbb"]
+
+
+@pytest.mark.notebook
+@pytest.mark.browser
+def test_the_site_of_a_smoke_run_shows_a_chapter_with_its_figure_and_table(tmp_path):
+    from test_browser import CHROMIUM_ARGS, _chromium
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install -e '.[dev]')")
+    chromium = _chromium()
+    if chromium is None:
+        pytest.skip("no chromium browser (apt-get install chromium); the site test needs one")
+    run, results = runner.run_workbook("smoke", only="00", out_dir=tmp_path / "run")
+    assert [r.status for r in results] == ["ok"]
+    index = book.build(run, ROOT)
+    assert index.is_file()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(index.as_uri())
+            assert "Fast CNN Training Workbook" in page.title()
+            page.locator("nav a", has_text="Setup check").first.click()  # notebook 00: "00 · Setup check"
+            page.wait_for_load_state()
+            assert page.url.endswith("chapters/00_setup_check.html")
+            content = page.locator("article, .md-content").first
+            figures = content.locator("img[src^='data:image/png'], img[src$='.png']")
+            assert figures.count() >= 1 and figures.first.evaluate("img => img.naturalWidth") > 0
+            assert content.locator("table").count() >= 1
+            page.locator("nav a", has_text="Claims scoreboard").first.click()
+            page.wait_for_load_state()
+            assert "Claims scoreboard" in page.locator("h1").first.inner_text()
+        finally:
+            browser.close()

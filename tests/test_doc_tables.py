@@ -1,0 +1,107 @@
+"""The README's and docs/*.md's generated tables match the committed results files, a stale one is found and
+rewritten, and the front page stays a front page whose links all lead somewhere."""
+import json
+import re
+import shutil
+
+import pytest
+from conftest import ROOT
+
+from course_lib import cli, doc_tables
+
+README_MAX_LINES = 250  # "fits on a few screens"
+
+
+def test_every_committed_generated_table_is_up_to_date():
+    stale = doc_tables.update(ROOT, check=True)
+    assert not stale, f"stale generated tables {stale}: run `workbook docs tables` and commit the pages"
+
+
+def test_the_pages_carry_the_tables_the_tests_used_to_hold_by_hand():
+    names = {name for blocks in doc_tables.block_names(ROOT).values() for name in blocks}
+    assert {"configuration", "headline", "reference-counts", "reference-accuracy"} <= names
+    assert doc_tables.block_names(ROOT)["README.md"] == ["headline"]
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A copy of the files the generators read, and one page with two blocks."""
+    shutil.copytree(ROOT / "benchmarks" / "results", tmp_path / "benchmarks" / "results")
+    shutil.copytree(ROOT / "results" / "reference", tmp_path / "results" / "reference")
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "page.md"
+    page.write_text("Intro\n\n<!-- generated: headline (workbook docs tables) -->\nSTALE-LINE\n<!-- end generated -->\n\n"
+                    "Between\n<!-- generated: benchmark:engine (workbook docs tables) -->\n<!-- end generated -->\nEnd\n")
+    return tmp_path
+
+
+def test_a_stale_table_is_named_then_rewritten_and_the_prose_around_it_is_kept(project):
+    page = project / "docs" / "page.md"
+    assert doc_tables.update(project, check=True) == ["docs/page.md: headline", "docs/page.md: benchmark:engine"]
+    assert "STALE-LINE" in page.read_text()  # --check changes nothing
+    assert doc_tables.update(project) == ["docs/page.md: headline", "docs/page.md: benchmark:engine"]
+    text = page.read_text()
+    assert text.startswith("Intro\n\n") and "\n\nBetween\n" in text and text.endswith("<!-- end generated -->\nEnd\n")
+    assert "STALE-LINE" not in text and "| result | measured | hardware | scored on |" in text
+    assert doc_tables.update(project, check=True) == []
+
+
+def test_a_changed_results_file_makes_the_table_stale(project):
+    doc_tables.update(project)
+    path = project / "benchmarks" / "results" / "speedrun_speedrun.json"
+    run = json.loads(path.read_text())
+    run["summary"]["top1"]["mean"] = 0.5
+    path.write_text(json.dumps(run))
+    assert doc_tables.update(project, check=True) == ["docs/page.md: headline"]
+    doc_tables.update(project)
+    assert "50.00% [96.88, 97.34]" in (project / "docs" / "page.md").read_text()
+
+
+def test_the_headline_table_reads_the_speed_run_summary():
+    run = json.loads((ROOT / "benchmarks" / "results" / "speedrun_speedrun.json").read_text())
+    table = doc_tables.headline_table(ROOT)
+    top1 = run["summary"]["top1"]
+    assert f"{100 * top1['mean']:.2f}% [{100 * top1['low']:.2f}, {100 * top1['high']:.2f}]" in table
+    assert run["hardware"] in table and "EuroSAT `valid`" in table
+
+
+@pytest.mark.parametrize("page, message", [
+    ("<!-- generated: nonsense (workbook docs tables) -->\n<!-- end generated -->\n", "no generated table is called"),
+    ("<!-- generated: headline (workbook docs tables) -->\nno end\n", "has no '<!-- end generated -->' line"),
+    ("<!-- generated: benchmark:missing (workbook docs tables) -->\n<!-- end generated -->\n", "missing.md is missing"),
+])
+def test_a_bad_block_is_one_line_naming_the_fix(project, page, message):
+    (project / "docs" / "page.md").write_text(page)
+    with pytest.raises(doc_tables.DocTablesError, match=re.escape(message)) as caught:
+        doc_tables.update(project)
+    assert "\n" not in str(caught.value)
+
+
+def test_the_cli_checks_the_committed_pages(capsys):
+    assert cli.main(["docs", "tables", "--check"]) == 0
+    assert "all up to date" in capsys.readouterr().out
+
+
+def test_the_race_figure_is_drawn_from_the_committed_benchmark(tmp_path):
+    out = tmp_path / "race.png"
+    figure = doc_tables.race_figure(out)
+    run = json.loads((ROOT / "benchmarks" / "results" / "speedrun_speedrun.json").read_text())
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(figure.axes[0].get_lines()) == len(run["seeds"]) + 2  # one curve per seed, the target, the 150 s line
+
+
+def test_the_readme_is_a_front_page_whose_links_exist():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= README_MAX_LINES
+    for section in ("## Quick start", "## Chapters", "## Headline results", "## Where to go next"):
+        assert section in readme
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if not target.startswith(("http://", "https://")):
+                assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links to {target}, which is missing"
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    unlinked = [p.name for p in sorted((ROOT / "docs").glob("*.md")) if f"(docs/{p.name})" not in readme]
+    assert not unlinked, f"docs pages the README does not link to: {unlinked}"

@@ -1,3 +1,5 @@
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,29 @@ from course_lib.models import checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = ROOT / "data_samples" / "landcover-synth"
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+# Headless Chromium on a server without a display, a GPU or internet access (root needs --no-sandbox).
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def _chromium() -> str | None:
+    candidates = (os.environ.get("WORKBOOK_CHROMIUM"), shutil.which("chromium"), *CHROMIUM_CANDIDATES)
+    return next((path for path in candidates if path and os.path.exists(path)), None)
+
+
+@pytest.fixture
+def chromium():
+    """The system Chromium's path (Debian's; Playwright never downloads a browser here), or a skip naming
+    what is missing: the browser tests (tests/test_browser.py, tests/test_book.py) need both."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install -e '.[dev]')")
+    found = _chromium()
+    if found is None:
+        pytest.skip("no chromium browser (apt-get install chromium); the browser tests need one")
+    return found
 
 
 class TensorImages(torch.utils.data.Dataset):

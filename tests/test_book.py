@@ -5,7 +5,7 @@ import json
 
 import nbformat
 import pytest
-from conftest import ROOT
+from conftest import CHROMIUM_ARGS, ROOT
 
 from course_lib import book, cli, runner
 
@@ -56,16 +56,9 @@ def test_the_newest_run_is_the_default(tmp_path):
 
 @pytest.mark.notebook
 @pytest.mark.browser
-def test_the_site_of_a_smoke_run_shows_a_chapter_with_its_figure_and_table(tmp_path):
-    from test_browser import CHROMIUM_ARGS, _chromium
+def test_the_site_of_a_smoke_run_shows_a_chapter_with_its_figure_and_table(chromium, tmp_path):
+    from playwright.sync_api import sync_playwright
 
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (pip install -e '.[dev]')")
-    chromium = _chromium()
-    if chromium is None:
-        pytest.skip("no chromium browser (apt-get install chromium); the site test needs one")
     run, results = runner.run_workbook("smoke", only="00", out_dir=tmp_path / "run")
     assert [r.status for r in results] == ["ok"]
     index = book.build(run, ROOT)

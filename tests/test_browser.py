@@ -22,26 +22,17 @@ import time
 import urllib.request
 
 import pytest
-from conftest import ROOT
+from conftest import CHROMIUM_ARGS, ROOT
 
 pytestmark = pytest.mark.browser
 
 NOTEBOOK = "09_confusion_matrix_analysis.ipynb"
-CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
-# Headless Chromium on a server without a display, a GPU or internet access (root needs --no-sandbox).
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 SERVER_START_SECONDS = 90
 RUN_ALL_SECONDS = 420  # notebook 09 trains two tiny models; on 2 busy cores that takes a minute or two
 STEP_MS = 60_000  # one click's round trip: browser -> kernel -> widget update -> browser
 SCREENSHOT = ROOT / "docs" / "images" / "explorer.png"
 GALLERY = ".workbook-explorer .workbook-gallery"
 HOSTILE_CLASS = '"><img src=x onerror=window.workbookXss=1>'  # a valid folder name: no slash
-
-
-def _chromium() -> str | None:
-    candidates = (os.environ.get("WORKBOOK_CHROMIUM"), shutil.which("chromium"), *CHROMIUM_CANDIDATES)
-    return next((path for path in candidates if path and os.path.exists(path)), None)
 
 
 def _free_port() -> int:
@@ -60,19 +51,6 @@ def _write_settings(folder):
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-
-
-@pytest.fixture
-def chromium():
-    """The system Chromium's path, or a skip naming what is missing (checked before JupyterLab starts)."""
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        pytest.skip("playwright is not installed (pip install -e '.[dev]')")
-    found = _chromium()
-    if found is None:
-        pytest.skip("no chromium browser (apt-get install chromium); the browser test needs one")
-    return found
 
 
 @pytest.fixture

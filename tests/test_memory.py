@@ -155,3 +155,12 @@ def test_an_image_size_that_cannot_fit_is_refused_before_the_first_step_naming_o
     memory.check_fits(config, budget_bytes=budget)  # the size it names does fit
     with pytest.raises(ConfigError):
         memory.check_fits(config.replace(image_size=fitting * 2), budget_bytes=budget)
+
+
+def test_the_sweep_measures_every_plan_and_counts_each_step(capsys):
+    plans = [dict(model="test_resnet", image_size=32, batch_sizes=[2, 4]),
+             dict(model="test_resnet", image_size=16, batch_sizes=[2])]
+    rows = memory.run_sweep(plans)
+    assert [(r["image_size"], r["batch_size"]) for r in rows] == [(32, 2), (32, 4), (16, 2)]
+    assert all(r["measured_peak_bytes"] for r in rows)
+    assert "memory sweep: 3/3 steps (100%)" in capsys.readouterr().err  # plain lines when not a terminal

@@ -276,9 +276,11 @@ class TrainingStepProbe:
 
 
 def compare_estimate_and_peak(model, image_size: int, batch_sizes, precision: str = "off", optimizer: str = "sgd",
-                              device="cpu", num_classes: int = 10) -> list[dict]:
+                              device="cpu", num_classes: int = 10,
+                              after_each: Callable[[int], None] | None = None) -> list[dict]:
     """Estimated vs measured peak bytes for each batch size (one model, one optimizer); a batch that
-    runs out of memory gets `measured_peak_bytes=None` and the sweep goes on."""
+    runs out of memory gets `measured_peak_bytes=None` and the sweep goes on. `after_each(batch_size)` is
+    called once each batch is measured (a progress bar's update)."""
     probe = TrainingStepProbe(model, image_size, precision, optimizer, device=device, num_classes=num_classes)
     estimate = probe.estimate(batch_sizes[0])
     rows = []
@@ -297,6 +299,8 @@ def compare_estimate_and_peak(model, image_size: int, batch_sizes, precision: st
                      "measured_peak_bytes": measured,  # None: out of memory
                      "estimate_over_measured": at.total_bytes / measured if measured else None,
                      **{f"estimated_{k}_bytes": v for k, v in at.breakdown().items() if k != "total"}})
+        if after_each is not None:
+            after_each(batch_size)
     return rows
 
 
@@ -360,6 +364,21 @@ def find_largest_batch(step: Callable[[int], int | None], start: int = 1, max_ba
 def gib(value: float) -> float:
     """Bytes to GiB, for tables."""
     return value / 1024 ** 3
+
+
+def run_sweep(plans: list[dict], precision: str = "off", optimizer: str = "sgd", device="cpu") -> list[dict]:
+    """`compare_estimate_and_peak` for every (model, image size, batch sizes) of `plans` (`sweep_plan`), with a
+    progress bar over the measured steps (a CPU profiled step at 128 px takes tens of seconds)."""
+    from course_lib.instruments.progress import Progress
+
+    rows = []
+    with Progress(sum(len(plan["batch_sizes"]) for plan in plans), "memory sweep", unit="steps") as bar:
+        for plan in plans:
+            bar.set_postfix_str(f"{plan['model']} at {plan['image_size']} px")
+            rows += compare_estimate_and_peak(plan["model"], plan["image_size"], plan["batch_sizes"],
+                                              precision=precision, optimizer=optimizer, device=device,
+                                              after_each=lambda _: bar.update())
+    return rows
 
 
 def sweep_plan(profile: str, config) -> list[dict]:

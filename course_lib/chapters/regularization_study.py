@@ -282,7 +282,8 @@ def run_study(config: Config, names: list[str], seeds: list[int], ema_decay: flo
     bar = Progress(len(pending), f"runs on {data}", unit="fits", enabled=progress)
     for seed, name in pending:
         bar.set_postfix_str(f"{name}, seed {seed}")
-        result = fit_variant(config, name, ema_decay, bundle, seed=seed, progress=False)
+        # the engine's transient per-epoch bar under the study's: a fit can outlast a minute on a busy machine
+        result = fit_variant(config, name, ema_decay, bundle, seed=seed, progress=progress)
         rows += score_run(name, result, bundle.val, bundle.device_stage)
         if flops_per_image is None:
             flops_per_image = flops.training_flops_per_image(result.model, config.image_size)

@@ -36,9 +36,10 @@ class RangeTestResult:
 
 
 def lr_range_test(config: Config, bundle=None, *, start_lr: float = 1e-5, end_lr: float = 10.0, steps: int = 100,
-                  smoothing: float = 0.8, divergence_factor: float = 4.0) -> RangeTestResult:
+                  smoothing: float = 0.8, divergence_factor: float = 4.0, progress: bool = True) -> RangeTestResult:
     """Run `steps` optimizer steps with the learning rate growing from `start_lr` to `end_lr`
-    (a fresh model from `config`; nothing is saved). Stops early once the loss diverges."""
+    (a fresh model from `config`; nothing is saved). Stops early once the loss diverges. `progress`
+    shows a transient bar of the steps (a test of 100 steps takes minutes on a CPU)."""
     from course_lib.data import pipeline
     from course_lib.data.loaders import make_loader
     from course_lib.devices import resolve_device
@@ -48,6 +49,7 @@ def lr_range_test(config: Config, bundle=None, *, start_lr: float = 1e-5, end_lr
     from course_lib.engine.schedule import make_optimizer
     from course_lib.engine.step import optimizer_step, training_step
     from course_lib.engine.train import seed_everything, stage_batch
+    from course_lib.instruments.progress import Progress
     from course_lib.models.factory import build_model
 
     device = resolve_device(config.device)
@@ -66,7 +68,9 @@ def lr_range_test(config: Config, bundle=None, *, start_lr: float = 1e-5, end_lr
     learning_rates, losses, smoothed = [], [], []
     average, best, diverged_at = 0.0, math.inf, None
     batches = itertools.chain.from_iterable(itertools.repeat(loader))  # as many epochs as needed
+    bar = Progress(steps, f"range test ({config.optimizer})", unit="steps", leave=False, enabled=progress)
     for step, (images, targets) in zip(range(steps), batches):
+        bar.update()
         learning_rate = start_lr * growth ** step
         for group in optimizer.param_groups:
             group["lr"] = learning_rate
@@ -84,6 +88,7 @@ def lr_range_test(config: Config, bundle=None, *, start_lr: float = 1e-5, end_lr
         if not math.isfinite(current) or current > divergence_factor * best:
             diverged_at = learning_rate
             break
+    bar.close()
     finite = [(loss, rate) for loss, rate in zip(smoothed, learning_rates) if math.isfinite(loss)]
     largest_stable = min(finite)[1] if finite else start_lr
     return RangeTestResult(learning_rates, losses, smoothed, largest_stable, diverged_at, config.optimizer)

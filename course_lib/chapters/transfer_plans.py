@@ -186,7 +186,7 @@ def notebook_setup(profile: str, *, model: str | None = None, batch_size: int | 
                          list(range(seeds or (2 if smoke else 3))), notes, 1 if smoke else 0)
 
 
-def source_checkpoint(source_config: Config, bundle, *, extra: dict | None = None, progress: bool = False) -> dict:
+def source_checkpoint(source_config: Config, bundle, *, extra: dict | None = None, progress: bool = True) -> dict:
     """The pre-trained source model's checkpoint: reused from runs/ when one with the same config
     digest (`checkpoint.config_digest` of the config plus `extra`, e.g. the source classes) exists,
     else trained now with `train.fit` into `<output_dir>-<digest>/` and described in source.json.

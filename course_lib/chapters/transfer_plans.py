@@ -218,7 +218,7 @@ def target_batch_size(images: int, batch_size: int) -> int:
 
 
 def label_grid(strategies: dict, bundle, classes: list[str], labels_per_class, seeds, *, val_per_class: int = 0,
-               progress: bool = False, echo=print) -> tuple[list[dict], dict]:
+               progress: bool = True, echo=print) -> tuple[list[dict], dict]:
     """Train every strategy (label -> Config) on `labels_per_class` labelled images of each class in
     `classes` (cut from `bundle` with `class_split.subset_bundle`), once per seed; the seed picks the
     labelled images as well as the initial head and the data order. Every run is scored on the same

@@ -167,7 +167,7 @@ def imbalance_config(setup: ConfusionSetup):
 
 
 def imbalance_study(setup: ConfusionSetup, ratio: float = IMBALANCE_RATIO, corrections=CORRECTIONS,
-                    progress: bool = False) -> ImbalanceStudy:
+                    progress: bool = True) -> ImbalanceStudy:
     """Cut the training split to a long tail (`data.long_tail`, head = the first class), train once per
     class_balance value on it (the engine's validation switched off: each model is scored once,
     here), and predict the validation split with each (`IMBALANCE_VALIDATION_IMAGES` of it)."""

@@ -106,7 +106,7 @@ def run_grid(config: Config, grid: dict, seeds, bundle=None, fit=None, progress:
                 bar.set_postfix_str(f"{optimizer} lr {lr:.3g} seed {seed}")
                 started = time.perf_counter()
                 result = fit(config.replace(seed=seed, **optimizer_overrides(optimizer, lr)), bundle=bundle,
-                             progress=False, verbose=False)
+                             progress=progress, verbose=False)  # and each fit's transient epoch bar
                 final = result.final
                 rows.append({"optimizer": optimizer, "lr": lr, "lr rank": rank, "seed": seed,
                              "val top-1": final.get("val_top1"), "train loss": final.get("train_loss"),

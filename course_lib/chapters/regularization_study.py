@@ -653,7 +653,7 @@ class WeightChoice:
                 f"{self.held_out_images} held-out validation images")
 
 
-def weight_choice_study(setup: StudySetup, profile: str, progress: bool = False) -> WeightChoice:
+def weight_choice_study(setup: StudySetup, profile: str, progress: bool = True) -> WeightChoice:
     """Per seed of the study: the full run (ema_decay for its length, swa_epochs = `swa_epochs_for`,
     save_best) and the same run with early_stopping_patience = EARLY_STOPPING_PATIENCE and save_best;
     the engine chooses on half of the validation split (`split_validation`), every weight is scored on

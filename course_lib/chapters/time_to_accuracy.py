@@ -125,7 +125,7 @@ class Ablation:
 
 
 def ablate(config: Config, seeds: list[int], ingredients: list[str] | None = None, *, bundle=None,
-           validation_per_class: int = 0, progress: bool = False) -> list[Ablation]:
+           validation_per_class: int = 0, progress: bool = True) -> list[Ablation]:
     """The full recipe and the recipe without each ingredient, once per seed, all with `config`'s
     epochs (no budget: the same training length, so accuracy differences are the ingredient's).
     `validation_per_class` (0: all) scores every run on the same validation images per class

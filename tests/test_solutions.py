@@ -12,6 +12,8 @@ from course_lib import runner
 CHAPTERS = runner.list_notebooks(ROOT / "notebooks")
 SOLUTIONS_DIR = ROOT / "notebooks" / "solutions"
 SOLUTIONS = sorted(SOLUTIONS_DIR.glob("*.ipynb"))
+# Chapter 05's solutions launch torchrun (DDP workers): marked like the other torchrun tests too.
+RUNS = [pytest.param(p, marks=pytest.mark.torchrun) if p.stem.startswith("05") else p for p in SOLUTIONS]
 # Chapters whose solutions are still to be written; the list may only shrink (a test fails on a stale entry).
 PENDING: set[str] = set()
 
@@ -57,7 +59,7 @@ def test_each_chapter_points_to_its_solutions():
 
 
 @pytest.mark.notebook
-@pytest.mark.parametrize("path", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
+@pytest.mark.parametrize("path", RUNS, ids=[p.stem for p in SOLUTIONS])
 def test_solutions_run_in_smoke_profile(path, tmp_path):
     before = set((ROOT / "notebooks").rglob("*"))
     result = runner.execute_notebook(path, tmp_path / path.name, {"profile": "smoke"})

@@ -272,7 +272,8 @@ def study_setup(profile: str, tuned_lrs: dict, base_batch: int, seeds, *, larges
     kept = limit_indices(len(bundle.val), VALIDATION_IMAGES.get(profile, 0), seed=0)
     if kept is not None:  # the same images for every run: a fixed seed, not the run's
         bundle = dataclasses.replace(bundle, val=TransformedSubset(bundle.val, kept))
-    largest, reason, per_image = largest_batch_for(config, len(bundle.train), largest_batch or LARGEST_BATCH[profile])
+    largest, reason, per_image = largest_batch_for(config, len(bundle.train), largest_batch or LARGEST_BATCH[profile],
+                                                len(bundle.classes))
     return StudySetup(data, config, bundle, list(seeds), dict(tuned_lrs), batch_sizes(largest), reason, per_image)
 
 
@@ -284,7 +285,8 @@ def make_study_config(profile: str, values: dict, sgd_lr: float) -> Config:
                           **optimizer_overrides("sgd", sgd_lr))
 
 
-def largest_batch_for(config: Config, train_images: int, time_cap: int = 0) -> tuple[int, str, int]:
+def largest_batch_for(config: Config, train_images: int, time_cap: int = 0,
+                      num_classes: int = 10) -> tuple[int, str, int]:
     """(largest batch, which bound set it, training bytes per image): the smallest of `time_cap` (0:
     none), the split (at least `MIN_STEPS_PER_EPOCH` steps per epoch) and memory (the engine's
     estimate of one training step on the meta device, `measure.memory`: shapes only, no step run,
@@ -297,7 +299,7 @@ def largest_batch_for(config: Config, train_images: int, time_cap: int = 0) -> t
     if time_cap and time_cap < SMALLEST_BATCH:
         raise ConfigError(f"largest_batch={time_cap} is below the sweep's first size {SMALLEST_BATCH}; "
                           f"give {SMALLEST_BATCH} or more (0: the profile's)")
-    estimate = memory.estimate_training_memory(factory.create_model(config.model, 10), config.batch_size,
+    estimate = memory.estimate_training_memory(factory.create_model(config.model, num_classes), config.batch_size,
                                                config.image_size, optimizer="sgd", device="meta")
     per_image = max(1, estimate.activation_bytes_per_image + 3 * config.image_size ** 2 * 4)
     fixed = estimate.total_bytes - per_image * config.batch_size

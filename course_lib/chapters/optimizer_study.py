@@ -6,6 +6,12 @@ the learning rate of SGD scales linearly with the batch (Goyal et al. 2017, arXi
 "Beats SGD" is the mean over learning rates and seeds of AdamW's accuracy minus SGD's, paired by
 (learning-rate rank, seed), with its t interval (`statistics.paired_difference`); "less sensitive"
 is the spread of accuracy over the grid, per optimizer.
+
+Sections 5-6 (the second article): a batch sweep with the learning rate scaled linearly (Goyal et al.)
+or by the square root (Krizhevsky 2014, arXiv:1404.5997), each size checked against the sweep's best
+beyond seed noise (`scaling_table`); and schedule x optimizer, whose "the schedule matters more" test
+compares the top-1 change from swapping the schedule with that from swapping the optimizer, seed by
+seed (`schedule_vs_optimizer`).
 """
 from __future__ import annotations
 

@@ -549,7 +549,7 @@ def scaling_claims(table, base_batch: int, data: str) -> list:
     return [claim.checked(
         "batch_lr_scaling", bool(all(linear.loc[b, "verdict"] != "below the best" for b in inside)),
         reason=f"linear rule from B0 = {base_batch} on {data}: worst of batch {', '.join(map(str, inside))} is "
-               f"{worst} at {row['vs best (points)']:+.1f} points from the best ({best_rule} at {best_batch}, "
+               f"{worst} ({int(row['steps'])} steps per epoch) at {row['vs best (points)']:+.1f} points from the best ({best_rule} at {best_batch}, "
                f"{table['top-1 %'].max():.1f}%), noise band {row['noise band']:.1f}; {text}; the 24 GB card is not "
                f"tested (accuracy only)",
         value=row["vs best (points)"], interval=(row["vs best (points)"] - row["noise band"],

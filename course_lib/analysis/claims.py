@@ -192,6 +192,12 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # filled per notebook belo
     _qualitative("adamw_lr_range", "A1", "5.2", "AdamW: sweep the initial learning rate between 3e-4 and 1e-3", "06"),
     _qualitative("adamw_sensitivity", "A1", "5.2", "AdamW is less sensitive to its hyper-parameters than SGD (spread of "
            "accuracy over learning rates and seeds)", "06"),
+    _qualitative("batch_lr_scaling", "A2", "training tips", "on a single 24 GB card a batch of 64-128 is suitable, "
+           "with the learning rate scaled to the batch (value: the linear rule's worst top-1 at 64-128 minus the "
+           "best of a batch sweep, points)", "06"),
+    _qualitative("schedule_over_optimizer", "A2", "training tips", "a reasonable learning-rate schedule matters more "
+           "than the choice of optimizer (value: mean |top-1 change| from changing the schedule minus that from "
+           "changing the optimizer, points)", "06"),
     # notebook 07
     _qualitative("ema_steady_gain", "A1", "5.3", "an EMA of the weights gives a steady gain (evaluate EMA and raw weights "
            "on the validation set, keep the better)", "07"),
@@ -568,7 +574,7 @@ def _reference_of(key: str, notebook: str, cache: dict) -> dict | None:
 # one is conclusive when it holds or is refuted (its interval excludes "no effect", or lies wholly
 # outside the claimed range), and inconclusive when it is "not shown beyond noise".
 ACCURACY_CLAIMS: dict[str, tuple[str, ...]] = {
-    "06": ("adamw_vs_sgd", "adamw_sensitivity"),
+    "06": ("adamw_vs_sgd", "adamw_sensitivity", "batch_lr_scaling", "schedule_over_optimizer"),
     "07": ("regularization_remote_sensing", "regularization_cifar10", "mixup_remote_sensing", "ema_steady_gain",
            "too_many_tricks", "label_smoothing_alone", "label_smoothing_calibration", "early_stopping",
            "best_checkpoint_gain", "swa_gain"),

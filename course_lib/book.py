@@ -111,7 +111,7 @@ def stage(run: Path, root: Path | None = None, ledger_path: Path | None = None) 
 
 
 def _page_title(page: Path) -> str:
-    first = page.read_text().splitlines()[0] if page.read_text() else ""
+    first = next(iter(page.read_text().splitlines()), "")
     return first.lstrip("# ").replace("`", "").strip() or page.stem
 
 

@@ -669,8 +669,8 @@ def _docs_build(args, root: Path) -> int:
         run = Path(args.run) if Path(args.run).is_dir() else root / paths.RUNS_DIR / args.run
         if not (run / "summary.json").is_file():
             raise WorkbookError(f"{args.run} is not a run (no summary.json in {run}); `ls runs/` lists the runs")
-    elif book.run_folders(root / paths.RUNS_DIR):
-        run = book.run_folders(root / paths.RUNS_DIR)[-1]
+    elif runs := book.run_folders(root / paths.RUNS_DIR):
+        run = runs[-1]
     else:
         print(f"docs build: no run under runs/ yet; executing the notebooks in the {args.profile} profile first",
               flush=True)

@@ -18,12 +18,12 @@ import re
 from pathlib import Path
 
 from course_lib import paths
+from course_lib.analysis.reference import REFERENCE_FOLDER as REFERENCES
 from course_lib.config import WorkbookError
 
 BEGIN = re.compile(r"<!-- generated: (?P<name>[\w:.-]+) \(workbook docs tables\) -->\n")
 END = "<!-- end generated -->"
 RESULTS = Path("benchmarks") / "results"
-REFERENCES = Path("results") / "reference"  # analysis.reference.REFERENCE_FOLDER
 IMAGES = Path("docs") / "images"
 RACE_FIGURE = IMAGES / "race.png"
 EXPLORER_FIGURE = IMAGES / "explorer-eurosat.png"
@@ -39,12 +39,17 @@ def pages(root: Path | None = None) -> list[Path]:
     return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
 
 
-def _results(stem: str, root: Path) -> dict:
-    path = root / RESULTS / f"{stem}.json"
+def _result_file(name: str, root: Path) -> Path:
+    """benchmarks/results/NAME, or a one-line error saying what writes it."""
+    path = root / RESULTS / name
     if not path.is_file():
-        raise DocTablesError(f"{path} is missing: run benchmarks/bench_{stem.split('_')[0]}.py to write it, "
-                             "or take its block out of the page")
-    return json.loads(path.read_text())
+        raise DocTablesError(f"{path} is missing: run the benchmark in benchmarks/ that writes it, or take its "
+                             "block out of the page")
+    return path
+
+
+def _results(stem: str, root: Path) -> dict:
+    return json.loads(_result_file(f"{stem}.json", root).read_text())
 
 
 def _interval(stat: dict, scale: float = 1.0, digits: int = 2, unit: str = "") -> str:
@@ -86,7 +91,7 @@ def headline_table(root: Path | None = None) -> str:
     conclusive = sum(count[claims.CONCLUSIVE] for count in counts.values())
     total = sum(count["total"] for count in counts.values())
     machines = sorted(p.name for p in (root / REFERENCES).iterdir() if p.is_dir()) if (root / REFERENCES).is_dir() else []
-    rows.append(("accuracy chapters whose verdict is conclusive (holds or refuted)", f"{conclusive} of {total}",
+    rows.append(("accuracy verdicts of the reference run that are conclusive (holds or refuted)", f"{conclusive} of {total}",
                  ", ".join(machines) or "no reference committed", "EuroSAT `valid`, the reference cpu run"))
     lines = ["| result | measured | hardware | scored on |", "|---|---|---|---|"]
     lines += [f"| {what} | {value} | {hardware} | {split} |" for what, value, hardware, split in rows]
@@ -95,11 +100,7 @@ def headline_table(root: Path | None = None) -> str:
 
 def benchmark_body(stem: str, root: Path | None = None) -> str:
     """benchmarks/results/STEM.md without its title line: what the benchmark wrote with STEM.json."""
-    root = Path(root or paths.project_root())
-    path = root / RESULTS / f"{stem}.md"
-    if not path.is_file():
-        raise DocTablesError(f"{path} is missing: run the benchmark that writes it, or take its block out of the page")
-    lines = path.read_text().splitlines()
+    lines = _result_file(f"{stem}.md", Path(root or paths.project_root())).read_text().splitlines()
     if lines and lines[0].startswith("# "):
         lines = lines[1:]
     return "\n".join(lines).strip("\n")

@@ -316,19 +316,27 @@ def kernel_transport():
 
 
 @contextlib.contextmanager
-def profile_for_kernels(profile: str | None):
-    """Export the notebook's profile (`auto` resolved) as WORKBOOK_PROFILE while a kernel runs, so the
-    ledger rows it writes (claims above all) say which profile they were measured in; restored after."""
-    before = os.environ.get(ledger.PROFILE_ENV)
-    if profile is not None:
-        os.environ[ledger.PROFILE_ENV] = resolve_profile(profile)
+def exported(values: dict[str, str]):
+    """Environment variables for the kernels this process starts (they inherit it), set for the block and
+    restored afterwards, so nothing a run exports outlives it in the caller's process."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(ledger.PROFILE_ENV, None)
-        else:
-            os.environ[ledger.PROFILE_ENV] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
+def profile_for_kernels(profile: str | None):
+    """Export the notebook's profile (`auto` resolved) as WORKBOOK_PROFILE while a kernel runs, so the
+    ledger rows it writes (claims above all) say which profile they were measured in; restored after."""
+    with exported({} if profile is None else {ledger.PROFILE_ENV: resolve_profile(profile)}):
+        yield
 
 
 @contextlib.contextmanager
@@ -339,15 +347,8 @@ def rehearsal_kernel(profile: str | None):
     if profile != "rehearsal":
         yield profile
         return
-    before = os.environ.get(REHEARSAL_ENV)
-    os.environ[REHEARSAL_ENV] = "1"
-    try:
+    with exported({REHEARSAL_ENV: "1"}):
         yield "smoke"
-    finally:
-        if before is None:
-            os.environ.pop(REHEARSAL_ENV, None)
-        else:
-            os.environ[REHEARSAL_ENV] = before
 
 
 def rehearsal_line() -> str:
@@ -664,57 +665,57 @@ def run_workbook(profile: str = "auto", only: str | None = None, assignments: li
 
     run_id = new_run_id(resolved)
     out = paths.check_writable(Path(out_dir).resolve() if out_dir else paths.project_root() / "runs" / run_id)
-    # Kernels inherit the environment: they write into the same ledger, tagged with this run.
     ledger_path = ledger.check_writable(ledger.default_path().resolve())
-    os.environ[ledger.LEDGER_ENV] = str(ledger_path)
-    os.environ[ledger.RUN_ID_ENV] = run_id
-    os.environ[ledger.PROFILE_ENV] = resolved
-    book = ledger.Ledger(ledger_path)
-    stream = stream or sys.stdout
-    print(f"workbook run {run_id}: {len(notebooks)} notebook(s), profile {resolved}, into {out}", file=stream,
-          flush=True)
-    if resolved == "rehearsal":
-        print(rehearsal_line(), file=stream, flush=True)
+    # Kernels inherit the environment: they write into the same ledger, tagged with this run (for the run only).
+    with exported({ledger.LEDGER_ENV: str(ledger_path), ledger.RUN_ID_ENV: run_id, ledger.PROFILE_ENV: resolved}):
+        book = ledger.Ledger(ledger_path)
+        stream = stream or sys.stdout
+        print(f"workbook run {run_id}: {len(notebooks)} notebook(s), profile {resolved}, into {out}", file=stream,
+              flush=True)
+        if resolved == "rehearsal":
+            print(rehearsal_line(), file=stream, flush=True)
 
-    results: list[NotebookResult] = []
-    running = None  # (number, path, parameters, progress) of the notebook whose kernel is running
-    with _handled_signals(_raise_stopped, STOP_SIGNALS):
-        try:
-            write_reports(out, run_id, resolved, results, [p.name for p in notebooks], state="running")
-            for number, path in enumerate(notebooks):
-                parameters = {"profile": resolved, **per_notebook[path]}
-                progress = NotebookProgress(path, code_cell_count(path), stream, interval=progress_interval,
-                                            silence=silence_seconds)
-                running = (number, path, parameters, progress)
-                progress.start()
-                result = execute_notebook(path, out / path.name, parameters, cell_timeout, on_cell=progress.on_cell,
-                                          on_output=progress.on_output)
-                running = None  # finished: what follows only records it
-                progress.finish(result.status, result.duration_seconds, result.error)
-                results.append(result)
-                _keep(result, out, book, parameters, resolved, run_id, ledger_status=result.status)
-                remaining = [p.name for p in notebooks[number + 1:]]
-                write_reports(out, run_id, resolved, results, remaining, state="running" if remaining else "finished")
-        except BaseException as stop:  # Ctrl-C, SIGTERM, SIGHUP (or the process being told to exit): report, then stop
-            with _handled_signals(_stopping_anyway(stream), (signal.SIGINT, *STOP_SIGNALS)):
-                reason = _stop_reason(stop)
-                if running is not None:
-                    number, path, parameters, progress = running
-                    seconds = progress.elapsed()
-                    progress.finish("interrupted", seconds)
-                    result = NotebookResult(path.name, "interrupted", seconds, path.name, error=reason,
-                                            parameters=parameters)
+        results: list[NotebookResult] = []
+        running = None  # (number, path, parameters, progress) of the notebook whose kernel is running
+        with _handled_signals(_raise_stopped, STOP_SIGNALS):
+            try:
+                write_reports(out, run_id, resolved, results, [p.name for p in notebooks], state="running")
+                for number, path in enumerate(notebooks):
+                    parameters = {"profile": resolved, **per_notebook[path]}
+                    progress = NotebookProgress(path, code_cell_count(path), stream, interval=progress_interval,
+                                                silence=silence_seconds)
+                    running = (number, path, parameters, progress)
+                    progress.start()
+                    result = execute_notebook(path, out / path.name, parameters, cell_timeout, on_cell=progress.on_cell,
+                                              on_output=progress.on_output)
+                    running = None  # finished: what follows only records it
+                    progress.finish(result.status, result.duration_seconds, result.error)
                     results.append(result)
-                    _keep(result, out, book, parameters, resolved, run_id, ledger_status="failed")
-                done = {r.notebook for r in results}
-                write_reports(out, run_id, resolved, results, [p.name for p in notebooks if p.name not in done],
-                              state="interrupted")
-            if isinstance(stop, Stopped):
-                raise RunInterrupted(out, results, f"stopped by {stop}", 128 + stop.signum) from None
-            if isinstance(stop, KeyboardInterrupt):
-                raise RunInterrupted(out, results) from None
-            raise
-    return out, results
+                    _keep(result, out, book, parameters, resolved, run_id, ledger_status=result.status)
+                    remaining = [p.name for p in notebooks[number + 1:]]
+                    write_reports(out, run_id, resolved, results, remaining,
+                                  state="running" if remaining else "finished")
+            # Ctrl-C, SIGTERM, SIGHUP (or the process being told to exit): report, then stop
+            except BaseException as stop:
+                with _handled_signals(_stopping_anyway(stream), (signal.SIGINT, *STOP_SIGNALS)):
+                    reason = _stop_reason(stop)
+                    if running is not None:
+                        number, path, parameters, progress = running
+                        seconds = progress.elapsed()
+                        progress.finish("interrupted", seconds)
+                        result = NotebookResult(path.name, "interrupted", seconds, path.name, error=reason,
+                                                parameters=parameters)
+                        results.append(result)
+                        _keep(result, out, book, parameters, resolved, run_id, ledger_status="failed")
+                    done = {r.notebook for r in results}
+                    write_reports(out, run_id, resolved, results, [p.name for p in notebooks if p.name not in done],
+                                  state="interrupted")
+                if isinstance(stop, Stopped):
+                    raise RunInterrupted(out, results, f"stopped by {stop}", 128 + stop.signum) from None
+                if isinstance(stop, KeyboardInterrupt):
+                    raise RunInterrupted(out, results) from None
+                raise
+        return out, results
 
 
 def _stop_reason(stop: BaseException) -> str:

@@ -1,5 +1,6 @@
 import io
 import json
+import os
 
 import nbformat
 import pytest
@@ -73,6 +74,8 @@ def test_run_continues_past_a_failure(book, tmp_path, isolated_ledger):
     assert sorted((r["name"], r["status"]) for r in rows) == [
         ("00_first.ipynb", "ok"), ("01_broken.ipynb", "failed"), ("02_last.ipynb", "ok")]
     assert {r["run_id"] for r in rows} == {summary["run_id"]}
+    # the run's exports (ledger, run id, profile) were for its kernels: the caller's environment is as it was
+    assert ledger.RUN_ID_ENV not in os.environ and ledger.PROFILE_ENV not in os.environ
 
 
 def test_cli_exit_code_names_the_failure(book, tmp_path, monkeypatch, capsys):

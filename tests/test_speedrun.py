@@ -67,6 +67,7 @@ def test_a_race_records_a_curve_milestones_and_a_ledger_row(tmp_path):
     result = race.race(tiny_config(tmp_path, epochs=3, batch_size=16, tta_views=2), bundle=bundle,
                            label="tiny", progress=False, verbose=False)
     assert [p["epoch"] for p in result.curve] == [1, 2, 3]
+    assert all(p["val_loss"] > 0 for p in result.curve)  # notebook 12's loss gap (validation minus training)
     assert all(b["seconds"] >= a["seconds"] for a, b in zip(result.curve, result.curve[1:]))
     assert 0 <= result.val_top1 <= 1 and result.test_top1 is not None
     first = next((p["seconds"] for p in result.curve if p["val_top1"] >= 0.0), None)
@@ -74,6 +75,17 @@ def test_a_race_records_a_curve_milestones_and_a_ledger_row(tmp_path):
     row = ledger.Ledger().rows(kind="speedrun")[0]
     assert row["name"] == "tiny" and len(row["metrics"]["curve"]) == 3
     assert row["metrics"]["val_images"] == 32  # the count Newcombe's interval needs (`workbook compare`)
+
+
+def test_a_fixed_length_run_can_validate_only_at_its_end(tmp_path):
+    bundle = DataBundle(TensorImages(64, 3, 16), TensorImages(32, 3, 16, seed=1), None, ["a", "b", "c"], "tensors")
+    config = tiny_config(tmp_path, epochs=3, batch_size=16)
+    every = race.race(config, bundle=bundle, progress=False, verbose=False, record=False)
+    last = race.race(config, bundle=bundle, progress=False, verbose=False, record=False, every_epoch=False)
+    assert [p["epoch"] for p in last.curve] == [3]
+    # The same seed trains the same weights: skipping the measurements changes nothing but the clock.
+    assert last.curve[0]["val_top1"] == every.curve[-1]["val_top1"]
+    assert last.curve[0]["val_loss"] == pytest.approx(every.curve[-1]["val_loss"])
 
 
 def test_a_budget_stops_at_the_step_that_passes_it(tmp_path):

@@ -268,6 +268,11 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # filled per notebook belo
            "2 CPU cores, decoding included", "12"),
     _qualitative("airbench_pipeline", "airbench (Jordan 2024, arXiv:2404.00498)", "CIFAR-10, A100", "cached uint8 data, "
            "whole-batch tensor augmentation and no DataLoader workers make the fastest pipeline", "12"),
+    _qualitative("bigger_model_not_better", "A1", "5.1", "a bigger model is not always better: ResNet-101 or "
+           "EfficientNet-B5 is rarely much better than ResNet-50 or B3 at several times the cost (value: pairs of one "
+           "family, the bigger model's top-1 gain paired by seed; much better: over 1 point)", "12"),
+    _qualitative("vit_overfits_small_data", "A1", "5.1", "ViT and Swin overfit small datasets (value: the ViT's "
+           "validation-minus-training loss gap minus resnet18's, paired by seed)", "12"),
     # notebook 13
     _qualitative("deploy_distillation", "A2", "model compression and acceleration", "a big model's knowledge taught to "
            "a small one: the small model keeps good accuracy and infers much faster", "13"),
@@ -580,7 +585,8 @@ ACCURACY_CLAIMS: dict[str, tuple[str, ...]] = {
            "best_checkpoint_gain", "swa_gain"),
     "08": ("transfer_learning", "transfer_beats_scratch", "transfer_freeze_recipe"),
     "10": ("casestudy_adamw", "casestudy_regularization", "casestudy_accuracy"),
-    "12": ("eurosat_finetuned_reference", "eurosat_scratch_reference", "speedrun_97_in_10_minutes"),
+    "12": ("eurosat_finetuned_reference", "eurosat_scratch_reference", "speedrun_97_in_10_minutes",
+           "bigger_model_not_better", "vit_overfits_small_data"),
     "13": ("deploy_distillation", "continual_learning"),
 }
 CONCLUSIVE, INCONCLUSIVE = "conclusive", "inconclusive"

@@ -25,7 +25,7 @@ MILESTONES = (0.90, 0.95, 0.97)  # validation top-1 levels whose time the tables
 class RaceResult:
     label: str
     config: Config
-    curve: list[dict]  # per epoch: seconds (clock), epoch (fractional), val_top1 (one view), train_loss, images/s
+    curve: list[dict]  # per epoch: seconds (clock), epoch (fractional), val_top1 and val_loss (one view), train_loss, images/s
     setup_seconds: float  # data building (decoding, caching) and model setup, inside the clock
     seconds: float  # the clock at the end, the final prediction included
     val_top1: float  # final validation top-1, with the config's test-time augmentation (curve[-1]: one view)
@@ -80,10 +80,12 @@ def format_point(point: dict) -> str:
 
 def race(config: Config, *, budget_seconds: float | None = None, label: str = "", bundle=None,
          progress: bool = True, verbose: bool = True, on_epoch: Callable[[dict], None] | None = None,
-         record: bool = True) -> RaceResult:
+         record: bool = True, every_epoch: bool = True) -> RaceResult:
     """Train `config` for its epochs, or until the clock passes `budget_seconds` (the epoch in
     progress finishes), validating after every epoch; then predict the validation (and test) split
-    with the config's test-time augmentation. `on_epoch(point)` sees each curve point as it comes."""
+    with the config's test-time augmentation. `on_epoch(point)` sees each curve point as it comes.
+    `every_epoch=False` (no budget: a fixed-length run whose end is all that counts) validates only
+    after the last epoch, so the curve has one point."""
     train.check_outputs(config)
     clock = Clock()
     state = train.prepare(config, bundle, verbose=verbose)
@@ -96,11 +98,14 @@ def race(config: Config, *, budget_seconds: float | None = None, label: str = ""
         lambda: clock.seconds() >= budget_seconds)
     for epoch in range(state.start_epoch, config.epochs):
         row = train.train_one_epoch(state, epoch, progress=progress, stop=spent)
+        if not every_epoch and budget_seconds is None and epoch < config.epochs - 1:
+            state.history.append(row)
+            continue
         with clock.paused():  # a measurement for the curve, not part of training
             scores = train.validate(_weights(state), state)
         # A budget may end an epoch early: the curve counts epochs in fractions of the split seen.
         point = {"seconds": clock.seconds(), "epoch": epoch + row["optimizer_steps"] / state.steps_per_epoch,
-                 "val_top1": scores["top1"],
+                 "val_top1": scores["top1"], "val_loss": scores["loss"],
                  "train_loss": row["train_loss"], "images_per_second": row["images_per_second"],
                  "data_wait_fraction": row["data_wait_fraction"]}
         curve.append(point)

@@ -158,10 +158,23 @@ def _add_data(subparsers) -> None:
     _add_config_arguments(info, "-p dataset=imagefolder -p data_dir=PATH")
     info.set_defaults(func=_data_info)
 
-    scan = subparsers.add_parser("scan", help="check an image folder for unreadable or odd files and links")
+    scan = subparsers.add_parser("scan", help="check an image folder: unreadable or odd files and links; with "
+                                              "--duplicates near-duplicates and leaks across splits; with --labels "
+                                              "suspect labels")
     scan.add_argument("folder")
     scan.add_argument("--follow-links", action="store_true",
                       help="also scan the images inside linked folders (links are reported either way)")
+    scan.add_argument("--duplicates", action="store_true",
+                      help="perceptual hashes (pHash): near-duplicates within a split and leaks across train/val/test")
+    scan.add_argument("--max-distance", type=int, default=4,
+                      help="--duplicates: bits of 64 in which two hashes may differ (default 4)")
+    scan.add_argument("--labels", action="store_true",
+                      help="suspect labels of the training split: out-of-fold probabilities from k speed-run models, "
+                           "ranked by cleanlab's confident learning")
+    scan.add_argument("--folds", type=int, default=5, help="--labels: models, each scoring the images it did not see")
+    scan.add_argument("--top", type=int, default=20, help="lines of matches or suspects to print (0: all; default 20)")
+    scan.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_config_arguments(scan, "-p epochs=8 (--labels: the fold models' recipe, speedrun)")
     scan.set_defaults(func=_scan)
 
 
@@ -206,13 +219,48 @@ def _data_info(args) -> int:
 
 
 def _scan(args) -> int:
+    """File problems (the default); --duplicates and --labels add their own checks. Exit status 1 when
+    any check found something."""
     from course_lib.data import scan
 
+    if args.duplicates or args.labels:
+        found = (_scan_duplicates(args) if args.duplicates else 0) + (_scan_labels(args) if args.labels else 0)
+        return 1 if found else 0
     checked, problems = scan.scan_folder(args.folder, follow_links=args.follow_links)
     for problem in problems:
         print(problem)
     print(f"checked {checked} files: {len(problems)} problem(s)")
     return 1 if problems else 0
+
+
+def _scan_duplicates(args) -> int:
+    from course_lib.data import near_duplicates
+
+    checked, matches = near_duplicates.scan_duplicates(args.folder, args.max_distance, progress=not args.no_progress)
+    for match in matches[:args.top or None]:
+        print(match.line())
+    print(near_duplicates.summary(checked, matches))
+    return len(matches)
+
+
+def _scan_labels(args) -> int:
+    from course_lib import ledger
+    from course_lib.analysis import label_issues
+    from course_lib.engine import out_of_fold
+
+    config, _ = run_config(args.profile, parse_assignments(args.param), recipe="speedrun", dataset="imagefolder",
+                           data_dir=args.folder)
+    print(f"labels: {args.folds} {config.model} models ({config.epochs} epochs each) on the training split of "
+          f"{args.folder}; {ledger.describe_hardware()}", flush=True)
+    bundle, targets, probabilities, flagged, names = out_of_fold.scan_labels(config, args.folds,
+                                                                            progress=not args.no_progress)
+    table = label_issues.suspects_table(flagged, targets, probabilities, bundle.classes, names, limit=args.top)
+    for _, row in table.iterrows():
+        print(f"suspect: given {row['given']} (p {row['p(given)']:.2f}), predicted {row['predicted']} "
+              f"(p {row['p(predicted)']:.2f}): {row['image']}")
+    print(f"{len(flagged)} of {len(targets)} training labels flagged by confident learning "
+          f"({len(flagged) / max(len(targets), 1):.1%}); spot-check them before dropping or relabelling")
+    return len(flagged)
 
 
 # --- bench ------------------------------------------------------------------------------------

@@ -19,6 +19,26 @@ def test_training_flops_of_a_linear_layer():
     assert flops.training_flops_per_image(Linear(), image_size=4) == pytest.approx(4 * 48 * 5)
 
 
+@pytest.mark.parametrize("groups", [1, 64])
+def test_a_grouped_convolution_counts_its_forward_and_both_gradients(groups):
+    """Forward 2*outputs*(in/groups)*k*k; backward the same again for the input's gradient and for the
+    weights' (torch's own counter treats the weights' gradient as a dense convolution: 64x too much
+    for a depthwise one)."""
+    class Conv(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = torch.nn.Conv2d(3, 64, 1, bias=False)
+            self.conv = torch.nn.Conv2d(64, 64, 3, padding=1, groups=groups, bias=False)
+
+        def forward(self, images):
+            return self.conv(self.stem(images)).mean((2, 3))
+
+    stem = 2 * 64 * 3 * 8 * 8
+    conv = 2 * 64 * (64 // groups) * 9 * 8 * 8
+    # the stem's input needs no gradient: its backward is the weights' gradient only
+    assert flops.training_flops_per_image(Conv(), image_size=8) == pytest.approx(2 * stem + 3 * conv)
+
+
 def test_mfu_uses_the_hardware_peak(monkeypatch):
     pass  # (import removed)
 

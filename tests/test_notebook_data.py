@@ -2,12 +2,13 @@
 and gpu profiles with real data hidden (WORKBOOK_DATA=none), at tiny image sizes, and the sizes it
 chose must fit the synthetic data it fell back to: what a fresh clone without ../shared meets."""
 import nbformat
+import numpy as np
 import pytest
 from conftest import ROOT
 
 from course_lib import paths
-from course_lib.chapters import (casestudy, compress_and_deploy, confusion_study, data_pipeline, ddp_scaling,
-                                 regularization_study, setup_check, time_to_accuracy, transfer_plans)
+from course_lib.chapters import (casestudy, compress_and_deploy, confusion_study, data_pipeline, data_quality,
+                                 ddp_scaling, regularization_study, setup_check, time_to_accuracy, transfer_plans)
 from course_lib.config import ConfigError
 from course_lib.data import cache, class_split, datasets, landcover, pipeline, shards
 
@@ -37,7 +38,7 @@ def _setup_cell(stem: str) -> str:
     ("07", "regularization_study.study_setup("), ("08", "transfer_plans.notebook_setup("),
     ("09", "confusion_study.setup("), ("10", "casestudy.notebook_setup("), ("11", "troubleshoot.notebook_setup("),
     ("12", "time_to_accuracy.race_setup("), ("13", "study.study_setup("),
-    ("14", "profiling.setup(")])
+    ("14", "profiling.setup("), ("15", "data_quality.setup(")])
 def test_each_notebook_chooses_its_data_through_the_function_tested_here_and_prints_its_line(stem, call):
     code = _setup_cell(stem)
     assert call in code, f"notebook {stem} no longer calls {call}: the tests below would not cover its data choice"
@@ -187,3 +188,12 @@ def test_13_every_study_has_images_to_train_and_score(no_real_data, profile):
     assert len(bundle.train) >= setup.config.batch_size and len(bundle.val) >= len(bundle.classes)
     every_class = list(range(len(bundle.classes)))  # the continual study needs old and new classes to train on
     assert class_split.smallest_class(class_split.targets_of(bundle.train), every_class) >= 1
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_15_sizes_its_label_study_to_the_synthetic_data(no_real_data, profile):
+    setup = data_quality.setup(profile, images=40, folds=2)
+    assert setup.data.synthetic and "workbook data get eurosat" in setup.data.line
+    counts = np.bincount(class_split.targets_of(setup.bundle.train))
+    assert counts.min() >= setup.folds  # every fold holds every class
+    assert len(setup.bundle.val) > 0 and setup.root.is_dir()

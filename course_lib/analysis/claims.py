@@ -293,6 +293,13 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # filled per notebook belo
            "change it points to (storage=cache) removes it (value: points of the epoch's data-wait share removed)", "14"),
     _qualitative("watch_gradient_norms", "A2", "training monitoring", "watch the gradient norms during training: "
            "the log names vanishing or exploding gradients and stays quiet on a healthy run", "14"),
+    # notebook 15
+    _qualitative("label_finder_finds_flips", "A2", "data cleaning", "spot-check the labels: wrong labels can be "
+           "found (confident learning on out-of-fold probabilities finds most of 5% planted flips, and most of what "
+           "it flags was planted; value: recall)", "15"),
+    _qualitative("cleaning_recovers_accuracy", "A2", "data cleaning", "fixing or dropping bad samples raises "
+           "accuracy (value: top-1 change from dropping the flagged images, against training on the noisy labels, "
+           "points)", "15"),
 ])
 
 

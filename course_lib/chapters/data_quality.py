@@ -1,0 +1,228 @@
+"""Notebook 15's data-quality checks (the second article's data cleaning: spot-check the labels, fix or
+drop bad samples): near-duplicates and leaks across splits by perceptual hash (`data.near_duplicates`),
+suspect labels by confident learning on out-of-fold probabilities (`engine.out_of_fold`,
+`analysis.label_issues`), measured
+against planted flips, and what dropping or relabelling the flagged images recovers, over seeds.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from course_lib.analysis import label_issues, statistics
+from course_lib.config import Config
+from course_lib.engine import out_of_fold
+
+# Per profile: training images of the planted-noise study, folds, epochs per model, seeds of the
+# recovery runs, validation images per class scoring them. smoke checks that the notebook runs.
+SIZES = {"smoke": dict(images=120, folds=2, epochs=1, seeds=1, val_per_class=8),
+         "cpu": dict(images=2000, folds=5, epochs=8, seeds=3, val_per_class=100),
+         "gpu": dict(images=0, folds=5, epochs=12, seeds=3, val_per_class=0)}
+SMOKE_CONFIG = dict(image_size=32, batch_size=16, precision="off")
+VARIANTS = ("clean labels", "planted noise", "noise, flagged dropped", "noise, flagged relabelled")
+
+
+@dataclasses.dataclass
+class QualitySetup:
+    data: object  # paths.DataChoice
+    config: Config  # every model's: the speed-run recipe on the pre-decoded cache
+    bundle: object  # the study's data: `images` training images, the validation split scoring them
+    root: object  # the image folder the duplicates are hashed in
+    folds: int
+    seeds: int
+    noise: float  # share of training labels flipped
+    profile: str
+
+    def line(self, hardware: str) -> str:
+        return (f"profile {self.profile}: {len(self.bundle.train)} training images, {self.noise:.0%} of labels "
+                f"flipped, {self.folds} folds of {self.config.model} x {self.config.epochs} epochs, {self.seeds} "
+                f"seed(s) per recovery run, scored on {len(self.bundle.val)} validation images; {hardware}")
+
+
+def setup(profile: str, data_dir: str | None = None, images: int = -1, folds: int = 0, epochs: int = 0,
+          seeds: int = 0, noise: float = 0.05) -> QualitySetup:
+    """The data `datasets.config_with_data` picks, the speed-run recipe on the pre-decoded cache
+    (`out_of_fold.FOLD_SETTINGS`) with the profile's sizes (`SIZES`; 0 or -1: the profile's), and the
+    study's data: `images` training images drawn per class (0: all) and the validation split."""
+    from course_lib.config import resolve_profile
+    from course_lib.data import class_split, datasets, pipeline
+
+    profile = resolve_profile(profile)
+    sizes = SIZES[profile]
+    small = SMOKE_CONFIG if profile == "smoke" else {}
+    config, data = datasets.config_with_data(profile, data_dir=data_dir, recipe="speedrun", **small,
+                                             **out_of_fold.FOLD_SETTINGS, epochs=epochs or sizes["epochs"])
+    # A folder always (the generated landcover-synth included): its files are hashed for duplicates.
+    config = config.replace(data_dir=str(datasets.image_folder_root(config)))
+    full = pipeline.build_datasets(config)
+    images = sizes["images"] if images < 0 else images
+    per_class = images // full.num_classes if images else 0
+    smallest = class_split.smallest_class(class_split.targets_of(full.train), list(range(full.num_classes)))
+    bundle = class_split.subset_bundle(full, full.classes, per_class=min(per_class, smallest),
+                                       val_per_class=sizes["val_per_class"], parameter="images")
+    return QualitySetup(data, config, bundle, datasets.image_folder_root(config), folds or sizes["folds"],
+                        seeds or sizes["seeds"], noise, profile)
+
+
+@dataclasses.dataclass
+class LabelStudy:
+    targets: np.ndarray  # the true labels of the training images
+    noisy: np.ndarray  # the labels the models were given
+    planted: np.ndarray  # indices flipped
+    probabilities: np.ndarray  # out of fold, images x classes
+    flagged: np.ndarray  # indices confident learning doubts, most doubtful first
+
+    @property
+    def score(self) -> label_issues.FinderScore:
+        return label_issues.score_finder(self.flagged, self.planted)
+
+
+def find_planted(setup: QualitySetup, progress: bool = True) -> LabelStudy:
+    """Flip `setup.noise` of the training labels (seed 0), score every image out of fold and rank the
+    suspects (`label_issues`)."""
+    from course_lib.data import class_split
+
+    train = setup.bundle.train
+    targets = class_split.targets_of(train)
+    noisy, planted = label_issues.plant_flips(targets, setup.noise, setup.bundle.num_classes, seed=0)
+    probabilities = out_of_fold.out_of_fold_probabilities(
+        setup.config, train, noisy, setup.bundle.num_classes, folds=setup.folds,
+        device_stage=setup.bundle.device_stage, progress=progress)
+    return LabelStudy(targets, noisy, planted, probabilities, label_issues.rank_label_issues(noisy, probabilities))
+
+
+def variant_labels(study: LabelStudy) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per variant (`VARIANTS`): (training image indices, their labels)."""
+    everything = np.arange(len(study.targets))
+    kept = np.setdiff1d(everything, study.flagged)
+    relabelled = study.noisy.copy()
+    relabelled[study.flagged] = study.probabilities[study.flagged].argmax(axis=1)
+    return dict(zip(VARIANTS, ((everything, study.targets), (everything, study.noisy), (kept, study.noisy[kept]),
+                               (everything, relabelled))))
+
+
+def recovery_runs(setup: QualitySetup, study: LabelStudy, progress: bool = True):
+    """Each variant's model (the same recipe) once per seed, scored on the validation split: one row per
+    variant and seed (variant, seed, val top-1, training images, seconds)."""
+    import pandas as pd
+
+    from course_lib.engine import speedrun
+    from course_lib.instruments.progress import Progress
+
+    rows = []
+    variants = variant_labels(study)
+    bar = Progress(len(variants) * setup.seeds, "recovery", unit="fits") if progress else None
+    for name, (indices, labels) in variants.items():
+        bundle = dataclasses.replace(setup.bundle, train=out_of_fold.Relabelled(setup.bundle.train, indices, labels))
+        for seed in range(setup.seeds):
+            result = speedrun.race(setup.config.replace(seed=seed), label=name, bundle=bundle, progress=False,
+                                   verbose=False, every_epoch=False)
+            rows.append({"variant": name, "seed": seed, "val top-1": result.val_top1, "training images": len(indices),
+                         "seconds": result.seconds})
+            if bar is not None:
+                bar.update()
+    if bar is not None:
+        bar.close()
+    return pd.DataFrame(rows)
+
+
+def recovery_table(runs, level: float = 0.95):
+    """Mean top-1 per variant and its change against training on the planted noise, paired by seed
+    (`statistics.compare_variants`; one seed: the change alone)."""
+    import pandas as pd
+
+    if runs["seed"].nunique() > 1:
+        table = statistics.compare_variants(runs, "val top-1", baseline="planted noise", variant="variant", level=level)
+    else:
+        means = runs.groupby("variant", sort=False)["val top-1"].mean()
+        table = pd.DataFrame({"mean": means, "delta": means - means["planted noise"]})
+    images = runs.groupby("variant", sort=False)["training images"].first()
+    return table.join(images).reindex(list(VARIANTS))
+
+
+def load_image(dataset, index: int):
+    """The image `index` of a (nested) subset, as an array to show (`evaluation.image_reference`'s file)."""
+    from PIL import Image
+
+    from course_lib.analysis.evaluation import _raw_image, _unwrap, image_reference
+
+    reference = image_reference(dataset, index)
+    if reference.startswith("index:"):  # a pre-decoded cache: uint8 channels first
+        image = np.asarray(_raw_image(*_unwrap(dataset, index)))
+        return image.transpose(1, 2, 0) if image.ndim == 3 and image.shape[0] in (1, 3) else image
+    with Image.open(reference) as image:
+        return np.asarray(image.convert("RGB"))
+
+
+def plot_suspects(setup: QualitySetup, study: LabelStudy, count: int = 12, columns: int = 6):
+    """The `count` most doubtful training images, each titled with its given and predicted class and
+    whether its flip was planted."""
+    import matplotlib.pyplot as plt
+
+    shown = study.flagged[:count]
+    rows = max(1, int(np.ceil(len(shown) / columns)))
+    figure, axes = plt.subplots(rows, columns, figsize=(1.8 * columns, 2.1 * rows), squeeze=False)
+    planted, classes = set(study.planted.tolist()), setup.bundle.classes
+    for axis in axes.flat:
+        axis.axis("off")
+    for axis, index in zip(axes.flat, shown):
+        axis.imshow(load_image(setup.bundle.train, int(index)))
+        predicted = int(study.probabilities[index].argmax())
+        axis.set_title(f"given {classes[study.noisy[index]][:12]}\npredicted {classes[predicted][:12]}\n"
+                       f"{'planted' if int(index) in planted else 'not planted'}", fontsize=7)
+    if not len(shown):
+        axes.flat[0].text(0.5, 0.5, "nothing flagged", ha="center", va="center")
+    figure.tight_layout()
+    return figure
+
+
+def plot_pairs(root, matches, count: int = 6):
+    """The `count` closest near-duplicate pairs side by side, each titled with its split and distance."""
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    shown = matches[:count]
+    figure, axes = plt.subplots(max(1, len(shown)), 2, figsize=(3.6, 1.9 * max(1, len(shown))), squeeze=False)
+    for axis in axes.flat:
+        axis.axis("off")
+    for row, match in zip(axes, shown):
+        for axis, name, split in ((row[0], match.first, match.first_split), (row[1], match.second, match.second_split)):
+            with Image.open(f"{root}/{name}") as image:
+                axis.imshow(image.convert("RGB"))
+            axis.set_title(f"{split} ({match.distance} bits)\n{name.split('/')[-1][:20]}", fontsize=7)
+    if not shown:
+        axes.flat[0].text(0.5, 0.5, "no near-duplicates", ha="center", va="center")
+    figure.tight_layout()
+    return figure
+
+
+def claims_table(study: LabelStudy, recovery, hardware: str | None = None) -> list:
+    """The second article's data-cleaning advice, decided here (`analysis.claims`):
+    - label_finder_finds_flips: the finder flags most planted flips (recall over one half) and most of
+      what it flags was planted (precision over one half); refuted when either is wholly below one half
+      (Wilson intervals), else not shown.
+    - cleaning_recovers_accuracy: dropping the flagged images raises top-1 over training on the noisy
+      labels, paired by seed: holds when the interval is above zero, refuted when below."""
+    from course_lib.analysis import claims
+
+    score = study.score
+    recall = statistics.binomial_interval(score.found, max(score.planted, 1))
+    precision = statistics.binomial_interval(score.found, max(score.flagged, 1))
+    holds = True if recall[0] > 0.5 and precision[0] > 0.5 else False if recall[1] < 0.5 or precision[1] < 0.5 else None
+    found = [claims.checked("label_finder_finds_flips", holds, value=score.recall, interval=recall,
+                            reason=f"{score.line()}; recall 95% [{recall[0]:.0%}, {recall[1]:.0%}], precision "
+                                   f"[{precision[0]:.0%}, {precision[1]:.0%}]", hardware=hardware)]
+    row = recovery.loc["noise, flagged dropped"]
+    if "delta low" in recovery.columns and not np.isnan(row["delta low"]):
+        low, high = row["delta low"], row["delta high"]
+        found.append(claims.checked(
+            "cleaning_recovers_accuracy", True if low > 0 else False if high < 0 else None, value=row["delta"],
+            interval=(low, high), reason=f"dropping the {len(study.flagged)} flagged images: {row['delta']:+.1%} "
+            f"[{low:+.1%}, {high:+.1%}] top-1 against training on the planted noise, paired over seeds",
+            hardware=hardware))
+    else:
+        found.append(claims.checked("cleaning_recovers_accuracy", None, value=row["delta"],
+                                    reason=f"dropping the flagged images: {row['delta']:+.1%} top-1 from one seed, "
+                                           "no interval (the cpu profile runs 3 seeds)", hardware=hardware))
+    return found

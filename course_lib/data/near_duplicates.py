@@ -1,0 +1,121 @@
+"""Near-duplicate images and leaks between splits, by perceptual hash (`workbook scan --duplicates`).
+
+A perceptual hash (imagehash's pHash: the signs of the lowest frequencies of a 32x32 greyscale DCT,
+64 bits; Zauner 2010, "Implementation and Benchmarking of Perceptual Image Hash Functions") barely
+changes when an image is resized, recompressed or slightly shifted in brightness, so two images whose
+hashes differ in at most `max_distance` of the 64 bits are near-duplicates. Within a split they
+weight one scene twice; across splits (a training image whose copy is in valid or test) they leak:
+the held-out score then measures memory, not generalisation. The hashes come from the imagehash
+library; the pairwise comparison is one vectorised popcount per image.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_MAX_DISTANCE = 4  # bits of 64 in which two pHashes may differ and still be near-duplicates
+
+
+@dataclasses.dataclass(frozen=True)
+class Match:
+    first: str  # path of one image
+    second: str  # path of the other
+    first_split: str
+    second_split: str
+    distance: int  # Hamming distance of the hashes, in bits
+
+    @property
+    def leak(self) -> bool:
+        """A copy in two different splits."""
+        return self.first_split != self.second_split
+
+    def line(self) -> str:
+        kind = f"leak {self.first_split}/{self.second_split}" if self.leak else f"duplicate in {self.first_split}"
+        return f"{kind} ({self.distance} bits): {self.first} ~ {self.second}"
+
+
+def image_hash(path: str | os.PathLike, hash_size: int = 8) -> np.ndarray:
+    """The pHash of one image as `hash_size`**2 booleans (imagehash.phash, on the RGB image)."""
+    import imagehash
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return imagehash.phash(image.convert("RGB"), hash_size=hash_size).hash.flatten()
+
+
+def pack(bits: list[np.ndarray]) -> np.ndarray:
+    """Boolean hashes as rows of uint64 words, for popcount comparisons."""
+    packed = np.packbits(np.asarray(bits, dtype=bool), axis=1)
+    pad = (-packed.shape[1]) % 8
+    return np.pad(packed, ((0, 0), (0, pad))).view(np.uint64)
+
+
+def find_matches(hashes: np.ndarray, names: list[str], splits: list[str], max_distance: int = DEFAULT_MAX_DISTANCE
+                 ) -> list[Match]:
+    """Every pair of rows of `hashes` (packed, `pack`) at most `max_distance` bits apart, each pair once,
+    closest first."""
+    if len(names) != len(hashes) or len(splits) != len(hashes):
+        raise ValueError(f"{len(hashes)} hashes need as many names and splits, got {len(names)} and {len(splits)}")
+    found = []
+    for index in range(len(hashes) - 1):
+        # Only the rows after this one: each pair is compared once.
+        distances = np.bitwise_count(hashes[index + 1:] ^ hashes[index]).sum(axis=1)
+        for offset in np.flatnonzero(distances <= max_distance):
+            other = index + 1 + int(offset)
+            found.append(Match(names[index], names[other], splits[index], splits[other], int(distances[offset])))
+    return sorted(found, key=lambda match: (match.distance, match.first, match.second))
+
+
+def folder_images(root: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """(paths, split of each) of the images under `root`: its split folders (train/ val/ valid/ test/)
+    when it has them, else `root` as one split named after it. Listed as the loader lists them."""
+    from course_lib.data.images import list_image_folder, split_folders
+
+    root = Path(root)
+    folders = split_folders(root) or {root.name or "images": root}
+    paths, splits = [], []
+    for split, folder in folders.items():
+        _, samples = list_image_folder(folder)
+        paths += [path for path, _ in samples]
+        splits += [split] * len(samples)
+    return paths, splits
+
+
+def scan_duplicates(root: str | os.PathLike, max_distance: int = DEFAULT_MAX_DISTANCE, hash_size: int = 8,
+                    progress: bool = False) -> tuple[int, list[Match]]:
+    """(images hashed, near-duplicate pairs) of an image folder (`folder_images`); paths in the
+    matches are relative to `root`."""
+    from course_lib.instruments.progress import Progress
+
+    root = Path(root)
+    paths, splits = folder_images(root)
+    bits = []
+    bar = Progress(len(paths), "hashing", unit="images") if progress else None
+    for path in paths:
+        bits.append(image_hash(path, hash_size))
+        if bar is not None:
+            bar.update()
+    if bar is not None:
+        bar.close()
+    if not paths:
+        return 0, []
+    names = [os.path.relpath(path, root) for path in paths]
+    return len(paths), find_matches(pack(bits), names, splits, max_distance)
+
+
+def matches_table(matches: list[Match], limit: int = 0):
+    """The matches as a DataFrame (closest first): both images, their splits, the distance, leak or not."""
+    import pandas as pd
+
+    rows = [{**dataclasses.asdict(match), "leak": match.leak} for match in matches[:limit or None]]
+    return pd.DataFrame(rows, columns=["first", "second", "first_split", "second_split", "distance", "leak"])
+
+
+def summary(checked: int, matches: list[Match]) -> str:
+    leaks = [m for m in matches if m.leak]
+    between = sorted({f"{m.first_split}/{m.second_split}" for m in leaks})
+    return (f"hashed {checked} images: {len(matches) - len(leaks)} near-duplicate pair(s) within a split, "
+            f"{len(leaks)} leak(s) across splits" + (f" ({', '.join(between)})" if between else ""))

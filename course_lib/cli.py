@@ -221,8 +221,13 @@ def _data_info(args) -> int:
 def _scan(args) -> int:
     """File problems (the default); --duplicates and --labels add their own checks. Exit status 1 when
     any check found something."""
+    from course_lib.config import ConfigError
     from course_lib.data import scan
 
+    for name, value, low, high in (("--max-distance", args.max_distance, 0, 64), ("--folds", args.folds, 2, 100),
+                                   ("--top", args.top, 0, 10**9)):
+        if not low <= value <= high:
+            raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
     if args.duplicates or args.labels:
         found = (_scan_duplicates(args) if args.duplicates else 0) + (_scan_labels(args) if args.labels else 0)
         return 1 if found else 0

@@ -81,6 +81,13 @@ def test_scan_duplicates_from_the_command_line(leaky_folder, tmp_path):
     assert output.getvalue().strip() == "hashed 3 images: 0 near-duplicate pair(s) within a split, 0 leak(s) across splits"
 
 
+@pytest.mark.parametrize("option", [["--max-distance", "65"], ["--folds", "1"], ["--top", "-1"]])
+def test_bad_scan_options_are_one_line(leaky_folder, option, capsys):
+    assert cli.main(["scan", str(leaky_folder), "--duplicates", *option]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"workbook scan: error: {option[0]} must be between") and "\n" not in error
+
+
 def test_matches_need_one_name_and_split_per_hash():
     words = near_duplicates.pack([np.zeros(64, bool), np.ones(64, bool)])
     with pytest.raises(ValueError, match="2 hashes need as many names and splits"):

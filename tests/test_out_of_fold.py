@@ -9,6 +9,7 @@ from conftest import ROOT, TensorImages, tiny_config
 
 from course_lib import cli
 from course_lib.analysis import label_issues
+from course_lib.config import ConfigError
 from course_lib.engine import out_of_fold
 
 
@@ -32,7 +33,7 @@ def test_out_of_fold_probabilities_come_from_models_that_did_not_see_the_image(t
     assert (probabilities.argmax(axis=1) == targets).mean() > 0.8
     score = label_issues.score_finder(label_issues.rank_label_issues(noisy, probabilities), flipped)
     assert score.recall >= 0.7, score.line()
-    with pytest.raises(ValueError, match="needs at least 5 images of every class"):
+    with pytest.raises(ConfigError, match="needs at least 5 images of every class"):
         out_of_fold.out_of_fold_probabilities(config, TensorImages(9, 3, 16), np.arange(9) % 3, 3, folds=5)
 
 

@@ -9,7 +9,7 @@ import tempfile
 
 import numpy as np
 
-from course_lib.config import Config
+from course_lib.config import Config, ConfigError
 
 # Every fold model trains on the pre-decoded cache, and without a validation split: nothing is chosen by it.
 FOLD_SETTINGS = dict(storage="cache", tta_views=1, validation_from="folder", save_best=False, early_stopping_patience=0)
@@ -49,8 +49,8 @@ def out_of_fold_probabilities(config: Config, dataset, targets, num_classes: int
     targets = np.asarray(targets, dtype=np.int64)
     smallest = np.bincount(targets, minlength=num_classes).min()
     if folds < 2 or smallest < folds:
-        raise ValueError(f"{folds}-fold needs at least {max(folds, 2)} images of every class (the smallest has "
-                         f"{smallest}) and folds >= 2; use fewer folds or more images")
+        raise ConfigError(f"{folds}-fold needs at least {max(folds, 2)} images of every class (the smallest has "
+                          f"{smallest}) and folds >= 2; use fewer folds (--folds) or more images")
     stage = device_stage if device_stage is not None else DeviceStage()
     probabilities = np.zeros((len(targets), num_classes), dtype=np.float64)
     splitter = StratifiedKFold(folds, shuffle=True, random_state=config.seed)

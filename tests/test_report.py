@@ -1,5 +1,7 @@
 import base64
+import dataclasses
 import json
+import time
 
 import nbformat
 import pytest
@@ -117,8 +119,20 @@ def test_a_monitored_training_run_shows_its_utilisation_and_gradient_norms_as_sm
     results = [{"notebook": "14_profiling.ipynb", "status": "ok", "duration_seconds": 3.0,
                 "output": "14_profiling.ipynb", "html": None, "error": None, "parameters": {}}]
     monkeypatch.setenv(ledger.RUN_ID_ENV, run_id)  # the run's kernels tag their ledger rows this way
+    bundle = tensor_bundle()
+
+    class Slow:  # 2 ms per image: the 3 steps last at least 0.1 s, so the monitor samples several times even
+        targets = bundle.train.targets  # on a fast machine (a sparkline needs two points)
+
+        def __len__(self):
+            return len(bundle.train)
+
+        def __getitem__(self, index):
+            time.sleep(0.002)
+            return bundle.train[index]
+
     train.fit(tiny_config(tmp_path, monitor_interval=0.02, grad_norm_log=True, max_steps=3),
-              bundle=tensor_bundle(), progress=False, verbose=False)
+              bundle=dataclasses.replace(bundle, train=Slow()), progress=False, verbose=False)
     ledger.Ledger().record("notebook", "14_profiling.ipynb", run_id=run_id)
     page = report.write_index(folder, run_id, "smoke", results).read_text()
     assert page.count("<polyline") == 2

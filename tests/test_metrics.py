@@ -13,6 +13,7 @@ from course_lib.analysis.evaluation import (
     Evaluation,
     _raw_image,
     evaluate_model,
+    image_of,
     image_reference,
     list_evaluations,
     predict,
@@ -228,6 +229,25 @@ def test_image_references_follow_subsets_to_files_and_array_indices():
     array_subset = TransformedSubset(ArrayImageDataset(images, [0, 1, 0, 1], ["a", "b"]), [3, 1])
     assert image_reference(array_subset, 0) == "index:3"
     assert np.asarray(_raw_image(array_subset.dataset, 3)).mean() == 200
+
+
+def test_image_of_shows_a_file_or_the_pixels_channels_last():
+    from conftest import SAMPLE_DIR
+    from PIL import Image
+
+    from course_lib.data.datasets import ImageFolderDataset
+
+    folder = ImageFolderDataset(SAMPLE_DIR / "val")
+    assert image_of(folder, 0).size == Image.open(folder.samples[0][0]).size
+
+    class Cache:  # a pre-decoded cache serves uint8 rows channels first
+        def __getitem__(self, index):
+            image = np.zeros((3, 8, 6), np.uint8)
+            image[0] = 250  # red
+            return image, 0
+
+    shown = np.asarray(image_of(Cache(), 0))
+    assert shown.shape == (8, 6, 3) and shown[..., 0].min() == 250 and shown[..., 1].max() == 0
 
 
 def test_suggestions_follow_the_numbers():

@@ -168,9 +168,10 @@ def _as_pil(image):
     if isinstance(image, Image.Image):
         return image.convert("RGB")
     array = np.asarray(image)
-    if array.dtype != np.uint8:  # float in [0, 1], channels first or last
-        if array.ndim == 3 and array.shape[0] in (1, 3) and array.shape[-1] not in (1, 3):
-            array = array.transpose(1, 2, 0)
+    # Channels first (a tensor, a pre-decoded cache's uint8 rows) to channels last.
+    if array.ndim == 3 and array.shape[0] in (1, 3) and array.shape[-1] not in (1, 3):
+        array = array.transpose(1, 2, 0)
+    if array.dtype != np.uint8:  # float in [0, 1]
         array = (np.clip(array, 0, 1) * 255).astype(np.uint8)
     if array.ndim == 3 and array.shape[-1] == 1:
         array = array[..., 0]
@@ -193,6 +194,17 @@ def image_reference(dataset, index: int) -> str:
     if samples is not None:
         return str(samples[base_index][0])
     return f"index:{base_index}"
+
+
+def image_of(dataset, index: int):
+    """Image `index` of a (possibly nested) subset as a PIL image, for galleries: its file when it has
+    one (`image_reference`), else the pixels the underlying dataset holds."""
+    reference = image_reference(dataset, index)
+    if reference.startswith("index:"):
+        return _as_pil(_raw_image(*_unwrap(dataset, index)))
+    from course_lib.data.images import load_rgb
+
+    return load_rgb(reference)
 
 
 def _raw_image(base, index: int):

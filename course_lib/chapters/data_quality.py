@@ -145,24 +145,12 @@ def recovery_table(runs, level: float = 0.95):
     return table.join(images).reindex(list(VARIANTS))
 
 
-def load_image(dataset, index: int):
-    """The image `index` of a (nested) subset, as an array to show (`evaluation.image_reference`'s file)."""
-    from PIL import Image
-
-    from course_lib.analysis.evaluation import _raw_image, _unwrap, image_reference
-
-    reference = image_reference(dataset, index)
-    if reference.startswith("index:"):  # a pre-decoded cache: uint8 channels first
-        image = np.asarray(_raw_image(*_unwrap(dataset, index)))
-        return image.transpose(1, 2, 0) if image.ndim == 3 and image.shape[0] in (1, 3) else image
-    with Image.open(reference) as image:
-        return np.asarray(image.convert("RGB"))
-
-
 def plot_suspects(setup: QualitySetup, study: LabelStudy, count: int = 12, columns: int = 6):
     """The `count` most doubtful training images, each titled with its given and predicted class and
     whether its flip was planted."""
     import matplotlib.pyplot as plt
+
+    from course_lib.analysis.evaluation import image_of
 
     shown = study.flagged[:count]
     rows = max(1, int(np.ceil(len(shown) / columns)))
@@ -171,7 +159,7 @@ def plot_suspects(setup: QualitySetup, study: LabelStudy, count: int = 12, colum
     for axis in axes.flat:
         axis.axis("off")
     for axis, index in zip(axes.flat, shown):
-        axis.imshow(load_image(setup.bundle.train, int(index)))
+        axis.imshow(image_of(setup.bundle.train, int(index)))
         predicted = int(study.probabilities[index].argmax())
         axis.set_title(f"given {classes[study.noisy[index]][:12]}\npredicted {classes[predicted][:12]}\n"
                        f"{'planted' if int(index) in planted else 'not planted'}", fontsize=7)

@@ -10,7 +10,8 @@ A generated block in a page is
     <!-- end generated -->
 
 NAME is a key of `GENERATORS`, or `benchmark:STEM` for the body of benchmarks/results/STEM.md (which the
-benchmark script writes together with STEM.json, from the same measurements)."""
+benchmark script writes together with STEM.json, from the same measurements); STEM may name a folder of
+results from another machine, e.g. `benchmark:amd-epyc-2-cores-no-gpu/speedrun_speedrun`."""
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ from course_lib import paths
 from course_lib.analysis.reference import REFERENCE_FOLDER as REFERENCES
 from course_lib.config import WorkbookError
 
-BEGIN = re.compile(r"<!-- generated: (?P<name>[\w:.-]+) \(workbook docs tables\) -->\n")
+BEGIN = re.compile(r"<!-- generated: (?P<name>[\w:./-]+) \(workbook docs tables\) -->\n")
 END = "<!-- end generated -->"
 RESULTS = Path("benchmarks") / "results"
 IMAGES = Path("docs") / "images"
@@ -91,7 +92,10 @@ def headline_table(root: Path | None = None) -> str:
     conclusive = sum(count[claims.CONCLUSIVE] for count in counts.values())
     total = sum(count["total"] for count in counts.values())
     machines = sorted(p.name for p in (root / REFERENCES).iterdir() if p.is_dir()) if (root / REFERENCES).is_dir() else []
-    rows.append(("accuracy verdicts of the reference run that are conclusive (holds or refuted)", f"{conclusive} of {total}",
+    per_notebook = ", ".join(f"{notebook}: {count[claims.CONCLUSIVE]} of {count['total']}"
+                             for notebook, count in counts.items())
+    rows.append(("accuracy verdicts of the reference run that are conclusive (holds or refuted)",
+                 f"{conclusive} of {total} ({per_notebook})",
                  ", ".join(machines) or "no reference committed", "EuroSAT `valid`, the reference cpu run"))
     lines = ["| result | measured | hardware | scored on |", "|---|---|---|---|"]
     lines += [f"| {what} | {value} | {hardware} | {split} |" for what, value, hardware, split in rows]

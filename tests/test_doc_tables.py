@@ -46,6 +46,17 @@ def test_a_stale_table_is_named_then_rewritten_and_the_prose_around_it_is_kept(p
     assert doc_tables.update(project, check=True) == []
 
 
+def test_a_benchmark_block_may_name_another_machines_folder(project):
+    folder = project / "benchmarks" / "results" / "machine-b"
+    folder.mkdir()
+    (folder / "speedrun_speedrun.md").write_text("# Title\n\nHardware: **machine B**\n")
+    page = project / "docs" / "page.md"
+    page.write_text("<!-- generated: benchmark:machine-b/speedrun_speedrun (workbook docs tables) -->\n"
+                    "<!-- end generated -->\n")
+    assert doc_tables.update(project) == ["docs/page.md: benchmark:machine-b/speedrun_speedrun"]
+    assert "Hardware: **machine B**" in page.read_text() and "# Title" not in page.read_text()
+
+
 def test_a_changed_results_file_makes_the_table_stale(project):
     doc_tables.update(project)
     path = project / "benchmarks" / "results" / "speedrun_speedrun.json"

@@ -213,6 +213,21 @@ def test_ema_table_pairs_ema_with_raw_weights_of_the_same_run():
     assert table.loc["ema", "verdict"] == "better" and table.loc["ema", "EMA kept"] == "3 of 3 seeds"
 
 
+def test_ema_claim_shows_the_run_that_refutes_it(known_peak):
+    from course_lib.analysis import claims
+
+    study = _fake_study(ALL_TRICKS, ema_gain=[0.01, 0.02, 0.015])
+    rows = study.runs
+    everything_ema = rows["variant"] == "everything" + regularization_study.EMA_SUFFIX
+    raw = rows[(rows["variant"] == "everything") & (rows["weights"] == "raw")].set_index("seed")["val top-1"]
+    rows.loc[everything_ema, "val top-1"] = rows.loc[everything_ema, "seed"].map(raw) - 0.01  # 1 point worse, every seed
+    rows.loc[everything_ema, "kept"] = False
+    claim = {c.key: c for c in regularization_study.article_claims(study, "absent", remote_sensing=True)}["ema_steady_gain"]
+    assert claim.verdict == claims.REFUTED
+    assert claim.measured == pytest.approx(-1.0)  # the refuting run's figure, not the EMA-only variant's +1.5
+    assert claim.high < 0
+
+
 def _verdicts(claim_list):
     return {claim.key: claim.verdict for claim in claim_list}
 

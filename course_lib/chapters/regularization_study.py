@@ -494,7 +494,11 @@ def _ema_claim(study: Study):
     table = ema_table(study)
     if table.empty:
         return claim_records.not_measurable("ema_steady_gain", "no variant with a weight EMA ran (variants parameter)")
-    main = table.loc["ema"] if "ema" in table.index else table.iloc[0]
+    # The figure beside the verdict is the run that decides it: the worst run worse beyond noise when one
+    # refutes the claim, else the EMA-only variant (or the first).
+    worse = table[table["verdict"] == "worse"]
+    main = (worse.sort_values("EMA - raw delta high").iloc[0] if not worse.empty
+            else table.loc["ema"] if "ema" in table.index else table.iloc[0])
     each = "; ".join(f"{name}: {row['EMA - raw delta']:+.2f} [{row['EMA - raw delta low']:+.2f}, "
                      f"{row['EMA - raw delta high']:+.2f}] points, {row['verdict']}"
                      + (f" (power: about {row['seeds needed']:.0f} paired seeds would settle it at 80%)"

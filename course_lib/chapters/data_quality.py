@@ -116,18 +116,16 @@ def recovery_runs(setup: QualitySetup, study: LabelStudy, progress: bool = True)
 
     rows = []
     variants = variant_labels(study)
-    bar = Progress(len(variants) * setup.seeds, "recovery", unit="fits") if progress else None
-    for name, (indices, labels) in variants.items():
-        bundle = dataclasses.replace(setup.bundle, train=out_of_fold.Relabelled(setup.bundle.train, indices, labels))
-        for seed in range(setup.seeds):
-            result = speedrun.race(setup.config.replace(seed=seed), label=name, bundle=bundle, progress=False,
-                                   verbose=False, every_epoch=False)
-            rows.append({"variant": name, "seed": seed, "val top-1": result.val_top1, "training images": len(indices),
-                         "seconds": result.seconds})
-            if bar is not None:
+    with Progress(len(variants) * setup.seeds, "recovery", unit="fits", enabled=progress) as bar:
+        for name, (indices, labels) in variants.items():
+            bundle = dataclasses.replace(setup.bundle,
+                                         train=out_of_fold.Relabelled(setup.bundle.train, indices, labels))
+            for seed in range(setup.seeds):
+                result = speedrun.race(setup.config.replace(seed=seed), label=name, bundle=bundle, progress=False,
+                                       verbose=False, every_epoch=False)
+                rows.append({"variant": name, "seed": seed, "val top-1": result.val_top1,
+                             "training images": len(indices), "seconds": result.seconds})
                 bar.update()
-    if bar is not None:
-        bar.close()
     return pd.DataFrame(rows)
 
 

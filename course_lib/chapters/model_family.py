@@ -119,23 +119,19 @@ def run_family(config: Config, models: list[str], seeds: list[int], *, validatio
     if validation_per_class:
         data = class_split.subset_bundle(data, data.classes, val_per_class=validation_per_class)
     runs = []
-    bar = Progress(len(models) * len(seeds), "model families", unit="fits") if progress else None
-    for model in models:
-        parameters = factory.count_parameters(timm.create_model(model, num_classes=data.num_classes))
-        for seed in seeds:
-            if bar is not None:
+    with Progress(len(models) * len(seeds), "model families", unit="fits", enabled=progress) as bar:
+        for model in models:
+            parameters = factory.count_parameters(timm.create_model(model, num_classes=data.num_classes))
+            for seed in seeds:
                 bar.set_postfix_str(f"{model}, seed {seed}")
-            try:
-                # Only the end of each run counts here: validating after every epoch would cost seconds.
-                result = speedrun.race(config.replace(model=model, seed=seed), label=model, bundle=data,
-                                       progress=False, verbose=False, every_epoch=False)
-                runs.append(FamilyRun(model, seed, result, parameters))
-            except NonFiniteLossError as error:
-                runs.append(FamilyRun(model, seed, None, parameters, str(error).splitlines()[0][:160]))
-            if bar is not None:
+                try:
+                    # Only the end of each run counts here: validating after every epoch would cost seconds.
+                    result = speedrun.race(config.replace(model=model, seed=seed), label=model, bundle=data,
+                                           progress=False, verbose=False, every_epoch=False)
+                    runs.append(FamilyRun(model, seed, result, parameters))
+                except NonFiniteLossError as error:
+                    runs.append(FamilyRun(model, seed, None, parameters, str(error).splitlines()[0][:160]))
                 bar.update()
-    if bar is not None:
-        bar.close()
     return runs
 
 

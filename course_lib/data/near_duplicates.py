@@ -88,18 +88,11 @@ def scan_duplicates(root: str | os.PathLike, max_distance: int = DEFAULT_MAX_DIS
                     progress: bool = False) -> tuple[int, list[Match]]:
     """(images hashed, near-duplicate pairs) of an image folder (`folder_images`); paths in the
     matches are relative to `root`."""
-    from course_lib.instruments.progress import Progress
+    from course_lib.instruments.progress import track
 
     root = Path(root)
     paths, splits = folder_images(root)
-    bits = []
-    bar = Progress(len(paths), "hashing", unit="images") if progress else None
-    for path in paths:
-        bits.append(image_hash(path, hash_size))
-        if bar is not None:
-            bar.update()
-    if bar is not None:
-        bar.close()
+    bits = [image_hash(path, hash_size) for path in track(paths, "hashing", unit="images", enabled=progress)]
     if not paths:
         return 0, []
     names = [os.path.relpath(path, root) for path in paths]

@@ -54,8 +54,8 @@ def out_of_fold_probabilities(config: Config, dataset, targets, num_classes: int
     stage = device_stage if device_stage is not None else DeviceStage()
     probabilities = np.zeros((len(targets), num_classes), dtype=np.float64)
     splitter = StratifiedKFold(folds, shuffle=True, random_state=config.seed)
-    bar = Progress(folds, "out-of-fold models", unit="folds") if progress else None
-    with tempfile.TemporaryDirectory(prefix="oof-") as folder:
+    with tempfile.TemporaryDirectory(prefix="oof-") as folder, \
+            Progress(folds, "out-of-fold models", unit="folds", enabled=progress) as bar:
         for fold, (rest, held) in enumerate(splitter.split(np.zeros(len(targets)), targets)):
             bundle = DataBundle(Relabelled(dataset, rest, targets[rest]), None, None,
                                 [str(c) for c in range(num_classes)], "out-of-fold", device_stage=stage)
@@ -64,10 +64,7 @@ def out_of_fold_probabilities(config: Config, dataset, targets, num_classes: int
             _, held_probabilities = predict(fitted.model, Relabelled(dataset, held, targets[held]), config,
                                             device_stage=stage)
             probabilities[held] = held_probabilities
-            if bar is not None:
-                bar.update()
-    if bar is not None:
-        bar.close()
+            bar.update()
     return probabilities
 
 

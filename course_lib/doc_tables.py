@@ -11,7 +11,8 @@ A generated block in a page is
 
 NAME is a key of `GENERATORS`, or `benchmark:STEM` for the body of benchmarks/results/STEM.md (which the
 benchmark script writes together with STEM.json, from the same measurements); STEM may name a folder of
-results from another machine, e.g. `benchmark:amd-epyc-2-cores-no-gpu/speedrun_speedrun`."""
+results from another machine, e.g. `benchmark:amd-epyc-2-cores-no-gpu/speedrun_speedrun`; or `choice:FOLDER` for a
+recipe choice's variants side by side (`choice_table`)."""
 from __future__ import annotations
 
 import json
@@ -110,6 +111,37 @@ def benchmark_body(stem: str, root: Path | None = None) -> str:
     return "\n".join(lines).strip("\n")
 
 
+def _mean_or_interval(stat: dict, scale: float = 1.0, digits: int = 2, unit: str = "") -> str:
+    return _interval(stat, scale, digits, unit) if stat.get("low") is not None else f"{stat['mean'] * scale:.{digits}f}{unit}"
+
+
+def choice_table(folder: str, root: Path | None = None) -> str:
+    """One row per variant of a recipe choice: benchmarks/results/FOLDER/<variant>/speedrun_*.json, each written
+    by `bench_speedrun.py --out` (usually with `--validation-from train`: the carve-out a choice is made on).
+    Columns: the variant's folder, the values that differ between the variants, the split, top-1 with one view
+    and with TTA, seconds, hardware and load."""
+    root = Path(root or paths.project_root())
+    files = sorted((root / RESULTS / folder).glob("*/speedrun_*.json"))
+    if not files:
+        raise DocTablesError(f"{root / RESULTS / folder} holds no <variant>/speedrun_*.json: run "
+                             f"`benchmarks/bench_speedrun.py --out {RESULTS / folder}/<variant>` for each variant, or "
+                             "take the block out of the page")
+    runs = [(path.parent.name, json.loads(path.read_text())) for path in files]
+    names = sorted({name for _, run in runs for name in run["config"]})
+    differing = [name for name in names if len({str(run["config"].get(name)) for _, run in runs}) > 1
+                 and name not in ("output_dir", "seed", "run_name")]
+    lines = ["| variant | " + " | ".join(differing) + " | scored on | seeds | top-1, 1 view | top-1, TTA | seconds | "
+             "hardware, load |", "|---" * (len(differing) + 7) + "|"]
+    for variant, run in runs:
+        summary = run["summary"]
+        lines.append(f"| {variant} | " + " | ".join(str(run["config"].get(name)) for name in differing) +
+                     f" | {run['split']} | {summary['runs']} | {_mean_or_interval(summary['top1'], 100, unit='%')} | "
+                     f"{_mean_or_interval(summary['top1_tta'], 100, unit='%')} ({summary['tta_views']} views) | "
+                     f"{_mean_or_interval(summary['seconds'], digits=0)} | {run['hardware']}, load "
+                     f"{run['load_average_before']:.1f}-{run['load_average_after']:.1f}, {run['started']} |")
+    return "\n".join(lines)
+
+
 def _configuration(root: Path) -> str:
     from course_lib.config import configuration_table
 
@@ -141,9 +173,12 @@ def render(name: str, root: Path | None = None) -> str:
     root = Path(root or paths.project_root())
     if name.startswith("benchmark:"):
         return benchmark_body(name.split(":", 1)[1], root)
+    if name.startswith("choice:"):
+        return choice_table(name.split(":", 1)[1], root)
     if name not in GENERATORS:
-        raise DocTablesError(f"no generated table is called {name!r}; the names are {', '.join(GENERATORS)} "
-                             "and benchmark:STEM (benchmarks/results/STEM.md)")
+        raise DocTablesError(f"no generated table is called {name!r}; the names are {', '.join(GENERATORS)}, "
+                             "benchmark:STEM (benchmarks/results/STEM.md) and choice:FOLDER (one row per "
+                             "benchmarks/results/FOLDER/<variant>/speedrun_*.json)")
     return GENERATORS[name](root)
 
 

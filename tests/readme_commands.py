@@ -74,6 +74,11 @@ COMMANDS = [
     ReadmeCommand(".venv/bin/python benchmarks/bench_speedrun.py --recipe best --seeds 3",
                   "python benchmarks/bench_speedrun.py --profile smoke --recipe best --seeds 2 -p epochs=2 --out runs/bench",
                   r"^\| 1 \| "),
+    ReadmeCommand(".venv/bin/python benchmarks/bench_speedrun.py --recipe best --seeds 1 --validation-from train "
+                  "-p image_size=64 -p min_image_size=32 --out benchmarks/results/best-choice/64px-40-epochs",
+                  "python benchmarks/bench_speedrun.py --profile smoke --recipe best --seeds 1 --validation-from train "
+                  "-p image_size=64 -p min_image_size=32 -p epochs=2 --out runs/bench/best-choice/64px-40-epochs",
+                  r"^\| 0 \| "),
     ReadmeCommand("workbook eval runs/checkpoints/last.pt --split val",
                   "workbook eval runs/checkpoints/last.pt --split val", r"^saved "),
     ReadmeCommand("workbook eval CHECKPOINT -p device=cpu -p batch_size=256 --json",

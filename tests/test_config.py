@@ -141,13 +141,15 @@ def test_a_recipe_applies_over_the_profile_and_under_overrides():
         make_config("cpu", tta_views=9)
 
 
-def test_the_best_recipe_is_the_speed_run_wider_and_longer():
+def test_the_best_recipe_is_the_speed_run_wider_longer_and_upsampled():
     from course_lib.config import RECIPES
 
     speedrun, best = make_config("cpu", recipe="speedrun"), make_config("cpu", recipe="best")
     changed = {name for name in RECIPES["best"] if getattr(best, name) != getattr(speedrun, name)}
-    assert changed == {"model", "epochs"}  # every other ingredient is the one chosen on the carve-out
+    assert changed == {"model", "epochs", "image_size", "min_image_size"}  # the rest: chosen on the carve-out
     assert best.model == "speedrun_resnet" and best.epochs > speedrun.epochs and best.ema_decay == 0
+    # progressive resizing keeps the speed-run's proportion: it starts at half the final side
+    assert best.image_size > speedrun.image_size and best.min_image_size * 2 == best.image_size
 
 
 def test_overlays_apply_after_profile_and_recipe_and_before_params():

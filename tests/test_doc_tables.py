@@ -57,6 +57,27 @@ def test_a_benchmark_block_may_name_another_machines_folder(project):
     assert "Hardware: **machine B**" in page.read_text() and "# Title" not in page.read_text()
 
 
+def test_a_choice_block_puts_the_variants_side_by_side_with_the_values_that_differ(project):
+    folder = project / "benchmarks" / "results" / "choice"
+    runs = {"narrow": (64, 0.981, None), "wide": (80, 0.984, (0.980, 0.988))}
+    for variant, (size, top1, interval) in runs.items():
+        (folder / variant).mkdir(parents=True)
+        stat = {"mean": top1, "low": interval and interval[0], "high": interval and interval[1]}
+        record = {"config": {"image_size": size, "epochs": 40, "seed": size}, "split": "a carve-out",
+                  "hardware": "machine A", "started": "2026-12-04 05:00", "load_average_before": 0.3,
+                  "load_average_after": 2.0, "summary": {"runs": 3 if interval else 1, "top1": stat,
+                                                         "top1_tta": stat, "tta_views": 8,
+                                                         "seconds": {"mean": 500.0, "low": None}}}
+        (folder / variant / "speedrun_best.json").write_text(json.dumps(record))
+    table = doc_tables.render("choice:choice", project).splitlines()
+    assert table[0].startswith("| variant | image_size | scored on |")  # epochs and the seed are not a difference
+    assert len(table[1].split("|")) == len(table[0].split("|"))
+    assert table[2].startswith("| narrow | 64 | a carve-out | 1 | 98.10% |")
+    assert table[3].startswith("| wide | 80 | a carve-out | 3 | 98.40% [98.00, 98.80] |")
+    with pytest.raises(doc_tables.DocTablesError, match="holds no <variant>/speedrun_"):
+        doc_tables.render("choice:nothing-here", project)
+
+
 def test_a_changed_results_file_makes_the_table_stale(project):
     doc_tables.update(project)
     path = project / "benchmarks" / "results" / "speedrun_speedrun.json"

@@ -85,3 +85,23 @@ def test_a_planted_vanishing_run_is_named_in_the_engines_output(tmp_path, capsys
     config = tiny_config(tmp_path, grad_norm_log=True, max_steps=3, vanishing_grad_norm=1e9, vanishing_grad_steps=3)
     train.fit(config, bundle=tensor_bundle(), progress=False)
     assert "vanishing gradients at epoch 1, step 3 (run step 3)" in capsys.readouterr().out
+
+
+def test_an_explosion_just_before_a_nan_loss_is_named_before_the_guard_stops_the_run(tmp_path, capsys, monkeypatch):
+    from test_train import CLASSES, PoisonAfter, TensorImages
+
+    from course_lib.data.datasets import DataBundle
+
+    # step 3's gradient norm is planted 1000x its real value, and step 4's images are NaN: both land in the
+    # same sync (the last step of the run), where the exploding line is the clue to the NaN that follows
+    real_add, calls = GradientNormLog.add, []
+
+    def add_with_a_jump_at_step_3(self, norm):
+        calls.append(norm)
+        real_add(self, norm * 1000 if len(calls) == 3 else norm)
+
+    monkeypatch.setattr(GradientNormLog, "add", add_with_a_jump_at_step_3)
+    bundle = DataBundle(PoisonAfter(128, start=16 * 3), TensorImages(16), None, CLASSES, "poison")
+    with pytest.raises(train.NonFiniteLossError, match="step 4"):
+        train.fit(tiny_config(tmp_path, grad_norm_log=True, max_steps=4), bundle=bundle, progress=False)
+    assert "exploding gradients at epoch 1, step 3 (run step 3)" in capsys.readouterr().out

@@ -417,11 +417,13 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
         steps_done = step + 1
         last = steps_done == state.steps_per_epoch or (stop is not None and stop())
         if steps_done % SYNC_EVERY_STEPS == 0 or last:
-            losses = guard.check(epoch, steps_done)  # note: a CPU-GPU sync point
-            meter.add_losses(losses)
-            if state.grad_norms is not None:  # vanishing or exploding gradients: one line each, the run goes on
+            # Gradient findings first: an exploding norm often comes just before the NaN loss that stops
+            # the run, and its line is the clue (vanishing or exploding: one line each, the run goes on).
+            if state.grad_norms is not None:
                 for finding in state.grad_norms.check(epoch, steps_done, state.global_step):
                     state.log(finding)
+            losses = guard.check(epoch, steps_done)  # note: a CPU-GPU sync point
+            meter.add_losses(losses)
             bar.set_postfix(loss=f"{losses.mean().item():.3f}", lr=f"{state.optimizer.param_groups[0]['lr']:.3g}")
         bar.update(1)
         if last:

@@ -112,7 +112,9 @@ def benchmark_body(stem: str, root: Path | None = None) -> str:
 
 
 def _mean_or_interval(stat: dict, scale: float = 1.0, digits: int = 2, unit: str = "") -> str:
-    return _interval(stat, scale, digits, unit) if stat.get("low") is not None else f"{stat['mean'] * scale:.{digits}f}{unit}"
+    if stat.get("low") is None:  # one seed: no interval
+        return f"{stat['mean'] * scale:.{digits}f}{unit}"
+    return _interval(stat, scale, digits, unit)
 
 
 def choice_table(folder: str, root: Path | None = None) -> str:

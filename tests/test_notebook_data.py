@@ -149,6 +149,18 @@ def test_08_source_and_label_counts_fit_the_smallest_class(no_real_data, profile
         transfer_plans.notebook_setup(profile, image_size=32, labels_per_class=[10, 100_000])
 
 
+def test_08_smoke_stays_on_the_committed_sample_where_real_data_lies_beside_the_project(monkeypatch):
+    """The smoke profile's promise (`paths.choose_data`): CI-sized runs use the committed sample even where
+    real data is found; notebook 08's plan once looked for real data itself when handed the sample."""
+    sample = ROOT / paths.SAMPLE_DIR
+    monkeypatch.delenv(paths.DATA_ENV, raising=False)
+    monkeypatch.setattr(paths, "find_real_data", lambda: paths.DataChoice(
+        {"dataset": "imagefolder", "data_dir": str(sample)}, "real-looking", "a test's stand-in", False, sample))
+    setup = transfer_plans.notebook_setup("smoke", image_size=32)
+    assert setup.data.synthetic and setup.plan.synthetic
+    assert setup.plan.target == "landcover-synth" and setup.plan.data_config.dataset == "landcover-synth"
+
+
 @pytest.mark.parametrize("profile", PROFILES)
 def test_09_trains_on_the_synthetic_data(no_real_data, profile):
     setup = confusion_study.setup(profile, image_size=32)

@@ -42,8 +42,8 @@ def plan_transfer(config: Config, source: str | None = None, target: str | None 
                   source_epochs: int = 6, data: "paths.DataChoice | None" = None) -> TransferPlan:
     """Pick a source of pretrained weights and a target dataset that exist on this machine.
 
-    target: None or "auto": `data` (default: the real data `paths.find_real_data` finds), else
-    landcover-synth; "eurosat": real EuroSAT (`paths.eurosat_dir`); "landcover-synth": the config's
+    target: None or "auto": `data` when it is real (`data` None: the real data `paths.find_real_data`
+    finds), else landcover-synth; "eurosat": real EuroSAT (`paths.eurosat_dir`); "landcover-synth": the config's
     own landcover-synth (the committed sample in smoke, generated otherwise), or the sample. source:
     timm's ImageNet weights when cached (or downloadable), else `classes`: the same architecture
     pre-trained here on the dataset's other classes."""
@@ -164,8 +164,10 @@ def notebook_setup(profile: str, *, model: str | None = None, batch_size: int | 
     given = {k: v for k, v in {"model": model, "batch_size": batch_size, "image_size": image_size}.items() if v}
     config = make_config(profile, **{**fast, **given, "output_dir": "runs/checkpoints/08_transfer", **fields})
     data = paths.choose_data(profile)  # the smoke profile: the committed sample, unless WORKBOOK_DATA names a folder
+    # `data` even when it is the sample: given None, plan_transfer would look for real data itself,
+    # and the smoke profile would train on EuroSAT wherever it lies beside the project.
     plan = plan_transfer(config, source=None if source == "auto" else source, target=target,
-                         source_epochs=source_epochs or (1 if smoke else 4), data=data if data.real else None)
+                         source_epochs=source_epochs or (1 if smoke else 4), data=data)
     if target != "auto":  # what the target parameter chose instead
         folder = paths.resolve_path(plan.data_config.data_dir) if plan.data_config.data_dir else None
         data = paths.DataChoice({"dataset": plan.data_config.dataset, "data_dir": plan.data_config.data_dir},

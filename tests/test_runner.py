@@ -349,7 +349,20 @@ def test_an_output_folder_that_cannot_be_written_is_one_line_before_any_kernel(b
     assert len(err.splitlines()) == 1 and f"cannot write to {blocker / 'out'}" in err
 
 
-def test_ctrl_c_leaves_an_index_of_what_ran_and_marks_the_interrupted_notebook(tmp_path, isolated_ledger, capsys):
+@pytest.fixture
+def ctrl_c_raises():
+    """Python's own Ctrl-C handler while the test runs: a pytest started in the background by a
+    non-interactive shell (`make test &`) inherits SIGINT ignored, and the kernel's SIGINT would never
+    reach the runner (the tests below would then fail for the launcher's sake, not the runner's)."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_leaves_an_index_of_what_ran_and_marks_the_interrupted_notebook(tmp_path, isolated_ledger, capsys,
+                                                                               ctrl_c_raises):
 
     folder = tmp_path / "notebooks"
     folder.mkdir()
@@ -462,7 +475,7 @@ def test_sigterm_and_sighup_mark_the_run_interrupted_not_running(tmp_path, isola
 
 
 def test_a_second_ctrl_c_while_the_report_is_written_is_noted_not_a_traceback(tmp_path, isolated_ledger,
-                                                                             monkeypatch):
+                                                                             monkeypatch, ctrl_c_raises):
     import os
     import signal
 

@@ -55,6 +55,9 @@ def _results(stem: str, root: Path) -> dict:
 
 
 def _interval(stat: dict, scale: float = 1.0, digits: int = 2, unit: str = "") -> str:
+    """`98.43% [98.23, 98.63]`; one seed (no interval): the mean alone."""
+    if stat.get("low") is None:
+        return f"{stat['mean'] * scale:.{digits}f}{unit}"
     return (f"{stat['mean'] * scale:.{digits}f}{unit} [{stat['low'] * scale:.{digits}f}, "
             f"{stat['high'] * scale:.{digits}f}]")
 
@@ -111,12 +114,6 @@ def benchmark_body(stem: str, root: Path | None = None) -> str:
     return "\n".join(lines).strip("\n")
 
 
-def _mean_or_interval(stat: dict, scale: float = 1.0, digits: int = 2, unit: str = "") -> str:
-    if stat.get("low") is None:  # one seed: no interval
-        return f"{stat['mean'] * scale:.{digits}f}{unit}"
-    return _interval(stat, scale, digits, unit)
-
-
 def choice_table(folder: str, root: Path | None = None) -> str:
     """One row per variant of a recipe choice: benchmarks/results/FOLDER/<variant>/speedrun_*.json, each written
     by `bench_speedrun.py --out` (usually with `--validation-from train`: the carve-out a choice is made on).
@@ -137,9 +134,9 @@ def choice_table(folder: str, root: Path | None = None) -> str:
     for variant, run in runs:
         summary = run["summary"]
         lines.append(f"| {variant} | " + " | ".join(str(run["config"].get(name)) for name in differing) +
-                     f" | {run['split']} | {summary['runs']} | {_mean_or_interval(summary['top1'], 100, unit='%')} | "
-                     f"{_mean_or_interval(summary['top1_tta'], 100, unit='%')} ({summary['tta_views']} views) | "
-                     f"{_mean_or_interval(summary['seconds'], digits=0)} | {run['hardware']}, load "
+                     f" | {run['split']} | {summary['runs']} | {_interval(summary['top1'], 100, unit='%')} | "
+                     f"{_interval(summary['top1_tta'], 100, unit='%')} ({summary['tta_views']} views) | "
+                     f"{_interval(summary['seconds'], digits=0)} | {run['hardware']}, load "
                      f"{run['load_average_before']:.1f}-{run['load_average_after']:.1f}, {run['started']} |")
     return "\n".join(lines)
 

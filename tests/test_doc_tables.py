@@ -97,6 +97,18 @@ def test_the_headline_table_reads_the_speed_run_summary():
     assert run["hardware"] in table and "EuroSAT `valid`" in table
 
 
+def test_the_headline_table_names_the_best_recipes_record_with_its_epochs_and_seconds(project):
+    results = project / "benchmarks" / "results" / "speedrun_best.json"
+    run = json.loads(results.read_text())
+    run["config"]["epochs"], run["summary"]["top1_tta"] = 99, {"mean": 0.5, "low": 0.25, "high": 0.75}
+    results.write_text(json.dumps(run))
+    row = next(line for line in doc_tables.headline_table(project).splitlines() if line.startswith("| best recipe"))
+    assert f"(99 epochs at {run['config']['image_size']} px)" in row and "50.00% [25.00, 75.00]" in row
+    seconds = run["summary"]["seconds"]
+    assert f"{seconds['mean']:.0f} [{seconds['low']:.0f}, {seconds['high']:.0f}] s" in row
+    assert f"({run['summary']['runs']} seeds" in row
+
+
 @pytest.mark.parametrize("page, message", [
     ("<!-- generated: nonsense (workbook docs tables) -->\n<!-- end generated -->\n", "no generated table is called"),
     ("<!-- generated: headline (workbook docs tables) -->\nno end\n", "has no '<!-- end generated -->' line"),

@@ -152,6 +152,22 @@ def test_the_best_recipe_is_the_speed_run_wider_longer_and_upsampled():
     assert best.image_size > speedrun.image_size and best.min_image_size * 2 == best.image_size
 
 
+@pytest.mark.parametrize("recipe", ["speedrun", "best"])
+def test_each_recipes_committed_figures_were_measured_with_the_recipe_as_it_stands(recipe):
+    """benchmarks/results/speedrun_RECIPE.json (the README's headline) ran every value the recipe sets: change a
+    recipe and its 3- or 5-seed run must be measured again."""
+    import json
+
+    from conftest import ROOT
+
+    from course_lib.config import RECIPES
+
+    measured = json.loads((ROOT / "benchmarks" / "results" / f"speedrun_{recipe}.json").read_text())["config"]
+    differ = {name: (value, measured.get(name)) for name, value in RECIPES[recipe].items()
+              if measured.get(name) != value}
+    assert not differ, f"recipe {recipe!r} vs its committed run (recipe, measured): {differ}"
+
+
 def test_overlays_apply_after_profile_and_recipe_and_before_params():
     from course_lib.config import RECIPES
 

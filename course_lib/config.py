@@ -181,15 +181,15 @@ RECIPES: dict[str, dict] = {
                      warmup_epochs=1.0, lr_schedule="linear", min_lr=0.0, label_smoothing=0.1, precision="auto", channels_last=True,
                      tta_views=8),
 }
-# The most accurate recipe from scratch: the speed-run recipe's pipeline and schedule (each ingredient chosen
-# on the carve-out, above) with the wider net for about twice the epochs, on tiles upsampled to 80 px (the 2x2
-# patchify stem then leaves 40 px maps instead of 32; progressive resizing from 40 px). On the carve-out, seed 0
-# (AMD EPYC, 2 cores): 64 px 40 epochs 98.04% (1 view) / 98.57% (8 views) in 510 s; 64 px 60 epochs 98.31 /
-# 98.52% in 739 s; 80 px 40 epochs 98.41 / 98.62% in 759 s; 80 px 60 epochs (a later, slower machine) 98.57 /
-# 98.73%, the candidate once its 3 seeds on valid are measured. No weight EMA: 0.99-0.998 per step scored
-# 0.05-1.1 points below the last weights in the speed-run's runs (docs/time_to_accuracy.md). Its earlier
-# forms: storage=cache, cosine, EMA 0.999, 64 px throughout, 97.73% in one 1,795 s run; 64 px, 98.40% over 3 seeds.
-RECIPES["best"] = {**RECIPES["speedrun"], "model": "speedrun_resnet", "epochs": 40, "image_size": 80,
+# The most accurate recipe from scratch: the speed-run recipe's pipeline and schedule (each ingredient chosen on the
+# carve-out, above) with the wider net for 60 epochs, on tiles upsampled to 80 px (the 2x2 patchify stem then leaves
+# 40 px maps instead of 32; progressive resizing from 40 px). On the carve-out, seed 0 (AMD EPYC, 2 cores): 64 px 40
+# epochs 98.04% (1 view) / 98.57% (8 views) in 510 s; 64 px 60 epochs 98.31 / 98.52% in 739 s; 80 px 40 epochs 98.41 /
+# 98.62% in 759 s; 80 px 60 epochs (a later, slower machine) 98.57 / 98.73%, taken. No weight EMA: 0.99-0.998 per step
+# scored 0.05-1.1 points below the last weights in the speed-run's runs (docs/time_to_accuracy.md). Its earlier forms:
+# storage=cache, cosine, EMA 0.999, 64 px throughout, 97.73% in one 1,795 s run; 64 px 40 epochs, 98.40% over 3 seeds
+# on valid (8 views); 80 px 40 epochs, 98.43%.
+RECIPES["best"] = {**RECIPES["speedrun"], "model": "speedrun_resnet", "epochs": 60, "image_size": 80,
                    "min_image_size": 40}
 
 

@@ -61,8 +61,7 @@ def main(argv=None) -> int:
               f"after {last.seconds:.1f} s, setup {last.setup_seconds:.1f} s ({removed} cache(s) removed first)",
               flush=True)
     summary = speedrun.seed_summary(results)
-    split = "a fixed carve-out of train (choosing)" if config.validation_from == "train" else \
-        "EuroSAT's valid split (no choice made on it)" if data else "the committed sample's val split (a check)"
+    split = speedrun.split_label(config, real_data=bool(data))
     record = {"recipe": args.recipe, "hardware": hardware, "started": started, "load_average_before": load_before,
               "load_average_after": os.getloadavg()[0], "budget_seconds": args.budget, "split": split,
               "summary": summary, "seeds": [{"seed": r.config.seed, **r.row(), "curve": r.curve} for r in results],

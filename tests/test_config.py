@@ -1,8 +1,12 @@
+import json
+
 import pytest
+from conftest import ROOT
 
 from course_lib.config import (
     FIELD_NAMES,
     PROFILES,
+    RECIPES,
     Config,
     ConfigError,
     field_comments,
@@ -106,8 +110,6 @@ def test_replace_is_checked():
 
 
 def test_the_profiles_page_documents_every_field():
-    from conftest import ROOT
-
     page = (ROOT / "docs" / "profiles.md").read_text()
     missing = [name for name in FIELD_NAMES if f"| `{name}` |" not in page]
     assert not missing, f"docs/profiles.md's configuration table lacks {missing}"
@@ -116,8 +118,6 @@ def test_the_profiles_page_documents_every_field():
 def test_the_profiles_page_table_is_the_generated_one():
     """Defaults, profile values and comments in docs/profiles.md match the code; regenerate with
     `workbook docs tables`."""
-    from conftest import ROOT
-
     from course_lib.config import configuration_table
 
     table = configuration_table()
@@ -126,8 +126,6 @@ def test_the_profiles_page_table_is_the_generated_one():
 
 
 def test_a_recipe_applies_over_the_profile_and_under_overrides():
-    from course_lib.config import RECIPES
-
     config = make_config("cpu", recipe="speedrun")
     for name, value in RECIPES["speedrun"].items():
         assert getattr(config, name) == value
@@ -142,8 +140,6 @@ def test_a_recipe_applies_over_the_profile_and_under_overrides():
 
 
 def test_the_best_recipe_is_the_speed_run_wider_longer_and_upsampled():
-    from course_lib.config import RECIPES
-
     speedrun, best = make_config("cpu", recipe="speedrun"), make_config("cpu", recipe="best")
     changed = {name for name in RECIPES["best"] if getattr(best, name) != getattr(speedrun, name)}
     assert changed == {"model", "epochs", "image_size", "min_image_size"}  # the rest: chosen on the carve-out
@@ -156,12 +152,6 @@ def test_the_best_recipe_is_the_speed_run_wider_longer_and_upsampled():
 def test_each_recipes_committed_figures_were_measured_with_the_recipe_as_it_stands(recipe):
     """benchmarks/results/speedrun_RECIPE.json (the README's headline) ran every value the recipe sets: change a
     recipe and its 3- or 5-seed run must be measured again."""
-    import json
-
-    from conftest import ROOT
-
-    from course_lib.config import RECIPES
-
     measured = json.loads((ROOT / "benchmarks" / "results" / f"speedrun_{recipe}.json").read_text())["config"]
     differ = {name: (value, measured.get(name)) for name, value in RECIPES[recipe].items()
               if measured.get(name) != value}
@@ -169,8 +159,6 @@ def test_each_recipes_committed_figures_were_measured_with_the_recipe_as_it_stan
 
 
 def test_overlays_apply_after_profile_and_recipe_and_before_params():
-    from course_lib.config import RECIPES
-
     sizes = {"cpu": {"epochs": 1, "image_size": 48}, "smoke": {"epochs": 7}}
     config = make_config("cpu", sizes)
     assert (config.epochs, config.image_size) == (1, 48)

@@ -109,6 +109,16 @@ def test_the_headline_table_names_the_best_recipes_record_with_its_epochs_and_se
     assert f"({run['summary']['runs']} seeds" in row
 
 
+def test_the_headline_refuses_a_race_that_was_not_scored_on_the_held_out_split(project):
+    results = project / "benchmarks" / "results" / "speedrun_best.json"
+    run = json.loads(results.read_text())
+    run["split"] = "a fixed carve-out of train (choosing)"
+    results.write_text(json.dumps(run))
+    with pytest.raises(doc_tables.DocTablesError, match="speedrun_best.json was scored on 'a fixed carve-out") as caught:
+        doc_tables.headline_table(project)
+    assert "\n" not in str(caught.value) and "--validation-from train" in str(caught.value)
+
+
 @pytest.mark.parametrize("page, message", [
     ("<!-- generated: nonsense (workbook docs tables) -->\n<!-- end generated -->\n", "no generated table is called"),
     ("<!-- generated: headline (workbook docs tables) -->\nno end\n", "has no '<!-- end generated -->' line"),

@@ -19,6 +19,17 @@ from course_lib.config import Config
 from course_lib.engine import train
 
 MILESTONES = (0.90, 0.95, 0.97)  # validation top-1 levels whose time the tables report
+VALID_SPLIT = "EuroSAT's valid split (no choice made on it)"  # what a reported race was scored on
+CARVE_OUT_SPLIT = "a fixed carve-out of train (choosing)"
+SAMPLE_SPLIT = "the committed sample's val split (a check)"
+
+
+def split_label(config: Config, real_data: bool) -> str:
+    """What a race of `config` is scored on, as results files and tables name it: the carve-out of train a
+    choice is made on, EuroSAT's valid split (reporting), or the committed sample's val split."""
+    if config.validation_from == "train":
+        return CARVE_OUT_SPLIT
+    return VALID_SPLIT if real_data else SAMPLE_SPLIT
 
 
 @dataclasses.dataclass

@@ -85,7 +85,25 @@ def test_the_ablations_ingredients_follow_the_profile(profile, expected):
     expected = expected if expected > 0 else len(time_to_accuracy.ABLATIONS) + expected
     race = time_to_accuracy.RaceSetup(None, None, None, 1.0, 1.0, 1, profile)
     chosen = race.ingredients("auto")
-    assert len(chosen) == expected and (profile != "cpu" or not any("resnet18" in name for name in chosen))
+    assert len(chosen) == expected - (len(time_to_accuracy.CPU_LEAVES_OUT) - 1 if profile == "cpu" else 0)
+    assert profile != "cpu" or not set(chosen) & set(time_to_accuracy.CPU_LEAVES_OUT)
     assert race.ingredients("all") == list(time_to_accuracy.ABLATIONS)
     assert race.ingredients(" a, b ,") == ["a", "b"]
     assert race.device == "cpu" or profile == "gpu"
+
+
+def test_every_ingredient_the_speed_run_recipe_adopts_has_its_ablation():
+    """Issue 23: each idea the recipe adopts is a Config value with its ablation in notebook 12. Every value the
+    recipe sets apart from the cpu profile is changed back by some ingredient, except the run's length."""
+    from course_lib.chapters import time_to_accuracy
+    from course_lib.config import RECIPES, make_config
+
+    lengths = {"epochs", "max_train_images"}  # how long a run is, set by the profile or the ablation's own config
+    profile = make_config("cpu")
+    adopted = {name for name, value in RECIPES["speedrun"].items() if getattr(profile, name) != value} - lengths
+    ablated = {name for changes in time_to_accuracy.ABLATIONS.values() for name in changes}
+    assert adopted - ablated == set(), "give each an entry in time_to_accuracy.ABLATIONS"
+    recipe = make_config("cpu", recipe="speedrun")
+    no_ops = [name for name, changes in time_to_accuracy.ABLATIONS.items() if recipe.replace(**changes) == recipe]
+    assert no_ops == [], "an ingredient whose changes leave the recipe as it is measures nothing"
+    assert set(time_to_accuracy.CPU_LEAVES_OUT) <= set(time_to_accuracy.ABLATIONS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from course_lib.analysis import statistics
-from course_lib.config import Config
+from course_lib.config import RECIPES, Config
 from course_lib.engine import speedrun
 from course_lib.instruments.progress import Progress
 from course_lib.measure import flops
@@ -26,10 +26,16 @@ ABLATIONS: dict[str, dict] = {
     "resident on the device (storage=device)": {"storage": "cache"},
     "pre-decoded cache": {"storage": "files", "num_workers": -1},
     "augmentation on the device": {"storage": "cache", "augmentation": "cpu", "num_workers": -1},
+    "torchvision JPEG decoding (vs PIL)": {"decoder": "pil"},
     "channels_last": {"channels_last": False},
     "measured precision (auto)": {"precision": "off"},
+    "batch 128, learning rate scaled with it (vs 64)": {
+        "batch_size": 64, "lr": RECIPES["speedrun"]["lr"] * 64 / RECIPES["speedrun"]["batch_size"]},
     "small residual net (vs resnet18)": {"model": "resnet18"},
 }
+# What the cpu profile's `ingredients="auto"` leaves out, and why (`ingredients=all` runs them).
+CPU_LEAVES_OUT = {"small residual net (vs resnet18)": "resnet18 is a slow net on 2 cores",
+                  "batch 128, learning rate scaled with it (vs 64)": "the cpu ablation already trains at batch 64"}
 
 
 BUDGET_SECONDS = {"smoke": 5.0, "cpu": 300.0, "gpu": 120.0}  # the speed-run racer's wall clock
@@ -59,13 +65,13 @@ class RaceSetup:
 
     def ingredients(self, choice: str = "auto") -> list[str]:
         """The ablation's ingredients (names of ABLATIONS): "all"; "auto" (smoke: the first two; cpu: all
-        but the resnet18 swap, a slow net on 2 cores; gpu: all); or comma-separated names."""
+        but CPU_LEAVES_OUT; gpu: all); or comma-separated names."""
         everything = list(ABLATIONS)
         if choice == "all":
             return everything
         if choice == "auto":
             return everything[:2] if self.profile == "smoke" else [
-                name for name in everything if "resnet18" not in name] if self.profile == "cpu" else everything
+                name for name in everything if name not in CPU_LEAVES_OUT] if self.profile == "cpu" else everything
         return [name.strip() for name in choice.split(",") if name.strip()]
 
     def line(self, hardware: str) -> str:

@@ -52,6 +52,22 @@ class TensorImages(torch.utils.data.Dataset):
         return self.images[index], int(self.targets[index])
 
 
+class CrashAfter(torch.utils.data.Dataset):
+    """Raises once `limit` items have been read: a run killed in the middle of an epoch."""
+
+    def __init__(self, dataset, limit):
+        self.dataset, self.limit, self.reads = dataset, limit, 0
+        self.targets = getattr(dataset, "targets", None)
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        self.reads += 1
+        if self.reads > self.limit:
+            raise KeyboardInterrupt("simulated kill")
+        return self.dataset[index]
+
 
 def tiny_config(tmp_path, **overrides):
     """A CPU config for a tiny model (timm's test_resnet at 16 px) that trains in about a second."""

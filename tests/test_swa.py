@@ -4,7 +4,7 @@ records the average's validation scores beside the last weights' and the EMA's, 
 inside the averaged epochs ends with the uninterrupted average."""
 import pytest
 import torch
-from conftest import TensorImages, tiny_config
+from conftest import CrashAfter, TensorImages, tiny_config
 
 from course_lib import ledger
 from course_lib.config import ConfigError, make_config
@@ -74,23 +74,6 @@ def test_fit_averages_the_last_epochs_and_scores_the_average(tmp_path, monkeypat
         assert column in final, column
     metrics = ledger.Ledger().rows(kind="train")[0]["metrics"]
     assert metrics["swa_snapshots"] == 2 and metrics["swa_val_top1"] == final["swa_val_top1"]
-
-
-class CrashAfter(torch.utils.data.Dataset):
-    """Raises once `limit` items have been read: a run killed in the middle of an epoch."""
-
-    def __init__(self, dataset, limit):
-        self.dataset, self.limit, self.reads = dataset, limit, 0
-        self.targets = dataset.targets
-
-    def __len__(self):
-        return len(self.dataset)
-
-    def __getitem__(self, index):
-        self.reads += 1
-        if self.reads > self.limit:
-            raise KeyboardInterrupt("simulated kill")
-        return self.dataset[index]
 
 
 def test_a_run_resumed_inside_the_averaged_epochs_ends_with_the_same_average(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TensorImages, tiny_config
+from conftest import CrashAfter, TensorImages, tiny_config
 
 from course_lib import ledger
 from course_lib.config import ConfigError, make_config
@@ -181,22 +181,6 @@ def test_engine_accumulation_matches_big_batch_for_a_model_without_batchnorm(tmp
 
 
 # --- resume ------------------------------------------------------------------------------------
-
-class CrashAfter(torch.utils.data.Dataset):
-    """Raises once `limit` items have been read: a run killed in the middle of an epoch."""
-
-    def __init__(self, dataset, limit):
-        self.dataset, self.limit, self.reads = dataset, limit, 0
-
-    def __len__(self):
-        return len(self.dataset)
-
-    def __getitem__(self, index):
-        self.reads += 1
-        if self.reads > self.limit:
-            raise KeyboardInterrupt("simulated kill")
-        return self.dataset[index]
-
 
 def test_resume_after_a_mid_epoch_kill_ends_with_the_uninterrupted_weights(tmp_path):
     # Real images with random-crop/flip augmentation, so the random streams must line up too.

@@ -205,6 +205,27 @@ def test_seeds_needed_gives_the_textbook_sample_size_and_its_power_holds_in_simu
         statistics.seeds_needed(1.0, 1.0, power=1.5)
 
 
+def test_seeds_needed_for_a_large_effect_where_statsmodels_returns_nan():
+    """d = 5.334: scipy's noncentral t gives NaN for the far tail, statsmodels' power is NaN from 3 pairs on and
+    its solve_power does not converge; notebook 07's summary crashed on it ("cannot convert float NaN")."""
+    import warnings
+
+    from statsmodels.stats.power import TTestPower
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert np.isnan(TTestPower().power(effect_size=5.334, nobs=3, alpha=0.05, alternative="two-sided"))
+    needed = statistics.seeds_needed(5.334, 1.0)
+    assert needed == 3 and statistics.paired_t_power(5.334, 2) < 0.8 <= statistics.paired_t_power(5.334, 3)
+    for size in (0.3, 1.0, 2.4, 3.9, 5.334, 12.0):
+        for seeds in (2, 3, 4, 6, 10):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                theirs = TTestPower().power(effect_size=size, nobs=seeds, alpha=0.05, alternative="two-sided")
+            ours = statistics.paired_t_power(size, seeds)
+            assert 0 < ours <= 1 and (np.isnan(theirs) or ours == pytest.approx(theirs, abs=1e-9))
+
+
 def test_an_inconclusive_paired_comparison_says_how_many_seeds_would_settle_it():
     baseline = np.array([0.70, 0.80, 0.90])
     unclear = statistics.paired_difference(baseline + np.array([0.02, -0.01, 0.02]), baseline)

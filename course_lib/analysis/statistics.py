@@ -166,25 +166,43 @@ def power_note(paired: dict, unit: str = "points") -> str:
             f"run's spread of {paired['std']:.2f} over {paired['runs']} pairs")
 
 
+def paired_t_power(size: float, seeds: int, level: float = 0.95) -> float:
+    """The power of a two-sided paired t test at `level` with `seeds` pairs when the true mean difference is
+    `size` spreads (Cohen's d): the noncentral t's mass beyond the critical values, what statsmodels'
+    `TTestPower.power` computes, except that the far tail counts as 0 where scipy's noncentral t returns NaN
+    for it (a large noncentrality, where that tail is negligible): statsmodels then returns NaN, and its
+    `solve_power` fails to converge, which broke notebook 07's summary. Too low by that tail, never too high."""
+    from scipy import stats
+
+    freedom, shift = seeds - 1, size * math.sqrt(seeds)
+    critical = stats.t.ppf(1 - (1 - level) / 2, freedom)
+    far = stats.nct.cdf(-critical, freedom, shift)
+    return float(stats.nct.sf(critical, freedom, shift) + (far if math.isfinite(far) else 0.0))
+
+
 def seeds_needed(effect: float, std: float, level: float = 0.95, power: float = 0.8) -> int | None:
     """A power calculation for an inconclusive paired comparison: how many seeds (pairs) a paired t
     test at `level` needs to show a true mean difference of `effect` with probability `power`, when
-    the per-seed differences spread by `std` (the spread this run measured). statsmodels'
-    `TTestPower.solve_power` (the one-sample t test the paired difference is); at least 2. None
-    when there is no effect to find (`effect` 0) or no spread to measure it with (`std` 0 or not
-    finite)."""
-    from statsmodels.stats.power import TTestPower
-
+    the per-seed differences spread by `std` (the spread this run measured): the smallest whole number
+    whose `paired_t_power` reaches `power`, at least 2. None when there is no effect to find (`effect` 0)
+    or no spread to measure it with (`std` 0 or not finite)."""
     _check_level(level)
     if not 0 < power < 1:
         raise ValueError(f"power must lie in (0, 1), got {power}")
     if not (math.isfinite(effect) and math.isfinite(std)) or effect == 0 or std <= 0:
         return None
-    analysis, size = TTestPower(), abs(effect) / std
-    if analysis.power(effect_size=size, nobs=2, alpha=1 - level, alternative="two-sided") >= power:
-        return 2  # already at 2 seeds (the solver has no root below: it returns NaN there)
-    needed = analysis.solve_power(effect_size=size, alpha=1 - level, power=power, alternative="two-sided")
-    return math.ceil(float(np.asarray(needed).item()))
+    size = abs(effect) / std
+
+    def enough(seeds: int) -> bool:
+        return paired_t_power(size, seeds, level) >= power
+
+    low, high = 1, 2  # power grows with the seeds: double until enough, then halve the gap
+    while not enough(high):
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if enough(middle) else (middle, high)
+    return high
 
 
 def paired_ratio_interval(values, baseline, level: float = 0.95) -> dict:

@@ -288,6 +288,16 @@ def test_combo_training_time_fails_when_the_combo_is_much_slower(known_peak):
     assert claim.verdict == "refuted" and claim.measured == pytest.approx(100.0)
 
 
+def test_combo_training_time_is_not_shown_when_its_interval_straddles_the_allowance(known_peak):
+    """The reference run of 2026-12-04: +16.6% [+5.8, +27.3] was called "holds" (its low end under +10%)."""
+    from course_lib.analysis import claims
+
+    noisy = _fake_study(ALL_TRICKS, speeds={"baseline": [100.0, 100.0, 100.0], "article_combo": [96.0, 86.0, 78.0]})
+    claim = {c.key: c for c in regularization_study.article_claims(noisy, "absent", True)}["combo_training_time"]
+    assert claim.low < regularization_study.EXTRA_TIME_ALLOWED < claim.high
+    assert claim.verdict == claims.NOT_SHOWN
+
+
 def test_plot_comparison_draws_both_panels(known_peak):
     import matplotlib
 

@@ -289,7 +289,8 @@ def test_combo_training_time_fails_when_the_combo_is_much_slower(known_peak):
 
 
 def test_combo_training_time_is_not_shown_when_its_interval_straddles_the_allowance(known_peak):
-    """The reference run of 2026-12-04: +16.6% [+5.8, +27.3] was called "holds" (its low end under +10%)."""
+    """A longer notebook 07 run of 2026-12-04 (not the reference): +16.6% [+5.8, +27.3] was called "holds" (its low
+    end under +10%)."""
     from course_lib.analysis import claims
 
     noisy = _fake_study(ALL_TRICKS, speeds={"baseline": [100.0, 100.0, 100.0], "article_combo": [96.0, 86.0, 78.0]})

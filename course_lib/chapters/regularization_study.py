@@ -524,8 +524,9 @@ def _time_claim(study: Study, summary):
     rows = summary.loc[["baseline", "article_combo"]]
     speed_text = ", ".join(f"{name} {row['images/s']:.0f} images/s (MFU {row['MFU']:.1%})" if pd.notna(row["MFU"])
                            else f"{name} {row['images/s']:.0f} images/s" for name, row in rows.iterrows())
-    # Holds when the whole interval is within "almost none", refuted when it is wholly above, else not shown.
-    holds = True if extra["high"] <= EXTRA_TIME_ALLOWED else False if extra["low"] > EXTRA_TIME_ALLOWED else None
+    # Holds when the whole interval is below the allowance, refuted when wholly above, else not shown: beyond_noise
+    # with the signs flipped (it asks "wholly above").
+    holds = claim_records.beyond_noise(-extra["high"], -extra["low"], -EXTRA_TIME_ALLOWED)
     return claim_records.checked(
         key, holds,
         f"extra training time per image {extra['ratio']:+.1f}% [{extra['low']:+.1f}, {extra['high']:+.1f}] (bootstrap "

@@ -331,7 +331,7 @@ def scoreboard_html(book=None) -> str:
 
     evidence = [item for item in board if item.get("evidence", True)]
     smoke = [item for item in board if not item.get("evidence", True)]
-    counts = ", ".join(f"{count} {verdict}" for verdict, count in claims.verdict_counts(board).items())
+    counts = claims.format_counts(board)
     smoke_rows = rows(smoke, lambda item: f"{claims.SMOKE} (as measured: {item['verdict_as_measured']})")
     smoke_section = "" if not smoke else (
         f"<details><summary>{html.escape(claims.SMOKE)}: {len(smoke)} measurement(s) of the smoke profile (a "

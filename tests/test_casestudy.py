@@ -137,7 +137,7 @@ def test_case_study_runs_records_and_tabulates(config):
     earlier = casestudy.previous_studies()
     assert len(earlier) == 1 and earlier.loc[0, "baseline speed-up"] == pytest.approx(1.0)
     assert table["MFU"].notna().sum() == 2 and table.loc["ddp", "MFU"] != table.loc["ddp", "MFU"]
-    found = casestudy.claims_table(study, hardware="test machine")
+    found = casestudy.claims(study, hardware="test machine")
     assert [c.key for c in found] == ["case_study_speedup", "casestudy_dataloader", "casestudy_amp", "casestudy_ddp",
                                       "casestudy_adamw", "casestudy_regularization", "casestudy_accuracy"]
     assert all(c.hardware == "test machine" for c in found)
@@ -171,10 +171,10 @@ def test_the_speedup_claim_has_a_bootstrap_interval(monkeypatch):
     study = _study_with_rates([100, 104, 98, 102, 101, 99], [1590, 1610])  # 16x, as the article claims
     speedup = casestudy.speedup_interval(study)
     assert speedup["ratio"] == pytest.approx(1600 / 100.666, rel=1e-3) and speedup["low"] < 15.9 < speedup["high"]
-    found = {c.key: c for c in casestudy.claims_table(study)}
+    found = {c.key: c for c in casestudy.claims(study)}
     assert found["case_study_speedup"].verdict == claims.HOLDS and found["case_study_speedup"].low is not None
     assert found["casestudy_accuracy"].verdict == claims.HOLDS  # +19 points, far beyond the seeds' band
-    slow = {c.key: c for c in casestudy.claims_table(_study_with_rates([100, 104, 98, 102], [300, 310], fastest_top1=0.71))}
+    slow = {c.key: c for c in casestudy.claims(_study_with_rates([100, 104, 98, 102], [300, 310], fastest_top1=0.71))}
     assert slow["case_study_speedup"].verdict == claims.REFUTED
     # 71%, the baseline seeds' mean: inside their band, so not shown beyond noise (not refuted)
     assert slow["casestudy_accuracy"].verdict == claims.NOT_SHOWN and "noise band" in slow["casestudy_accuracy"].reason
@@ -214,10 +214,10 @@ def test_a_stage_within_the_baselines_noise_says_how_many_seeds_would_settle_it(
 
     monkeypatch.setattr(claims, "_hardware", lambda: "test machine")
     study = _study_with_rates([100, 104, 98, 102], [300, 310], top1s=(0.70, 0.72, 0.71), fastest_top1=0.715)
-    found = {c.key: c for c in casestudy.claims_table(study)}["casestudy_accuracy"]
+    found = {c.key: c for c in casestudy.claims(study)}["casestudy_accuracy"]
     needed = statistics.seeds_needed(0.005, 0.01 * 2 ** 0.5)  # +0.5 points; one run's difference spreads by std * sqrt 2
     assert found.verdict == claims.NOT_SHOWN and needed > 3
     assert f"power: about {needed} paired seeds of this stage and the baseline would show +0.5 points" in found.reason
     assert study.seeds_needed(0.71) is None  # no difference to find
-    shown = {c.key: c for c in casestudy.claims_table(_study_with_rates([100, 104], [1600]))}["casestudy_accuracy"]
+    shown = {c.key: c for c in casestudy.claims(_study_with_rates([100, 104], [1600]))}["casestudy_accuracy"]
     assert shown.verdict == claims.HOLDS and "power" not in shown.reason

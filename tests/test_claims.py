@@ -7,6 +7,7 @@ from conftest import ROOT
 
 from course_lib import cli, ledger, report
 from course_lib.analysis import claims
+from course_lib.chapters import regularization_study
 
 
 def test_the_registry_holds_the_articles_twenty_numeric_claims():
@@ -80,7 +81,8 @@ def test_workbook_claims_prints_text_and_json(capsys):
     claims.record([claims.measured("tar_shards", 6.0, (5.5, 6.5), "warm cache", hardware="machine A")])
     assert cli.main(["claims"]) == 0
     text = capsys.readouterr().out
-    assert "[02] tar_shards (A1 §3.4): holds" in text and "1 holds, 0 refuted, 0 not shown beyond noise, 0 not measurable here, 19 not measured yet" in text
+    assert "[02] tar_shards (A1 §3.4): holds" in text and ("1 holds, 0 refuted, 0 not shown beyond noise, 0 not measurable here, 19 not measured yet; apart from "
+                                                                  "these, 0 demonstrated (shown, not measured)") in text
     assert cli.main(["claims", "--json"]) == 0
     board = json.loads(capsys.readouterr().out)
     assert len(board) == 20 and {item["verdict"] for item in board} == {claims.HOLDS, claims.NOT_MEASURED}
@@ -106,7 +108,8 @@ def test_an_interval_that_contains_no_effect_has_not_shown_the_claim():
 
 
 def test_every_verdict_is_one_of_four_and_checks_read_holds_refuted_or_not_shown():
-    assert claims.VERDICTS == ("holds", "refuted", "not shown beyond noise", "not measurable here")
+    assert claims.VERDICTS == ("holds", "refuted", "not shown beyond noise", "not measurable here",
+                               "demonstrated (shown, not measured)")
     assert [claims.checked("channels_last", holds, "a check", hardware="h").verdict for holds in (True, False, None)] \
         == [claims.HOLDS, claims.REFUTED, claims.NOT_SHOWN]
     assert [claims.beyond_noise(*interval, 1.0) for interval in ((1.1, 1.3), (0.7, 0.9), (0.9, 1.2))] == [
@@ -131,7 +134,7 @@ def test_smoke_profile_verdicts_are_kept_apart_and_not_counted(capsys, monkeypat
     amp = [item for item in board if item["key"] == "amp_speedup"]
     assert [item["verdict"] for item in amp] == [claims.NOT_MEASURED, claims.SMOKE]
     assert claims.verdict_counts(board) == {claims.HOLDS: 1, claims.REFUTED: 0, claims.NOT_SHOWN: 0,
-                                            claims.NOT_MEASURABLE: 0, claims.NOT_MEASURED: 19}
+                                            claims.NOT_MEASURABLE: 0, claims.DEMONSTRATED: 0, claims.NOT_MEASURED: 19}
     assert cli.main(["claims"]) == 0
     text = capsys.readouterr().out
     assert "1 holds, 0 refuted" in text and "profile cpu" in text
@@ -241,3 +244,228 @@ def test_the_results_pages_accuracy_tables_are_those_of_the_committed_reference_
     for table in (claims.accuracy_counts_table(claims.accuracy_counts(whose="reference")),
                   claims.accuracy_results_table()):
         assert table in page, "a table of the reference results in docs/results.md is stale: run `workbook docs tables`"
+
+
+# --- issue 51, point 0: no verdict holds on "no effect" or on the opposite effect ------------------------------
+
+def _null_intervals(rule: claims.Rule) -> list[tuple[float, float]]:
+    """The intervals on which a claim decided by `rule` must not hold: "no effect" (a point, a narrow and a wide
+    interval around 0) for a claim of an effect, and for every kind the opposite effect beyond its margin (for a
+    "not worse" or "at most" claim, no effect is the claim itself: only the opposite must fail)."""
+    margin = rule.margin
+    no_effect = [(0.0, 0.0), (-0.1 * margin, 0.1 * margin), (-3 * margin, 3 * margin)]
+    opposite = {claims.GAIN: [(-2 * margin, -margin), (-10 * margin, -0.5 * margin)],
+                claims.LOSS: [(margin, 2 * margin), (0.5 * margin, 10 * margin)],
+                claims.CHANGE: [],  # either direction is the claim; its opposite is no change
+                claims.NON_INFERIOR: [(-3 * margin, -1.5 * margin)],
+                claims.AT_MOST: [(1.5 * margin, 3 * margin)]}[rule.kind]
+    return (no_effect if rule.kind in (claims.GAIN, claims.LOSS, claims.CHANGE) else []) + opposite
+
+
+def holds_on_null(decider, rule: claims.Rule) -> list[tuple[float, float]]:
+    """The null intervals (`_null_intervals`) on which `decider(rule, low, high)` says HOLDS."""
+    return [interval for interval in _null_intervals(rule) if decider(rule, *interval) == claims.HOLDS]
+
+
+@pytest.mark.parametrize("key", list(claims.RULES))
+def test_no_rule_holds_on_no_effect_or_on_the_opposite_effect(key):
+    assert holds_on_null(claims.decide, claims.RULES[key]) == []
+    assert claims.RULES[key].why and claims.RULES[key].margin > 0  # a margin, stated with its reason
+
+
+def test_the_null_check_fails_a_planted_claim_that_holds_on_everything():
+    def planted(rule, low, high):
+        return claims.HOLDS
+
+    assert all(holds_on_null(planted, rule) for rule in claims.RULES.values())
+
+
+@pytest.mark.parametrize("key", [key for key, claim in claims.ARTICLE_CLAIMS.items() if claim.no_effect is not None])
+def test_no_numeric_claim_of_an_effect_holds_on_no_effect_or_the_opposite(key):
+    claim = claims.ARTICLE_CLAIMS[key]
+    none = claim.no_effect
+    step = abs(claim.low if claim.low not in (None, none) else claim.high or 1.0) or 1.0
+    away = (none - 2 * step, none - step) if claim.low is not None and claim.low >= none else (none + step, none + 2 * step)
+    for low, high in ((none, none), (none - 0.1 * step, none + 0.1 * step), (none - 3 * step, none + 3 * step), away):
+        assert claims.judge(claim, (low + high) / 2, low, high) != claims.HOLDS, (low, high)
+
+
+def test_a_rule_decides_gain_loss_change_non_inferiority_and_at_most():
+    gain, loss, change, not_worse, at_most = (claims.Rule(kind, 0.5, "points", "a test") for kind in claims.RULE_KINDS)
+    assert [claims.decide(gain, *i) for i in ((0.2, 1.0), (-0.2, 1.0), (-0.3, 0.4), (0.1, 0.4))] == [
+        claims.HOLDS, claims.NOT_SHOWN, claims.REFUTED, claims.REFUTED]  # the last: real, but below worth having
+    assert [claims.decide(loss, *i) for i in ((-1.0, -0.2), (-0.4, 0.3))] == [claims.HOLDS, claims.REFUTED]
+    assert [claims.decide(change, *i) for i in ((-1.0, -0.2), (0.6, 0.9), (-0.4, 0.3), (-0.4, 0.9))] == [
+        claims.HOLDS, claims.HOLDS, claims.REFUTED, claims.NOT_SHOWN]
+    assert [claims.decide(not_worse, *i) for i in ((-0.4, 2.0), (-0.6, 2.0), (-2.0, -0.6))] == [
+        claims.HOLDS, claims.NOT_SHOWN, claims.REFUTED]
+    assert [claims.decide(at_most, *i) for i in ((-2.0, 0.4), (0.0, 0.6), (0.6, 2.0))] == [
+        claims.HOLDS, claims.NOT_SHOWN, claims.REFUTED]
+    assert claims.combine(claims.HOLDS, claims.HOLDS) == claims.HOLDS
+    assert claims.combine(claims.HOLDS, claims.REFUTED) == claims.REFUTED
+    assert claims.combine(claims.HOLDS, claims.NOT_SHOWN) == claims.NOT_SHOWN
+    with pytest.raises(ValueError, match="rule kind 'maybe'"):
+        claims.decide(claims.Rule("maybe", 0.5, "points", "a test"), 0.0, 1.0)
+
+
+def test_decided_names_its_rule_and_a_demonstration_is_counted_apart(monkeypatch):
+    monkeypatch.setattr(claims, "_hardware", lambda: "test machine")
+    found = claims.decided("label_smoothing_alone", 0.1, (-0.1, 0.3), "paired over 5 seeds")
+    assert found.verdict == claims.REFUTED and found.unit == "points"
+    assert "rule: holds above 0 reaching +0.5 points" in found.reason and "two seeds' spread" in found.reason
+    with pytest.raises(KeyError, match="has no rule"):
+        claims.decided("tar_shards", 1.0, None, "a test")
+    shown = claims.demonstrated("warmup_cosine", True, "the scheduler against its formula")
+    assert shown.verdict == claims.DEMONSTRATED
+    assert claims.demonstrated("warmup_cosine", False, "a broken scheduler").verdict == claims.REFUTED
+    board = [{"verdict": shown.verdict, "evidence": True}, {"verdict": claims.HOLDS, "evidence": True}]
+    assert claims.format_counts(board).startswith("1 holds, 0 refuted") and \
+        claims.format_counts(board).endswith("apart from these, 1 demonstrated (shown, not measured)")
+
+
+# Every accuracy chapter's claim function on made-up "no effect" and "opposite effect" results (the builders of
+# its own tests): a claim of an effect must not hold on either, a "not worse" or "at most" claim not on the
+# opposite. `keys`: the claims the case must not hold (the others are checks the case does not feed).
+
+def _chapter_07(effect, monkeypatch):
+    from test_regularization_study import _fake_study
+
+    from course_lib.measure import peak
+
+    monkeypatch.setattr(peak, "peak_flops", lambda device, dtype: 1e12)
+    base = [0.80, 0.82, 0.84]
+    shift = {"none": 0.0, "opposite": -0.01}[effect]
+    tricks = {name: [value + shift for value in base] for name in ("label_smoothing", "mixup", "ema", "article_combo")}
+    everything = [value + (0.01 if effect == "opposite" else 0.0) for value in tricks["article_combo"]]
+    study = _fake_study({"baseline": base, **tricks, "everything": everything},
+                        ema_gain=[shift] * 3, speeds={"article_combo": [50.0] * 3} if effect == "opposite" else None)
+    control = _fake_study({"baseline": base, "mixup": base, "article_combo": base}, data="CIFAR-10")
+    keys = ["regularization_remote_sensing", "regularization_cifar10", "mixup_remote_sensing", "ema_steady_gain",
+            "too_many_tricks", "label_smoothing_alone", "label_smoothing_calibration"]
+    return regularization_study.claims(study, control, True), keys + (
+        ["combo_training_time"] if effect == "opposite" else [])
+
+
+def _chapter_07_weights(effect, monkeypatch):
+    from test_regularization_study import weight_runs
+
+    gain = {"none": 0.0, "opposite": -3.0}[effect]
+    choice = weight_runs({"EMA": gain, "SWA": gain, "best.pt": gain, "early": gain})
+    return regularization_study.weight_choice_claims(choice), ["best_checkpoint_gain", "swa_gain"] + (
+        ["early_stopping"] if effect == "opposite" else [])
+
+
+def _chapter_13(effect, monkeypatch):
+    from test_compress_and_deploy import _tables
+
+    from course_lib.chapters import compress_and_deploy
+
+    labels_only = (0.78, 0.79, 0.80)
+    if effect == "none":  # a student exactly as good as labels alone: "not worse" is its claim, so no key
+        return compress_and_deploy.claims(*_tables(distilled_top1=labels_only)), []
+    return (compress_and_deploy.claims(*_tables(distilled_top1=tuple(v - 0.05 for v in labels_only),
+                                                      channel_top1=0.45, rehearsal_forgetting=80.0)),
+            ["deploy_distillation", "deploy_pruning", "continual_learning"])
+
+
+def _chapter_15(effect, monkeypatch):
+    from test_data_quality import _runs, _study
+
+    from course_lib.chapters import data_quality
+
+    gains = {"none": [0.0, 0.001, -0.001], "opposite": [-0.02, -0.021, -0.019]}[effect]
+    return data_quality.claims(_study(), data_quality.recovery_table(_runs(gains))), ["cleaning_recovers_accuracy"]
+
+
+def _chapter_09(effect, monkeypatch):
+    from test_confusion_study import CLASSES, PAIRS, SUMMARY, imbalance, predictions_with_recall
+
+    from course_lib.chapters import confusion_study
+
+    delta = {"none": {"delta": 0.0, "low": -0.004, "high": 0.004},
+             "opposite": {"delta": -0.03, "low": -0.045, "high": -0.015}}[effect]
+    found = confusion_study.claims(SUMMARY, CLASSES, PAIRS, 0.6, 0.2, SUMMARY, {"top1": delta}, 0.2)
+    plain = predictions_with_recall([0.9, 0.8, 0.6, 0.4])
+    corrected = plain if effect == "none" else predictions_with_recall([0.9, 0.6, 0.3, 0.1])
+    study = imbalance({"none": plain, "weighted_loss": corrected, "sampler": corrected})
+    return found + confusion_study.imbalance_claims(study, draws=200), ["mixup_helps_09", "imbalance_weighted_loss",
+                                                                      "imbalance_sampler"]
+
+
+def _chapter_06(effect, monkeypatch):
+    from test_optimizer_study import article_values, grid_frame, range_tests
+
+    from course_lib.chapters import optimizer_study
+
+    def accuracy(optimizer, lr, seed):
+        worse = 0.05 if effect == "opposite" and optimizer == "adamw" else 0.0
+        return 0.80 + 0.01 * seed - worse
+
+    return optimizer_study.claims(grid_frame(accuracy), range_tests(), article_values()), ["adamw_vs_sgd"]
+
+
+def _chapter_06_schedule(effect, monkeypatch):
+    from test_optimizer_study import schedule_frame
+
+    from course_lib.chapters import optimizer_study
+
+    def accuracy(config):  # the optimizer moves top-1 when the effect is opposite, the schedule never does
+        return 0.6 + 0.001 * config.seed + (0.05 if effect == "opposite" and config.optimizer == "adamw" else 0.0)
+
+    return optimizer_study.schedule_claims(optimizer_study.schedule_vs_optimizer(schedule_frame(accuracy)), "test"), [
+        "schedule_over_optimizer"]
+
+
+def _chapter_03(effect, monkeypatch):
+    from test_mixed_precision import accuracy_table, speed_table
+
+    from course_lib.chapters import mixed_precision
+
+    speeds = speed_table([100, 102, 98], [180, 185, 178], [170, 172, 169])
+    reduced = {"none": [0.80, 0.82, 0.81], "opposite": [0.70, 0.71, 0.72]}[effect]
+    found = mixed_precision.claims(speeds, "fp16", 0.5, accuracy_table([0.80, 0.82, 0.81], reduced, "fp16"),
+                                   device="cuda:0")
+    return found, ["amp_accuracy"] if effect == "opposite" else []
+
+
+def _chapter_12(effect, monkeypatch):
+    from test_model_family import _pairs, _run
+
+    from course_lib.chapters import model_family
+
+    gains = {"none": [0.0, 0.0, 0.0, 0.0], "opposite": [0.05, 0.051, 0.049, 0.05]}[effect]
+    vit = [_run(name, seed, 0.8, val_loss=1.0 - (0.3 if effect == "opposite" and name != "resnet18" else 0.0))
+           for seed in range(3) for name in ("resnet18", model_family.VITS[0])]
+    found = model_family.claims(_pairs(gains) + vit, hardware="test machine")
+    return found, ["vit_overfits_small_data"] + (["bigger_model_not_better"] if effect == "opposite" else [])
+
+
+def _chapter_08(effect, monkeypatch):
+    from test_transfer_plans import _grid
+
+    from course_lib.chapters import transfer_plans
+
+    scratch = (0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.88, 0.88, 0.89, 0.9)
+    worse = tuple(value - 0.05 for value in scratch)
+    fine_tune = scratch if effect == "none" else worse
+    frozen = fine_tune if effect == "none" else tuple(value - 0.05 for value in worse)
+    results, verdict = _grid(fine_tune, frozen, scratch)
+    found = transfer_plans.claims(results, verdict)
+    return found, ["transfer_learning", "transfer_beats_scratch"] + (
+        ["transfer_freeze_recipe"] if effect == "opposite" else [])
+
+
+CHAPTER_CASES = {"03": _chapter_03, "06": _chapter_06, "06 schedule": _chapter_06_schedule, "07": _chapter_07,
+                 "07 weights": _chapter_07_weights, "08": _chapter_08, "09": _chapter_09, "12": _chapter_12,
+                 "13": _chapter_13, "15": _chapter_15}
+
+
+@pytest.mark.parametrize("effect", ["none", "opposite"])
+@pytest.mark.parametrize("chapter", list(CHAPTER_CASES))
+def test_no_chapter_claim_holds_on_no_effect_or_the_opposite(chapter, effect, monkeypatch):
+    monkeypatch.setattr(claims, "_hardware", lambda: "test machine")
+    found, keys = CHAPTER_CASES[chapter](effect, monkeypatch)
+    verdicts = {claim.key: claim.verdict for claim in found}
+    assert set(keys) <= set(verdicts), f"{chapter} did not return {set(keys) - set(verdicts)}"
+    holding = {key: verdicts[key] for key in keys if verdicts[key] == claims.HOLDS}
+    assert not holding, f"{chapter}: these claims hold on {effect} effect: {holding}"

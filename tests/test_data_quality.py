@@ -59,7 +59,7 @@ def test_the_recovery_table_pairs_each_variant_with_the_noisy_labels():
                                             ([0.02, -0.02, 0.001], claims.NOT_SHOWN),
                                             ([0.02], claims.NOT_SHOWN)])
 def test_cleaning_recovers_accuracy_follows_the_paired_interval(gains, verdict):
-    found = {c.key: c for c in data_quality.claims_table(_study(), data_quality.recovery_table(_runs(gains)),
+    found = {c.key: c for c in data_quality.claims(_study(), data_quality.recovery_table(_runs(gains)),
                                                          hardware="test machine")}
     assert found["cleaning_recovers_accuracy"].verdict == verdict
 
@@ -70,6 +70,6 @@ def test_the_finder_claim_needs_recall_and_precision_above_one_half():
     poor = data_quality.LabelStudy(np.zeros(400, int), np.zeros(400, int), many, np.full((400, 2), 0.5),
                                    np.arange(200, 400))  # flags only images that were not planted
     table = data_quality.recovery_table(_runs([0.02, 0.021, 0.019]))
-    verdicts = [next(c for c in data_quality.claims_table(s, table) if c.key == "label_finder_finds_flips").verdict
+    verdicts = [next(c for c in data_quality.claims(s, table) if c.key == "label_finder_finds_flips").verdict
                 for s in (good, poor)]
     assert verdicts == [claims.HOLDS, claims.REFUTED]

@@ -5,6 +5,7 @@ import statistics
 import pytest
 from test_ddp import fake_rows
 
+from course_lib.analysis import claims
 from course_lib.chapters import ddp_scaling
 from course_lib.engine import ddp
 
@@ -29,12 +30,23 @@ def test_advice_acts_when_communication_exceeds_15_percent():
     assert "accumulation_steps" in advice and "NCCL_P2P_LEVEL" in advice and "Weak scaling beats" in advice
     found = {c.key: c for c in ddp_scaling.claims(report)}
     assert list(found) == ["ddp_efficiency", "ddp_article_example", "ddp_communication_share", "ddp_stage3_speedup"]
-    assert found["ddp_article_example"].verdict == "holds" and "71.4%" in found["ddp_article_example"].reason
+    assert found["ddp_article_example"].verdict == claims.DEMONSTRATED and "71.4%" in found["ddp_article_example"].reason
     # cuda:0 with 2 workers is not the claim's 4 GPUs: not measurable, with what was measured instead.
     assert found["ddp_efficiency"].verdict == "not measurable here"
     assert "measured instead: 83% strong-scaling efficiency at 2 worker(s)" in found["ddp_efficiency"].reason
     # 20% exposed communication with an efficiency under 85%: the rule's advice is consistent.
     assert found["ddp_communication_share"].verdict == "holds"
+
+
+@pytest.mark.parametrize("device, exposed, rows, verdict", [
+    ("cuda:0", 0.20, dict(t1_strong=1.0, t2_strong=0.55, t1_weak=0.5, t2_weak=0.52), "refuted"),  # 91% despite 20%
+    ("cuda:0", 0.01, dict(t1_strong=1.0, t2_strong=0.55, t1_weak=0.5, t2_weak=0.52), "holds"),
+    ("cuda:0", 0.01, {}, "refuted"),  # 83% with little communication exposed: the rule did not predict the miss
+    ("cpu", 0.20, {}, "not measurable here")])  # workers sharing cores miss 85% whatever communication takes
+def test_the_communication_rule_can_fail(device, exposed, rows, verdict):
+    """Issue 51: ddp_communication_share held whenever efficiency was under 85%, always the case on a CPU."""
+    report = report_for(fake_rows(**rows), {"profiled_share": 0.4, "exposed_share": exposed}, device=device)
+    assert {c.key: c for c in ddp_scaling.claims(report)}["ddp_communication_share"].verdict == verdict
 
 
 def test_advice_accepts_good_scaling_and_flags_oversubscribed_cpus():

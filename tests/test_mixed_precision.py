@@ -48,7 +48,7 @@ def test_claims_on_a_gpu_like_machine_hold():
     speeds = speed_table([100, 102, 98], [180, 185, 178], [170, 172, 169])
     best = mixed_precision.faster_reduced_precision(speeds)
     assert best == "fp16"
-    accuracy = accuracy_table([0.80, 0.82, 0.81], [0.81, 0.815, 0.81], "fp16")
+    accuracy = accuracy_table([0.80, 0.82, 0.81], [0.804, 0.821, 0.811], "fp16")  # within 0.5 points: kept
     layout = speed_table([100, 101, 99], [100, 100, 100], [120, 121, 119]).rename(index={"bf16": "channels_last"})
     found = {c.key: c for c in mixed_precision.claims(speeds, best, 0.5, accuracy, device="cuda:0", layout=layout,
                                                       compile_speeds=compile_table([100, 101, 99], [120, 121, 119]))}
@@ -89,7 +89,7 @@ def test_the_speed_up_is_the_tables_ratio_of_medians_with_a_paired_interval():
 
 def test_channels_last_inside_the_noise_is_not_shown_rather_than_refuted():
     speeds = speed_table([100, 102, 98], [180, 185, 178], [170, 172, 169])
-    accuracy = accuracy_table([0.80, 0.82, 0.81], [0.81, 0.815, 0.81], "fp16")
+    accuracy = accuracy_table([0.80, 0.82, 0.81], [0.804, 0.821, 0.811], "fp16")  # within 0.5 points: kept
     verdicts = {}
     for name, flipped in (("faster", [120, 121, 119]), ("same", [95, 106, 99]), ("slower", [80, 81, 79])):
         layout = speed_table([100, 101, 99], [100, 100, 100], flipped).rename(index={"bf16": "channels_last"})

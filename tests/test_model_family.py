@@ -109,7 +109,7 @@ def _pairs(gains, small="resnet18", big="resnet50"):
 
 
 def _verdict(runs, key):
-    return next(c for c in model_family.claims_table(runs, hardware="test machine") if c.key == key)
+    return next(c for c in model_family.claims(runs, hardware="test machine") if c.key == key)
 
 
 @pytest.mark.parametrize("gains, verdict", [

@@ -237,3 +237,12 @@ def test_an_inconclusive_paired_comparison_says_how_many_seeds_would_settle_it()
                           "top1": [0.80, 0.85, 0.82, 0.81, 0.84, 0.84]})
     table = statistics.compare_variants(frame, "top1")
     assert table.loc["same", "verdict"] == "within noise" and table.loc["same", "seeds needed"] >= 3
+
+
+def test_seeds_needed_gives_up_on_an_effect_of_rounding_error():
+    """A paired difference whose mean is floating-point noise (0.1, -0.1 and 0 points: mean 1e-15) doubled the
+    seeds past 2**64, where scipy's t quantile raised a TypeError (notebook 07's claims, found in a test)."""
+    assert statistics.seeds_needed(1e-15, 0.1) is None
+    paired = statistics.paired_difference([81.5, 83.6, 85.4], [81.5, 83.5, 85.5])
+    assert paired["beyond"] == 0 and paired["seeds_needed"] is None
+    assert statistics.seeds_needed(0.05, 0.1) == 34  # d = 0.5 still gives the textbook 34

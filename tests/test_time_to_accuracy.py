@@ -48,20 +48,20 @@ def test_the_reference_claims_from_a_race(monkeypatch):
     monkeypatch.setattr(claims, "_hardware", lambda: "test machine")
     default = _result("workbook default", [(75, 0.4)], images_per_second=20.0)
     speed = _result("speed-run recipe", [(100, 0.9), (200, 0.975)], images_per_second=800.0, val_top1=0.978)
-    found = {c.key: c for c in time_to_accuracy.claims_table([default, speed], 210.0)}
+    found = {c.key: c for c in time_to_accuracy.claims([default, speed], 210.0)}
     assert found["eurosat_finetuned_reference"].verdict == claims.REFUTED  # 97.8% [97.3, 98.2] < 98.57
     assert "whole interval is below 98.57%" in found["eurosat_finetuned_reference"].reason
     assert found["eurosat_scratch_reference"].verdict == claims.HOLDS
     assert "at or above 97.23%" in found["eurosat_scratch_reference"].reason
     close = _result("speed-run recipe", [(100, 0.9), (200, 0.985)], images_per_second=800.0, val_top1=0.9857)
-    near = {c.key: c for c in time_to_accuracy.claims_table([default, close], 210.0)}
+    near = {c.key: c for c in time_to_accuracy.claims([default, close], 210.0)}
     assert near["eurosat_finetuned_reference"].verdict == claims.NOT_SHOWN  # the interval straddles 98.57%
     assert "contains 98.57%" in near["eurosat_finetuned_reference"].reason
     assert found["speedrun_97_in_10_minutes"].verdict == claims.HOLDS and "200 s" in found[
         "speedrun_97_in_10_minutes"].reason
     assert found["airbench_pipeline"].verdict == claims.HOLDS
     short = _result("speed-run recipe", [(100, 0.9), (200, 0.95)], images_per_second=800.0)
-    unreached = {c.key: c for c in time_to_accuracy.claims_table([default, short], 210.0)}
+    unreached = {c.key: c for c in time_to_accuracy.claims([default, short], 210.0)}
     assert unreached["speedrun_97_in_10_minutes"].verdict == claims.NOT_MEASURABLE
     assert "bench_speedrun" in unreached["speedrun_97_in_10_minutes"].reason
 

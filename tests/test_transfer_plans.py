@@ -49,7 +49,7 @@ def test_source_checkpoint_is_reused_while_its_config_matches(tmp_path):
     config = tiny_config(tmp_path, output_dir=str(tmp_path / "source"))
     extra = {"classes": SOURCE_CLASSES}
     first = transfer_plans.source_checkpoint(config, _source_bundle(), extra=extra)
-    assert not first["reused"] and f"source-{first['digest']}" in first["checkpoint"]
+    assert not first["reused"] and f"source/{first['digest']}" in first["checkpoint"]
     again = transfer_plans.source_checkpoint(config.replace(num_workers=0), _source_bundle(), extra=extra)
     assert again["reused"] and again["checkpoint"] == first["checkpoint"] and again["digest"] == first["digest"]
     changed = transfer_plans.source_checkpoint(config.replace(epochs=2), _source_bundle(), extra=extra)
@@ -136,7 +136,7 @@ def test_transfer_claims_measure_the_share_saved_with_an_interval(monkeypatch):
     monkeypatch.setattr(claims, "_hardware", lambda: "test machine")
     results, verdict = _grid((0.85, 0.9, 0.93, 0.94, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95),
                              (0.6, 0.7, 0.8, 0.85, 0.86, 0.87, 0.88, 0.89, 0.9, 0.9))
-    found = transfer_plans.claims_table(results, verdict, source_seconds=30.0, setting="a test")
+    found = transfer_plans.claims(results, verdict, source_seconds=30.0, setting="a test")
     assert [c.key for c in found] == ["transfer_learning", "transfer_beats_scratch", "transfer_freeze_recipe"]
     share = found[0]
     assert share.measured == pytest.approx(80.0) and share.low <= 80.0 <= share.high
@@ -145,4 +145,4 @@ def test_transfer_claims_measure_the_share_saved_with_an_interval(monkeypatch):
     assert found[2].verdict == claims.REFUTED  # 5 points worse than fine-tune all on every seed
     # Fine-tuning that learns as slowly as from scratch saves nothing: the claim is refuted.
     slow, verdict = _grid((0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.88, 0.88, 0.89, 0.9), [0.2] * 10)
-    assert transfer_plans.claims_table(slow, verdict)[0].verdict == claims.REFUTED
+    assert transfer_plans.claims(slow, verdict)[0].verdict == claims.REFUTED

@@ -36,7 +36,11 @@ import math
 from dataclasses import asdict, dataclass
 
 HOLDS, REFUTED, NOT_SHOWN, NOT_MEASURABLE = "holds", "refuted", "not shown beyond noise", "not measurable here"
-VERDICTS = (HOLDS, REFUTED, NOT_SHOWN, NOT_MEASURABLE)
+# Shown, not measured: a check that holds by construction (the engine's scheduler against its own formula,
+# a property of the installed wheel, the article's own arithmetic). Listed and counted apart from the
+# verdicts: it teaches, but it is no evidence for or against a claim.
+DEMONSTRATED = "demonstrated (shown, not measured)"
+VERDICTS = (HOLDS, REFUTED, NOT_SHOWN, NOT_MEASURABLE, DEMONSTRATED)
 NOT_MEASURED = "not measured yet"  # scoreboard only: no measurement in the ledger
 SMOKE = "smoke: not evidence"  # scoreboard only: a smoke-profile measurement, listed apart and not counted
 SMOKE_PROFILE, UNKNOWN_PROFILE = "smoke", "unknown"
@@ -303,6 +307,107 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # filled per notebook belo
 ])
 
 
+# How an interval decides a qualitative claim (issue 51): one rule per claim, its margin in its unit, and the
+# reason for the margin. The rule is stated before any run, so a null effect becomes a conclusion once the
+# interval is narrow enough (equivalence testing, TOST), and no verdict can hold on "no effect":
+# - "gain" (X helps): holds when the whole interval lies above 0 and reaches the margin, the smallest effect
+#   worth having; refuted when it lies wholly below the margin (within +-margin, or below 0: one-sided TOST).
+# - "loss" (X hurts): the mirror of "gain": holds below 0 reaching -margin, refuted wholly above -margin.
+# - "change" (X changes Y, either way): holds when the interval excludes 0 and reaches past +-margin on that
+#   side, refuted when it lies wholly within +-margin.
+# - "non-inferior" (X is not worse): holds when the whole interval lies above -margin, refuted wholly below.
+# - "at most" (X adds at most the margin, or is not much better): holds when the whole interval lies below
+#   the margin, refuted wholly above it.
+GAIN, LOSS, CHANGE, NON_INFERIOR, AT_MOST = "gain", "loss", "change", "non-inferior", "at most"
+RULE_KINDS = (GAIN, LOSS, CHANGE, NON_INFERIOR, AT_MOST)
+# One converged EuroSAT model's seed-to-seed spread: the speed-run recipe's 5 seeds on valid, std 0.19 points
+# (benchmarks/results/speedrun_speedrun.json); two seeds' spread is the smallest top-1 effect worth having.
+WORTH_HAVING = "0.5 points of top-1: about two seeds' spread of a converged EuroSAT model (std 0.19 points)"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How `decided` turns an interval into a verdict: `kind` (RULE_KINDS), `margin` in `unit`, and why."""
+
+    kind: str
+    margin: float
+    unit: str
+    why: str
+
+    def text(self) -> str:
+        margin = f"{self.margin:g} {self.unit}"
+        return {GAIN: f"holds above 0 reaching +{margin}, refuted wholly below +{margin}",
+                LOSS: f"holds below 0 reaching -{margin}, refuted wholly above -{margin}",
+                CHANGE: f"holds beyond 0 reaching past +-{margin}, refuted wholly within +-{margin}",
+                NON_INFERIOR: f"holds wholly above -{margin}, refuted wholly below -{margin}",
+                AT_MOST: f"holds wholly below +{margin}, refuted wholly above +{margin}"}[self.kind] + f" ({self.why})"
+
+
+RULES: dict[str, Rule] = {
+    # notebook 03
+    "amp_accuracy": Rule(NON_INFERIOR, 0.5, "points", WORTH_HAVING),
+    # notebook 06
+    "schedule_over_optimizer": Rule(GAIN, 0.5, "points", WORTH_HAVING),
+    # notebook 07
+    "ema_steady_gain": Rule(GAIN, 0.5, "points", WORTH_HAVING + "; in every run with an EMA"),
+    "combo_training_time": Rule(AT_MOST, 10.0, "%", "'almost no training time' read as at most +10% per image"),
+    "too_many_tricks": Rule(LOSS, 0.5, "points", WORTH_HAVING + "; everything minus the article's combination"),
+    "label_smoothing_alone": Rule(GAIN, 0.5, "points", WORTH_HAVING),
+    "label_smoothing_calibration": Rule(CHANGE, 1.0, "points", "1 point of ECE: a smaller change does not show in "
+                                                               "a 15-bin reliability diagram"),
+    "early_stopping": Rule(NON_INFERIOR, 0.5, "points", "'no accuracy cost' read as losing less than " + WORTH_HAVING),
+    "best_checkpoint_gain": Rule(GAIN, 0.5, "points", WORTH_HAVING),
+    "swa_gain": Rule(GAIN, 0.5, "points", WORTH_HAVING),
+    # notebook 08
+    "transfer_beats_scratch": Rule(GAIN, 0.5, "points", WORTH_HAVING),
+    "transfer_freeze_recipe": Rule(NON_INFERIOR, 0.5, "points", "'not destroyed' read as losing less than "
+                                                                + WORTH_HAVING),
+    # notebook 09
+    "mixup_helps_09": Rule(GAIN, 0.5, "points", WORTH_HAVING),
+    "imbalance_weighted_loss": Rule(GAIN, 1.0, "points", "1 point of macro-F1: about one class's F1 moving 10 "
+                                                         "points among 10"),
+    "imbalance_sampler": Rule(GAIN, 1.0, "points", "1 point of macro-F1: about one class's F1 moving 10 points "
+                                                   "among 10"),
+    # notebook 12
+    "bigger_model_not_better": Rule(AT_MOST, 1.0, "points", "'much better' is the claim's own 1 point, each pair"),
+    # notebook 13
+    "deploy_distillation": Rule(NON_INFERIOR, 1.0, "points", "'keeps good accuracy' read as losing less than 1 "
+                                                             "point against the same student trained on labels"),
+    "deploy_pruning": Rule(NON_INFERIOR, 2.0, "points", "'ready for production' read as within 2 points of the "
+                                                        "unpruned model"),
+    # notebook 15
+    "cleaning_recovers_accuracy": Rule(GAIN, 0.5, "points", WORTH_HAVING),
+}
+
+
+def decide(rule: Rule, low: float, high: float) -> str:
+    """The verdict of `rule` on the interval [low, high] (see `RULES` for the kinds)."""
+    margin = rule.margin
+    if rule.kind == LOSS:  # the mirror image of a gain
+        low, high = -high, -low
+    if rule.kind in (GAIN, LOSS):
+        return REFUTED if high < margin else HOLDS if low > 0 else NOT_SHOWN
+    if rule.kind == CHANGE:
+        if -margin < low and high < margin:
+            return REFUTED
+        return HOLDS if (low > 0 and high >= margin) or (high < 0 and low <= -margin) else NOT_SHOWN
+    if rule.kind == NON_INFERIOR:
+        return HOLDS if low > -margin else REFUTED if high < -margin else NOT_SHOWN
+    if rule.kind == AT_MOST:
+        return HOLDS if high < margin else REFUTED if low > margin else NOT_SHOWN
+    raise ValueError(f"rule kind {rule.kind!r}: use one of {', '.join(RULE_KINDS)}")
+
+
+def combine(*verdicts: str) -> str:
+    """A claim about several things at once (accuracy and speed): it holds only when every part holds, is
+    refuted when one part is, and is otherwise not shown (a part not measurable makes it not measurable)."""
+    if REFUTED in verdicts:
+        return REFUTED
+    if NOT_MEASURABLE in verdicts:
+        return NOT_MEASURABLE
+    return HOLDS if all(verdict == HOLDS for verdict in verdicts) else NOT_SHOWN
+
+
 def format_value(value: float | None, unit: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -408,6 +513,38 @@ def checked(key: str, holds: bool | None, reason: str, value: float | None = Non
                  None if value is None else float(value), low, high,
                  NOT_SHOWN if holds is None else HOLDS if holds else REFUTED, reason,
                  hardware or _hardware(), claim.notebook)
+
+
+def decided(key: str, value: float, interval: tuple[float, float] | None, reason: str,
+            hardware: str | None = None, also: str | None = None) -> Claim:
+    """A qualitative claim decided by its rule (`RULES[key]`) from `value` and its 95% `interval`, both in
+    the rule's unit (without an interval, the value alone decides). `also`: the verdict of a second part
+    the claim makes (a speed beside an accuracy), `combine`d with this one. The reason gains the rule."""
+    if key not in RULES:
+        raise KeyError(f"claim {key!r} has no rule; the claims with one are: {', '.join(RULES)}")
+    rule, claim = RULES[key], article_claim(key)
+    if value is None or not math.isfinite(value):
+        raise ValueError(f"claim {key}: measured value must be a finite number, got {value!r}")
+    low, high = (value, value) if interval is None else (float(interval[0]), float(interval[1]))
+    verdict = decide(rule, low, high)
+    if also is not None:
+        verdict = combine(verdict, also)
+    return Claim(key, claim.statement, f"{claim.article} §{claim.section}", claim.claimed, rule.unit, float(value),
+                 None if interval is None else low, None if interval is None else high, verdict,
+                 f"{reason}; rule: {rule.text()}", hardware or _hardware(), claim.notebook)
+
+
+def demonstrated(key: str, shown: bool, reason: str, value: float | None = None,
+                 hardware: str | None = None) -> Claim:
+    """A check that holds by construction (a formula against itself, a property of the installed wheel):
+    DEMONSTRATED when `shown`, REFUTED when even that failed (a bug to report). Counted apart from the
+    verdicts (`verdict_counts`), never as evidence for the article."""
+    claim = article_claim(key)
+    if not reason:
+        raise ValueError(f"claim {key}: say what was shown")
+    return Claim(key, claim.statement, f"{claim.article} §{claim.section}", claim.claimed, claim.unit,
+                 None if value is None else float(value), None, None, DEMONSTRATED if shown else REFUTED,
+                 reason, hardware or _hardware(), claim.notebook)
 
 
 def not_measurable(key: str, reason: str, hardware: str | None = None) -> Claim:
@@ -682,9 +819,19 @@ def format_accuracy_counts(counts: dict[str, dict[str, int]]) -> str:
 
 
 def verdict_counts(board: list[dict]) -> dict[str, int]:
-    """How many scoreboard items have each verdict, smoke-profile ones left out (they are not evidence)."""
+    """How many scoreboard items have each verdict, smoke-profile ones left out (they are not evidence);
+    DEMONSTRATED has its own count, to be shown apart from the verdicts (`format_scoreboard`)."""
     counted = [item for item in board if item.get("evidence", True)]
     return {verdict: sum(item["verdict"] == verdict for item in counted) for verdict in (*VERDICTS, NOT_MEASURED)}
+
+
+def format_counts(board: list[dict]) -> str:
+    """`verdict_counts` in one line, the demonstrations apart: "3 holds, ..., 19 not measured yet; apart
+    from these, 2 demonstrated (shown, not measured)"."""
+    counts = verdict_counts(board)
+    demonstrations = counts.pop(DEMONSTRATED)
+    return (", ".join(f"{count} {verdict}" for verdict, count in counts.items())
+            + f"; apart from these, {demonstrations} {DEMONSTRATED}")
 
 
 def format_scoreboard(board: list[dict]) -> str:
@@ -708,7 +855,7 @@ def format_scoreboard(board: list[dict]) -> str:
             lines.append(f"    reference (not yours): {figure['verdict']}, measured {figure['measured']}"
                          + (f" {figure['interval']}" if figure["interval"] != "-" else "")
                          + f" on {figure['hardware']}, profile {figure['profile']}, {figure['date']}")
-    lines.append(", ".join(f"{count} {verdict}" for verdict, count in verdict_counts(board).items()))
+    lines.append(format_counts(board))
     for whose in ("yours", "reference"):
         counts = accuracy_counts(board, whose)  # the references' counts: of every committed reference
         if whose == "yours" or any(count[NOT_MEASURED] < count["total"] for count in counts.values()):

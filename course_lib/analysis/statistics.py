@@ -180,12 +180,16 @@ def paired_t_power(size: float, seeds: int, level: float = 0.95) -> float:
     return float(stats.nct.sf(critical, freedom, shift) + (far if math.isfinite(far) else 0.0))
 
 
+MOST_SEEDS = 1_000_000  # seeds_needed gives up beyond this: no experiment runs a million seeds
+
+
 def seeds_needed(effect: float, std: float, level: float = 0.95, power: float = 0.8) -> int | None:
     """A power calculation for an inconclusive paired comparison: how many seeds (pairs) a paired t
     test at `level` needs to show a true mean difference of `effect` with probability `power`, when
     the per-seed differences spread by `std` (the spread this run measured): the smallest whole number
-    whose `paired_t_power` reaches `power`, at least 2. None when there is no effect to find (`effect` 0)
-    or no spread to measure it with (`std` 0 or not finite)."""
+    whose `paired_t_power` reaches `power`, at least 2. None when there is no effect to find (`effect` 0,
+    or so small against `std` that more than `MOST_SEEDS` would be needed: a mean difference of rounding
+    error) or no spread to measure it with (`std` 0 or not finite)."""
     _check_level(level)
     if not 0 < power < 1:
         raise ValueError(f"power must lie in (0, 1), got {power}")
@@ -198,6 +202,8 @@ def seeds_needed(effect: float, std: float, level: float = 0.95, power: float = 
 
     low, high = 1, 2  # power grows with the seeds: double until enough, then halve the gap
     while not enough(high):
+        if high > MOST_SEEDS:
+            return None
         low, high = high, high * 2
     while high - low > 1:
         middle = (low + high) // 2

@@ -558,7 +558,7 @@ def speedup_interval(study: CaseStudy, stage: str = "fastest_recipe") -> dict | 
     return {**statistics.ratio_interval(rates, study.baseline_rates), "timings": timings}
 
 
-def claims_table(study: CaseStudy, hardware: str | None = None) -> list:
+def claims(study: CaseStudy, hardware: str | None = None) -> list:
     """The article's section-6 claims decided from this study's rows: the overall speed-up
     (ARTICLE_CLAIMS "case_study_speedup": the fastest recipe's images/s over the baseline's, with a
     bootstrap interval over the epochs' timings) and each stage's claim (QUALITATIVE_CLAIMS of

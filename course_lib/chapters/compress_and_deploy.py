@@ -2,7 +2,7 @@
 quantized, exported and taught new classes, and each result is a table row of accuracy, size and
 speed. The techniques live in `engine.distillation`, `engine.continual`, `deploy.pruning`,
 `deploy.quantization`, `deploy.export` and `deploy.latency`; this module strings them together
-and decides the article's claims (`claims_table`; their words are in `analysis.claims`).
+and decides the article's claims (`claims`; their words are in `analysis.claims`).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from course_lib.deploy.latency import forward_flops_per_image, speed_row
 from course_lib.engine import continual, train
 from course_lib.engine.distillation import Distiller
 from course_lib.instruments.progress import Progress, track
-from course_lib.models import checkpoint, factory
+from course_lib.models import factory
 
 
 @dataclasses.dataclass
@@ -37,6 +37,8 @@ class DeploySetup:
     calibration_batches: int = 8  # training batches that set the int8 ranges
     sparsities: list = dataclasses.field(default_factory=list)  # unstructured pruning, each a fine-tune
     channel_ratios: list = dataclasses.field(default_factory=list)  # channel pruning, each a fine-tune
+    finetune_bundle: object = None  # the pruning fine-tunes' training data (None: `bundle`), scored on bundle.val
+    finetune_epochs: int = 1  # epochs of each pruning fine-tune
     memory_per_class: int = 20  # continual learning: old images kept per class, replayed in balance
 
     def compiles_int8(self, choice: str | bool = "auto") -> bool:
@@ -53,13 +55,18 @@ class DeploySetup:
 # What each profile measures beyond its sizes. smoke: one timing repeat (a check, not a measurement),
 # two calibration batches, one sparsity and ratio; cpu: medians of 3 repeats (about 18 models are
 # timed), one sparsity and one channel ratio; gpu: the whole sweeps with the timing defaults.
+# finetune_images / finetune_epochs: each pruning fine-tune's training images (0: the whole split; None: the
+# later fits' own) and epochs. Half the channels of a 97.9% teacher recovered to 83.7% after one epoch on 4,000
+# images, 93.5% after 8, 95.6% after 4 epochs on 16,000 and 96.0% after 6 (seed 0, AMD EPYC, 2026-12-05): six
+# epochs of the whole split keep it within the 2-point floor (`analysis.floors`), about 40 s a fine-tune there.
 PROFILE_CHOICES = {
     "smoke": {"seeds": 1, "speed": {"repeats": 1, "warmup": 1, "min_images": 1}, "calibration_batches": 2,
-              "sparsities": [0.8], "channel_ratios": [0.5], "memory_per_class": 4},
+              "sparsities": [0.8], "channel_ratios": [0.5], "memory_per_class": 4, "finetune_images": None,
+              "finetune_epochs": 1},
     "cpu": {"seeds": 3, "speed": {"repeats": 3, "warmup": 1}, "calibration_batches": 8, "sparsities": [0.9],
-            "channel_ratios": [0.5], "memory_per_class": 20},
+            "channel_ratios": [0.5], "memory_per_class": 20, "finetune_images": 0, "finetune_epochs": 6},
     "gpu": {"seeds": 3, "speed": None, "calibration_batches": 8, "sparsities": [0.3, 0.5, 0.7, 0.9],
-            "channel_ratios": [0.25, 0.5, 0.75], "memory_per_class": 20},
+            "channel_ratios": [0.25, 0.5, 0.75], "memory_per_class": 20, "finetune_images": 0, "finetune_epochs": 6},
 }
 
 
@@ -101,31 +108,11 @@ def study_setup(profile: str, data_dir: str | None = None, *, val_per_class: int
         bundle = class_split.subset_bundle(bundle, bundle.classes, val_per_class=val_per_class)
     choices = dict(PROFILE_CHOICES.get(profile, PROFILE_CHOICES["gpu"]))
     choices["seeds"] = list(range(seeds or choices["seeds"]))
+    finetune_images = choices.pop("finetune_images")
+    if finetune_images is not None and finetune_images != config.max_train_images:
+        finetune = pipeline.build_datasets(config.replace(max_train_images=finetune_images))
+        choices["finetune_bundle"] = class_split.subset_bundle(finetune, finetune.classes, val_per_class=val_per_class)
     return DeploySetup(data, teacher, config, bundle, val_per_class, profile, **choices)
-
-
-def cached_fit(config: Config, bundle=None, classes: list | None = None, **fit_options):
-    """The model `config` trains: loaded from `config.output_dir/<digest>/last.pt` when that
-    checkpoint was trained with exactly these values for all its epochs, else trained now
-    (`train.fit`) into that folder. The digest (`checkpoint.config_digest` of the values and the
-    class list) keeps, say, the smoke and cpu profiles' teachers side by side instead of one
-    replacing the other. Returns (model in eval mode, per-epoch history, "reused <path>" or "trained")."""
-    classes = list(bundle.classes) if bundle is not None else (list(classes) if classes is not None else None)
-    digest = checkpoint.config_digest({**config.to_dict(), "classes": classes})
-    config = config.replace(output_dir=f"{config.output_dir}/{digest}")
-    path = paths.resolve_path(config.output_dir) / checkpoint.LAST_NAME
-    if path.exists():
-        try:
-            saved = checkpoint.load_checkpoint(path)
-        except checkpoint.CheckpointError:
-            saved = None
-        ignored = {"output_dir", "resume", "device", "num_workers"}
-        same = saved is not None and saved.get("epoch") == config.epochs and all(
-            saved["config"].get(name) == value for name, value in config.to_dict().items() if name not in ignored)
-        if same and (classes is None or list(saved["classes"]) == classes):
-            return factory.model_from_checkpoint(path), saved["history"], f"reused {path}"
-    result = train.fit(config, bundle=bundle, **fit_options)
-    return result.model, result.history, "trained"
 
 
 def top1(model, bundle, config) -> float:
@@ -169,9 +156,10 @@ def distillation_study(teacher, student_config: Config, bundle, seeds, *, temper
 
 
 def pruning_study(model, config: Config, bundle, sparsities, channel_ratios, *, finetune_epochs: int = 1,
-                  speed: dict | None = None, **fit_options) -> list[dict]:
+                  finetune_bundle=None, speed: dict | None = None, **fit_options) -> list[dict]:
     """Unstructured global L1 pruning at each sparsity and channel pruning at each ratio, each
-    fine-tuned for `finetune_epochs` (lr a tenth of config.lr), measured after fine-tuning."""
+    fine-tuned for `finetune_epochs` (lr a tenth of config.lr) on `finetune_bundle`'s training images
+    (None: `bundle`'s), measured on `bundle` after fine-tuning."""
     example = export.image_batches(bundle.val, config, bundle.device_stage, batches=1)[0][:2]
     finetune = config.replace(epochs=finetune_epochs, lr=config.lr / 10, warmup_epochs=0.0, ema_decay=0.0)
     rows = [describe(model, bundle, config, speed, method="dense (teacher)", requested=0.0,
@@ -189,7 +177,7 @@ def pruning_study(model, config: Config, bundle, sparsities, channel_ratios, *, 
             else:
                 pruning.prune_channels(pruned, amount, example)
             result = train.fit(settings.replace(output_dir=str(Path(config.output_dir) / f"pruned-{kind[:4]}-{amount}")),
-                               bundle=bundle, model=pruned, **fit_options)
+                               bundle=finetune_bundle or bundle, model=pruned, **fit_options)
             final = pruning.make_permanent(result.model)
             rows.append(describe(final, bundle, config, speed, method=kind, requested=amount,
                                  **{"zero weights": pruning.weight_sparsity(final)}))
@@ -306,7 +294,7 @@ def isa_table():
                          for name, meaning in CPU_ISA_MEANING.items()]).set_index("instruction set")
 
 
-def claims_table(distillation, pruned, quantized, served, continual_rows) -> list:
+def claims(distillation, pruned, quantized, served, continual_rows) -> list:
     """The article's five claims (`analysis.claims.QUALITATIVE_CLAIMS`, notebook 13), each decided
     from the studies' tables: `distillation` (one row per student and seed), `pruned`, `quantized`
     (indexed by precision), `served` (indexed by "served as") and `continual_rows` (one row per
@@ -321,29 +309,33 @@ def claims_table(distillation, pruned, quantized, served, continual_rows) -> lis
     labels_only = distillation[distillation["method"] == "labels only"].sort_values("seed")
     distilled = distillation[distillation["method"] != "labels only"].sort_values("seed")
     if len(labels_only) >= 2:
-        paired = statistics.paired_difference(distilled["val top-1"], labels_only["val top-1"])
-        accuracy = (f"distilled minus labels only {100 * paired['delta']:+.1f} points "
-                    f"[{100 * paired['low']:+.1f}, {100 * paired['high']:+.1f}] over {paired['runs']} seeds")
-        not_worse = paired["beyond"] >= 0
+        paired = statistics.paired_difference(100 * distilled["val top-1"], 100 * labels_only["val top-1"])
+        delta, interval = paired["delta"], (paired["low"], paired["high"])
+        accuracy = (f"distilled minus labels only {delta:+.1f} points [{paired['low']:+.1f}, {paired['high']:+.1f}] "
+                    f"over {paired['runs']} seeds")
     else:
-        delta = float(distilled["val top-1"].mean() - labels_only["val top-1"].mean())
-        accuracy, not_worse = f"distilled minus labels only {100 * delta:+.1f} points (1 seed: no interval)", delta >= 0
+        delta, interval = float(100 * (distilled["val top-1"].mean() - labels_only["val top-1"].mean())), None
+        accuracy = f"distilled minus labels only {delta:+.1f} points (1 seed: no interval)"
     faster = float(distilled["images/s@64"].mean() / dense["images/s@64"])
-    distillation_claim = claims.checked(
-        "deploy_distillation", not_worse and faster >= 1.5,
+    # Accuracy and speed together: the rule decides the accuracy, and the student must also be 1.5x faster.
+    distillation_claim = claims.decided(
+        "deploy_distillation", delta, interval,
         f"student {distilled['val top-1'].mean():.1%} (teacher {dense['val top-1']:.1%}), {accuracy}; "
-        f"{faster:.1f}x the teacher's images/s at batch 64 (holds: not worse than labels alone beyond noise "
-        "and at least 1.5x faster)")
+        f"{faster:.1f}x the teacher's images/s at batch 64 (and at least 1.5x faster)",
+        also=claims.HOLDS if faster >= 1.5 else claims.REFUTED)
 
     unstructured = pruned[pruned["method"] == "unstructured L1"]
     channels = pruned[pruned["method"] == "channels L1"]
     fastest = channels.sort_values("ms@64").iloc[0] if len(channels) else dense
     most_zeros = unstructured.sort_values("requested").iloc[-1] if len(unstructured) else dense
-    pruning_claim = claims.checked(
-        "deploy_pruning", fastest["ms@64"] < 0.9 * dense["ms@64"],
-        f"dense {dense['ms@64']:.1f} ms per 64 images; {most_zeros['zero weights']:.0%} zero weights "
-        f"{most_zeros['ms@64']:.1f} ms (dense kernels multiply the zeros); {fastest['requested']:.0%} of the channels "
-        f"removed {fastest['ms@64']:.1f} ms at top-1 {fastest['val top-1']:.1%} (holds: pruned at least 10% faster)")
+    # Speed and accuracy together: the fastest pruned model must be at least 10% faster and keep its top-1.
+    pruning_claim = claims.decided(
+        "deploy_pruning", float(100 * (fastest["val top-1"] - dense["val top-1"])), None,
+        f"dense {dense['ms@64']:.1f} ms per 64 images at top-1 {dense['val top-1']:.1%}; "
+        f"{most_zeros['zero weights']:.0%} zero weights {most_zeros['ms@64']:.1f} ms (dense kernels multiply the "
+        f"zeros); {fastest['requested']:.0%} of the channels removed {fastest['ms@64']:.1f} ms at top-1 "
+        f"{fastest['val top-1']:.1%} (and at least 10% faster)",
+        also=claims.HOLDS if fastest["ms@64"] < 0.9 * dense["ms@64"] else claims.REFUTED)
 
     fp32 = quantized.iloc[0]
     int8 = pd.concat([quantized[quantized.index.str.contains("int8")], served[served.index.str.contains("int8")]])

@@ -166,9 +166,12 @@ def claims(speeds, best: str, memory_ratio: float, accuracy, *, device: str, lay
         accuracy_text = (f"top-1 {100 * delta['delta']:+.1f} points vs fp32 over {int(delta['runs'])} seeds, 95% "
                          f"interval [{100 * delta['delta low']:+.1f}, {100 * delta['delta high']:+.1f}]: "
                          f"{delta['verdict']}")
-        accuracy_kept = delta["verdict"] != "worse"
+        accuracy_claim = claim.decided("amp_accuracy", 100 * delta["delta"],
+                                       (100 * delta["delta low"], 100 * delta["delta high"]), accuracy_text)
     else:
-        accuracy_text, accuracy_kept = "accuracy over seeds not compared (fewer than 2 seeds)", True
+        accuracy_text = "accuracy over seeds not compared (fewer than 2 seeds)"
+        accuracy_claim = claim.checked("amp_accuracy", None, reason=accuracy_text)
+    accuracy_kept = accuracy_claim.verdict != claim.REFUTED
     speed_interval = (row["low"], row["high"])
     second = (claim.measured("amp_second_article", row["speed-up"], speed_interval, reason=f"{how}; {accuracy_text}")
               if accuracy_kept else
@@ -177,7 +180,7 @@ def claims(speeds, best: str, memory_ratio: float, accuracy, *, device: str, lay
     rows = [claim.measured("amp_speedup", row["speed-up"], speed_interval, reason=how), second,
             claim.measured("amp_memory", memory_ratio, reason=f"measured peak of one training step, {best} over fp32 "
                                                               f"(TrainingStepProbe on {device})"),
-            claim.checked("amp_accuracy", accuracy_kept, reason=accuracy_text)]
+            accuracy_claim]
     if compile_speeds is not None:
         compiled = compile_speeds.loc["compiled"]
         gain = (100 * (compiled["speed-up"] - 1), (100 * (compiled["low"] - 1), 100 * (compiled["high"] - 1)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from course_lib.analysis import claims as claims_registry
 from course_lib.analysis import statistics
 from course_lib.config import Config
 
@@ -40,7 +41,8 @@ BIGGER: tuple[tuple[str, str], ...] = (
     ("resnet18", "resnet34"), ("resnet18", "resnet50"), ("efficientnet_b0", "efficientnet_b2"),
     ("mobilenetv3_small_100", "mobilenetv3_large_100"), ("convnext_atto", "convnext_nano"),
     ("speedrun_resnet_small", "speedrun_resnet"))
-MUCH_BETTER = 0.01  # a gain of top-1 (fraction) the article would call "much better": one point
+# A gain of top-1 (fraction) the article would call "much better": the claim's rule, one point.
+MUCH_BETTER = claims_registry.RULES["bigger_model_not_better"].margin / 100
 VITS, CONVNET = ("vit_tiny_patch8_64", "vit_tiny_patch16_64"), "resnet18"  # compared for overfitting: the first ViT that ran
 # One schedule for every family: AdamW (timm's default for ConvNeXt and ViT, and fine for the convnets; SGD
 # at the speed-run's learning rate diverges for a ViT), no label smoothing so that the training and validation
@@ -223,7 +225,7 @@ def _paired_gain(frame, small: str, big: str, metric, level: float) -> dict | No
     return statistics.paired_difference([second[s] for s in seeds], [first[s] for s in seeds], level)
 
 
-def claims_table(runs: list[FamilyRun], level: float = 0.95, hardware: str | None = None) -> list:
+def claims(runs: list[FamilyRun], level: float = 0.95, hardware: str | None = None) -> list:
     """The article's two §5.1 claims, decided from the runs (`analysis.claims`):
     - bigger_model_not_better: for each `BIGGER` pair both ran, the bigger model's top-1 gain paired by
       seed. A pair is "much better" when its whole interval is above `MUCH_BETTER`, "not much better"
@@ -243,8 +245,9 @@ def claims_table(runs: list[FamilyRun], level: float = 0.95, hardware: str | Non
         if gain is None:
             parts.append(f"{big} vs {small}: fewer than 2 seeds ({cost})")
             continue
-        much += gain["low"] > MUCH_BETTER
-        not_much += gain["high"] < MUCH_BETTER
+        pair_verdict = claims.decide(claims.RULES["bigger_model_not_better"], 100 * gain["low"], 100 * gain["high"])
+        much += pair_verdict == claims.REFUTED
+        not_much += pair_verdict == claims.HOLDS
         parts.append(f"{big} vs {small}: {gain['delta']:+.1%} [{gain['low']:+.1%}, {gain['high']:+.1%}] at {cost}")
     if not pairs:
         found.append(claims.not_measurable("bigger_model_not_better", "no smaller/bigger pair of one family ran "

@@ -153,6 +153,15 @@ def adamw_minus_sgd(frame) -> dict:
     return {**difference, "pairs": len(pivot)}
 
 
+def sweep_kept_best(spread, stable: dict) -> bool | None:
+    """Whether a learning-rate sweep's largest stable rate (`stable`, per optimizer) would have kept the
+    grid's best learning rate (`sensitivity(frame)["best lr"]`): False when, for some optimizer, it lies
+    above; None when no optimizer of the grid was swept."""
+    verdicts = [spread.loc[name, "best lr"] <= rate * (1 + 1e-9) for name, rate in stable.items()
+                if name in spread.index and rate and rate > 0]
+    return all(verdicts) if verdicts else None
+
+
 def claims(frame, range_tests: dict, article_values: list[float], article_steps_per_epoch: int = 50,
            batch_size: int | None = None) -> list:
     """The optimizer claims of notebook 06: AdamW beats SGD (measured over the grid), AdamW is less
@@ -182,14 +191,21 @@ def claims(frame, range_tests: dict, article_values: list[float], article_steps_
                               f"optimizer over {seeds} seeds at {grid_text}" + statistics.power_note(difference)),
         claim.checked("adamw_sensitivity", adamw_spread < sgd_spread,
                       reason=f"top-1 spread over the grid; {spread_text}"),
-        claim.checked("warmup_cosine", recipe_ok,
-                      reason=f"the engine's scheduler gives {first:.4f} at step 0, {peak:.3f} after 5 warm-up epochs, "
-                             f"{article_values[-1]:.4f} at the end of 120 epochs"),
-        claim.checked("lr_sweep", all(value > 0 for value in stable.values()),
+        # The engine's scheduler against the article's formula: shown by construction, not measured.
+        claim.demonstrated("warmup_cosine", recipe_ok,
+                           f"the engine's scheduler gives {first:.4f} at step 0, {peak:.3f} after 5 warm-up epochs, "
+                           f"{article_values[-1]:.4f} at the end of 120 epochs"),
+        # The sweep's advice can fail: a grid run above its largest stable rate that beats every run at or
+        # below it would mean the sweep cut off the best learning rate.
+        claim.checked("lr_sweep", sweep_kept_best(spread, stable),
                       reason="range test, largest stable learning rate: "
                              + ", ".join(f"{name} {value:.3g}" for name, value in stable.items())
+                             + "; the grid's best learning rate: "
+                             + ", ".join(f"{name} {spread.loc[name, 'best lr']:.3g}" for name in stable
+                                         if name in spread.index)
                              + (f" (the article's SGD 0.1 at batch 256, scaled to batch {batch_size}: "
-                                f"{sgd_learning_rate(batch_size):.3g})" if batch_size else "")),
+                                f"{sgd_learning_rate(batch_size):.3g})" if batch_size else "")
+                             + " (holds when the best grid rate lies at or below the sweep's largest stable rate)"),
         claim.checked("adamw_lr_range", low <= best_adamw <= high,
                       reason=f"best AdamW learning rate of the grid {best_adamw:.3g} (mean over seeds); range test's "
                              f"largest stable AdamW learning rate {stable.get('adamw', float('nan')):.3g}"),
@@ -563,10 +579,9 @@ def schedule_claims(result: dict, data: str) -> list:
 
     difference = result["difference"]
     schedule, optimizer = result["schedule effect"], result["optimizer effect"]
-    return [claim.checked(
-        "schedule_over_optimizer", claim.beyond_noise(difference["low"], difference["high"]),
-        reason=f"on {data}, {result['seeds']} seeds: mean |top-1 change| from changing the schedule "
+    return [claim.decided(
+        "schedule_over_optimizer", difference["delta"], (difference["low"], difference["high"]),
+        f"on {data}, {result['seeds']} seeds: mean |top-1 change| from changing the schedule "
                f"{schedule['mean']:.1f} points against {optimizer['mean']:.1f} from changing the optimizer; "
                f"difference {difference['delta']:+.1f} [{difference['low']:+.1f}, {difference['high']:+.1f}] "
-               f"(t interval over seeds)" + statistics.power_note(difference),
-        value=difference["delta"], interval=(difference["low"], difference["high"]))]
+               f"(t interval over seeds)" + statistics.power_note(difference))]

@@ -2,7 +2,7 @@
 overrides for the same baseline run, and every variant is trained over the same seeds
 (`run_study`), so each gets a confidence interval and a paired comparison with the baseline
 (`summarize`, through `statistics.compare_variants`); `score` measures a trained model on a split
-(top-1, cross-entropy, calibration error). `article_claims` turns a study and its CIFAR-10 control
+(top-1, cross-entropy, calibration error). `claims` turns a study and its CIFAR-10 control
 (`cifar10_control`) into the article's claims.
 
 The tricks themselves run inside the engine (`train.fit`): label smoothing (Szegedy et al. 2016,
@@ -64,7 +64,7 @@ STUDY_PROFILES: dict[str, dict] = {
     "gpu": {"epochs": 5},
 }
 DEFAULT_SEEDS = {"smoke": 2}  # runs per variant; 3 elsewhere (the issue's minimum for an interval)
-EXTRA_TIME_ALLOWED = 10.0  # %: "adds almost no training time" read as at most 10% more time per image
+EXTRA_TIME_ALLOWED = claim_records.RULES["combo_training_time"].margin  # %: "almost no training time" (the rule)
 
 
 def study_config(profile: str, **values) -> Config:
@@ -504,12 +504,13 @@ def _ema_claim(study: Study):
                      + (f" (power: about {row['seeds needed']:.0f} paired seeds would settle it at 80%)"
                         if row["verdict"] == "within noise" and pd.notna(row.get("seeds needed")) else "")
                      + f", EMA kept on {row['EMA kept']}" for name, row in table.iterrows())
-    return claim_records.checked(
-        "ema_steady_gain", True if (table["verdict"] == "better").all() else False if (table["verdict"] == "worse").any()
-        else None,
-        f"EMA minus raw weights, paired by seed (holds when better beyond noise in every run with an EMA, refuted "
-        f"when worse in one): {each}",
-        value=main["EMA - raw delta"], interval=(main["EMA - raw delta low"], main["EMA - raw delta high"]))
+    rule = claim_records.RULES["ema_steady_gain"]
+    each_run = [claim_records.decide(rule, row["EMA - raw delta low"], row["EMA - raw delta high"])
+                for _, row in table.iterrows()]
+    return claim_records.decided(
+        "ema_steady_gain", main["EMA - raw delta"], (main["EMA - raw delta low"], main["EMA - raw delta high"]),
+        f"EMA minus raw weights, paired by seed (every run with an EMA must hold; the figure is the deciding run): "
+        f"{each}", also=claim_records.combine(*each_run))
 
 
 def _time_claim(study: Study, summary):
@@ -524,37 +525,25 @@ def _time_claim(study: Study, summary):
     rows = summary.loc[["baseline", "article_combo"]]
     speed_text = ", ".join(f"{name} {row['images/s']:.0f} images/s (MFU {row['MFU']:.1%})" if pd.notna(row["MFU"])
                            else f"{name} {row['images/s']:.0f} images/s" for name, row in rows.iterrows())
-    # Holds when the whole interval is below the allowance, refuted when wholly above, else not shown: beyond_noise
-    # with the signs flipped (it asks "wholly above").
-    holds = claim_records.beyond_noise(-extra["high"], -extra["low"], -EXTRA_TIME_ALLOWED)
-    return claim_records.checked(
-        key, holds,
+    return claim_records.decided(
+        key, extra["ratio"], (extra["low"], extra["high"]),
         f"extra training time per image {extra['ratio']:+.1f}% [{extra['low']:+.1f}, {extra['high']:+.1f}] (bootstrap "
-        f"over {len(speeds)} seeds; 'almost none' read as at most +{EXTRA_TIME_ALLOWED:.0f}%): {speed_text} on "
-        f"{study.config.device}", value=extra["ratio"], interval=(extra["low"], extra["high"]))
+        f"over {len(speeds)} seeds): {speed_text} on {study.config.device}")
 
 
-def _raises(beyond: int) -> bool | None:
-    """A claimed gain from `paired["beyond"]`: shown (+1), refuted (-1), or not shown beyond noise (0)."""
-    return {1: True, -1: False, 0: None}[beyond]
-
-
-def _difference_claim(key: str, study: Study, variant: str, reference: str, holds_when, what: str,
-                      metric: str = "val top-1"):
+def _difference_claim(key: str, study: Study, variant: str, reference: str, what: str, metric: str = "val top-1"):
     runs = study.runs[study.runs["weights"] == "raw"]
     if not {variant, reference} <= set(runs["trick"]):
         return claim_records.not_measurable(key, f"{variant} or {reference} was not run (variants parameter)")
     values = runs.pivot(index="seed", columns="trick", values=metric) * 100
     paired = _paired(values[variant], values[reference])
-    verdict = {1: "higher", -1: "lower", 0: "within noise"}[paired["beyond"]]
-    return claim_records.checked(
-        key, holds_when(paired["beyond"]),
+    return claim_records.decided(
+        key, paired["delta"], (paired["low"], paired["high"]),
         f"{variant} - {reference} {what}, paired over {paired['runs']} seeds, 95% t interval: "
-        f"{_interval_text(paired)} ({verdict}); {study.describe()}",
-        value=paired["delta"], interval=(paired["low"], paired["high"]))
+        f"{_interval_text(paired)}; {study.describe()}")
 
 
-def article_claims(study: Study, control: Study | str, remote_sensing: bool) -> list:
+def claims(study: Study, control: Study | str, remote_sensing: bool) -> list:
     """The article's claims as measured by the study (`claims.Claim` records): the combination's
     gain on remote sensing and on CIFAR-10, MixUp's extra gain on remote sensing over the
     CIFAR-10 control, and the qualitative ones (EMA, training time, too many tricks, label
@@ -568,12 +557,9 @@ def article_claims(study: Study, control: Study | str, remote_sensing: bool) -> 
         _mixup_claim(study, control, remote_sensing),
         _ema_claim(study),
         _time_claim(study, summary),
-        _difference_claim("too_many_tricks", study, "everything", "article_combo", lambda beyond: beyond <= 0,
-                          "top-1 (holds when everything is not better than the combo)"),
-        _difference_claim("label_smoothing_alone", study, "label_smoothing", "baseline", _raises,
-                          "top-1 (holds when better beyond noise, refuted when worse)"),
-        _difference_claim("label_smoothing_calibration", study, "label_smoothing", "baseline",
-                          lambda beyond: beyond != 0 or None, "ECE in points (holds when it changes beyond noise)",
+        _difference_claim("too_many_tricks", study, "everything", "article_combo", "top-1"),
+        _difference_claim("label_smoothing_alone", study, "label_smoothing", "baseline", "top-1"),
+        _difference_claim("label_smoothing_calibration", study, "label_smoothing", "baseline", "ECE in points",
                           metric="ECE"),
     ]
 
@@ -724,12 +710,13 @@ def weight_choice_claims(choice: WeightChoice) -> list:
     if paired is None:
         found.append(claim_records.not_measurable("early_stopping", "fewer than 2 seeds"))
     else:
-        holds = None if stopped == 0 else (False if paired["beyond"] < 0 else True)
-        found.append(claim_records.checked(
-            "early_stopping", holds, value=paired["delta"], interval=(paired["low"], paired["high"]),
-            reason=f"stopped early on {stopped} of {len(early)} seeds, {saved:.0%} of the {planned} planned epochs "
-                   f"saved; best.pt of the stopped run - last weights of the full run {_interval_text(paired)} "
-                   f"(paired over seeds, 95% t); {choice.describe()}"))
+        # Nothing saved (it never stopped) shows nothing about early stopping, whatever the accuracy says.
+        found.append(claim_records.decided(
+            "early_stopping", paired["delta"], (paired["low"], paired["high"]),
+            f"stopped early on {stopped} of {len(early)} seeds, {saved:.0%} of the {planned} planned epochs "
+            f"saved; best.pt of the stopped run - last weights of the full run {_interval_text(paired)} "
+            f"(paired over seeds, 95% t); {choice.describe()}",
+            also=claim_records.HOLDS if stopped else claim_records.NOT_SHOWN))
     for key, weights in (("best_checkpoint_gain", "best.pt"), ("swa_gain", "SWA")):
         if ("full", weights) not in points:
             found.append(claim_records.not_measurable(key, f"the full runs kept no {weights} weights"))
@@ -738,8 +725,8 @@ def weight_choice_claims(choice: WeightChoice) -> list:
         if paired is None:
             found.append(claim_records.not_measurable(key, "fewer than 2 seeds"))
             continue
-        found.append(claim_records.checked(
-            key, _raises(paired["beyond"]), value=paired["delta"], interval=(paired["low"], paired["high"]),
-            reason=f"{weights} - last weights of the same full runs {_interval_text(paired)} (paired over seeds, "
-                   f"95% t); {choice.describe()}"))
+        found.append(claim_records.decided(
+            key, paired["delta"], (paired["low"], paired["high"]),
+            f"{weights} - last weights of the same full runs {_interval_text(paired)} (paired over seeds, "
+            f"95% t); {choice.describe()}"))
     return found

@@ -294,7 +294,7 @@ def _reference_claim(key: str, top1: str, low: float, high: float, reference: fl
     return claims.checked(key, holds, f"{top1}: {said}, {what}", hardware=hardware)
 
 
-def claims_table(racers: list, budget_seconds: float, target_seconds: float = 600.0,
+def claims(racers: list, budget_seconds: float, target_seconds: float = 600.0,
                  hardware: str | None = None) -> list:
     """The references notebook 12 races against (`analysis.claims.QUALITATIVE_CLAIMS`, notebook 12),
     decided from the race: the speed-run racer (the last) against the published EuroSAT figures

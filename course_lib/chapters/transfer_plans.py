@@ -10,7 +10,6 @@ backbone) and `engine.freeze`; noise comes from `analysis.statistics`.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
 ARTICLE = {"scratch_epochs": 350, "scratch_top1": 0.92, "finetune_epochs": 40, "finetune_top1": 0.935,
            "time_saved": 0.80, "head_lr": 1e-3, "finetune_lr": 1e-4}
 SOURCE_NAMES = ("imagenet", "classes", "digits")
-SOURCE_META = "source.json"  # beside the source checkpoint: its digest, classes and training summary
 
 
 @dataclasses.dataclass
@@ -189,28 +187,17 @@ def notebook_setup(profile: str, *, model: str | None = None, batch_size: int | 
 
 
 def source_checkpoint(source_config: Config, bundle, *, extra: dict | None = None, progress: bool = True) -> dict:
-    """The pre-trained source model's checkpoint: reused from runs/ when one with the same config
-    digest (`checkpoint.config_digest` of the config plus `extra`, e.g. the source classes) exists,
-    else trained now with `train.fit` into `<output_dir>-<digest>/` and described in source.json.
-    Returns the description: checkpoint, digest, reused (bool), classes, history summary."""
-    from course_lib import paths
-    from course_lib.engine import train
-    from course_lib.models import checkpoint
+    """The pre-trained source model's checkpoint (`engine.cached_fit`: reused from `<output_dir>/<digest>/`
+    while the config and `extra`, e.g. the source classes, match; else trained now). Returns its
+    description: checkpoint, digest, reused (bool), classes, training images, epochs, val top-1, seconds."""
+    from course_lib.engine.cached_fit import cached_fit
 
-    digest = checkpoint.config_digest({**source_config.to_dict(), **(extra or {})})
-    folder = paths.resolve_path(f"{source_config.output_dir}-{digest}")
-    meta_path = folder / SOURCE_META
-    if meta_path.exists():
-        meta = json.loads(meta_path.read_text())
-        if meta.get("digest") == digest and (folder / meta["checkpoint"]).exists():
-            return {**meta, "checkpoint": str(folder / meta["checkpoint"]), "reused": True}
-    result = train.fit(source_config.replace(output_dir=str(folder)), bundle=bundle, progress=progress, verbose=False)
-    meta = {"digest": digest, "checkpoint": result.checkpoint_path.name, "classes": list(result.classes),
+    fitted = cached_fit(source_config, bundle, extra=extra, folder=source_config.output_dir, progress=progress,
+                        verbose=False)
+    return {"digest": fitted.digest, "checkpoint": str(fitted.checkpoint_path), "classes": fitted.classes,
             "config": source_config.to_dict(), "extra": extra or {}, "training_images": len(bundle.train),
-            "epochs": len(result.history), "val_top1": result.final["val_top1"], "precision": result.precision,
-            "training_seconds": sum(row["epoch_seconds"] for row in result.history)}
-    meta_path.write_text(json.dumps(meta, indent=1, default=str))
-    return {**meta, "checkpoint": str(result.checkpoint_path), "reused": False}
+            "epochs": len(fitted.history), "val_top1": fitted.final.get("val_top1"),
+            "training_seconds": fitted.training_seconds, "reused": fitted.reused}
 
 
 def target_batch_size(images: int, batch_size: int) -> int:
@@ -377,7 +364,7 @@ def training_saved(results: dict, labels: int, strategy: str, baseline: str = "f
     return out
 
 
-def claims_table(results: dict, verdict, *, source_seconds: float = 0.0, setting: str = "",
+def claims(results: dict, verdict, *, source_seconds: float = 0.0, setting: str = "",
                  pretrained=("fine-tune all", "freeze, then unfreeze"), hardware: str | None = None) -> list:
     """The article's section-5.4 claims from the label grid (`label_grid`'s results, `transfer_verdict`'s table):
     "transfer_learning": the share of training the better pretrained strategy saves to reach the from-scratch
@@ -417,27 +404,31 @@ def claims_table(results: dict, verdict, *, source_seconds: float = 0.0, setting
     tested = at.drop("from scratch", errors="ignore")
     lines = [f"{name} {100 * row['delta vs scratch']:+.1f} points (band ±{100 * row['noise band']:.1f})"
              for name, row in tested.iterrows() if isinstance(row.get("verdict"), str)]
-    beats = any(str(value).startswith("beats") for value in tested.get("verdict", []))
     others = [f"{count}: " + ", ".join(f"{name} {row['verdict']}" for name, row in verdict.loc[count].iterrows()
                                        if isinstance(row.get("verdict"), str))
               for count in verdict.index.get_level_values(0).unique() if count != labels]
-    beats_claim = claims.checked(
-        "transfer_beats_scratch", beats,
-        f"at {labels} labels per class: " + ("; ".join(lines) or "fewer than 2 seeds: no noise estimate")
-        + (f" (difference of seed means vs 2 standard errors); other label counts {'; '.join(others)}" if others
-           else ""), hardware=hardware)
+    text = (f"at {labels} labels per class: " + ("; ".join(lines) or "fewer than 2 seeds: no noise estimate")
+            + " (difference of seed means +- 2 standard errors)" + (f"; other label counts {'; '.join(others)}"
+                                                                    if others else ""))
+    banded = tested.dropna(subset=["noise band"]) if "noise band" in tested else tested.iloc[:0]
+    if len(banded):  # the best pretrained plan against from scratch, its interval the noise band
+        best_plan = banded.sort_values("delta vs scratch").iloc[-1]
+        delta, band = 100 * best_plan["delta vs scratch"], 100 * best_plan["noise band"]
+        beats_claim = claims.decided("transfer_beats_scratch", delta, (delta - band, delta + band),
+                                     f"{best_plan.name}, " + text, hardware=hardware)
+    else:
+        beats_claim = claims.not_measurable("transfer_beats_scratch", text, hardware)
 
     frozen, everything = pretrained[1], pretrained[0]
     pairs = [(results[(labels, frozen, seed)].history[-1]["val_top1"], results[(labels, everything, seed)].history[-1][
         "val_top1"]) for (count, name, seed) in results if count == labels and name == everything
         and (labels, frozen, seed) in results]
     if len(pairs) >= 2:
-        paired = statistics.paired_difference([a for a, _ in pairs], [b for _, b in pairs])
-        recipe = claims.checked(
-            "transfer_freeze_recipe", paired["beyond"] >= 0,
-            f"{frozen} minus {everything}: {100 * paired['delta']:+.1f} points [{100 * paired['low']:+.1f}, "
-            f"{100 * paired['high']:+.1f}] paired by seed at {labels} labels per class (holds: not worse beyond noise)",
-            hardware=hardware)
+        paired = statistics.paired_difference([100 * a for a, _ in pairs], [100 * b for _, b in pairs])
+        recipe = claims.decided(
+            "transfer_freeze_recipe", paired["delta"], (paired["low"], paired["high"]),
+            f"{frozen} minus {everything}: {paired['delta']:+.1f} points [{paired['low']:+.1f}, "
+            f"{paired['high']:+.1f}] paired by seed at {labels} labels per class", hardware=hardware)
     else:
         recipe = claims.not_measurable("transfer_freeze_recipe", "fewer than 2 seeds: no paired interval", hardware)
     return [transfer, beats_claim, recipe]

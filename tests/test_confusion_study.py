@@ -55,11 +55,12 @@ def setup_without_datasets(monkeypatch):
     return confusion_study.setup
 
 
-def test_setup_trains_one_epoch_on_cpu_unless_told(setup_without_datasets):
-    from course_lib.config import PROFILES
+def test_setup_analyses_the_speed_run_recipes_model_on_cpu_unless_told(setup_without_datasets):
+    from course_lib.config import PROFILES, RECIPES
 
     cpu = setup_without_datasets("cpu")
-    assert cpu.config.epochs == 1 != PROFILES["cpu"]["epochs"] and cpu.bundle == ("bundle of", 1)
+    assert cpu.config.recipe == "speedrun" and cpu.config.epochs == RECIPES["speedrun"]["epochs"]
+    assert cpu.config.model == RECIPES["speedrun"]["model"] and cpu.bundle == ("bundle of", RECIPES["speedrun"]["epochs"])
     assert setup_without_datasets("cpu", epochs=3).config.epochs == 3
     assert setup_without_datasets("cpu", epochs=None, image_size=48).config.image_size == 48
     smoke = setup_without_datasets("smoke")
@@ -114,3 +115,9 @@ def test_recall_unrelated_to_the_counts_does_not_show_the_claim():
     found = {claim.key: claim for claim in confusion_study.imbalance_claims(study, draws=200)}
     assert found["few_samples_low_recall"].verdict in (claims.NOT_SHOWN, claims.REFUTED)
     assert found["imbalance_sampler"].verdict == claims.NOT_MEASURABLE
+
+
+def test_the_imbalance_study_trains_its_own_small_nets_not_the_recipe(setup_without_datasets):
+    config = confusion_study.imbalance_config(setup_without_datasets("cpu"))
+    assert config.recipe == "" and config.model == confusion_study.IMBALANCE_PROFILES["cpu"]["model"]
+    assert config.label_smoothing == 0.0 and config.output_dir.endswith("09_imbalance")

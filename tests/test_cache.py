@@ -124,3 +124,46 @@ def test_a_damaged_cache_is_named_with_the_fix_on_reuse(folder, tmp_path, damage
 
     shutil.rmtree(info.folder)  # the fix the message gives
     assert cache.build_cache(folder, 16, tmp_path / "cache").images == 24
+
+
+def _solid(path, colour):
+    Image.new("RGB", (32, 32), colour).save(path, quality=95)
+
+
+def test_an_image_edited_in_place_rebuilds_the_cache_and_says_so(folder, tmp_path, capsys):
+    """Issue 49: the cache was keyed by the files' paths, so images edited in place trained on the old pixels."""
+    import os
+
+    first = cache.build_cache(folder, 32, tmp_path / "cache")
+    edited = sorted((folder / "forest").iterdir())[0]
+    _solid(edited, (255, 0, 0))
+    os.utime(edited, ns=(os.stat(edited).st_atime_ns, os.stat(edited).st_mtime_ns + 10**9))  # a later date
+    again = cache.build_cache(folder, 32, tmp_path / "cache")
+    assert "pre-decoded cache" in capsys.readouterr().out and again.content_key != first.content_key
+    row = [path for path, _ in ImageFolderDataset(folder).samples].index(str(edited))
+    red = cache.PreDecodedDataset(again.folder)[row][0].float().mean(dim=(1, 2))
+    assert red[0] > 200 and red[1] < 60  # the new, red pixels
+    assert cache.build_cache(folder, 32, tmp_path / "cache").build_seconds == again.build_seconds  # reused now
+    assert capsys.readouterr().out == ""
+
+
+def test_swapped_class_folders_rebuild_the_cache_with_the_new_labels(folder, tmp_path, capsys):
+    first = cache.build_cache(folder, 32, tmp_path / "cache")
+    (folder / "forest").rename(folder / "swap")
+    (folder / "water").rename(folder / "forest")
+    (folder / "swap").rename(folder / "water")
+    again = cache.build_cache(folder, 32, tmp_path / "cache")
+    assert again.content_key != first.content_key and "rebuilding" in capsys.readouterr().out
+    reference = ImageFolderDataset(folder)
+    assert cache.PreDecodedDataset(again.folder).targets == [label for _, label in reference.samples]
+
+
+def test_a_cache_built_before_the_content_key_is_rebuilt_once(folder, tmp_path, capsys):
+    import json
+
+    info = cache.build_cache(folder, 32, tmp_path / "cache")
+    meta = json.loads((info.folder / cache.META_FILE).read_text())
+    del meta["content_key"]  # as an older workbook wrote it
+    (info.folder / cache.META_FILE).write_text(json.dumps(meta))
+    cache.build_cache(folder, 32, tmp_path / "cache")
+    assert "built before its key covered" in capsys.readouterr().out

@@ -149,3 +149,18 @@ def test_a_shard_label_outside_the_classes_is_named_not_trained_on(folder, tmp_p
     with pytest.raises(DamagedCacheError, match=r"cache .*bad is damaged \(.*00000000.jpg has label b'99', not a "
                                                  r"class index below 8\); delete it"):
         list(dataset)
+
+
+def test_an_image_replaced_in_place_rewrites_the_shards_and_says_so(folder, tmp_path, capsys):
+    """Issue 49: shard sets were keyed by the files' paths, so an edited image kept its old bytes in the tar."""
+    import os
+
+    first = shards.write_shards(folder, tmp_path / "shards", shard_count=2)
+    edited = sorted((folder / "water").iterdir())[0]
+    Image.new("RGB", (32, 32), (255, 0, 0)).save(edited, quality=95)
+    os.utime(edited, ns=(os.stat(edited).st_atime_ns, os.stat(edited).st_mtime_ns + 10**9))
+    again = shards.write_shards(folder, tmp_path / "shards", shard_count=2)
+    assert again.key != first.key and "tar shards" in capsys.readouterr().out
+    index = [path for path, _ in ImageFolderDataset(folder).samples].index(str(edited))
+    stored = {int(key): data for key, _, data, _ in shards.read_samples(again.urls)}
+    assert stored[index] == edited.read_bytes()

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 PIXELS_FILE = "images.uint8"  # raw N x H x W x 3 bytes, no header
 LABELS_FILE = "labels.npy"
 META_FILE = "cache.json"
+CONTENT_KEY_PREFIX = "c-"  # tells a `content_key` from the path-only keys of shard sets written before it
 
 
 @dataclasses.dataclass
@@ -37,6 +38,7 @@ class CacheInfo:
     source_bytes: int  # size of the encoded files it came from
     build_seconds: float
     skipped: list  # files left out (bad_images=skip)
+    content_key: str = ""  # `content_key` of the files it holds; "": built before the key existed
 
     @property
     def disk_ratio(self) -> float:
@@ -68,13 +70,40 @@ def remove_caches(root: str | os.PathLike, image_size: int) -> int:
 
 def selection_key(folder, indices, extra: str = "") -> str:
     """A short hash of which files of the ImageFolderDataset `folder` were chosen (paths relative
-    to its root, in order) plus `extra`: a cache or shard set is reused only for the same files,
-    so adding, removing or renaming images gives a new one."""
+    to its root, in order) plus `extra`: it names a cache or shard set's folder, so adding, removing
+    or renaming images gives a new one. What the files hold is `content_key`'s."""
     root = Path(folder.root)
     digest = hashlib.sha1(extra.encode())
     for index in indices:
         digest.update(b"\n" + os.path.relpath(folder.samples[index][0], root).encode())
     return digest.hexdigest()[:16]
+
+
+def content_key(folder, indices, extra: str = "") -> str:
+    """A short hash of everything the cached pixels and labels depend on: for each chosen file of the
+    ImageFolderDataset `folder`, in order, its path relative to the root, its class (index and name),
+    its size and its modification time (ns, as make compares files), plus `extra` (the decoder, the
+    packing). An image edited or replaced in place, or class folders swapped, changes it, so a cache or
+    shard set built from the old files is never trained on (`build_cache` rebuilds and says so)."""
+    root = Path(folder.root)
+    digest = hashlib.sha1(extra.encode())
+    for index in indices:
+        path, target = folder.samples[index][:2]
+        try:
+            stat = os.stat(path)
+            size, modified = stat.st_size, stat.st_mtime_ns
+        except OSError:  # gone or unreadable: decoding will name it
+            size = modified = -1
+        digest.update(f"\n{os.path.relpath(path, root)}|{target}|{folder.classes[target]}|{size}|{modified}".encode())
+    return CONTENT_KEY_PREFIX + digest.hexdigest()[:16]
+
+
+def changed_line(kind: str, folder: Path, built_with: str) -> str:
+    """The one line a rebuild of a stale cache or shard set prints (`built_with`: the key it was built with)."""
+    why = ("it was built before its key covered the files' sizes, dates and classes"
+           if not built_with.startswith(CONTENT_KEY_PREFIX) else
+           "an image was added, removed, edited or replaced in place, or a class folder renamed, since it was built")
+    return f"{kind} {folder}: {why}; rebuilding it from the files as they are now"
 
 
 def _read_info(folder: Path) -> CacheInfo:
@@ -123,10 +152,6 @@ def build_cache(source: str | os.PathLike, image_size: int, out_dir: str | os.Pa
 
     out_dir = Path(out_dir) if out_dir else default_cache_dir(source, image_size, max_images)
     with exclusive_build(out_dir):
-        if (out_dir / META_FILE).exists() and not rebuild:
-            info = _read_info(out_dir)
-            verified_labels(out_dir, info)
-            return info
         start = now()
         dataset = ImageFolderDataset(source, transforms.sample_transform(image_size, "device"), bad_images,
                                      loader=FileDecoder(decoder))
@@ -134,6 +159,13 @@ def build_cache(source: str | os.PathLike, image_size: int, out_dir: str | os.Pa
             indices = list(range(len(dataset)))
             if max_images and max_images < len(indices):  # evenly spread, so every class is kept
                 indices = [int(i * len(indices) / max_images) for i in range(max_images)]
+        key = content_key(dataset, indices, f"{decoder}|{image_size}")
+        if (out_dir / META_FILE).exists() and not rebuild:
+            info = _read_info(out_dir)
+            if info.content_key == key:
+                verified_labels(out_dir, info)
+                return info
+            print(changed_line("pre-decoded cache", out_dir, info.content_key))
         staging = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
@@ -166,7 +198,7 @@ def build_cache(source: str | os.PathLike, image_size: int, out_dir: str | os.Pa
         source_bytes = sum(os.path.getsize(dataset.samples[i][0]) for i in indices)
         info = CacheInfo(folder=out_dir, images=row, image_size=image_size, classes=list(dataset.classes),
                          source=str(source), pixel_bytes=(staging / PIXELS_FILE).stat().st_size,
-                         source_bytes=source_bytes, build_seconds=now() - start, skipped=skipped)
+                         source_bytes=source_bytes, build_seconds=now() - start, skipped=skipped, content_key=key)
         meta = {k: v for k, v in dataclasses.asdict(info).items() if k != "folder"}
         (staging / META_FILE).write_text(json.dumps(meta, indent=2))
         shutil.rmtree(out_dir, ignore_errors=True)

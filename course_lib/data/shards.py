@@ -91,7 +91,7 @@ def write_shards(source: str | os.PathLike, out_dir: str | os.PathLike, shard_co
     image count is exact. An out_dir already holding the same packing is reused unless `rebuild`."""
     import webdataset as wds
 
-    from course_lib.data.cache import selection_key
+    from course_lib.data.cache import changed_line, content_key
     from course_lib.data.decode import FileDecoder, decode_once
 
     if shard_count < 1:
@@ -104,11 +104,12 @@ def write_shards(source: str | os.PathLike, out_dir: str | os.PathLike, shard_co
             indices = list(range(len(folder.samples)))
             if max_images and max_images < len(indices):
                 indices = [int(i * len(indices) / max_images) for i in range(max_images)]
-        key = selection_key(folder, indices, f"{shard_count}|{seed}|{decoder}")
+        key = content_key(folder, indices, f"{shard_count}|{seed}|{decoder}")
         if (out_dir / INDEX_FILE).exists() and not rebuild:
             existing = read_shard_set(out_dir)
             if existing.key == key:
                 return verify_shard_set(existing)
+            print(changed_line("tar shards", out_dir, existing.key))
         start = now()
         skipped = []
         if decoder:

@@ -151,9 +151,10 @@ class _TableParser(HTMLParser):
 
 def claims(notebook) -> dict | None:
     """The claims table an executed notebook shows after its "What we measured vs. ..." heading:
-    {"html": the table, "claims": rows, "met": rows judged met or None, "judged": rows judged}.
-    A column whose header says met/verdict/beyond noise/agrees is read as the judgement (yes,
-    true, met, ok count as met); notebooks without one give met=None."""
+    {"html": the table, "claims": rows, "met": rows judged met or None, "judged": rows judged, "smoke": a
+    smoke run's table}. A column whose header says met/verdict/beyond noise/agrees is read as the judgement
+    (yes, true, met, ok count as met); notebooks without one, and smoke runs (whose verdicts are no
+    evidence), give met=None."""
     cells = notebook.cells
     start = next((i for i, cell in enumerate(cells) if cell.cell_type == "markdown"
                   and CLAIMS_HEADING in cell.source.lower()), None)
@@ -171,11 +172,13 @@ def claims(notebook) -> dict | None:
                 judged_column = next((i for i, name in enumerate(header)
                                       if re.search(r"\bmet\b|verdict|beyond noise|agrees", name.lower())), None)
                 met = judged = None
-                if judged_column is not None:
-                    values = [row[judged_column].lower() for row in body if len(row) > judged_column]
+                values = ([row[judged_column].lower() for row in body if len(row) > judged_column]
+                          if judged_column is not None else [])
+                smoke = any(value.startswith("smoke") for value in values)  # claims.show's smoke-run verdicts
+                if values and not smoke:
                     judged = len(values)
                     met = sum(value.startswith(("yes", "true", "met", "ok", "holds")) for value in values)
-                return {"html": table, "claims": len(body), "met": met, "judged": judged}
+                return {"html": table, "claims": len(body), "met": met, "judged": judged, "smoke": smoke}
     return None
 
 
@@ -220,7 +223,8 @@ def notebook_row(out_dir: Path, result: dict, rows: list[dict]) -> str:
     if notebook is not None:
         found = claims(notebook)
         if found:
-            verdict = (f"{found['met']} of {found['judged']} met" if found["met"] is not None
+            verdict = (f"{found['claims']} claim(s), smoke run: not evidence" if found.get("smoke")
+                       else f"{found['met']} of {found['judged']} met" if found["met"] is not None
                        else f"{found['claims']} claim(s) measured")
             claim_cell = f"<details><summary>{verdict}</summary>{found['html']}</details>"
         image = key_figure(notebook)

@@ -469,3 +469,20 @@ def test_no_chapter_claim_holds_on_no_effect_or_the_opposite(chapter, effect, mo
     assert set(keys) <= set(verdicts), f"{chapter} did not return {set(keys) - set(verdicts)}"
     holding = {key: verdicts[key] for key in keys if verdicts[key] == claims.HOLDS}
     assert not holding, f"{chapter}: these claims hold on {effect} effect: {holding}"
+
+
+@pytest.mark.parametrize("profile", ["smoke", "rehearsal"])
+def test_a_smoke_runs_claims_table_shows_no_verdict(profile, capsys):
+    """Issue 50: chapter 12 marked the EuroSAT 97.23% claim "refuted" after 3 seconds on synthetic images."""
+    shown = claims.show([claims.measured("tar_shards", 0.8, (0.7, 0.9), "4 steps", hardware="machine A")],
+                        profile=profile)
+    assert list(shown["verdict"]) == ["smoke run: not evidence (as measured: refuted)"]
+    assert "not evidence for or against any claim" in capsys.readouterr().out
+    board = [item for item in claims.scoreboard() if item["key"] == "tar_shards"]
+    assert [item["evidence"] for item in board] == [False]  # kept out of the counts too
+
+
+def test_a_cpu_runs_claims_table_keeps_its_verdicts(capsys):
+    shown = claims.show([claims.measured("tar_shards", 6.0, (5.5, 6.5), "cpu run", hardware="machine A")],
+                        profile="cpu")
+    assert list(shown["verdict"]) == [claims.HOLDS] and "not evidence" not in capsys.readouterr().out

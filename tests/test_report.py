@@ -81,6 +81,22 @@ def test_claims_and_key_figure_come_from_the_executed_notebook(tmp_path):
     assert report.claims(bare) is None and report.key_figure(bare) is None
 
 
+def test_a_smoke_runs_claims_column_counts_no_verdict(tmp_path):
+    """Issue 50: the run index's "5 of 6 met" counted smoke-run verdicts."""
+    smoke_table = CLAIMS_TABLE.replace("<th>met</th>", "<th>verdict</th>").replace(
+        "<td>no</td>", "<td>smoke run: not evidence (as measured: refuted)</td>").replace(
+        "<td>yes</td>", "<td>smoke run: not evidence (as measured: holds)</td>")
+    _executed_notebook(tmp_path / "n.ipynb")
+    notebook = nbformat.read(tmp_path / "n.ipynb", as_version=4)
+    notebook.cells[-1].outputs[0]["data"]["text/html"] = smoke_table
+    found = report.claims(notebook)
+    assert found["smoke"] and found["met"] is None and found["claims"] == 2
+    nbformat.write(notebook, tmp_path / "n.ipynb")
+    row = report.notebook_row(tmp_path, {"notebook": "n.ipynb", "output": "n.ipynb", "status": "ok",
+                                         "duration_seconds": 1.0}, [])
+    assert "2 claim(s), smoke run: not evidence" in row and " met<" not in row
+
+
 def test_workbook_report_regenerates_the_index_with_results(tmp_path, monkeypatch, capsys):
     folder, run_id = _fake_run(tmp_path)
     assert cli.main(["report", str(folder)]) == 0

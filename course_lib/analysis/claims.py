@@ -44,6 +44,9 @@ VERDICTS = (HOLDS, REFUTED, NOT_SHOWN, NOT_MEASURABLE, DEMONSTRATED)
 NOT_MEASURED = "not measured yet"  # scoreboard only: no measurement in the ledger
 SMOKE = "smoke: not evidence"  # scoreboard only: a smoke-profile measurement, listed apart and not counted
 SMOKE_PROFILE, UNKNOWN_PROFILE = "smoke", "unknown"
+# Profiles that check that the notebooks run, at smoke sizes: their measurements are no evidence (the
+# rehearsal is the smoke profile with the gpu profile's switches).
+CHECK_PROFILES = (SMOKE_PROFILE, "rehearsal")
 LEDGER_KIND = "claim"
 
 ARTICLES = {
@@ -589,17 +592,30 @@ def table(claims: list[Claim]):
     return pd.DataFrame([c.row() for c in claims]).set_index("claim")
 
 
+SMOKE_RUN = "smoke run: not evidence"  # a smoke-profile table's verdict column, before the verdict as measured
+
+
 def show(claims: list[Claim], profile: str | None = None):
     """Record the claims in the ledger (with `profile`, see `record`), print the machine they were
     measured on, return the table; when a reference result of the notebook is committed
     (`analysis.reference`), its value, interval and verdict stand in columns of their own beside
-    the reader's, under a line naming its machine, date and command."""
+    the reader's, under a line naming its machine, date and command. In the smoke profile (`profile`,
+    else the runner's WORKBOOK_PROFILE) no verdict is shown as one: each reads "smoke run: not evidence
+    (as measured: ...)" under a line saying why."""
+    import os
+
+    from course_lib import ledger
     from course_lib.analysis import reference
 
     record(claims, profile)
     hardware = sorted({c.hardware for c in claims})
     print("measured on: " + "; ".join(hardware) + " (your run)")
-    shown, found = _beside_reference(claims, table(claims)) if claims else (table(claims), None)
+    shown = table(claims)
+    if (_resolved(profile) or os.environ.get(ledger.PROFILE_ENV)) in CHECK_PROFILES:
+        print("smoke run: a check that the chapter runs (a few steps on tiny inputs), not evidence for or against "
+              "any claim; run the cpu or gpu profile for verdicts")
+        shown["verdict"] = [f"{SMOKE_RUN} (as measured: {verdict})" for verdict in shown["verdict"]]
+    shown, found = _beside_reference(claims, shown) if claims else (shown, None)
     notebooks = ", ".join(sorted({c.notebook for c in claims}))
     print(found.line() if found else f"no reference result committed for notebook {notebooks} "
           f"({reference.REFERENCE_FOLDER}/)")
@@ -670,7 +686,7 @@ def scoreboard(book=None) -> list[dict]:
     for row in book.rows(kind=LEDGER_KIND):  # newest first
         hardware = row["parameters"].get("hardware_line") or ledger.describe_hardware(row["hardware"])
         profile = row.get("profile") or UNKNOWN_PROFILE
-        newest.setdefault((row["name"], hardware, profile == SMOKE_PROFILE),
+        newest.setdefault((row["name"], hardware, profile in CHECK_PROFILES),
                           {**row["metrics"], "hardware": hardware, "profile": profile,
                            "created_at": row["created_at"], "run_id": row["run_id"]})
     board = []
@@ -690,7 +706,7 @@ def scoreboard(book=None) -> list[dict]:
             entry = {"key": key, **Claim(key=key, hardware=item["hardware"], **fields).row(),
                      "statement": claim.statement, "reason": item["reason"], "notebook": claim.notebook,
                      "hardware": item["hardware"], "profile": item["profile"],
-                     "evidence": item["profile"] != SMOKE_PROFILE,
+                     "evidence": item["profile"] not in CHECK_PROFILES,
                      "created_at": item["created_at"], "run_id": item["run_id"]}
             if not entry["evidence"]:
                 entry.update(verdict=SMOKE, verdict_as_measured=fields["verdict"])

@@ -133,3 +133,47 @@ def assert_equal_states(first, second):
     assert first.keys() == second.keys()
     for name in first:
         assert torch.equal(first[name], second[name]), name
+
+
+# --- where the time of a test run goes (issue 46): per file and per kind, printed after every run --------------
+SLOW_KINDS = ("notebook", "browser", "torchrun")  # the markers of pyproject.toml; anything else is "unit"
+_kind_of: dict[str, str] = {}
+_seconds_by_file: dict[str, float] = {}
+_seconds_by_kind: dict[str, float] = {}
+_tests_by_kind: dict[str, int] = {}
+
+
+def kind_of_test(item) -> str:
+    """The slow kind a test belongs to (its first marker of `SLOW_KINDS`), else "unit"."""
+    return next((kind for kind in SLOW_KINDS if item.get_closest_marker(kind)), "unit")
+
+
+def pytest_collection_modifyitems(items):
+    _kind_of.update({item.nodeid: kind_of_test(item) for item in items})
+
+
+def pytest_runtest_logreport(report):
+    """Setup, call and teardown all count: a fixture that executes a notebook is part of the test's time."""
+    kind = _kind_of.get(report.nodeid, "unit")
+    _seconds_by_file[report.nodeid.split("::")[0]] = _seconds_by_file.get(report.nodeid.split("::")[0], 0.0) \
+        + report.duration
+    _seconds_by_kind[kind] = _seconds_by_kind.get(kind, 0.0) + report.duration
+    if report.when == "call":
+        _tests_by_kind[kind] = _tests_by_kind.get(kind, 0) + 1
+
+
+def time_table(by_kind: dict, tests: dict, by_file: dict, files: int = 12) -> list[str]:
+    """The summary's lines: seconds and tests per kind, then the `files` slowest test files."""
+    total = sum(by_kind.values()) or 1.0
+    lines = ["seconds per kind of test (setup, call and teardown):"]
+    lines += [f"  {kind:<9} {seconds:8.1f} s  {100 * seconds / total:5.1f}%  {tests.get(kind, 0):5d} test(s)"
+              for kind, seconds in sorted(by_kind.items(), key=lambda item: -item[1])]
+    lines.append(f"the {min(files, len(by_file))} slowest test files:")
+    lines += [f"  {seconds:8.1f} s  {name}" for name, seconds in sorted(by_file.items(), key=lambda item: -item[1])[:files]]
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _seconds_by_kind:
+        for line in time_table(_seconds_by_kind, _tests_by_kind, _seconds_by_file):
+            terminalreporter.write_line(line)

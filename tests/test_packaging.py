@@ -142,3 +142,15 @@ def test_with_the_filter_a_saved_notebooks_outputs_stay_out_of_the_commit(tmp_pa
     assert staged.cells[0].outputs == [] and staged.cells[0].execution_count is None
     assert staged.cells[0].id == "c00-01" and staged.cells[0].source == "print(1)"
     assert nbformat.read(str(tmp_path / "00_saved.ipynb"), as_version=4).cells[0].outputs  # the working file keeps them
+
+
+def test_every_run_ends_with_where_its_time_went():
+    """Issue 46: `make test` prints the seconds per kind of test and the slowest test files."""
+    from conftest import time_table
+
+    lines = time_table({"unit": 30.0, "notebook": 90.0}, {"unit": 100, "notebook": 4},
+                       {"tests/test_a.py": 5.0, "tests/test_notebooks.py": 90.0, "tests/test_b.py": 25.0}, files=2)
+    assert lines[1].split() == ["notebook", "90.0", "s", "75.0%", "4", "test(s)"]
+    assert lines[2].split()[:2] == ["unit", "30.0"]
+    assert lines[3] == "the 2 slowest test files:" and lines[4].endswith("tests/test_notebooks.py")
+    assert lines[5].endswith("tests/test_b.py") and len(lines) == 6

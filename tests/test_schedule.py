@@ -93,3 +93,23 @@ def test_onecycle_cycles_sgd_momentum_against_the_rate():
 def test_an_unknown_schedule_is_one_line_naming_the_choices():
     with pytest.raises(ValueError, match="lr_schedule.*cosine.*onecycle"):
         config_for(lr_schedule="exponential")
+
+
+@pytest.mark.parametrize("values, world_size, expected", [
+    ({"batch_size": 16}, 1, 6),  # 100 images, the last partial batch dropped
+    ({"batch_size": 16, "accumulation_steps": 2}, 1, 3),
+    ({"batch_size": 16}, 2, 3),  # each rank takes 50
+    ({"batch_size": 16, "max_steps": 4}, 1, 4)])
+def test_steps_per_epoch_is_the_engines_rule(values, world_size, expected):
+    assert schedule.steps_per_epoch(100, make_config("smoke", **{"max_steps": 0, **values}), world_size) == expected
+
+
+def test_steps_per_epoch_agrees_with_the_engines_loader(tmp_path):
+    from conftest import TensorImages, tiny_config
+
+    from course_lib.data.datasets import DataBundle
+    from course_lib.engine import train
+
+    config = tiny_config(tmp_path, batch_size=8, accumulation_steps=2)
+    bundle = DataBundle(TensorImages(70), TensorImages(8, seed=1), None, ["a", "b", "c", "d"], "tensors")
+    assert train.prepare(config, bundle=bundle).steps_per_epoch == schedule.steps_per_epoch(70, config) == 4

@@ -66,6 +66,7 @@ def notebook_setup(profile: str, *, range_test_steps: int = 0, seeds: int = 0, w
     from course_lib.config import resolve_profile
     from course_lib.data import pipeline
     from course_lib.data.datasets import config_with_data
+    from course_lib.engine import schedule
 
     import torch
 
@@ -78,8 +79,7 @@ def notebook_setup(profile: str, *, range_test_steps: int = 0, seeds: int = 0, w
                                                                   **{k: v for k, v in given.items() if v is not None}})
     config = config.replace(warmup_epochs=warmup_epochs if warmup_epochs is not None else config.epochs * 5 / 120)
     bundle = pipeline.build_datasets(config)
-    steps = len(bundle.train) // config.batch_size
-    steps = min(steps, config.max_steps) if config.max_steps else steps
+    steps = schedule.steps_per_epoch(len(bundle.train), config)
     grid_config = config.replace(**{k: v for k, v in IN_MEMORY.items() if not smoke or k != "model"},
                                  image_size=min(config.image_size, 64))
     return NotebookSetup(data, config, bundle, steps, sgd_learning_rate(config.batch_size),

@@ -115,6 +115,7 @@ def study_setup(profile: str, data_dir: str | None = None, *, variants: str | li
 
     from course_lib.config import resolve_profile
     from course_lib.data import pipeline
+    from course_lib.engine.schedule import steps_per_epoch
 
     profile = resolve_profile(profile)
     if profile == "smoke":
@@ -124,8 +125,7 @@ def study_setup(profile: str, data_dir: str | None = None, *, variants: str | li
     bundle = pipeline.build_datasets(config)
     if len(bundle.train) < config.batch_size:
         config = config.replace(batch_size=max(1, len(bundle.train) // 2))
-    steps = len(bundle.train) // config.batch_size
-    steps = min(steps, config.max_steps) if config.max_steps else steps
+    steps = steps_per_epoch(len(bundle.train), config)
     return StudySetup(data, config, bundle, steps, variants=select_variants(variants),
                       seeds=study_seeds(config, profile, seeds),
                       ema_decay=ema_decay or ema_decay_for(steps * config.epochs), data_name=data_name(bundle.source),
@@ -657,6 +657,7 @@ def weight_choice_study(setup: StudySetup, profile: str, progress: bool = True) 
     from course_lib.data import pipeline
     from course_lib.data.datasets import TransformedSubset, limit_indices
     from course_lib.engine import train
+    from course_lib.engine.schedule import steps_per_epoch
     from course_lib.models import factory
 
     started = time.perf_counter()
@@ -668,8 +669,7 @@ def weight_choice_study(setup: StudySetup, profile: str, progress: bool = True) 
     if len(bundle.train) < config.batch_size:
         config = config.replace(batch_size=max(1, len(bundle.train) // 2))
     choosing, held_out = split_validation(bundle.val, limit=VALIDATION_HALF.get(resolve_profile(profile), 0))
-    steps = len(bundle.train) // config.batch_size
-    steps = min(steps, config.max_steps) if config.max_steps else steps
+    steps = steps_per_epoch(len(bundle.train), config)
     swa_epochs = swa_epochs_for(config.epochs)
     plans = {"full": {"ema_decay": ema_decay_for(steps * config.epochs), "swa_epochs": swa_epochs, "save_best": True},
              "early stopping": {"early_stopping_patience": EARLY_STOPPING_PATIENCE, "save_best": True}}

@@ -33,6 +33,15 @@ def make_optimizer(model: torch.nn.Module, config: Config) -> torch.optim.Optimi
     raise ConfigError(f"optimizer={config.optimizer!r} is not one of sgd, adamw")
 
 
+def steps_per_epoch(images: int, config: Config, world_size: int = 1) -> int:
+    """Optimizer steps in an epoch of `images` training images: each of `world_size` ranks takes its
+    share in batches of `config.batch_size` (the engine drops the last partial batch), `accumulation_steps`
+    batches make a step, and `max_steps` caps it (0: no cap). The one rule the engine's loaders follow
+    (`train.prepare`) and the chapters use to size a schedule or an EMA before training."""
+    steps = images // max(1, world_size) // config.batch_size // config.accumulation_steps
+    return min(steps, config.max_steps) if config.max_steps else steps
+
+
 def warmup_steps_for(config: Config, steps_per_epoch: int) -> int:
     return int(round(config.warmup_epochs * steps_per_epoch))
 

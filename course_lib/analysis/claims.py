@@ -26,7 +26,7 @@ Each measurement is recorded with the profile it ran in (the ledger's profile co
 a check that the notebook runs, with a few steps on tiny inputs: `scoreboard` lists its verdicts apart
 as "smoke: not evidence" and leaves them out of the counts.
 
-`accuracy_counts` counts, per accuracy chapter (`ACCURACY_CLAIMS`: notebooks 06, 07, 08, 10, 12 and 13),
+`accuracy_counts` counts, per accuracy chapter (`ACCURACY_CLAIMS`: notebooks 03, 06, 07, 08, 09, 10, 12, 13 and 15),
 how many accuracy verdicts are conclusive (holds or refuted) and how many inconclusive, for the reader's
 newest measurements or for the committed reference results; `workbook claims` and the run report show it.
 """
@@ -739,15 +739,18 @@ def _reference_of(key: str, notebook: str, cache: dict) -> dict | None:
 # one is conclusive when it holds or is refuted (its interval excludes "no effect", or lies wholly
 # outside the claimed range), and inconclusive when it is "not shown beyond noise".
 ACCURACY_CLAIMS: dict[str, tuple[str, ...]] = {
+    "03": ("amp_accuracy",),
     "06": ("adamw_vs_sgd", "adamw_sensitivity", "batch_lr_scaling", "schedule_over_optimizer"),
     "07": ("regularization_remote_sensing", "regularization_cifar10", "mixup_remote_sensing", "ema_steady_gain",
            "too_many_tricks", "label_smoothing_alone", "label_smoothing_calibration", "early_stopping",
            "best_checkpoint_gain", "swa_gain"),
     "08": ("transfer_learning", "transfer_beats_scratch", "transfer_freeze_recipe"),
+    "09": ("mixup_helps_09", "imbalance_weighted_loss", "imbalance_sampler"),
     "10": ("casestudy_adamw", "casestudy_regularization", "casestudy_accuracy"),
     "12": ("eurosat_finetuned_reference", "eurosat_scratch_reference", "speedrun_97_in_10_minutes",
            "bigger_model_not_better", "vit_overfits_small_data"),
-    "13": ("deploy_distillation", "continual_learning"),
+    "13": ("deploy_distillation", "deploy_pruning", "continual_learning"),
+    "15": ("cleaning_recovers_accuracy",),
 }
 CONCLUSIVE, INCONCLUSIVE = "conclusive", "inconclusive"
 ACCURACY_OUTCOMES = (CONCLUSIVE, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED)

@@ -59,7 +59,10 @@ def cached_fit(config: Config, bundle=None, classes: list | None = None, *, extr
     from course_lib.engine import train
     from course_lib.models import factory
 
-    classes = list(bundle.classes) if bundle is not None else (list(classes) if classes is not None else None)
+    if bundle is None and classes is None:  # two callers of one model must name it alike
+        raise ValueError("cached_fit needs the bundle or its classes: the class list is part of the model's name "
+                         "(pass classes=bundle.classes)")
+    classes = list(bundle.classes) if bundle is not None else list(classes)
     name = digest(config, classes, extra)
     config = config.replace(output_dir=f"{str(folder).rstrip('/')}/{name}", resume=False)
     path = paths.resolve_path(config.output_dir) / checkpoint.LAST_NAME

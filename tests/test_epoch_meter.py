@@ -28,6 +28,7 @@ def filled_meter(world_size=1, distributed=False):
     meter.add_losses(torch.tensor([1.0, 3.0]))
     meter.stop()
     meter.epoch_seconds, meter.timer.wait_seconds = 4.0, 1.0  # a known clock
+    meter.process_cpu_seconds = 0.0
     return meter
 
 
@@ -38,7 +39,18 @@ def test_row_arithmetic_for_one_process():
     assert row["images_per_second"] == pytest.approx(8 / 4.0)
     assert row["data_wait_fraction"] == pytest.approx(1.0 / 4.0)
     assert row["epoch_seconds"] == pytest.approx(4.0)
-    assert row["process_cpu_seconds"] >= 0
+    assert row["process_cpu_seconds"] == 0.0  # filled_meter's known clock: no CPU time between start and stop
+
+
+def test_process_cpu_seconds_counts_the_work_between_start_and_stop(monkeypatch):
+    clock = iter([10.0, 12.5])  # process_time() at start, then at stop: 2.5 s of CPU in the epoch
+    monkeypatch.setattr(epoch_meter.time, "process_time", lambda: next(clock))
+    meter = EpochMeter("cpu", False, 1)
+    meter.start()
+    meter.add(one_hot_logits([0, 1]), torch.tensor([0, 1]))
+    meter.add_losses(torch.tensor([1.0]))
+    meter.stop()
+    assert meter.row()["process_cpu_seconds"] == pytest.approx(2.5)
 
 
 def test_row_sums_ranks_and_divides_time_by_the_world_size(monkeypatch):

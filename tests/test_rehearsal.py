@@ -60,6 +60,7 @@ def test_the_engine_logs_what_it_skips(capsys):
     assert "no effect on cpu: matmul_precision=high" in out
 
 
+@pytest.mark.notebook
 @pytest.mark.parametrize("stem", REHEARSED)
 def test_notebook_rehearses_the_gpu_profile(stem, tmp_path):
     (path,) = (ROOT / "notebooks").glob(f"{stem}.ipynb")

@@ -299,6 +299,7 @@ def test_code_cell_count_includes_the_injected_parameters_cell(book):
     assert runner.code_cell_count(book / "00_first.ipynb") == 3
 
 
+@pytest.mark.notebook
 def test_smoke_run_prints_start_counter_and_duration_only(tmp_path, capfd):
     """The real 00 notebook: per notebook a start line, one counter line per cell (interval 0) and the
     status with the duration. The kernel shares this process's stderr, so capfd also sees its warnings."""

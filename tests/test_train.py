@@ -378,6 +378,7 @@ RECORDING_SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.torchrun
 def test_two_process_gloo_run_under_torchrun_sees_disjoint_data(tmp_path):
     script = tmp_path / "record_ranks.py"
     script.write_text(RECORDING_SCRIPT)

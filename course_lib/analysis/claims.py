@@ -798,6 +798,14 @@ def accuracy_counts(board: list[dict] | None = None, whose: str = "yours", root=
     return counts
 
 
+def demonstrations(root=None) -> int:
+    """How many claims of the committed reference results are DEMONSTRATED (counted apart from the verdicts)."""
+    from course_lib.analysis import reference
+
+    found = (reference.find(f"{notebook:02d}", root=root) for notebook in range(100))
+    return sum(item.get("verdict") == DEMONSTRATED for ref in found if ref for item in ref.claims)
+
+
 def accuracy_counts_table(counts: dict[str, dict[str, int]]) -> str:
     """`accuracy_counts` as the markdown table docs/results.md carries (`workbook docs tables` writes it;
     tests/test_claims.py holds the copy to the committed reference results)."""

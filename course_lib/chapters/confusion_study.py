@@ -199,8 +199,9 @@ def imbalance_study(setup: ConfusionSetup, ratio: float = IMBALANCE_RATIO, corre
         result = train.fit(run, bundle=dataclasses.replace(cut, val=None), progress=progress, verbose=False)
         labels, probabilities = evaluation.predict(result.model, scored, run, device_stage=bundle.device_stage)
         predictions[correction] = probabilities.argmax(axis=1)
+    # The data's name, not its folder: the reason lands in committed reference results (no machine's paths).
     return ImbalanceStudy(list(cut.classes), counts, labels, predictions, config, ratio, time.perf_counter() - started,
-                          str(bundle.source))
+                          setup.data.name)
 
 
 def imbalance_claims(study: ImbalanceStudy, draws: int = BOOTSTRAP_DRAWS) -> list:

@@ -31,3 +31,17 @@ def eurosat_or_skip(why: str) -> Path | None:
         print(f"skipped: no EuroSAT in {paths.DATA_ENV}, data_cache/eurosat/ or ../shared/datasets/eurosat_rgb "
               f"(`{paths.GET_REAL_DATA}` fetches it); {why}")
     return folder
+
+
+def portable(text: str) -> str:
+    """`text` with this checkout's absolute paths made relative to the project: committed results name a
+    dataset by its name or a path relative to the project, never a folder of the machine that made them
+    (the project's root becomes a relative path, its parent `..`)."""
+    root = str(ROOT)
+    return text.replace(root + "/", "").replace(root, ".").replace(str(ROOT.parent) + "/", "../")
+
+
+def write(path: Path, text: str) -> None:
+    """Write a results file (`portable` paths)."""
+    Path(path).write_text(portable(text))
+

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _shared import ROOT, write  # noqa: E402 (puts the project on sys.path)
 
-from course_lib import devices, ledger, paths
+from course_lib import devices, ledger, paths  # noqa: E402
 from course_lib.config import make_config  # noqa: E402
 from course_lib.data import (
     cache,
@@ -316,8 +316,8 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = "data_pipeline_quick" if quick else "data_pipeline"
-    (out / f"{stem}.json").write_text(json.dumps(results, indent=2, default=str))
-    (out / f"{stem}.md").write_text(markdown(results))
+    write(out / f"{stem}.json", json.dumps(results, indent=2, default=str))
+    write(out / f"{stem}.md", markdown(results))
     log(f"wrote {out / stem}.json and .md")
     return 0
 

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _shared import argument_parser  # noqa: E402
+from _shared import argument_parser, write  # noqa: E402
 from course_lib import ledger  # noqa: E402
 from course_lib.chapters import compress_and_deploy as study  # noqa: E402
 from course_lib.config import parse_assignments  # noqa: E402
@@ -79,7 +79,7 @@ def _write(rows, out: Path, hardware, where, how, started, load_before, config, 
               "load_average_after": os.getloadavg()[0], "data": where, "teacher": how, "rows": table,
               "config": config.to_dict(), "versions": ledger.runtime_versions(), "complete": complete}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "deploy.json").write_text(json.dumps(record, indent=2, default=str))
+    write(out / "deploy.json", json.dumps(record, indent=2, default=str))
     lines = ["# After training: accuracy, size and CPU latency\n",
              f"Hardware: **{hardware}**, instruction sets {', '.join(isa) or 'unknown'}; load average "
              f"{load_before:.1f} before, {record['load_average_after']:.1f} after; measured {started}; data {where}; "
@@ -91,7 +91,7 @@ def _write(rows, out: Path, hardware, where, how, started, load_before, config, 
                      f"{row['ms@1']:.2f} | {row['images/s@1']:.0f} | {row['ms@64']:.1f} | {row['images/s@64']:.0f} |")
     if not complete:
         lines.append("\n(partial: the run stopped or is still going; the other studies are not measured yet)")
-    (out / "deploy.md").write_text("\n".join(lines) + "\n")
+    write(out / "deploy.md", "\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
 
 

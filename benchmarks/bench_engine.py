@@ -29,7 +29,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _shared import argument_parser  # noqa: E402
+from _shared import argument_parser, write  # noqa: E402
 from course_lib import devices, ledger
 from course_lib.config import make_config, parse_assignments  # noqa: E402
 from course_lib.data.datasets import DataBundle  # noqa: E402
@@ -182,7 +182,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     suffix = "_quick" if args.quick else ""
-    (out / f"engine{suffix}.json").write_text(json.dumps(
+    write(out / f"engine{suffix}.json", json.dumps(
         {"hardware": hardware_line, "versions": ledger.runtime_versions(), "parameters": parameters,
          "pairs": pairs, "summary": summary, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
         indent=2, default=str))
@@ -208,7 +208,7 @@ def main(argv=None) -> int:
         f"= {utilization['achieved_flops'] / 1e9:.1f} GFLOP/s against a peak of {peak} "
         f"({utilization['peak_source']}, at the same thread count): MFU {mfu}.",
     ])
-    (out / f"engine{suffix}.md").write_text(table + "\n")
+    write(out / f"engine{suffix}.md", table + "\n")
     print(table)
     return 0
 

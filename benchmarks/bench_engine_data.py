@@ -31,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _shared import argument_parser, eurosat_or_skip  # noqa: E402
+from _shared import argument_parser, eurosat_or_skip, write  # noqa: E402
 from course_lib import devices, ledger  # noqa: E402
 from course_lib.config import make_config, parse_assignments  # noqa: E402
 from course_lib.data import datasets, pipeline  # noqa: E402
@@ -233,8 +233,8 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = "engine_data_quick" if args.quick else "engine_data"
-    (out / f"{name}.json").write_text(json.dumps(results, indent=2, default=str))
-    (out / f"{name}.md").write_text(markdown(results))
+    write(out / f"{name}.json", json.dumps(results, indent=2, default=str))
+    write(out / f"{name}.md", markdown(results))
     print(markdown(results))
     return 0
 

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from _shared import ROOT, argument_parser, eurosat_or_skip  # noqa: E402 (puts the project on sys.path)
+from _shared import ROOT, argument_parser, eurosat_or_skip, write  # noqa: E402 (puts the project on sys.path)
 from course_lib import ledger  # noqa: E402
 from course_lib.config import make_config, parse_assignments  # noqa: E402
 from course_lib.data import cache  # noqa: E402
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
               "config": config.to_dict(), "versions": ledger.runtime_versions()}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"speedrun_{args.recipe}.json").write_text(json.dumps(record, indent=2, default=str))
+    write(out / f"speedrun_{args.recipe}.json", json.dumps(record, indent=2, default=str))
     lines = [f"# Time to accuracy on EuroSAT: recipe `{args.recipe}`\n",
              f"Hardware: **{hardware}**; load average {load_before:.1f} before, {record['load_average_after']:.1f} "
              f"after; measured {started}; {len(results)} seed(s); budget {args.budget or 'none'} s; precision "
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
         lines.append(f"| {result.config.seed} | {result.single_view_top1:.2%} | {result.val_top1:.2%} | "
                      + " | ".join(f"{r:.0f}" if r is not None else "-" for r in reached)
                      + f" | {result.seconds:.0f} | {result.setup_seconds:.0f} | {result.images_per_second:.0f} |")
-    (out / f"speedrun_{args.recipe}.md").write_text("\n".join(lines) + "\n")
+    write(out / f"speedrun_{args.recipe}.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

@@ -105,8 +105,25 @@ def test_fastest_recipe_stage_brings_the_speedrun_ingredients(config):
     changes = casestudy.stage_changes("fastest_recipe", config, device="cpu")
     assert changes["storage"] == RECIPES["speedrun"]["storage"] and changes["augmentation"] == "device"
     assert changes["tta_views"] == 1
-    assert "epochs" not in changes and "model" not in changes
+    # its own budget, the one stage trained to convergence: the recipe's epochs over the whole split
+    assert changes["epochs"] == RECIPES["speedrun"]["epochs"] and changes["max_train_images"] == 0
+    assert "model" not in changes and "image_size" not in changes
     config.replace(**changes)
+
+
+def test_the_overall_accuracy_claim_compares_only_runs_of_one_budget(monkeypatch):
+    """The fastest recipe trains to convergence (21 epochs of the whole split) while the baseline trains the
+    study's 2 epochs of 4,500 images: their top-1s differ by the budget, not the stages, so the overall
+    claim is not decided from them; at one budget it is."""
+    monkeypatch.setattr(claims, "_hardware", lambda: "test machine")
+    study = _study_with_rates([100, 104, 98, 102], [1590, 1610])
+    study.rows[0].update(epochs=2, train_images=4500)
+    study.rows[1].update(epochs=21, train_images=18900)
+    found = {c.key: c for c in casestudy.claims(study)}["casestudy_accuracy"]
+    assert found.verdict == claims.NOT_MEASURABLE and "different budgets" in found.reason
+    assert "21 epoch(s) of 18900 images" in found.reason
+    study.rows[1].update(epochs=2, train_images=4500)
+    assert {c.key: c for c in casestudy.claims(study)}["casestudy_accuracy"].verdict == claims.HOLDS
 
 
 def test_case_study_runs_records_and_tabulates(config):

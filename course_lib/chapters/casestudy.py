@@ -221,10 +221,12 @@ def stage_changes(stage: str, config: Config, *, device, gpus: int = 0, pretrain
     if stage == "regularization":
         return {"label_smoothing": 0.1, "mixup_alpha": 0.3, "pretrained": pretrained}
     if stage == "fastest_recipe":
-        # The recipe's ingredients over the kept stages, at this study's budget (epochs, images, model)
-        # so its row compares with the others; one view at validation like every other stage.
-        recipe = {k: v for k, v in RECIPES["speedrun"].items() if k not in ("epochs", "max_train_images", "model",
-                                                                            "image_size", "max_steps")}
+        # The recipe over the kept stages at its own budget (its epochs over the whole split): the one stage
+        # trained to convergence (about 97% on EuroSAT; the floor of `analysis.floors`), so its top-1 is the
+        # study's end point, not a 2-epoch snapshot. Its images/s still compare with every stage's; its top-1
+        # compares with the baseline's only at the same budget (`claims`). The study's model and image size;
+        # one view at validation like every other stage.
+        recipe = {k: v for k, v in RECIPES["speedrun"].items() if k not in ("model", "image_size", "max_steps")}
         return {**recipe, "tta_views": 1, "mixup_alpha": 0.0, "pretrained": False}
     raise ConfigError(f"unknown stage {stage!r}; stages: {', '.join(STAGE_NAMES)}")
 
@@ -353,6 +355,7 @@ class CaseStudy:
             self.results[stage] = result
             metrics = dict(result.history[-1])
             metrics["val_images"] = len(bundle.val) if bundle.val is not None else None
+            metrics["train_images"] = len(bundle.train)
             rates = [row["images_per_second"] for row in result.history]
             precision_used = result.precision
             if self.train_images is None:
@@ -396,6 +399,7 @@ class CaseStudy:
             "peak_memory_bytes": metrics.get("peak_memory_bytes"), "peak_memory_kind": metrics.get("peak_memory_kind"),
             "train_loss": metrics.get("train_loss"), "val_top1": metrics.get("val_top1"),
             "val_images": metrics.get("val_images"), "epochs": config.epochs,
+            "train_images": metrics.get("train_images", self.train_images),
             "wall_seconds": wall_seconds, "note": note,
         }
 
@@ -446,7 +450,7 @@ class CaseStudy:
             table["top1_vs_baseline_seeds"] = [None if test is None else {1: "higher", -1: "lower", 0: "within noise"}[
                 test["beyond"]] for test in tests]
         table = self._with_mfu(table)
-        columns = ["change", "kept", "world_size", "precision", "num_workers", "epochs", "images_per_second", "MFU",
+        columns = ["change", "kept", "world_size", "precision", "num_workers", "epochs", "train_images", "images_per_second", "MFU",
                    "rate_noise_band", "full_epoch_seconds", "data_wait_fraction", "peak_memory_bytes", "val_top1",
                    "val_top1_band", "top1_vs_baseline_seeds", "speedup_vs_baseline", "article_epoch_minutes",
                    "article_speedup", "article_top1", "note"]
@@ -621,7 +625,14 @@ def claims(study: CaseStudy, hardware: str | None = None) -> list:
     for key, stage in (("casestudy_adamw", "optimizer"), ("casestudy_regularization", "regularization")):
         found.append(missing(key, stage) or claims.checked(key, *accuracy(rows[stage]), hardware=hardware))
     last = study.rows[-1] if study.rows else {}
-    if last.get("images_per_second") and baseline:
+    budget = {name: (last.get(name), baseline.get(name)) for name in ("epochs", "train_images")}
+    if last.get("images_per_second") and baseline and any(ours != theirs for ours, theirs in budget.values()):
+        found.append(claims.not_measurable(
+            "casestudy_accuracy", f"{last['stage']} trained {budget['epochs'][0]} epoch(s) of {budget['train_images'][0]} "
+            f"images (top-1 {last['val_top1']:.1%}), the baseline {budget['epochs'][1]} of {budget['train_images'][1]}: "
+            "top-1s of different budgets do not compare (the article's stages at one budget: "
+            "casestudy_regularization)", hardware))
+    elif last.get("images_per_second") and baseline:
         holds, text = accuracy(last)
         found.append(claims.checked("casestudy_accuracy", holds, f"{last['stage']}: {text}", hardware=hardware))
     else:

@@ -199,8 +199,8 @@ def test_no_import_circle_between_subpackages():
 
 
 # Test files about the project rather than one module: the notebooks, the README, the install files.
-PROJECT_CHECKS = {"browser", "containers", "gpu_image", "launch_recipes", "layout", "notebook_data", "notebooks",
-                  "packaging", "readme_commands", "rehearsal", "solutions"}
+PROJECT_CHECKS = {"browser", "committed_results", "containers", "gpu_image", "launch_recipes", "layout", "notebook_data",
+                  "notebooks", "packaging", "readme_commands", "rehearsal", "solutions"}
 
 
 def test_each_test_file_is_named_after_a_module():
@@ -210,3 +210,20 @@ def test_each_test_file_is_named_after_a_module():
     orphans = sorted(p.name for p in (ROOT / "tests").glob("test_*.py")
                      if p.stem[len("test_"):] not in names | PROJECT_CHECKS)
     assert orphans == []
+
+
+CHAPTERS = sorted((PACKAGE / "chapters").glob("*.py"))
+
+
+def test_every_chapter_sets_up_through_one_name():
+    """A chapter's notebook starts from `<chapter>.setup(profile, ...)` (issue 45: one chapter shape): no
+    chapter names it notebook_setup, study_setup, race_setup or chapter_setup, and every module that
+    defines a setup dataclass defines `setup`."""
+    for path in CHAPTERS:
+        tree = ast.parse(path.read_text())
+        functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        assert not functions & {"notebook_setup", "study_setup", "race_setup", "chapter_setup"}, path.name
+        classes = [node.name for node in tree.body if isinstance(node, ast.ClassDef) and "Setup" in node.name]
+        if classes:
+            assert "setup" in functions, f"{path.name} defines {classes} but no setup()"
+

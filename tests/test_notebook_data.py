@@ -33,11 +33,11 @@ def _setup_cell(stem: str) -> str:
 
 
 @pytest.mark.parametrize("stem, call", [
-    ("00", "setup_check.setup("), ("02", "data_pipeline.setup("), ("03", "mixed_precision.notebook_setup("),
-    ("04", "gradient_accumulation.notebook_setup("), ("05", "ddp_scaling.setup("), ("06", "optimizer_study.notebook_setup("),
-    ("07", "regularization_study.study_setup("), ("08", "transfer_plans.notebook_setup("),
-    ("09", "confusion_study.setup("), ("10", "casestudy.notebook_setup("), ("11", "troubleshoot.notebook_setup("),
-    ("12", "time_to_accuracy.race_setup("), ("13", "study.study_setup("),
+    ("00", "setup_check.setup("), ("02", "data_pipeline.setup("), ("03", "mixed_precision.setup("),
+    ("04", "gradient_accumulation.setup("), ("05", "ddp_scaling.setup("), ("06", "optimizer_study.setup("),
+    ("07", "regularization_study.setup("), ("08", "transfer_plans.setup("),
+    ("09", "confusion_study.setup("), ("10", "casestudy.setup("), ("11", "troubleshoot.setup("),
+    ("12", "time_to_accuracy.setup("), ("13", "study.setup("),
     ("14", "profiling.setup("), ("15", "data_quality.setup(")])
 def test_each_notebook_chooses_its_data_through_the_function_tested_here_and_prints_its_line(stem, call):
     code = _setup_cell(stem)
@@ -75,7 +75,7 @@ def test_05_every_worker_gets_a_batch_of_the_profiles_own_data(no_real_data, pro
 def test_03_every_compared_run_has_two_epochs_of_a_few_steps(no_real_data, profile):
     from course_lib.chapters import mixed_precision
 
-    setup = mixed_precision.notebook_setup(profile)
+    setup = mixed_precision.setup(profile)
     assert setup.data.synthetic and setup.config.epochs >= 2
     assert setup.config.max_steps == (2 if profile == "smoke" else 6) and setup.seeds >= 2
     assert setup.measure_compile is (profile != "smoke")
@@ -85,7 +85,7 @@ def test_03_every_compared_run_has_two_epochs_of_a_few_steps(no_real_data, profi
 def test_04_the_big_batch_is_staged_for_the_model(no_real_data, profile):
     from course_lib.chapters import gradient_accumulation
 
-    setup = gradient_accumulation.notebook_setup(profile, image_size=32, batch_size=8)
+    setup = gradient_accumulation.setup(profile, image_size=32, batch_size=8)
     assert setup.data.synthetic and setup.images.dtype.is_floating_point and len(setup.images) == 8
     assert setup.config.precision == "off" and setup.config.max_steps == 3
 
@@ -96,7 +96,7 @@ def test_11_makes_its_problems_on_the_cpu_transforms(no_real_data, profile):
 
     from course_lib.chapters import troubleshoot
 
-    setup = troubleshoot.notebook_setup(profile, image_size=32)
+    setup = troubleshoot.setup(profile, image_size=32)
     try:
         assert setup.data.synthetic and setup.config.augmentation == "cpu" and setup.scratch.is_dir()
         assert setup.config.max_steps == (4 if profile == "smoke" else 12) and len(setup.bundle.train) > 0
@@ -117,7 +117,7 @@ def test_14_profiles_a_few_steps_of_the_profiles_data(no_real_data, profile):
 def test_06_the_grid_and_its_seeds_fit_the_synthetic_data(no_real_data, profile):
     from course_lib.chapters import optimizer_study
 
-    setup = optimizer_study.notebook_setup(profile, image_size=32)
+    setup = optimizer_study.setup(profile, image_size=32)
     assert setup.data.synthetic and setup.steps_per_epoch >= 1 and len(setup.seeds) >= 2
     assert setup.grid_config.storage == "cache" and setup.grid_config.image_size <= 64
     assert len(setup.grid_factors) >= 2 and setup.range_test_steps >= 12
@@ -125,7 +125,7 @@ def test_06_the_grid_and_its_seeds_fit_the_synthetic_data(no_real_data, profile)
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_07_every_epoch_has_steps_on_the_synthetic_data(no_real_data, profile):
-    setup = regularization_study.study_setup(profile, image_size=32)
+    setup = regularization_study.setup(profile, image_size=32)
     assert setup.data.synthetic and setup.config.dataset == "landcover-synth"
     assert setup.steps_per_epoch >= 1 and len(setup.bundle.val) > 0
     regularization_study.ema_decay_for(setup.steps_per_epoch * setup.config.epochs)
@@ -133,7 +133,7 @@ def test_07_every_epoch_has_steps_on_the_synthetic_data(no_real_data, profile):
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_08_source_and_label_counts_fit_the_smallest_class(no_real_data, profile):
-    setup = transfer_plans.notebook_setup(profile, image_size=32)
+    setup = transfer_plans.setup(profile, image_size=32)
     assert setup.plan.synthetic and setup.data.synthetic
     # What the notebook's cells cut from the whole dataset: the source, then every target run.
     class_split.subset_bundle(setup.whole, setup.source_classes, per_class=setup.source_per_class, val_per_class=200,
@@ -144,9 +144,9 @@ def test_08_source_and_label_counts_fit_the_smallest_class(no_real_data, profile
         assert len(target.train) == labels * len(setup.held_out)
     with pytest.raises(ConfigError, match=r"^source_per_class=100000 asks for more .*; "
                                           r"set -p source_per_class=N with N <= \d+$"):
-        transfer_plans.notebook_setup(profile, image_size=32, source_per_class=100_000)
+        transfer_plans.setup(profile, image_size=32, source_per_class=100_000)
     with pytest.raises(ConfigError, match=r"^labels_per_class=100000 .* set -p labels_per_class=N with N <= \d+$"):
-        transfer_plans.notebook_setup(profile, image_size=32, labels_per_class=[10, 100_000])
+        transfer_plans.setup(profile, image_size=32, labels_per_class=[10, 100_000])
 
 
 def test_08_smoke_stays_on_the_committed_sample_where_real_data_lies_beside_the_project(monkeypatch):
@@ -156,7 +156,7 @@ def test_08_smoke_stays_on_the_committed_sample_where_real_data_lies_beside_the_
     monkeypatch.delenv(paths.DATA_ENV, raising=False)
     monkeypatch.setattr(paths, "find_real_data", lambda: paths.DataChoice(
         {"dataset": "imagefolder", "data_dir": str(sample)}, "real-looking", "a test's stand-in", False, sample))
-    setup = transfer_plans.notebook_setup("smoke", image_size=32)
+    setup = transfer_plans.setup("smoke", image_size=32)
     assert setup.data.synthetic and setup.plan.synthetic
     assert setup.plan.target == "landcover-synth" and setup.plan.data_config.dataset == "landcover-synth"
 
@@ -171,7 +171,7 @@ def test_09_trains_on_the_synthetic_data(no_real_data, profile):
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_10_generates_its_landcover_synth_and_trains_on_it(no_real_data, profile):
-    setup = casestudy.notebook_setup(profile, source_image_size=32, image_size=32)
+    setup = casestudy.setup(profile, source_image_size=32, image_size=32)
     config, bundle = setup.config, setup.bundle
     assert setup.data.synthetic and "landcover-synth-32px" in config.data_dir
     assert len(bundle.train) >= config.batch_size and len(bundle.val) > 0
@@ -181,7 +181,7 @@ def test_10_generates_its_landcover_synth_and_trains_on_it(no_real_data, profile
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_12_racers_read_a_real_folder_the_naive_loop_can_open(no_real_data, profile):
-    race = time_to_accuracy.race_setup(profile)
+    race = time_to_accuracy.setup(profile)
     assert race.data.synthetic
     for config in (race.recipe, race.default):  # the hand-written loop reads data_dir's train/ and val/ itself
         root = paths.resolve_path(config.data_dir)
@@ -194,7 +194,7 @@ def test_12_racers_read_a_real_folder_the_naive_loop_can_open(no_real_data, prof
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_13_every_study_has_images_to_train_and_score(no_real_data, profile):
-    setup = compress_and_deploy.study_setup(profile, image_size=32)
+    setup = compress_and_deploy.setup(profile, image_size=32)
     assert setup.data.synthetic
     bundle = setup.bundle
     assert len(bundle.train) >= setup.config.batch_size and len(bundle.val) >= len(bundle.classes)

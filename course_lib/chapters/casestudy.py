@@ -92,7 +92,7 @@ def case_config(profile: str, dataset: str | None = None, data_dir: str | None =
 @dataclasses.dataclass
 class CaseSetup:
     """Notebook 10's data, config, the baseline's datasets and the choices its parameters left to the
-    profile (`notebook_setup`)."""
+    profile (`setup`)."""
 
     data: object  # paths.DataChoice: what the notebook prints first
     config: Config
@@ -120,7 +120,7 @@ class CaseSetup:
                 f"validation; budget per stage: {config.epochs} epoch(s){budget}", f"hardware: {hardware}"]
 
 
-def notebook_setup(profile: str, dataset: str | None = None, data_dir: str | None = None, source_image_size: int = 0,
+def setup(profile: str, dataset: str | None = None, data_dir: str | None = None, source_image_size: int = 0,
                    *, noise_seeds: int = 0, run_ddp: str | bool = "auto", **given) -> CaseSetup:
     """`case_config` and the baseline's datasets, built once; `noise_seeds` baseline runs (0: 3, smoke 2)
     for the noise band; the DDP stage's processes (`ddp_world_size`; `run_ddp` false skips it, true

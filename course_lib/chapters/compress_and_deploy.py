@@ -24,7 +24,7 @@ from course_lib.models import factory
 
 @dataclasses.dataclass
 class DeploySetup:
-    """Notebook 13's data, configs and datasets (`study_setup`)."""
+    """Notebook 13's data, configs and datasets (`setup`)."""
 
     data: object  # paths.DataChoice: what the notebook prints first
     teacher: Config  # the speed-run recipe on the whole training split: the model every study starts from
@@ -89,7 +89,7 @@ STUDENT_MODEL = "speedrun_resnet_tiny"  # a quarter of the teacher's arithmetic 
 FIT_SIZES = {"cpu": {"max_train_images": 1000, "epochs": 8}, "smoke": {"max_steps": 2, "epochs": 1}}
 
 
-def study_setup(profile: str, data_dir: str | None = None, *, val_per_class: int = -1, model: str | None = None,
+def setup(profile: str, data_dir: str | None = None, *, val_per_class: int = -1, model: str | None = None,
                 epochs: int | None = None, seeds: int = 0, **given) -> DeploySetup:
     """The data `datasets.config_with_data` picks (data_dir, else real data when found, not in smoke,
     else the profile's landcover-synth), with the teacher worth compressing: the speed-run recipe

@@ -69,7 +69,7 @@ def claims(gradients, engine, memory_table, max_steps: int) -> list:
 @dataclasses.dataclass
 class AccumulationSetup:
     """Notebook 04's config, data, one big batch of real images as the model takes it, and the two
-    models the equivalence compares (`notebook_setup`)."""
+    models the equivalence compares (`setup`)."""
 
     data: object  # paths.DataChoice: what the notebook prints first
     config: Config
@@ -85,7 +85,7 @@ class AccumulationSetup:
                 f"with BatchNorm: {self.config.model}; without: {model_without_batchnorm}; hardware: {hardware}"]
 
 
-def notebook_setup(profile: str, model_without_batchnorm: str = "test_nfnet", *, max_steps: int | None = None,
+def setup(profile: str, model_without_batchnorm: str = "test_nfnet", *, max_steps: int | None = None,
                    **given) -> AccumulationSetup:
     """The profile's own data (`config_with_data(find_real=False)`: the lesson is the gradients, not the
     data), one epoch of at most `max_steps` (None: 3) steps; fp32 on a CPU (exact weight comparisons,

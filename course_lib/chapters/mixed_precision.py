@@ -205,7 +205,7 @@ def claims(speeds, best: str, memory_ratio: float, accuracy, *, device: str, lay
 
 @dataclasses.dataclass
 class PrecisionSetup:
-    """Notebook 03's config, data and the sizes its parameters left to the profile (`notebook_setup`)."""
+    """Notebook 03's config, data and the sizes its parameters left to the profile (`setup`)."""
 
     data: object  # paths.DataChoice: what the notebook prints first
     config: Config  # every compared run: at least 2 epochs (the tables report the last)
@@ -221,7 +221,7 @@ class PrecisionSetup:
                 f"{config.max_steps} steps per run, device {self.device}", f"hardware: {hardware}"]
 
 
-def notebook_setup(profile: str, *, steps_per_run: int = 0, seeds: int = 0, repeats: int = 0,
+def setup(profile: str, *, steps_per_run: int = 0, seeds: int = 0, repeats: int = 0,
                    measure_compile: str | bool = "auto", max_steps: int | None = None, batch_size: int | None = None,
                    image_size: int | None = None, **given) -> PrecisionSetup:
     """Speed on the profile's own data (`config_with_data(find_real=False)`; WORKBOOK_DATA=<folder>

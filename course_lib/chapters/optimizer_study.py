@@ -58,7 +58,7 @@ class NotebookSetup:
 CPU_SIZES = {**IN_MEMORY, "image_size": 32, "epochs": 3, "max_train_images": 800}
 
 
-def notebook_setup(profile: str, *, range_test_steps: int = 0, seeds: int = 0, warmup_epochs: float | None = None,
+def setup(profile: str, *, range_test_steps: int = 0, seeds: int = 0, warmup_epochs: float | None = None,
                    **given) -> NotebookSetup:
     """The profile's own data (`datasets.config_with_data(find_real=False)`: 18 grid runs must fit in
     minutes; WORKBOOK_DATA=<folder> changes it), `CPU_SIZES` on cpu, then `given` (None: not given);
@@ -242,8 +242,8 @@ SCALING_OUTPUT_DIR = "runs/checkpoints/06_scaling"
 
 
 @dataclasses.dataclass
-class StudySetup:
-    """The data, base config and sizes of sections 5 and 6 (`study_setup`)."""
+class ScalingSetup:
+    """The data, base config and sizes of sections 5 and 6 (`scaling_setup`)."""
 
     data: object  # paths.DataChoice
     config: Config  # the base run: batch B0, SGD at lr0, warmup + cosine
@@ -269,8 +269,8 @@ class StudySetup:
                 f"hardware: {hardware}"]
 
 
-def study_setup(profile: str, tuned_lrs: dict, base_batch: int, seeds, *, largest_batch: int = 0,
-                **given) -> StudySetup:
+def scaling_setup(profile: str, tuned_lrs: dict, base_batch: int, seeds, *, largest_batch: int = 0,
+                **given) -> ScalingSetup:
     """Sections 5-6: the data `paths.choose_data` picks (real when present, not in smoke), the profile's
     `STUDY_SIZES`, then `given` Config values (None: not given); batch `base_batch` (B0, where
     `tuned_lrs` were tuned) and section 4's `seeds`, warmup 5/120 of the run as the article's; the validation split cut to
@@ -296,7 +296,7 @@ def study_setup(profile: str, tuned_lrs: dict, base_batch: int, seeds, *, larges
         bundle = dataclasses.replace(bundle, val=TransformedSubset(bundle.val, kept))
     largest, reason, per_image = largest_batch_for(config, len(bundle.train), largest_batch or LARGEST_BATCH[profile],
                                                 len(bundle.classes))
-    return StudySetup(data, config, bundle, list(seeds), dict(tuned_lrs), batch_sizes(largest), reason, per_image)
+    return ScalingSetup(data, config, bundle, list(seeds), dict(tuned_lrs), batch_sizes(largest), reason, per_image)
 
 
 def make_study_config(profile: str, values: dict, sgd_lr: float) -> Config:

@@ -76,7 +76,7 @@ def study_config(profile: str, **values) -> Config:
 
 @dataclasses.dataclass
 class StudySetup:
-    """Notebook 07's data, baseline config and the training split built once (`study_setup`), with the
+    """Notebook 07's data, baseline config and the training split built once (`setup`), with the
     values its parameters left to the study: variants, seeds, EMA decay and what the data is."""
 
     data: object  # paths.DataChoice: what the notebook prints first
@@ -103,7 +103,7 @@ class StudySetup:
                 f"{self.ema_decay:.4g}; {torch.get_num_threads()} torch thread(s); hardware: {hardware}"]
 
 
-def study_setup(profile: str, data_dir: str | None = None, *, variants: str | list[str] = "all", seeds: int = 0,
+def setup(profile: str, data_dir: str | None = None, *, variants: str | list[str] = "all", seeds: int = 0,
                 ema_decay: float | None = None, remote_sensing: str | bool = "auto", **values) -> StudySetup:
     """`study_config` on the data `paths.choose_data` picks (data_dir, else real data when found, not
     in smoke, else the profile's landcover-synth), its datasets, and the steps per epoch; a batch

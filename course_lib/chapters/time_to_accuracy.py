@@ -46,7 +46,7 @@ SMOKE_SIZES = dict(image_size=32, max_train_images=128, max_steps=2, epochs=2, b
 
 @dataclasses.dataclass
 class RaceSetup:
-    """Notebook 12's racers and clocks on the data every run finds (`race_setup`)."""
+    """Notebook 12's racers and clocks on the data every run finds (`setup`)."""
 
     data: object  # paths.DataChoice: what the notebook prints first
     recipe: Config  # the speed-run racer
@@ -79,7 +79,7 @@ class RaceSetup:
                 f"for the others; {hardware}")
 
 
-def race_setup(profile: str, data_dir: str | None = None, budget_seconds: float = 0.0, rival_seconds: float = 0.0,
+def setup(profile: str, data_dir: str | None = None, budget_seconds: float = 0.0, rival_seconds: float = 0.0,
                recipe_epochs: int = 0, seeds: int = 0) -> RaceSetup:
     """The notebook's parameters (0 and None: the profile's choice) as racers on the data
     `datasets.config_with_data` picks. Their data_dir is always a folder, the generated landcover-synth

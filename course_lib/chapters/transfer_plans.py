@@ -100,7 +100,7 @@ SOURCE_PER_CLASS = {"smoke": 0, "cpu": 1000, "gpu": 0}  # source training images
 @dataclasses.dataclass
 class TransferSetup:
     """Notebook 08's setup: the data, the plan, the whole labelled dataset, and the sizes, each fitted
-    to what the data has (`notebook_setup`)."""
+    to what the data has (`setup`)."""
 
     data: object  # paths.DataChoice: what the notebook prints first
     config: Config
@@ -139,7 +139,7 @@ def _fitted(parameter: str, asked: int, available: int, given: bool, notes: list
     return available
 
 
-def notebook_setup(profile: str, *, model: str | None = None, batch_size: int | None = None,
+def setup(profile: str, *, model: str | None = None, batch_size: int | None = None,
                    image_size: int | None = None, epochs: int | None = None, freeze_backbone_epochs: int | None = None,
                    source: str = "auto", target: str = "auto", source_epochs: int = 0, source_per_class: int = 0,
                    target_classes: int = 3, labels_per_class=(), seeds: int = 0, **fields) -> TransferSetup:

@@ -403,7 +403,7 @@ def claims(breaks, compile_rows, compile_signal: str, reports: dict, orders, sim
 
 @dataclasses.dataclass
 class TroubleshootSetup:
-    """Notebook 11's config, data, datasets and scratch folder (`notebook_setup`)."""
+    """Notebook 11's config, data, datasets and scratch folder (`setup`)."""
 
     data: object  # paths.DataChoice: what the notebook prints first
     config: Config
@@ -419,7 +419,7 @@ class TroubleshootSetup:
                 f"device {self.device}", f"hardware: {hardware}"]
 
 
-def notebook_setup(profile: str, *, max_steps: int | None = None, **given) -> TroubleshootSetup:
+def setup(profile: str, *, max_steps: int | None = None, **given) -> TroubleshootSetup:
     """The profile's own data (`config_with_data(find_real=False)`: the problems are made, not found),
     one epoch of `max_steps` (None: 12, smoke 4) steps. Augmentation stays on the CPU whatever the
     profile: the problems below are made in the per-image transforms (normalisation above all), and the

@@ -67,15 +67,30 @@ def test_the_extractor_reads_fenced_and_indented_blocks():
     assert readme_commands(text) == ["make test", "workbook doctor", "workbook train -p epochs=2"]
 
 
+ACTIVATE = Path(sys.executable).parent / "activate"  # the venv's activation script (absent outside a venv)
+
+
+def test_the_readme_says_once_how_to_put_the_environment_on_path():
+    """`workbook` is not on a fresh shell's PATH: the README says so once, before its first workbook command."""
+    text = (ROOT / "README.md").read_text()
+    assert text.count("source .venv/bin/activate") == 1
+    assert text.index("source .venv/bin/activate") < text.index("\nworkbook ")
+
+
 @pytest.fixture(scope="module")
 def scratch_project(tmp_path_factory):
     folder = tmp_path_factory.mktemp("project")
     (folder / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
     for name in ("course_lib", "benchmarks", "data_samples", "notebooks"):
         (folder / name).symlink_to(ROOT / name)
+    # A fresh shell: PATH without the environment's bin/, which each command gets as the README says
+    # (`source .venv/bin/activate`; `_run`), or, where the tests run outside a venv, prepended.
     bin_dir = Path(sys.executable).parent
+    path = os.pathsep.join(part for part in os.environ.get("PATH", "").split(os.pathsep)
+                           if part and Path(part).resolve() != bin_dir.resolve())
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WORKBOOK_LEDGER": str(folder / "runs" / "ledger.sqlite"),
-           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "WORKBOOK_DATA": "none"}
+           "PATH": path if ACTIVATE.exists() else f"{bin_dir}{os.pathsep}{path}", "WORKBOOK_DATA": "none"}
+    env.pop("VIRTUAL_ENV", None)
     env.pop("WORKBOOK_RUN_ID", None)
     for command in SETUP:
         _run(command, folder, env)
@@ -83,9 +98,12 @@ def scratch_project(tmp_path_factory):
 
 
 def _run(command: str, folder: Path, env: dict, exit_codes=(0,)) -> list[str]:
+    """Run `command` as a reader would in a fresh shell after the README's `source .venv/bin/activate`."""
     argv = shlex.split(command)
     if argv[0] == "python":
         argv[0] = sys.executable
+    if ACTIVATE.exists() and argv[0] != "make":
+        argv = ["bash", "-c", 'source "$0" && exec "$@"', str(ACTIVATE), *argv]
     done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True,
                           timeout=COMMAND_TIMEOUT_SECONDS, stdin=subprocess.DEVNULL)
     assert done.returncode in exit_codes, f"{command} exited {done.returncode}:\n{done.stdout[-3000:]}\n" \

@@ -802,7 +802,8 @@ def demonstrations(root=None) -> int:
     """How many claims of the committed reference results are DEMONSTRATED (counted apart from the verdicts)."""
     from course_lib.analysis import reference
 
-    found = (reference.find(f"{notebook:02d}", root=root) for notebook in range(100))
+    notebooks = sorted({path.stem for path in (root or reference.folder()).glob("*/*.json")})
+    found = (reference.find(notebook, root=root) for notebook in notebooks)
     return sum(item.get("verdict") == DEMONSTRATED for ref in found if ref for item in ref.claims)
 
 

@@ -23,7 +23,10 @@ STAMP := $(VENV)/.installed
 # The last step makes nbstripout the git filter of *.ipynb (.gitattributes names it): outputs saved in
 # JupyterLab stay in the working file and never reach a commit. Outside a git checkout there is nothing to set.
 # --keep-id: the cells keep their ids (nbstripout would renumber them 0, 1, ...; `--install` cannot say so).
-NBSTRIPOUT_CLEAN = $(abspath $(BIN))/python -m nbstripout --keep-id
+# --extra-keys metadata.language_info: JupyterLab rewrites it on every save (the Python version, the lexer),
+# so a notebook run and saved there leaves `git status` clean; the committed kernelspec is the one `ipykernel
+# install` below makes, which JupyterLab writes back unchanged (tests/test_notebooks.py does both and compares).
+NBSTRIPOUT_CLEAN = $(abspath $(BIN))/python -m nbstripout --keep-id --extra-keys metadata.language_info
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip

@@ -36,6 +36,49 @@ def _committed_notebook(path):
     return nbformat.read(str(path), as_version=4)
 
 
+def _makefile_clean_command(python: str) -> list[str]:
+    """The git filter `make venv` installs (the Makefile's NBSTRIPOUT_CLEAN), run with `python`."""
+    line = next(line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith("NBSTRIPOUT_CLEAN ="))
+    return [python, *line.split("/python", 1)[1].split()]
+
+
+ALL_NOTEBOOKS = NOTEBOOKS + sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}  # `make venv`'s
+
+
+def test_every_notebook_carries_the_metadata_a_jupyterlab_save_keeps():
+    """The kernel `make venv` installs, and no language_info (which the filter strips): the file a save
+    through the filter gives back (the test below runs it on three of them)."""
+    wrong = [path.name for path in ALL_NOTEBOOKS
+             if dict(nbformat.read(str(path), as_version=4).metadata) != {"kernelspec": KERNELSPEC}]
+    assert not wrong, f"metadata other than the kernelspec {KERNELSPEC}: {wrong}"
+
+
+@pytest.mark.parametrize("path", [NOTEBOOKS[0], NOTEBOOKS[7], ROOT / "notebooks" / "solutions" / NOTEBOOKS[7].name],
+                         ids=lambda path: path.parent.name + "/" + path.stem)
+def test_a_jupyterlab_save_leaves_the_committed_notebook_unchanged(path):
+    """What JupyterLab writes on Run All and save (outputs, execution counts, the running kernel's spec and its
+    language_info), passed through the git filter of the Makefile, gives the committed file back byte for byte:
+    `git status` stays clean (issue 50)."""
+    import sys
+
+    from ipykernel.ipkernel import IPythonKernel
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    notebook = nbformat.read(str(path), as_version=4)
+    notebook.metadata["kernelspec"] = {"display_name": spec.display_name, "language": spec.language,
+                                       "name": "python3"}
+    notebook.metadata["language_info"] = {**IPythonKernel.language_info, "version": sys.version.split()[0]}
+    for number, cell in enumerate(c for c in notebook.cells if c.cell_type == "code"):
+        cell.execution_count = number + 1
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="a saved output\n")]
+    saved = nbformat.writes(notebook) + "\n"
+    cleaned = subprocess.run(_makefile_clean_command(sys.executable), input=saved, capture_output=True, text=True,
+                             timeout=120, check=True).stdout
+    assert cleaned == path.read_text(), f"{path.name}: a JupyterLab save would show in git status"
+
+
 def test_there_are_notebooks():
     assert NOTEBOOKS and NOTEBOOKS[0].name == "00_setup_check.ipynb"
 

@@ -93,7 +93,7 @@ def test_setup_takes_the_measurement_sizes_from_the_profile_unless_told(monkeypa
     assert smoke.config.image_size == 32 and smoke.data.line.startswith("data: ")
     assert (smoke.sweep_workers, smoke.decode_sizes, smoke.epochs) == ([0, 1], [256], 1)
     assert smoke.generated_count(256) == 8 and smoke.flops_per_image > 0 and smoke.cores == 6
-    assert smoke.run_on == (smoke.device or torch.device("cpu")) and smoke.lines()[0].startswith("profile smoke: ")
+    assert smoke.run_on == (smoke.device or torch.device("cpu")) and smoke.line().startswith("profile smoke: ")
     told = data_pipeline.setup("smoke", image_size=32, sweep_workers=[0, 3], decode_sizes=[128], torch_threads=0)
     assert (told.sweep_workers, told.decode_sizes) == ([0, 3], [128])
     assert data_pipeline.PIPELINE_CHOICES["cpu"]["generated_images"] == 0  # cpu: bench.images_for_size per size

@@ -110,7 +110,8 @@ def test_setup_shrinks_cpu_runs_and_takes_the_probe_sizes_from_the_profile(setup
     assert (smoke.probe_steps, smoke.warmup_steps, smoke.profile_steps, smoke.engine_sweep) == (2, 1, 2, False)
     assert smoke.config.image_size == PROFILES["smoke"]["image_size"] and smoke.config.output_dir == ddp_scaling.OUTPUT_DIR
     assert smoke.train_images == 10 and smoke.flops_per_image > 0 and smoke.workers >= 1
-    assert smoke.lines()[0].endswith("2 thread(s) each") and smoke.lines()[1] == "machine: fake machine"
+    assert smoke.line().splitlines()[0].endswith("2 thread(s) each") and smoke.line().splitlines()[1] == \
+        "machine: fake machine"
     import pandas as pd
 
     table = smoke.with_mfu(pd.DataFrame({"images_per_second": [100.0, None]}), "cpu", "off")

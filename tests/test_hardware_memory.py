@@ -70,7 +70,7 @@ def test_setup_picks_the_sweep_device_and_disk_folder(monkeypatch, tmp_path):
     monkeypatch.setattr(ledger, "describe_hardware", lambda: "fake machine")
     setup = hardware_memory.setup("smoke", str(tmp_path), batch_size=6, precision=None)
     assert (setup.profile, setup.sweep_profile, setup.config.batch_size) == ("smoke", "smoke", 6)
-    assert setup.probe_folder == tmp_path and setup.lines()[1] == "machine: fake machine"
+    assert setup.probe_folder == tmp_path and setup.line().splitlines()[1] == "machine: fake machine"
     assert hardware_memory.setup("smoke", memory_sweep="cpu").sweep_profile == "cpu"
     # a config that names CUDA on a machine without one measures on the CPU, under a memory cap
     monkeypatch.setattr(hardware_memory.torch.cuda, "is_available", lambda: False)

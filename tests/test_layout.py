@@ -215,15 +215,30 @@ def test_each_test_file_is_named_after_a_module():
 CHAPTERS = sorted((PACKAGE / "chapters").glob("*.py"))
 
 
-def test_every_chapter_sets_up_through_one_name():
+def test_every_chapter_has_one_shape():
     """A chapter's notebook starts from `<chapter>.setup(profile, ...)` (issue 45: one chapter shape): no
-    chapter names it notebook_setup, study_setup, race_setup or chapter_setup, and every module that
-    defines a setup dataclass defines `setup`."""
+    chapter names it notebook_setup, study_setup, race_setup or chapter_setup; every module that defines
+    a setup class defines `setup`; every setup class is a `chapters.setup.ChapterSetup` (profile, data,
+    config, bundle, hardware, device, line()), keyword-only, and says itself in `line()` without arguments."""
+    import dataclasses
+    import importlib
+    import inspect
+
+    from course_lib.chapters.setup import ChapterSetup
+
     for path in CHAPTERS:
+        if path.stem in ("__init__", "setup"):
+            continue
         tree = ast.parse(path.read_text())
         functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
         assert not functions & {"notebook_setup", "study_setup", "race_setup", "chapter_setup"}, path.name
         classes = [node.name for node in tree.body if isinstance(node, ast.ClassDef) and "Setup" in node.name]
         if classes:
             assert "setup" in functions, f"{path.name} defines {classes} but no setup()"
+        module = importlib.import_module(f"course_lib.chapters.{path.stem}")
+        for name in classes:
+            cls = getattr(module, name)
+            assert issubclass(cls, ChapterSetup), f"{path.name}: {name} is not a ChapterSetup"
+            assert all(field.kw_only for field in dataclasses.fields(cls)), f"{name}: positional fields"
+            assert list(inspect.signature(cls.line).parameters) == ["self"], f"{name}.line takes arguments"
 

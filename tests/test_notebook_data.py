@@ -176,7 +176,7 @@ def test_10_generates_its_landcover_synth_and_trains_on_it(no_real_data, profile
     assert setup.data.synthetic and "landcover-synth-32px" in config.data_dir
     assert len(bundle.train) >= config.batch_size and len(bundle.val) > 0
     assert len(setup.noise_seeds) >= 1 and (setup.ddp_processes == 0) == (profile == "smoke" or profile == "gpu")
-    assert "SYNTHETIC DATA" in setup.lines("machine")[0]
+    assert "SYNTHETIC DATA" in setup.line().splitlines()[0]
 
 
 @pytest.mark.parametrize("profile", PROFILES)

@@ -53,7 +53,7 @@ def test_setup_builds_the_chosen_data_with_the_given_sizes(monkeypatch):
     monkeypatch.setattr(ledger, "describe_hardware", lambda: "fake machine")
     setup = setup_check.setup("smoke", image_size=48, dataset=None)
     assert setup.config.image_size == 48 and setup.profile == "smoke" and setup.data.synthetic
-    assert setup.line == f"profile smoke: {setup.config.dataset} at 48 px on {setup.config.device}; machine: fake machine"
+    assert setup.line() == f"profile smoke: {setup.config.dataset} at 48 px on {setup.config.device}; machine: fake machine"
     sizes = setup.split_sizes()
     assert sizes["train"] == len(setup.bundle.train) > 0 and sizes["val"] == len(setup.bundle.val)
     assert set(sizes) == {"train", "val", "test"}

@@ -83,7 +83,7 @@ def test_the_ablations_ingredients_follow_the_profile(profile, expected):
     from course_lib.chapters import time_to_accuracy
 
     expected = expected if expected > 0 else len(time_to_accuracy.ABLATIONS) + expected
-    race = time_to_accuracy.RaceSetup(None, None, None, 1.0, 1.0, 1, profile)
+    race = time_to_accuracy.RaceSetup(profile=profile, default=None, budget=1.0, rivals=1.0, seeds=1, hardware="test")
     chosen = race.ingredients("auto")
     assert len(chosen) == expected - (len(time_to_accuracy.CPU_LEAVES_OUT) - 1 if profile == "cpu" else 0)
     assert profile != "cpu" or not set(chosen) & set(time_to_accuracy.CPU_LEAVES_OUT)

@@ -19,6 +19,7 @@ import secrets
 import time
 
 from course_lib import devices, ledger
+from course_lib.chapters.setup import ChapterSetup
 from course_lib.config import RECIPES, Config, ConfigError
 
 LEDGER_KIND = "casestudy"
@@ -89,15 +90,11 @@ def case_config(profile: str, dataset: str | None = None, data_dir: str | None =
     return config, data
 
 
-@dataclasses.dataclass
-class CaseSetup:
-    """Notebook 10's data, config, the baseline's datasets and the choices its parameters left to the
-    profile (`setup`)."""
+@dataclasses.dataclass(kw_only=True)
+class CaseSetup(ChapterSetup):
+    """Notebook 10's data, config, the baseline's datasets (`bundle`, shared by the stages that read files)
+    and the choices its parameters left to the profile (`setup`)."""
 
-    data: object  # paths.DataChoice: what the notebook prints first
-    config: Config
-    bundle: object  # the baseline's DataBundle, shared by the stages that read files
-    profile: str  # resolved
     noise_seeds: list  # baseline seeds after the first, for the accuracy noise band
     ddp_processes: int  # processes of the DDP stage; 0: skipped
     ddp_reason: str
@@ -106,18 +103,13 @@ class CaseSetup:
     def smoke(self) -> bool:
         return self.profile == "smoke"
 
-    @property
-    def device(self):
-        """The torch.device the stages train on (a ConfigError when the config asks for an absent GPU)."""
-        return devices.resolve_device(self.config.device)
-
-    def lines(self, hardware: str) -> list[str]:
+    def line(self) -> str:
         config, bundle = self.config, self.bundle
         budget = f" of at most {config.max_steps} steps" if config.max_steps else " over the training images"
-        return [("SYNTHETIC DATA: landcover-synth (generated images), not real satellite tiles. " if self.data.synthetic
+        return "\n".join([("SYNTHETIC DATA: landcover-synth (generated images), not real satellite tiles. " if self.data.synthetic
                  else "Real images: ") + f"{bundle.source}",
                 f"{config.model} at {config.image_size} px; {len(bundle.train)} training images, {len(bundle.val)} "
-                f"validation; budget per stage: {config.epochs} epoch(s){budget}", f"hardware: {hardware}"]
+                f"validation; budget per stage: {config.epochs} epoch(s){budget}", f"hardware: {self.hardware}"])
 
 
 def setup(profile: str, dataset: str | None = None, data_dir: str | None = None, source_image_size: int = 0,
@@ -137,7 +129,8 @@ def setup(profile: str, dataset: str | None = None, data_dir: str | None = None,
     elif (run_ddp is True or run_ddp == "true") and processes < 2 and resolved != "smoke":
         processes, reason = 2, "forced by run_ddp"
     seeds = list(range(1, noise_seeds or (2 if resolved == "smoke" else 3)))
-    return CaseSetup(data, config, bundle, resolved, seeds, processes, reason)
+    return CaseSetup(profile=resolved, data=data, config=config, bundle=bundle, noise_seeds=seeds,
+                     ddp_processes=processes, ddp_reason=reason)
 
 
 def baseline_config(config: Config) -> Config:

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from course_lib import paths
+from course_lib.chapters.setup import ChapterSetup
 from course_lib.config import PROFILES, Config
 from course_lib.deploy import export, pruning, quantization
 from course_lib.deploy.latency import forward_flops_per_image, speed_row
@@ -22,16 +23,13 @@ from course_lib.instruments.progress import Progress, track
 from course_lib.models import factory
 
 
-@dataclasses.dataclass
-class DeploySetup:
-    """Notebook 13's data, configs and datasets (`setup`)."""
+@dataclasses.dataclass(kw_only=True)
+class DeploySetup(ChapterSetup):
+    """Notebook 13's configs and datasets (`setup`): `config` is every later fit's (students, pruning fine-tunes,
+    continual steps: the recipe's data path, shorter), `bundle` the data every study trains and scores on."""
 
-    data: object  # paths.DataChoice: what the notebook prints first
     teacher: Config  # the speed-run recipe on the whole training split: the model every study starts from
-    config: Config  # every later fit (students, pruning fine-tunes, continual steps): the recipe's data path, shorter
-    bundle: object  # DataBundle every study trains and scores on
     val_per_class: int  # validation images per class in every evaluation; 0: all
-    profile: str = "cpu"  # resolved
     seeds: list = dataclasses.field(default_factory=list)  # of every student
     speed: dict | None = None  # options of deploy.latency.speed_row (None: its defaults)
     calibration_batches: int = 8  # training batches that set the int8 ranges
@@ -53,11 +51,11 @@ class DeploySetup:
         30-90 s on 2 cores)."""
         return choice is True or choice == "true" or (choice == "auto" and self.profile == "gpu")
 
-    def line(self, hardware: str) -> str:
+    def line(self) -> str:
         bundle = self.bundle
         return (f"profile {self.profile}: {bundle.source}, {len(bundle.classes)} classes, {len(bundle.train)} "
                 f"training images for the short fits, {len(self.converged_data.train)} for the students and "
-                f"fine-tunes, {len(bundle.val)} validation images; {hardware}")
+                f"fine-tunes, {len(bundle.val)} validation images; {self.hardware}")
 
 
 # What each profile measures beyond its sizes. smoke: one timing repeat (a check, not a measurement),
@@ -125,7 +123,8 @@ def setup(profile: str, data_dir: str | None = None, *, val_per_class: int = -1,
     if converged_images is not None and converged_images != config.max_train_images:
         whole = pipeline.build_datasets(config.replace(max_train_images=converged_images))
         choices["converged_bundle"] = class_split.subset_bundle(whole, whole.classes, val_per_class=val_per_class)
-    return DeploySetup(data, teacher, config, bundle, val_per_class, profile, **choices)
+    return DeploySetup(profile=profile, data=data, config=config, bundle=bundle, teacher=teacher,
+                       val_per_class=val_per_class, **choices)
 
 
 def top1(model, bundle, config) -> float:

@@ -13,6 +13,7 @@ import math
 
 from course_lib.analysis import claims as claim_records
 from course_lib.analysis import statistics
+from course_lib.chapters.setup import ChapterSetup
 
 # Values over the profile: the model the chapter analyses and its explorer shows is the speed-run recipe's
 # (about 97% on EuroSAT in a few minutes on 2 cores; `engine.cached_fit` trains it once, and notebook 13 starts
@@ -21,17 +22,11 @@ from course_lib.analysis import statistics
 STUDY_PROFILES = {"cpu": {"recipe": "speedrun"}, "gpu": {"recipe": "speedrun"}}
 
 
-@dataclasses.dataclass
-class ConfusionSetup:
-    """Notebook 09's config, data and datasets (`setup`)."""
+@dataclasses.dataclass(kw_only=True)
+class ConfusionSetup(ChapterSetup):
+    """Notebook 09's config (both trainings': the baseline and the MixUp run, the speed-run recipe in cpu and
+    gpu), data and datasets (its training counts per class, whether it has a test split) (`setup`)."""
 
-    config: object  # Config of both trainings (the baseline and the MixUp run): the speed-run recipe in cpu and gpu
-    data: object  # paths.DataChoice: what the notebook prints first
-    bundle: object  # DataBundle: its training counts per class and whether it has a test split
-    profile: str  # resolved: names the saved evaluations
-    hardware: str  # ledger.describe_hardware()
-
-    @property
     def line(self) -> str:
         config = self.config
         return (f"profile {self.profile}: {config.model} at {config.image_size}px on {config.dataset} "
@@ -42,13 +37,12 @@ def setup(profile: str, data_dir: str | None = None, **params) -> ConfusionSetup
     """The data `datasets.config_with_data` picks (data_dir, else real data when found, not in smoke,
     else the profile's landcover-synth), `STUDY_PROFILES` over the profile, then `params` (None: not
     given), and the datasets of that config."""
-    from course_lib import ledger
     from course_lib.config import resolve_profile
     from course_lib.data import datasets, pipeline
 
     config, data = datasets.config_with_data(profile, STUDY_PROFILES, data_dir=data_dir, **params)
-    return ConfusionSetup(config, data, pipeline.build_datasets(config), resolve_profile(profile),
-                          ledger.describe_hardware())
+    return ConfusionSetup(profile=resolve_profile(profile), data=data, config=config,
+                          bundle=pipeline.build_datasets(config))
 
 
 def claims(summary: dict, classes_only, pairs, designed_share: float, even_share: float,

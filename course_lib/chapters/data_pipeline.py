@@ -12,6 +12,7 @@ import torch
 
 from course_lib.analysis import claims as claim_records
 from course_lib.analysis import statistics
+from course_lib.chapters.setup import ChapterSetup
 from course_lib.data import loaders
 from course_lib.measure import loader_sweep
 
@@ -32,22 +33,17 @@ PIPELINE_CHOICES = {
 PIPELINE_CHOICES["gpu"] = PIPELINE_CHOICES["cpu"]
 
 
-@dataclasses.dataclass
-class PipelineSetup:
-    """Notebook 02's data, sizes and machine (`setup`)."""
+@dataclasses.dataclass(kw_only=True)
+class PipelineSetup(ChapterSetup):
+    """Notebook 02's data, sizes and machine (`setup`); `config` has num_workers resolved to this machine's number."""
 
-    data: object  # paths.DataChoice: what the notebook prints first
-    config: object  # Config, num_workers resolved to this machine's number
     folder: object  # Path: the training image folder every section reads
     images: int  # images per timed epoch: max_train_images, at most what the folder holds
-    profile: str = "cpu"  # resolved
     cores: int = 1  # usable CPU cores of this process
-    device: object = None  # torch.device batches are copied to; None on a CPU-only machine
     model: object = None  # the timm model section 3 trains, on `run_on`
     flops_per_image: float = 0.0  # its training FLOPs (forward + backward) per image: the MFU columns
     sweep_workers: list = dataclasses.field(default_factory=list)  # num_workers values of the loader sweep
     pins: tuple = (False,)  # pin_memory values of the sweep: True only with CUDA, where pinning can help
-    hardware: str = ""  # ledger.describe_hardware()
     cache_dir: object = None  # Path of the project's data cache: the shards and the disk probe's file
     physical_cores: int = 1  # of the machine: the knee's share of them is a claim
     epochs: int = 2  # timed epochs per measurement (after one warm-up epoch)
@@ -62,6 +58,13 @@ class PipelineSetup:
     disk_probe_mib: int = 64  # MiB: size of the disk probe's file
 
     @property
+    def device(self):
+        """The torch.device batches are copied to; None on a CPU-only machine (`devices.transfer_device`)."""
+        from course_lib import devices
+
+        return devices.transfer_device(self.config.device)
+
+    @property
     def run_on(self):
         """Where section 3 trains, and whose peak FLOP/s the MFU columns use."""
         return self.device or torch.device("cpu")
@@ -72,13 +75,13 @@ class PipelineSetup:
 
         return self.generated_images or bench.images_for_size(size)
 
-    def lines(self) -> list[str]:
+    def line(self) -> str:
         """What the notebook prints after the data line."""
         config = self.config
-        return [(f"profile {self.profile}: {self.folder} at {config.image_size} px, {self.images} images per timed "
+        return "\n".join([(f"profile {self.profile}: {self.folder} at {config.image_size} px, {self.images} images per timed "
                  f"epoch, batch {config.batch_size}"),
                 (f"machine: {self.hardware}; {self.cores} usable cores; batches go to "
-                 f"{self.device or 'the CPU (no GPU)'}; {torch.get_num_threads()} torch thread(s) in this process")]
+                 f"{self.device or 'the CPU (no GPU)'}; {torch.get_num_threads()} torch thread(s) in this process")])
 
 
 def setup(profile: str, data_dir: str | None = None, *, sweep_workers: list | None = None,
@@ -92,7 +95,7 @@ def setup(profile: str, data_dir: str | None = None, *, sweep_workers: list | No
     CPU run in this process, so keep it to one core."""
     import timm
 
-    from course_lib import devices, ledger, paths
+    from course_lib import devices, paths
     from course_lib.config import profile_entry, resolve_profile
     from course_lib.data import datasets
     from course_lib.measure import flops
@@ -111,10 +114,12 @@ def setup(profile: str, data_dir: str | None = None, *, sweep_workers: list | No
         torch.set_num_threads(torch_threads)
     device = devices.transfer_device(config.device)
     model = timm.create_model(config.model, num_classes=len(whole.classes)).to(device or torch.device("cpu"))
-    return PipelineSetup(data, config, folder, min(config.max_train_images or len(whole), len(whole)), resolved, cores,
-                         device, model, flops.training_flops_per_image(model, config.image_size), sweep_workers,
-                         (False, True) if torch.cuda.is_available() else (False,), ledger.describe_hardware(),
-                         paths.project_root() / paths.CACHE_DIR, physical_cores=devices.physical_cores(), **choices)
+    return PipelineSetup(profile=resolved, data=data, config=config, folder=folder,
+                         images=min(config.max_train_images or len(whole), len(whole)), cores=cores, model=model,
+                         flops_per_image=flops.training_flops_per_image(model, config.image_size),
+                         sweep_workers=sweep_workers, pins=(False, True) if torch.cuda.is_available() else (False,),
+                         cache_dir=paths.project_root() / paths.CACHE_DIR, physical_cores=devices.physical_cores(),
+                         **choices)
 
 
 def pin_memory_rows(dataset, config, setting: loader_sweep.LoaderSetting, epochs: int, device, repeats: int = 3):

@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 
 from course_lib.analysis import label_issues, statistics
-from course_lib.config import Config
+from course_lib.chapters.setup import ChapterSetup
 from course_lib.engine import out_of_fold
 
 # Per profile: training images of the planted-noise study, folds, epochs per out-of-fold model, epochs and
@@ -29,22 +29,21 @@ SMOKE_CONFIG = dict(image_size=32, batch_size=16, precision="off")
 VARIANTS = ("clean labels", "planted noise", "noise, flagged dropped", "noise, flagged relabelled")
 
 
-@dataclasses.dataclass
-class QualitySetup:
-    data: object  # paths.DataChoice
-    config: Config  # every model's: the speed-run recipe on the pre-decoded cache
-    bundle: object  # the study's data: `images` training images, the validation split scoring them
+@dataclasses.dataclass(kw_only=True)
+class QualitySetup(ChapterSetup):
+    """Notebook 15's sizes (`setup`): `config` is every model's (the speed-run recipe on the pre-decoded cache),
+    `bundle` the study's data (`images` training images, the validation split scoring them)."""
+
     root: object  # the image folder the duplicates are hashed in
     folds: int
     seeds: int
     noise: float  # share of training labels flipped
-    profile: str
     recovery_epochs: int  # epochs of each recovery run (the out-of-fold models train config.epochs)
 
-    def line(self, hardware: str) -> str:
+    def line(self) -> str:
         return (f"profile {self.profile}: {len(self.bundle.train)} training images, {self.noise:.0%} of labels "
                 f"flipped, {self.folds} folds of {self.config.model} x {self.config.epochs} epochs, {self.seeds} "
-                f"seed(s) per recovery run of {self.recovery_epochs} epochs, scored on {len(self.bundle.val)} validation images; {hardware}")
+                f"seed(s) per recovery run of {self.recovery_epochs} epochs, scored on {len(self.bundle.val)} validation images; {self.hardware}")
 
 
 def setup(profile: str, data_dir: str | None = None, images: int = -1, folds: int = 0, epochs: int = 0,
@@ -70,8 +69,10 @@ def setup(profile: str, data_dir: str | None = None, images: int = -1, folds: in
     smallest = class_split.smallest_class(class_split.targets_of(full.train), list(range(full.num_classes)))
     bundle = class_split.subset_bundle(full, full.classes, per_class=min(per_class, smallest),
                                        val_per_class=sizes["val_per_class"], parameter="images")
-    return QualitySetup(data, config, bundle, datasets.image_folder_root(config), folds or sizes["folds"],
-                        seeds or sizes["seeds"], noise, profile, recovery_epochs or sizes["recovery_epochs"])
+    return QualitySetup(profile=profile, data=data, config=config, bundle=bundle,
+                        root=datasets.image_folder_root(config), folds=folds or sizes["folds"],
+                        seeds=seeds or sizes["seeds"], noise=noise,
+                        recovery_epochs=recovery_epochs or sizes["recovery_epochs"])
 
 
 @dataclasses.dataclass

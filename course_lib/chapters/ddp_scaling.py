@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from course_lib.analysis import claims as claim
+from course_lib.chapters.setup import ChapterSetup
 from course_lib.devices import physical_cores
 from course_lib.engine.ddp import ScalingReport, efficiency_interval
 
@@ -28,13 +29,11 @@ PROBE_CHOICES = {"smoke": {"probe_steps": 2, "warmup_steps": 1, "profile_steps":
                  "gpu": {"probe_steps": 5, "warmup_steps": 2, "profile_steps": 3, "engine_sweep": True}}
 
 
-@dataclasses.dataclass
-class DdpSetup:
-    """Notebook 05's config, data and sizes (`setup`)."""
+@dataclasses.dataclass(kw_only=True)
+class DdpSetup(ChapterSetup):
+    """Notebook 05's config (every worker trains with it), data and sizes (`setup`); the workers are launched
+    with its profile."""
 
-    config: object  # Config every worker trains with
-    data: object  # paths.DataChoice: what the notebook prints first
-    profile: str  # resolved; the workers are launched with it
     workers: int  # DDP worker processes of the launches and the scaling probe
     threads_per_process: int  # OMP threads per worker process
     train_images: int  # images in the training split: the sampler's shards and the probe's epoch
@@ -43,7 +42,6 @@ class DdpSetup:
     warmup_steps: int  # thrown-away steps before the timed ones
     profile_steps: int  # steps under torch.profiler for the all-reduce share
     engine_sweep: bool  # train once per worker count through the engine
-    hardware: str  # ledger.describe_hardware()
 
     def with_mfu(self, table, device, precision: str):
         """`table` with an MFU column: its images_per_second times the model's training FLOPs per image,
@@ -53,12 +51,12 @@ class DdpSetup:
         return flops.with_mfu(table, None, self.config.image_size, device, precision, "images_per_second",
                               flops_per_image=self.flops_per_image)
 
-    def lines(self) -> list[str]:
+    def line(self) -> str:
         """What the notebook prints after the data line."""
         config = self.config
-        return [(f"profile {self.profile}: {config.model} at {config.image_size} px, {config.batch_size} images per "
+        return "\n".join([(f"profile {self.profile}: {config.model} at {config.image_size} px, {config.batch_size} images per "
                  f"worker, {self.workers} worker(s) on {config.device}, {self.threads_per_process} thread(s) each"),
-                f"machine: {self.hardware}"]
+                f"machine: {self.hardware}"])
 
 
 def setup(profile: str, *, workers: int = 0, threads_per_process: int = 1, probe_steps: int = 0,
@@ -67,7 +65,6 @@ def setup(profile: str, *, workers: int = 0, threads_per_process: int = 1, probe
     gets the same), `DDP_PROFILES` over the profile, then `params` (None: not given); `workers` 0:
     every GPU, or 2 on a CPU (`torchrun.default_workers`); `probe_steps` 0 and `engine_sweep` "auto":
     the profile's (`PROBE_CHOICES`)."""
-    from course_lib import ledger
     from course_lib.config import profile_entry, resolve_profile
     from course_lib.data.datasets import config_with_data
     from course_lib.data.pipeline import build_datasets
@@ -83,8 +80,9 @@ def setup(profile: str, *, workers: int = 0, threads_per_process: int = 1, probe
         choices["engine_sweep"] = bool(engine_sweep)
     train_images = len(build_datasets(config).train)
     flops_per_image = flops.training_flops_per_image(build_model(config, num_classes=8), config.image_size)
-    return DdpSetup(config, data, resolved, workers or torchrun.default_workers(config), threads_per_process,
-                    train_images, flops_per_image, hardware=ledger.describe_hardware(), **choices)
+    return DdpSetup(profile=resolved, data=data, config=config, workers=workers or torchrun.default_workers(config),
+                    threads_per_process=threads_per_process, train_images=train_images, flops_per_image=flops_per_image,
+                    **choices)
 
 
 def communication_verdict(share: float) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from course_lib.analysis import claims as claim_records
-from course_lib.config import Config
+from course_lib.chapters.setup import ChapterSetup
 
 ROUNDING = 1e-4  # largest relative difference float32 rounding explains (about 1e-6 measured)
 
@@ -66,27 +66,25 @@ def claims(gradients, engine, memory_table, max_steps: int) -> list:
     ]
 
 
-@dataclasses.dataclass
-class AccumulationSetup:
+@dataclasses.dataclass(kw_only=True)
+class AccumulationSetup(ChapterSetup):
     """Notebook 04's config, data, one big batch of real images as the model takes it, and the two
     models the equivalence compares (`setup`)."""
 
-    data: object  # paths.DataChoice: what the notebook prints first
-    config: Config
-    bundle: object
-    device: object  # torch.device
     images: object  # the big batch, staged for the model (augmented, normalised, on the device)
     targets: object
     with_batchnorm: object  # config.model
     without_batchnorm: object  # the normalizer-free model
+    without_batchnorm_name: str  # its timm name
 
-    def lines(self, model_without_batchnorm: str, hardware: str) -> list[str]:
-        return [f"big batch: {len(self.images)} images of {self.config.image_size} px from {self.bundle.source}",
-                f"with BatchNorm: {self.config.model}; without: {model_without_batchnorm}; hardware: {hardware}"]
+    def line(self) -> str:
+        return (f"big batch: {len(self.images)} images of {self.config.image_size} px from {self.bundle.source}\n"
+                f"with BatchNorm: {self.config.model}; without: {self.without_batchnorm_name}; "
+                f"hardware: {self.hardware}")
 
 
 def setup(profile: str, model_without_batchnorm: str = "test_nfnet", *, max_steps: int | None = None,
-                   **given) -> AccumulationSetup:
+          **given) -> AccumulationSetup:
     """The profile's own data (`config_with_data(find_real=False)`: the lesson is the gradients, not the
     data), one epoch of at most `max_steps` (None: 3) steps; fp32 on a CPU (exact weight comparisons,
     and no per-run precision probe); one training batch staged as the model takes it (with
@@ -94,6 +92,7 @@ def setup(profile: str, model_without_batchnorm: str = "test_nfnet", *, max_step
     import torch
 
     from course_lib import devices
+    from course_lib.config import resolve_profile
     from course_lib.data import pipeline
     from course_lib.data.datasets import config_with_data
     from course_lib.data.loaders import make_loader
@@ -110,6 +109,8 @@ def setup(profile: str, model_without_batchnorm: str = "test_nfnet", *, max_step
     torch.manual_seed(config.seed)
     images, targets = next(iter(make_loader(bundle.train, config, train=True)))
     images, targets = train.stage_batch(bundle, images, targets, device, train=True)
-    return AccumulationSetup(data, config, bundle, device, images, targets,
-                             factory.build_model(config, bundle.num_classes),
-                             factory.build_model(config.replace(model=model_without_batchnorm), bundle.num_classes))
+    return AccumulationSetup(
+        profile=resolve_profile(profile), data=data, config=config, bundle=bundle, images=images, targets=targets,
+        with_batchnorm=factory.build_model(config, bundle.num_classes),
+        without_batchnorm=factory.build_model(config.replace(model=model_without_batchnorm), bundle.num_classes),
+        without_batchnorm_name=model_without_batchnorm)

@@ -10,24 +10,28 @@ import dataclasses
 import torch
 
 from course_lib.analysis import claims as claim_records
+from course_lib.chapters.setup import ChapterSetup
 from course_lib.measure import memory
 
 
-@dataclasses.dataclass
-class HardwareSetup:
-    """Notebook 01's config, device, sweep and the folder its disk probe reads (`setup`)."""
+@dataclasses.dataclass(kw_only=True)
+class HardwareSetup(ChapterSetup):
+    """Notebook 01's config (the model, batch, precision and optimizer of the memory estimate), sweep and the
+    folder its disk probe reads (`setup`)."""
 
-    config: object  # Config: the model, batch, precision and optimizer of the memory estimate
-    profile: str  # resolved
     sweep_profile: str  # which estimate-vs-measured sweep runs (`memory.sweep_plan`)
-    device: torch.device  # where the memory is measured: the CUDA GPU the config names, else the CPU
     probe_folder: object  # Path the disk probe reads
-    hardware: str  # ledger.describe_hardware()
 
-    def lines(self) -> list[str]:
+    @property
+    def device(self) -> torch.device:
+        """Where the memory is measured: the CUDA GPU the config names, else the CPU (never an error here)."""
+        cuda = self.config.device.startswith("cuda") and torch.cuda.is_available()
+        return torch.device("cuda" if cuda else "cpu")
+
+    def line(self) -> str:
         config = self.config
-        return [f"profile {self.profile} -> sweep {self.sweep_profile}; {config.model} at {config.image_size} px on {self.device}",
-                f"machine: {self.hardware}"]
+        return (f"profile {self.profile} -> sweep {self.sweep_profile}; {config.model} at {config.image_size} px on "
+                f"{self.device}\nmachine: {self.hardware}")
 
     def memory_cap(self, probe, plan: dict, cap_mib: int = 0) -> int | None:
         """Bytes the largest-batch search may use: on a CPU `cap_mib` (0: the estimate at twice the
@@ -43,18 +47,16 @@ def setup(profile: str, data_dir: str | None = None, memory_sweep: str = "auto",
     names CUDA and none is here), the sweep (`memory_sweep` "auto": the profile's) and the disk
     probe's folder: data_dir, else the config's data_dir, else the real data every run finds, or
     the committed sample."""
-    from course_lib import ledger
     from course_lib.config import make_config, resolve_profile
     from course_lib.measure import doctor
     from course_lib.paths import resolve_path
 
     config = make_config(profile, **params)
     resolved = resolve_profile(profile)
-    cuda = config.device.startswith("cuda") and torch.cuda.is_available()
     folder = data_dir or config.data_dir
-    return HardwareSetup(config, resolved, resolved if memory_sweep == "auto" else memory_sweep,
-                         torch.device("cuda" if cuda else "cpu"),
-                         resolve_path(folder) if folder else doctor.default_data_folder(), ledger.describe_hardware())
+    return HardwareSetup(profile=resolved, config=config,
+                         sweep_profile=resolved if memory_sweep == "auto" else memory_sweep,
+                         probe_folder=resolve_path(folder) if folder else doctor.default_data_folder())
 
 
 def resnet50_memory(device) -> dict:

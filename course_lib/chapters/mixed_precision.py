@@ -14,6 +14,7 @@ import dataclasses
 
 import torch
 
+from course_lib.chapters.setup import ChapterSetup
 from course_lib.config import Config
 
 REDUCED = ("fp16", "bf16")
@@ -203,33 +204,29 @@ def claims(speeds, best: str, memory_ratio: float, accuracy, *, device: str, lay
     return rows
 
 
-@dataclasses.dataclass
-class PrecisionSetup:
-    """Notebook 03's config, data and the sizes its parameters left to the profile (`setup`)."""
+@dataclasses.dataclass(kw_only=True)
+class PrecisionSetup(ChapterSetup):
+    """Notebook 03's config (every compared run's: at least 2 epochs, the tables report the last), data and
+    the sizes its parameters left to the profile (`setup`)."""
 
-    data: object  # paths.DataChoice: what the notebook prints first
-    config: Config  # every compared run: at least 2 epochs (the tables report the last)
-    device: object  # torch.device
-    profile: str  # resolved
     seeds: int  # per precision, for the accuracy comparison
     repeats: int  # turns of the side-by-side step timing
     measure_compile: bool
 
-    def lines(self, hardware: str) -> list[str]:
+    def line(self) -> str:
         config = self.config
-        return [f"{config.model}, {config.image_size} px, batch {config.batch_size}, {config.epochs} epoch(s) x "
-                f"{config.max_steps} steps per run, device {self.device}", f"hardware: {hardware}"]
+        return (f"{config.model}, {config.image_size} px, batch {config.batch_size}, {config.epochs} epoch(s) x "
+                f"{config.max_steps} steps per run, device {self.device}\nhardware: {self.hardware}")
 
 
 def setup(profile: str, *, steps_per_run: int = 0, seeds: int = 0, repeats: int = 0,
-                   measure_compile: str | bool = "auto", max_steps: int | None = None, batch_size: int | None = None,
-                   image_size: int | None = None, **given) -> PrecisionSetup:
+          measure_compile: str | bool = "auto", max_steps: int | None = None, batch_size: int | None = None,
+          image_size: int | None = None, **given) -> PrecisionSetup:
     """Speed on the profile's own data (`config_with_data(find_real=False)`; WORKBOOK_DATA=<folder>
     changes it). A CPU emulates fp16 (one fp16 step costs about ten fp32 steps): the cpu profile takes
     32 px, batch 32 and 6 steps per run so it stays within minutes, the ratios being what the lesson
     needs; smoke (a CI check that the notebook runs) 2 steps, 2 seeds, 3 timing turns, no compile
     (the first compile takes minutes on a CPU); elsewhere 20 steps, 3 seeds, 5 turns."""
-    from course_lib import devices
     from course_lib.config import resolve_profile
     from course_lib.data.datasets import config_with_data
 
@@ -244,6 +241,6 @@ def setup(profile: str, *, steps_per_run: int = 0, seeds: int = 0, repeats: int 
     config = base.replace(epochs=max(2, base.epochs),
                           max_steps=max_steps or min(base.max_steps or steps_per_run, steps_per_run),
                           output_dir="runs/checkpoints/03_mixed_precision")
-    return PrecisionSetup(data, config, devices.resolve_device(config.device), resolved,
-                          seeds or (2 if smoke else 3), repeats or (3 if smoke else 5),
-                          (not smoke) if measure_compile == "auto" else measure_compile in (True, "true"))
+    return PrecisionSetup(profile=resolved, data=data, config=config, seeds=seeds or (2 if smoke else 3),
+                          repeats=repeats or (3 if smoke else 5),
+                          measure_compile=(not smoke) if measure_compile == "auto" else measure_compile in (True, "true"))

@@ -19,6 +19,7 @@ import dataclasses
 import math
 import time
 
+from course_lib.chapters.setup import ChapterSetup
 from course_lib.config import Config
 from course_lib.instruments.progress import Progress
 
@@ -32,25 +33,24 @@ ARTICLE_ADAMW_RANGE = (3e-4, 1e-3)
 IN_MEMORY = {"model": "speedrun_resnet_small", "storage": "cache", "augmentation": "device", "num_workers": 0}
 
 
-@dataclasses.dataclass
-class NotebookSetup:
-    """Notebook 06's data, config, training split and the sizes its parameters left to the profile."""
+@dataclasses.dataclass(kw_only=True)
+class NotebookSetup(ChapterSetup):
+    """Notebook 06's data, config (sections 1-3; warmup: 5/120 of the run unless given), training split and the
+    sizes its parameters left to the profile."""
 
-    data: object  # paths.DataChoice: what the notebook prints first
-    config: Config  # sections 1-3 (warmup: 5/120 of the run unless given)
-    bundle: object  # DataBundle of `config`
     steps_per_epoch: int
     sgd_lr: float  # the article's 0.1 at batch 256, scaled linearly
     range_test_steps: int  # optimizer steps of each LR range test
     seeds: list  # of every learning rate in the grid
     grid_config: Config  # the grid's runs: the in-memory path at most 64 px
     grid_factors: tuple  # x each optimizer's usual learning rate
+    adamw_lr: float = ADAMW_LR  # AdamW's peak learning rate in sections 1-3
 
-    def lines(self, adamw_lr: float, hardware: str) -> list[str]:
+    def line(self) -> str:
         config = self.config
-        return [f"{config.model}, {config.image_size} px, batch {config.batch_size}, {config.epochs} epoch(s) x "
+        return "\n".join([f"{config.model}, {config.image_size} px, batch {config.batch_size}, {config.epochs} epoch(s) x "
                 f"{self.steps_per_epoch} steps, warmup {config.warmup_epochs:.2f} epochs; SGD lr {self.sgd_lr:.4g}, "
-                f"AdamW lr {adamw_lr:g}", f"hardware: {hardware}"]
+                f"AdamW lr {self.adamw_lr:g}", f"hardware: {self.hardware}"])
 
 
 # On a CPU the whole notebook trains the small residual net on the engine's in-memory path (18 grid
@@ -59,7 +59,7 @@ CPU_SIZES = {**IN_MEMORY, "image_size": 32, "epochs": 3, "max_train_images": 800
 
 
 def setup(profile: str, *, range_test_steps: int = 0, seeds: int = 0, warmup_epochs: float | None = None,
-                   **given) -> NotebookSetup:
+          adamw_lr: float = ADAMW_LR, **given) -> NotebookSetup:
     """The profile's own data (`datasets.config_with_data(find_real=False)`: 18 grid runs must fit in
     minutes; WORKBOOK_DATA=<folder> changes it), `CPU_SIZES` on cpu, then `given` (None: not given);
     smoke: 12-step range tests, 2 seeds and a 2-point grid of the profile's own model, on one torch thread."""
@@ -82,9 +82,11 @@ def setup(profile: str, *, range_test_steps: int = 0, seeds: int = 0, warmup_epo
     steps = schedule.steps_per_epoch(len(bundle.train), config)
     grid_config = config.replace(**{k: v for k, v in IN_MEMORY.items() if not smoke or k != "model"},
                                  image_size=min(config.image_size, 64))
-    return NotebookSetup(data, config, bundle, steps, sgd_learning_rate(config.batch_size),
-                         range_test_steps or (12 if smoke else 60), list(range(seeds or (2 if smoke else 3))),
-                         grid_config, (1.0, 3.0) if smoke else LEARNING_RATE_FACTORS)
+    return NotebookSetup(profile=profile, data=data, config=config, bundle=bundle, steps_per_epoch=steps,
+                         sgd_lr=sgd_learning_rate(config.batch_size),
+                         range_test_steps=range_test_steps or (12 if smoke else 60),
+                         seeds=list(range(seeds or (2 if smoke else 3))), grid_config=grid_config,
+                         grid_factors=(1.0, 3.0) if smoke else LEARNING_RATE_FACTORS, adamw_lr=adamw_lr)
 
 
 def sgd_learning_rate(batch_size: int) -> float:
@@ -241,13 +243,11 @@ VALIDATION_IMAGES = {"cpu": 1000}
 SCALING_OUTPUT_DIR = "runs/checkpoints/06_scaling"
 
 
-@dataclasses.dataclass
-class ScalingSetup:
-    """The data, base config and sizes of sections 5 and 6 (`scaling_setup`)."""
+@dataclasses.dataclass(kw_only=True)
+class ScalingSetup(ChapterSetup):
+    """The data, base config (the base run: batch B0, SGD at lr0, warmup + cosine), datasets (the training
+    split, and the validation images every run is scored on) and sizes of sections 5 and 6 (`scaling_setup`)."""
 
-    data: object  # paths.DataChoice
-    config: Config  # the base run: batch B0, SGD at lr0, warmup + cosine
-    bundle: object  # DataBundle: the training split, and the validation images every run is scored on
     seeds: list
     tuned_lrs: dict  # {"sgd": lr0, "adamw": ...}: section 4's best learning rates at batch B0
     batch_sizes: list  # images per step, the sweep of section 5
@@ -258,19 +258,19 @@ class ScalingSetup:
     def base_batch(self) -> int:
         return self.config.batch_size
 
-    def lines(self, hardware: str) -> list[str]:
+    def line(self) -> str:
         config, bundle = self.config, self.bundle
-        return [f"{config.model}, {config.image_size} px, {config.epochs} epoch(s) of {len(bundle.train)} training "
+        return "\n".join([f"{config.model}, {config.image_size} px, {config.epochs} epoch(s) of {len(bundle.train)} training "
                 f"images, scored on {len(bundle.val)} validation images; seeds {self.seeds}",
                 f"data path: {bundle.pipeline}",
                 f"B0 = {self.base_batch}; tuned in section 4: " + ", ".join(
                     f"{name} lr {lr:.3g}" for name, lr in self.tuned_lrs.items()),
                 f"batch sweep {self.batch_sizes}: {self.largest_batch_reason}",
-                f"hardware: {hardware}"]
+                f"hardware: {self.hardware}"])
 
 
 def scaling_setup(profile: str, tuned_lrs: dict, base_batch: int, seeds, *, largest_batch: int = 0,
-                **given) -> ScalingSetup:
+                  **given) -> ScalingSetup:
     """Sections 5-6: the data `paths.choose_data` picks (real when present, not in smoke), the profile's
     `STUDY_SIZES`, then `given` Config values (None: not given); batch `base_batch` (B0, where
     `tuned_lrs` were tuned) and section 4's `seeds`, warmup 5/120 of the run as the article's; the validation split cut to
@@ -296,7 +296,9 @@ def scaling_setup(profile: str, tuned_lrs: dict, base_batch: int, seeds, *, larg
         bundle = dataclasses.replace(bundle, val=TransformedSubset(bundle.val, kept))
     largest, reason, per_image = largest_batch_for(config, len(bundle.train), largest_batch or LARGEST_BATCH[profile],
                                                 len(bundle.classes))
-    return ScalingSetup(data, config, bundle, list(seeds), dict(tuned_lrs), batch_sizes(largest), reason, per_image)
+    return ScalingSetup(profile=profile, data=data, config=config, bundle=bundle, seeds=list(seeds),
+                        tuned_lrs=dict(tuned_lrs), batch_sizes=batch_sizes(largest), largest_batch_reason=reason,
+                        bytes_per_image=per_image)
 
 
 def make_study_config(profile: str, values: dict, sgd_lr: float) -> Config:

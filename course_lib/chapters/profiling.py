@@ -22,6 +22,7 @@ import torch
 
 from course_lib import devices, paths
 from course_lib.analysis import claims as claim_records
+from course_lib.chapters.setup import ChapterSetup
 from course_lib.config import Config, ConfigError
 from course_lib.engine import train
 from course_lib.engine.grad_norm import GradientNormLog
@@ -50,21 +51,19 @@ class EpochProfile:
         return float(self.phases.loc["data wait", "share of epoch"])
 
 
-@dataclasses.dataclass
-class ProfilingSetup:
-    """Notebook 14's config, data and the sizes its parameters left to the profile (`setup`)."""
+@dataclasses.dataclass(kw_only=True)
+class ProfilingSetup(ChapterSetup):
+    """Notebook 14's config (one epoch of a few profiled steps, writing into OUTPUT_DIR), data and the sizes
+    its parameters left to the profile (`setup`)."""
 
-    data: object  # paths.DataChoice: what the notebook prints first
-    config: Config  # one epoch of a few profiled steps, writing into OUTPUT_DIR
-    device: torch.device
     folder: str  # the run's folder, absolute (under the project root): traces, timelines, snapshots, checkpoints
     monitor_interval: float  # seconds between utilisation samples
     repeats: int  # timed repeats of the checkpointing comparison
 
-    def line(self, hardware: str) -> str:
+    def line(self) -> str:
         config = self.config
         return (f"{config.model}, {config.image_size} px, batch {config.batch_size}, {config.max_steps} profiled steps, "
-                f"device {self.device}; hardware: {hardware}")
+                f"device {self.device}; hardware: {self.hardware}")
 
 
 def setup(profile: str, *, max_steps: int | None = None, monitor_interval: float = 0.0, repeats: int = 0,
@@ -75,12 +74,12 @@ def setup(profile: str, *, max_steps: int | None = None, monitor_interval: float
     from course_lib.config import resolve_profile
     from course_lib.data.datasets import config_with_data
 
-    smoke = resolve_profile(profile) == "smoke"
+    resolved = resolve_profile(profile)
+    smoke = resolved == "smoke"
     base, data = config_with_data(profile, **{k: v for k, v in given.items() if v is not None})
     config = base.replace(epochs=1, max_steps=max_steps or (4 if smoke else 10), output_dir=OUTPUT_DIR)
-    return ProfilingSetup(data, config, devices.resolve_device(config.device), str(paths.resolve_path(OUTPUT_DIR)),
-                          monitor_interval or 0.1,
-                          repeats or (2 if smoke else 5))
+    return ProfilingSetup(profile=resolved, data=data, config=config, folder=str(paths.resolve_path(OUTPUT_DIR)),
+                          monitor_interval=monitor_interval or 0.1, repeats=repeats or (2 if smoke else 5))
 
 
 def _profiler_activities(device: torch.device) -> list:

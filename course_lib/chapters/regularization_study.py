@@ -21,6 +21,7 @@ from course_lib import paths
 from course_lib.analysis import claims as claim_records
 from course_lib.analysis import statistics
 from course_lib.analysis.statistics import _scores
+from course_lib.chapters.setup import ChapterSetup
 from course_lib.config import Config, ConfigError, make_config
 from course_lib.instruments.progress import Progress
 
@@ -74,14 +75,11 @@ def study_config(profile: str, **values) -> Config:
                                    **{k: v for k, v in values.items() if v is not None}})
 
 
-@dataclasses.dataclass
-class StudySetup:
-    """Notebook 07's data, baseline config and the training split built once (`setup`), with the
-    values its parameters left to the study: variants, seeds, EMA decay and what the data is."""
+@dataclasses.dataclass(kw_only=True)
+class StudySetup(ChapterSetup):
+    """Notebook 07's data, baseline config and the training split every variant trains on, built once
+    (`setup`), with the values its parameters left to the study: variants, seeds, EMA decay and what the data is."""
 
-    data: object  # paths.DataChoice: what the notebook prints first
-    config: Config
-    bundle: object  # DataBundle every variant trains on
     steps_per_epoch: int  # optimizer steps per epoch (the engine drops the last partial batch)
     variants: list = dataclasses.field(default_factory=list)  # in run order, baseline first
     seeds: list = dataclasses.field(default_factory=list)  # every variant runs each
@@ -89,22 +87,22 @@ class StudySetup:
     data_name: str = ""  # "EuroSAT", else the folder's name
     remote_sensing: bool = False  # is the training data remote-sensing evidence?
 
-    def lines(self, hardware: str) -> list[str]:
+    def line(self) -> str:
         """What the notebook prints after the data line: the baseline, the data path and the plan."""
         import torch
 
         config, bundle = self.config, self.bundle
         evidence = "remote sensing" if self.remote_sensing else "not remote-sensing evidence"
-        return [f"{config.model} at {config.image_size} px, batch {config.batch_size}, {config.epochs} epoch(s) x "
+        return "\n".join([f"{config.model} at {config.image_size} px, batch {config.batch_size}, {config.epochs} epoch(s) x "
                 f"{self.steps_per_epoch} steps, lr {config.lr:g}; {len(bundle.train)} training / {len(bundle.val)} "
                 f"validation images of {self.data_name} ({evidence})",
                 f"data path: {bundle.pipeline}",
                 f"variants: {', '.join(self.variants)}; seeds {self.seeds} for every variant; EMA decay "
-                f"{self.ema_decay:.4g}; {torch.get_num_threads()} torch thread(s); hardware: {hardware}"]
+                f"{self.ema_decay:.4g}; {torch.get_num_threads()} torch thread(s); hardware: {self.hardware}"])
 
 
 def setup(profile: str, data_dir: str | None = None, *, variants: str | list[str] = "all", seeds: int = 0,
-                ema_decay: float | None = None, remote_sensing: str | bool = "auto", **values) -> StudySetup:
+          ema_decay: float | None = None, remote_sensing: str | bool = "auto", **values) -> StudySetup:
     """`study_config` on the data `paths.choose_data` picks (data_dir, else real data when found, not
     in smoke, else the profile's landcover-synth), its datasets, and the steps per epoch; a batch
     larger than the training split is cut to half of it, so every epoch has steps. Then the notebook's
@@ -126,7 +124,8 @@ def setup(profile: str, data_dir: str | None = None, *, variants: str | list[str
     if len(bundle.train) < config.batch_size:
         config = config.replace(batch_size=max(1, len(bundle.train) // 2))
     steps = steps_per_epoch(len(bundle.train), config)
-    return StudySetup(data, config, bundle, steps, variants=select_variants(variants),
+    return StudySetup(profile=profile, data=data, config=config, bundle=bundle, steps_per_epoch=steps,
+                      variants=select_variants(variants),
                       seeds=study_seeds(config, profile, seeds),
                       ema_decay=ema_decay or ema_decay_for(steps * config.epochs), data_name=data_name(bundle.source),
                       remote_sensing=is_remote_sensing(remote_sensing, bundle.source))

@@ -11,22 +11,16 @@ import importlib.metadata as metadata
 
 from packaging.requirements import Requirement
 
+from course_lib.chapters.setup import ChapterSetup
 from course_lib.instruments.timing import time_repeats
 
 DISTRIBUTION = "course-lib"
 
 
-@dataclasses.dataclass
-class SetupCheck:
-    """Notebook 00's config, data and datasets (`setup`)."""
+@dataclasses.dataclass(kw_only=True)
+class SetupCheck(ChapterSetup):
+    """Notebook 00's config, data and datasets (`setup`): its bundle's sizes and sample grid are shown."""
 
-    config: object  # Config
-    data: object  # paths.DataChoice: what the notebook prints first
-    bundle: object  # DataBundle whose sizes and sample grid the notebook shows
-    profile: str  # resolved
-    hardware: str  # ledger.describe_hardware()
-
-    @property
     def line(self) -> str:
         config = self.config
         return (f"profile {self.profile}: {config.dataset} at {config.image_size} px on {config.device}; "
@@ -41,13 +35,12 @@ class SetupCheck:
 def setup(profile: str, **params) -> SetupCheck:
     """The data `datasets.config_with_data` picks for `params` (dataset/data_dir, else the real data
     every run finds, not in smoke, else landcover-synth; None: the profile's) and its datasets."""
-    from course_lib import ledger
     from course_lib.config import resolve_profile
     from course_lib.data.datasets import config_with_data
     from course_lib.data.pipeline import build_datasets
 
     config, data = config_with_data(profile, **params)
-    return SetupCheck(config, data, build_datasets(config), resolve_profile(profile), ledger.describe_hardware())
+    return SetupCheck(profile=resolve_profile(profile), data=data, config=config, bundle=build_datasets(config))
 
 
 def package_report(distribution: str = DISTRIBUTION) -> list[dict]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from course_lib.analysis import statistics
+from course_lib.chapters.setup import ChapterSetup
 from course_lib.config import RECIPES, Config
 from course_lib.engine import speedrun
 from course_lib.instruments.progress import Progress
@@ -44,17 +45,19 @@ CPU_RIVAL_SECONDS = 60.0  # the naive and default racers' clock on cpu (elsewher
 SMOKE_SIZES = dict(image_size=32, max_train_images=128, max_steps=2, epochs=2, batch_size=16, precision="off")
 
 
-@dataclasses.dataclass
-class RaceSetup:
-    """Notebook 12's racers and clocks on the data every run finds (`setup`)."""
+@dataclasses.dataclass(kw_only=True)
+class RaceSetup(ChapterSetup):
+    """Notebook 12's racers and clocks on the data every run finds (`setup`); `config` is the speed-run racer."""
 
-    data: object  # paths.DataChoice: what the notebook prints first
-    recipe: Config  # the speed-run racer
     default: Config  # the profile's own recipe, whole split, the same data
     budget: float  # seconds on the speed-run racer's clock
     rivals: float  # seconds on the naive and default racers' clocks
     seeds: int  # seeds per ablation run
-    profile: str
+
+    @property
+    def recipe(self) -> Config:
+        """The speed-run racer's config (`config`)."""
+        return self.config
 
     @property
     def device(self) -> str:
@@ -74,13 +77,13 @@ class RaceSetup:
                 name for name in everything if name not in CPU_LEAVES_OUT] if self.profile == "cpu" else everything
         return [name.strip() for name in choice.split(",") if name.strip()]
 
-    def line(self, hardware: str) -> str:
+    def line(self) -> str:
         return (f"profile {self.profile}: budget {self.budget:.0f} s for the speed-run racer, {self.rivals:.0f} s "
-                f"for the others; {hardware}")
+                f"for the others; {self.hardware}")
 
 
 def setup(profile: str, data_dir: str | None = None, budget_seconds: float = 0.0, rival_seconds: float = 0.0,
-               recipe_epochs: int = 0, seeds: int = 0) -> RaceSetup:
+          recipe_epochs: int = 0, seeds: int = 0) -> RaceSetup:
     """The notebook's parameters (0 and None: the profile's choice) as racers on the data
     `datasets.config_with_data` picks. Their data_dir is always a folder, the generated landcover-synth
     included, because the hand-written loop reads its train/ and val/ folders itself."""
@@ -97,7 +100,8 @@ def setup(profile: str, data_dir: str | None = None, budget_seconds: float = 0.0
     default, _ = datasets.config_with_data(profile, **{**pinned, "max_train_images": 0, **small})
     budget = budget_seconds or BUDGET_SECONDS[profile]
     rivals = rival_seconds or (CPU_RIVAL_SECONDS if profile == "cpu" and not budget_seconds else budget)
-    return RaceSetup(data, recipe, default, budget, rivals, seeds or (1 if profile == "smoke" else 3), profile)
+    return RaceSetup(profile=profile, data=data, config=recipe, default=default, budget=budget, rivals=rivals,
+                     seeds=seeds or (1 if profile == "smoke" else 3))
 
 
 def ablation_config(setup: RaceSetup, epochs: int = 0, images: int = -1, validation: int = -1) -> tuple[Config, int]:

@@ -13,6 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from course_lib.chapters.setup import ChapterSetup
 from course_lib.config import SAMPLE_DATA_DIR, Config, ConfigError
 from course_lib.models import hub
 
@@ -97,15 +98,12 @@ LABELS_PER_CLASS = {"smoke": [5], "cpu": [10, 50, 200], "gpu": [10, 50, 200]}  #
 SOURCE_PER_CLASS = {"smoke": 0, "cpu": 1000, "gpu": 0}  # source training images per class; 0: all
 
 
-@dataclasses.dataclass
-class TransferSetup:
-    """Notebook 08's setup: the data, the plan, the whole labelled dataset, and the sizes, each fitted
-    to what the data has (`setup`)."""
+@dataclasses.dataclass(kw_only=True)
+class TransferSetup(ChapterSetup):
+    """Notebook 08's setup: the data, the plan, the whole labelled dataset (`bundle`: every class, built and
+    cached once), and the sizes, each fitted to what the data has (`setup`)."""
 
-    data: object  # paths.DataChoice: what the notebook prints first
-    config: Config
     plan: TransferPlan
-    whole: object  # DataBundle: every class, built (and cached) once
     source_classes: list[str]
     held_out: list[str]
     epochs: int
@@ -117,14 +115,20 @@ class TransferSetup:
     notes: list[str]  # sizes the data could not hold, and what they became
     max_steps: int = 0  # optimizer steps per epoch of every target run; 0: the whole labelled set (smoke: 1)
 
-    def describe(self) -> str:
+    @property
+    def whole(self):
+        """The whole labelled dataset, every class (`bundle`)."""
+        return self.bundle
+
+    def line(self) -> str:
+        """The plan, what the data could not hold, the classes and sizes, and the hardware."""
         counts = (f"data {self.whole.source}: {len(self.whole.train)} training / {len(self.whole.val)} validation "
                   f"images, {self.whole.num_classes} classes\nsource classes {self.source_classes}"
                   f"{f' ({self.source_per_class} images each)' if self.source_per_class else ''}\n"
                   f"target classes {self.held_out}, {self.labels_per_class} labels per class, seeds {self.seeds}")
         synthetic = (["SYNTHETIC DATA: the target is generated landcover-synth, not real images; the numbers below "
                       "only show that the code runs."] if self.plan.synthetic else [])
-        return "\n".join([self.plan.reason, *self.notes, counts, *synthetic])
+        return "\n".join([self.plan.reason, *self.notes, counts, *synthetic, f"hardware: {self.hardware}"])
 
 
 def _fitted(parameter: str, asked: int, available: int, given: bool, notes: list[str]) -> int:
@@ -140,9 +144,9 @@ def _fitted(parameter: str, asked: int, available: int, given: bool, notes: list
 
 
 def setup(profile: str, *, model: str | None = None, batch_size: int | None = None,
-                   image_size: int | None = None, epochs: int | None = None, freeze_backbone_epochs: int | None = None,
-                   source: str = "auto", target: str = "auto", source_epochs: int = 0, source_per_class: int = 0,
-                   target_classes: int = 3, labels_per_class=(), seeds: int = 0, **fields) -> TransferSetup:
+          image_size: int | None = None, epochs: int | None = None, freeze_backbone_epochs: int | None = None,
+          source: str = "auto", target: str = "auto", source_epochs: int = 0, source_per_class: int = 0,
+          target_classes: int = 3, labels_per_class=(), seeds: int = 0, **fields) -> TransferSetup:
     """Notebook 08's data choice and sizes, from its parameters (0, [] and None: the profile's choice):
     the data `paths.choose_data` picks (real data when found, not in smoke), then the source images
     per class and the labels per class cut to what the smallest class of the data has. `fields`:
@@ -180,10 +184,13 @@ def setup(profile: str, *, model: str | None = None, batch_size: int | None = No
                          bool(source_per_class), notes)
     labels = sorted({_fitted("labels_per_class", count, largest_target, bool(labels_per_class), notes)
                      for count in (list(labels_per_class) or LABELS_PER_CLASS[profile])})
-    return TransferSetup(data, config, plan, whole, source_classes, held_out, epochs or (2 if smoke else 10),
-                         freeze_backbone_epochs if freeze_backbone_epochs is not None else (1 if smoke else 3),
-                         plan.source_config.epochs if plan.source_config else 0, per_source, labels,
-                         list(range(seeds or (2 if smoke else 3))), notes, 1 if smoke else 0)
+    return TransferSetup(
+        profile=profile, data=data, config=config, bundle=whole, plan=plan, source_classes=source_classes,
+        held_out=held_out, epochs=epochs or (2 if smoke else 10),
+        freeze_backbone_epochs=freeze_backbone_epochs if freeze_backbone_epochs is not None else (1 if smoke else 3),
+        source_epochs=plan.source_config.epochs if plan.source_config else 0, source_per_class=per_source,
+        labels_per_class=labels, seeds=list(range(seeds or (2 if smoke else 3))), notes=notes,
+        max_steps=1 if smoke else 0)
 
 
 def source_checkpoint(source_config: Config, bundle, *, extra: dict | None = None, progress: bool = True) -> dict:

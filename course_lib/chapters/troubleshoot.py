@@ -401,22 +401,17 @@ def claims(breaks, compile_rows, compile_signal: str, reports: dict, orders, sim
     return found
 
 
-@dataclasses.dataclass
-class TroubleshootSetup:
+@dataclasses.dataclass(kw_only=True)
+class TroubleshootSetup(ChapterSetup):
     """Notebook 11's config, data, datasets and scratch folder (`setup`)."""
 
-    data: object  # paths.DataChoice: what the notebook prints first
-    config: Config
-    bundle: object
-    device: object  # torch.device
     scratch: Path  # broken files go here; the notebook's last cell removes it
-    profile: str  # resolved
     plain_steps: int  # steps of the hand-written loop of section 2 (smoke 8)
 
-    def lines(self, hardware: str) -> list[str]:
+    def line(self) -> str:
         config = self.config
-        return [f"{config.model} at {config.image_size} px, batch {config.batch_size}, {config.max_steps} steps per run, "
-                f"device {self.device}", f"hardware: {hardware}"]
+        return (f"{config.model} at {config.image_size} px, batch {config.batch_size}, {config.max_steps} steps per run, "
+                f"device {self.device}\nhardware: {self.hardware}")
 
 
 def setup(profile: str, *, max_steps: int | None = None, **given) -> TroubleshootSetup:
@@ -424,7 +419,6 @@ def setup(profile: str, *, max_steps: int | None = None, **given) -> Troubleshoo
     one epoch of `max_steps` (None: 12, smoke 4) steps. Augmentation stays on the CPU whatever the
     profile: the problems below are made in the per-image transforms (normalisation above all), and the
     gpu profile's augmentation=device would hand the lessons uint8 images."""
-    from course_lib import devices
     from course_lib.config import resolve_profile
     from course_lib.data.datasets import config_with_data
 
@@ -434,6 +428,5 @@ def setup(profile: str, *, max_steps: int | None = None, **given) -> Troubleshoo
                                     output_dir="runs/checkpoints/11_troubleshooting",
                                     **{k: v for k, v in given.items() if v is not None})
     config = config.replace(augmentation="cpu")
-    device = devices.resolve_device(config.device)
-    return TroubleshootSetup(data, config, pipeline.build_datasets(config), device,
-                             Path(tempfile.mkdtemp(prefix="troubleshooting-")), resolved, 8 if smoke else 30)
+    return TroubleshootSetup(profile=resolved, data=data, config=config, bundle=pipeline.build_datasets(config),
+                             scratch=Path(tempfile.mkdtemp(prefix="troubleshooting-")), plain_steps=8 if smoke else 30)

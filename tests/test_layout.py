@@ -2,6 +2,7 @@
 leaves stay leaves, data knows nothing of training, analysis needs no training loop, and only
 `__main__` reaches the command line."""
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -242,3 +243,26 @@ def test_every_chapter_has_one_shape():
             assert all(field.kw_only for field in dataclasses.fields(cls)), f"{name}: positional fields"
             assert list(inspect.signature(cls.line).parameters) == ["self"], f"{name}.line takes arguments"
 
+
+
+# A comparison of the profile with a profile's name, or a flag made from one (`smoke = profile == "smoke"`):
+# the profile's sizes belong in the chapter's SIZES table, read with `chapters.setup.sizes`.
+PROFILE_BRANCH = re.compile(r"""(?:\b(?:profile|resolved)\s*[!=]=\s*["'](?:smoke|cpu|gpu|rehearsal)["']"""
+                            r"""|["'](?:smoke|cpu|gpu|rehearsal)["']\s*[!=]=\s*\w*profile\b"""
+                            r"""|\b(?:profile|resolved)\s+(?:not\s+)?in\s*[(\[{]\s*["'](?:smoke|cpu|gpu))""")
+
+
+def test_no_chapter_branches_on_the_profile_inline():
+    """Issue 45: a chapter's per-profile sizes and choices live in its SIZES table (`chapters.setup.sizes`),
+    not in `if profile == "smoke"` branches scattered through its functions."""
+    found = [f"{path.name}:{number}: {line.strip()}" for path in CHAPTERS if path.name != "setup.py"
+             for number, line in enumerate(path.read_text().splitlines(), 1) if PROFILE_BRANCH.search(line)]
+    assert not found, "inline profile branches:\n" + "\n".join(found)
+
+
+def test_the_profile_branch_pattern_sees_the_branches():
+    for line in ('smoke = profile == "smoke"', 'if resolved != "cpu":', "x = 3 if self.profile == 'gpu' else 4",
+                 'if profile in ("cpu", "gpu"):', 'return "cuda" if "gpu" == profile else "cpu"'):
+        assert PROFILE_BRANCH.search(line), line
+    for line in ('if device.type == "cpu":', 'sizes(SIZES, profile)["max_steps"]', 'row["device"] != "cpu"'):
+        assert not PROFILE_BRANCH.search(line), line

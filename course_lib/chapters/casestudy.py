@@ -19,7 +19,7 @@ import secrets
 import time
 
 from course_lib import devices, ledger
-from course_lib.chapters.setup import ChapterSetup
+from course_lib.chapters.setup import ChapterSetup, sizes
 from course_lib.config import RECIPES, Config, ConfigError
 
 LEDGER_KIND = "casestudy"
@@ -59,34 +59,45 @@ ARTICLE_WORKERS = 16  # num_workers of the article's stage 1
 ARTICLE_TOTAL_TIME_FRACTION = 1 / 16
 
 
-# landcover-synth's generated file size where the source_image_size parameter is 0: the article's tiles are
-# large, so the resize to image_size costs what it costs there.
-SOURCE_IMAGE_SIZE = {"cpu": 256, "gpu": 512}  # pixels per side (smoke: the committed 64 px sample)
+# Per profile: the study's Config values over the profile's (smoke: the profile's tiny model, 3 steps an epoch;
+# cpu: a quarter of EuroSAT's split, so the nine trainings fit in minutes on 2 cores; gpu: all of it); baseline
+# seeds for the noise band; landcover-synth's generated file size without real data (0: none, the committed 64 px
+# sample; the article's tiles are large, so the resize to image_size costs what it costs there); and the DDP
+# stage: whether it launches, with how many CPU processes without 2 GPUs, and why (run_ddp=true forces 2 where
+# it launches).
+STUDY = {"model": "speedrun_resnet_small", "batch_size": 128, "image_size": 64, "epochs": 2}
+SIZES = {
+    "smoke": {"config": {"max_steps": 3}, "noise_seeds": 2, "source_image_size": 0,
+              "ddp": {"launch": False, "cpu_processes": 0, "reason": "skipped in the smoke profile: a torchrun launch "
+                      "alone takes longer than the notebook's budget"}},
+    "cpu": {"config": {**STUDY, "max_train_images": 4500}, "noise_seeds": 3, "source_image_size": 256,
+            "ddp": {"launch": True, "cpu_processes": 2,
+                    "reason": "2 CPU processes with gloo (this measures DDP's overhead, not a GPU speed-up)"}},
+    "gpu": {"config": {**STUDY, "max_train_images": 0}, "noise_seeds": 3, "source_image_size": 512,
+            "ddp": {"launch": True, "cpu_processes": 0, "reason": "skipped in the gpu profile"}},
+}
 
 
 def case_config(profile: str, dataset: str | None = None, data_dir: str | None = None, source_image_size: int = 0,
                 **given):
     """(Config, paths.DataChoice) of the study: `dataset`/`data_dir`, else the data `paths.choose_data`
-    picks; without real data (off smoke), landcover-synth generated at `source_image_size` pixels
-    (0: SOURCE_IMAGE_SIZE). Then the study's sizes (speedrun_resnet_small at 64 px, batch 128, 2
-    epochs; cpu: 4,500 training images, a quarter of EuroSAT's split, so the nine trainings fit in
-    minutes on 2 cores), then `given` (None: not given)."""
+    picks; without real data, landcover-synth generated at `source_image_size` pixels (0: the profile's,
+    `SIZES`; none in smoke). Then the study's sizes (`SIZES`), then `given` (None: not given)."""
     from course_lib import paths
     from course_lib.config import make_config, resolve_profile
     from course_lib.data import landcover
 
     resolved = resolve_profile(profile)
-    smoke = resolved == "smoke"
+    chosen = sizes(SIZES, resolved)
     data = paths.choose_data(resolved, data_dir, dataset)
     overrides = data.overrides
-    if data.synthetic and not smoke and not data.overrides.get("data_dir"):
-        folder = landcover.landcover_cache_dir(source_image_size or SOURCE_IMAGE_SIZE[resolved])
+    if data.synthetic and chosen["source_image_size"] and not data.overrides.get("data_dir"):
+        folder = landcover.landcover_cache_dir(source_image_size or chosen["source_image_size"])
         overrides = {"dataset": "landcover-synth", "data_dir": str(folder)}
         data = dataclasses.replace(data, overrides=overrides, folder=folder)
-    fast = {} if smoke else {"model": "speedrun_resnet_small", "batch_size": 128, "image_size": 64, "epochs": 2,
-                             "max_train_images": 4500 if resolved == "cpu" else 0}
-    given = {k: v for k, v in {"max_steps": 3 if smoke else None, **given}.items() if v is not None}
-    config = make_config(profile, **{**overrides, **fast, "output_dir": "runs/checkpoints/10_case_study", **given})
+    given = {k: v for k, v in given.items() if v is not None}
+    config = make_config(profile, **{**overrides, **chosen["config"], "output_dir": "runs/checkpoints/10_case_study",
+                                     **given})
     return config, data
 
 
@@ -101,7 +112,8 @@ class CaseSetup(ChapterSetup):
 
     @property
     def smoke(self) -> bool:
-        return self.profile == "smoke"
+        """A check that the notebook runs (3 steps an epoch), not a measurement: its run notes say so."""
+        return sizes(SIZES, self.profile)["config"].get("max_steps", 0) > 0
 
     def line(self) -> str:
         config, bundle = self.config, self.bundle
@@ -126,9 +138,9 @@ def setup(profile: str, dataset: str | None = None, data_dir: str | None = None,
     processes, reason = ddp_world_size(resolved, "cuda" if config.device.startswith("cuda") else "cpu")
     if run_ddp is False or run_ddp == "false":
         processes, reason = 0, "skipped: run_ddp is false"
-    elif (run_ddp is True or run_ddp == "true") and processes < 2 and resolved != "smoke":
+    elif (run_ddp is True or run_ddp == "true") and processes < 2 and sizes(SIZES, resolved)["ddp"]["launch"]:
         processes, reason = 2, "forced by run_ddp"
-    seeds = list(range(1, noise_seeds or (2 if resolved == "smoke" else 3)))
+    seeds = list(range(1, noise_seeds or sizes(SIZES, resolved)["noise_seeds"]))
     return CaseSetup(profile=resolved, data=data, config=config, bundle=bundle, noise_seeds=seeds,
                      ddp_processes=processes, ddp_reason=reason)
 
@@ -179,20 +191,19 @@ def pretrained_weights_cached(model: str) -> tuple[bool, str]:
 
 
 def ddp_world_size(profile: str, device) -> tuple[int, str]:
-    """(processes, reason) for the DDP stage: every GPU when there are 2 or more; 2 CPU processes
-    with gloo only in the cpu profile; none in smoke (a torchrun launch takes tens of seconds)."""
+    """(processes, reason) for the DDP stage (`SIZES`): every GPU when there are 2 or more; else the profile's
+    CPU processes with gloo (cpu: 2); none in smoke (a torchrun launch takes tens of seconds)."""
     import torch
 
-    if profile == "smoke":
-        return 0, "skipped in the smoke profile: a torchrun launch alone takes longer than the notebook's budget"
+    plan = sizes(SIZES, profile)["ddp"]
+    if not plan["launch"]:
+        return 0, plan["reason"]
     if torch.device(device).type == "cuda":
         count = torch.cuda.device_count()
         if count >= 2:
             return count, f"{count} GPUs, NCCL"
         return 0, "skipped: 1 GPU visible, DDP needs 2 or more (the article used 4)"
-    if profile == "cpu":
-        return 2, "2 CPU processes with gloo (this measures DDP's overhead, not a GPU speed-up)"
-    return 0, f"skipped in the {profile} profile"
+    return plan["cpu_processes"], plan["reason"]
 
 
 def stage_changes(stage: str, config: Config, *, device, gpus: int = 0, pretrained: bool = False,

@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 
 from course_lib import paths
-from course_lib.chapters.setup import ChapterSetup
+from course_lib.chapters.setup import ChapterSetup, sizes
+from course_lib.chapters.time_to_accuracy import SMOKE_SIZES
 from course_lib.config import PROFILES, Config
 from course_lib.deploy import export, pruning, quantization
 from course_lib.deploy.latency import forward_flops_per_image, speed_row
@@ -40,6 +41,7 @@ class DeploySetup(ChapterSetup):
     finetune_epochs: int = 1  # epochs of each pruning fine-tune
     student_epochs: int | None = None  # epochs of each student (None: the later fits' own)
     memory_per_class: int = 20  # continual learning: old images kept per class, replayed in balance
+    compile_int8: bool = False  # compile_int8=auto: compile the int8 graph (the gpu profile's choice)
 
     @property
     def converged_data(self):
@@ -47,9 +49,9 @@ class DeploySetup(ChapterSetup):
         return self.converged_bundle if self.converged_bundle is not None else self.bundle
 
     def compiles_int8(self, choice: str | bool = "auto") -> bool:
-        """The notebook's `compile_int8`: true, false, or auto (the gpu profile only: a C++ compile takes
-        30-90 s on 2 cores)."""
-        return choice is True or choice == "true" or (choice == "auto" and self.profile == "gpu")
+        """The notebook's `compile_int8`: true, false, or auto (the profile's choice, `SIZES`: the gpu profile
+        only, a C++ compile takes 30-90 s on 2 cores)."""
+        return choice is True or choice == "true" or (choice == "auto" and self.compile_int8)
 
     def line(self) -> str:
         bundle = self.bundle
@@ -58,9 +60,13 @@ class DeploySetup(ChapterSetup):
                 f"fine-tunes, {len(bundle.val)} validation images; {self.hardware}")
 
 
-# What each profile measures beyond its sizes. smoke: one timing repeat (a check, not a measurement),
-# two calibration batches, one sparsity and ratio; cpu: medians of 3 repeats (about 18 models are
-# timed), one sparsity and one channel ratio; gpu: the whole sweeps with the timing defaults.
+# Per profile (`sizes`): the teacher's values over the recipe's (smoke: time_to_accuracy.SMOKE_SIZES and the
+# profile's test_resnet: the speed-run net's int8 graph and pruning alone took 90 s of the smoke minute on 2 busy
+# cores); every later fit's sizes (cpu: 1,000 training images for 8 epochs, about 15 fits in a few minutes);
+# validation images per class in every evaluation (0: all); whether compile_int8=auto compiles the int8 graph
+# (a C++ compile takes 30-90 s on 2 cores). What each measures beyond its sizes. smoke: one timing repeat (a
+# check, not a measurement), two calibration batches, one sparsity and ratio; cpu: medians of 3 repeats (about
+# 18 models are timed), one sparsity and one channel ratio; gpu: the whole sweeps with the timing defaults.
 # converged_images: the training images of the students and pruning fine-tunes (0: the whole split; None: the
 # later fits' own). student_epochs: each student's epochs (None: the later fits'). speedrun_resnet_tiny alone (labels
 # only, seed 0) reached 93.3% on the carve-out of train after 8 epochs of the rest (17,010 images; 58 s on a 2-core AMD
@@ -68,14 +74,16 @@ class DeploySetup(ChapterSetup):
 # chosen on the carve-out too: a teacher trained on the rest of train (97.4% on the carve-out) with half its
 # channels removed recovered to 95.3% after 2 epochs of that rest, 95.6% after 4 and 96.0% after 6 (seed 0,
 # the same machine): six keep it within the 2-point floor (`analysis.floors`) with room, about 40 s a fine-tune.
-PROFILE_CHOICES = {
-    "smoke": {"seeds": 1, "speed": {"repeats": 1, "warmup": 1, "min_images": 1}, "calibration_batches": 2,
+SIZES = {
+    "smoke": {"teacher": {**SMOKE_SIZES, "model": PROFILES["smoke"]["model"]}, "fits": {"max_steps": 2, "epochs": 1},
+              "val_per_class": 0, "compile_int8": False, "seeds": 1, "speed": {"repeats": 1, "warmup": 1, "min_images": 1}, "calibration_batches": 2,
               "sparsities": [0.8], "channel_ratios": [0.5], "memory_per_class": 4, "converged_images": None,
               "finetune_epochs": 1, "student_epochs": None},
-    "cpu": {"seeds": 3, "speed": {"repeats": 3, "warmup": 1}, "calibration_batches": 8, "sparsities": [0.9],
+    "cpu": {"teacher": {}, "fits": {"max_train_images": 1000, "epochs": 8}, "val_per_class": 100,
+            "compile_int8": False, "seeds": 3, "speed": {"repeats": 3, "warmup": 1}, "calibration_batches": 8, "sparsities": [0.9],
             "channel_ratios": [0.5], "memory_per_class": 20, "converged_images": 0, "finetune_epochs": 6,
             "student_epochs": 8},
-    "gpu": {"seeds": 3, "speed": None, "calibration_batches": 8, "sparsities": [0.3, 0.5, 0.7, 0.9],
+    "gpu": {"teacher": {}, "fits": {}, "val_per_class": 0, "compile_int8": True, "seeds": 3, "speed": None, "calibration_batches": 8, "sparsities": [0.3, 0.5, 0.7, 0.9],
             "channel_ratios": [0.25, 0.5, 0.75], "memory_per_class": 20, "converged_images": 0, "finetune_epochs": 6,
             "student_epochs": None},
 }
@@ -83,41 +91,35 @@ PROFILE_CHOICES = {
 
 OUTPUT_DIR = "runs/checkpoints/13_compress_and_deploy"
 STUDENT_MODEL = "speedrun_resnet_tiny"  # a quarter of the teacher's arithmetic (models/speedrun.py)
-# Every fit after the teacher's: cpu 1,000 training images for 8 epochs (about 15 fits in a few minutes),
-# on the teacher's own data path (pre-decoded, augmented per batch) at its final image size.
-FIT_SIZES = {"cpu": {"max_train_images": 1000, "epochs": 8}, "smoke": {"max_steps": 2, "epochs": 1}}
 
 
 def setup(profile: str, data_dir: str | None = None, *, val_per_class: int = -1, model: str | None = None,
-                epochs: int | None = None, seeds: int = 0, **given) -> DeploySetup:
+          epochs: int | None = None, seeds: int = 0, **given) -> DeploySetup:
     """The data `datasets.config_with_data` picks (data_dir, else real data when found, not in smoke,
     else the profile's landcover-synth), with the teacher worth compressing: the speed-run recipe
     (`recipe=speedrun`, about 97% on EuroSAT) on the whole training split, `model` and `epochs`
-    replacing its own when given (smoke: `time_to_accuracy.SMOKE_SIZES` and the profile's test_resnet). Every later fit uses the
-    recipe's values on `FIT_SIZES` (stored pre-decoded: `storage=cache`, `augmentation=device`, no
-    progressive resizing) and `given` (None: not given), and every evaluation the same 100 validation
-    images per class on cpu (`val_per_class=-1`; fewer when a class has fewer; 0: all), and the
-    profile's choices (`PROFILE_CHOICES`; `seeds` 0: the profile's number of students per method)."""
-    from course_lib.chapters.time_to_accuracy import SMOKE_SIZES
+    replacing its own when given (`SIZES`: smoke's teacher is the profile's test_resnet). Every later fit uses
+    the recipe's values on the profile's fit sizes (stored pre-decoded: `storage=cache`, `augmentation=device`,
+    no progressive resizing) and `given` (None: not given), and every evaluation the same validation images
+    per class (`val_per_class=-1`: the profile's, 100 on cpu; fewer when a class has fewer; 0: all), and the
+    profile's choices (`SIZES`; `seeds` 0: the profile's number of students per method)."""
     from course_lib.config import resolve_profile
     from course_lib.data import class_split, datasets, pipeline
 
     profile = resolve_profile(profile)
     given = {k: v for k, v in given.items() if v is not None}
-    # smoke: the profile's test_resnet as the teacher too (the speed-run net's int8 graph and pruning
-    # alone took 90 s of the smoke minute on 2 busy cores).
-    small = {**SMOKE_SIZES, "model": PROFILES["smoke"]["model"]} if profile == "smoke" else {}
+    choices = dict(sizes(SIZES, profile))
     teacher, data = datasets.config_with_data(profile, data_dir=data_dir, recipe="speedrun",
-                                              **{"output_dir": f"{OUTPUT_DIR}/teacher", **small,
+                                              **{"output_dir": f"{OUTPUT_DIR}/teacher", **choices.pop("teacher"),
                                                  **{k: v for k, v in given.items() if k == "image_size"}})
     teacher = teacher.replace(**{k: v for k, v in {"model": model, "epochs": epochs}.items() if v is not None})
     config = teacher.replace(storage="cache", min_image_size=0, tta_views=1, output_dir=OUTPUT_DIR,
-                             **{**FIT_SIZES.get(profile, {}), **given})
+                             **{**choices.pop("fits"), **given})
     bundle = pipeline.build_datasets(config)
-    val_per_class = (100 if profile == "cpu" else 0) if val_per_class < 0 else val_per_class
+    profile_val_per_class = choices.pop("val_per_class")
+    val_per_class = profile_val_per_class if val_per_class < 0 else val_per_class
     if val_per_class:
         bundle = class_split.subset_bundle(bundle, bundle.classes, val_per_class=val_per_class)
-    choices = dict(PROFILE_CHOICES.get(profile, PROFILE_CHOICES["gpu"]))
     choices["seeds"] = list(range(seeds or choices["seeds"]))
     converged_images = choices.pop("converged_images")
     if converged_images is not None and converged_images != config.max_train_images:
@@ -133,7 +135,7 @@ def top1(model, bundle, config) -> float:
 
 # Timing settings for `deploy.latency.speed_row` in the smoke profile: one repeat, so the notebook
 # checks that everything runs without spending its minute on clocks.
-SMOKE_SPEED = PROFILE_CHOICES["smoke"]["speed"]
+SMOKE_SPEED = SIZES["smoke"]["speed"]
 
 
 def describe(model, bundle, config, speed: dict | None = None, *, flops_of=None, peak_precision: str = "fp32",

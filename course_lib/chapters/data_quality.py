@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 
 from course_lib.analysis import label_issues, statistics
-from course_lib.chapters.setup import ChapterSetup
+from course_lib.chapters.setup import ChapterSetup, sizes
 from course_lib.engine import out_of_fold
 
 # Per profile: training images of the planted-noise study, folds, epochs per out-of-fold model, epochs and
@@ -22,10 +22,13 @@ from course_lib.engine import out_of_fold
 # chosen on valid): 5 folds of 4,000 images x 8 epochs 80.4%, 5 x 8,000 x 8 86.6% (198 s), 5 x 4,000 x 16 87.3%
 # (162 s), 3 x 8,000 x 16 91.8% (214 s, taken: fewer, longer-trained folds for the same images seen). The 12
 # recovery runs keep 8 epochs (about 8 minutes there): a comparison at one budget, the quick pass.
-SIZES = {"smoke": dict(images=120, folds=2, epochs=1, recovery_epochs=1, seeds=1, val_per_class=8, batch_size=0),
-         "cpu": dict(images=8000, folds=3, epochs=16, recovery_epochs=8, seeds=3, val_per_class=100, batch_size=64),
-         "gpu": dict(images=0, folds=5, epochs=12, recovery_epochs=12, seeds=3, val_per_class=0, batch_size=0)}
-SMOKE_CONFIG = dict(image_size=32, batch_size=16, precision="off")
+# `config`: Config values over the recipe's (smoke: small images and batches, fp32).
+SIZES = {"smoke": dict(images=120, folds=2, epochs=1, recovery_epochs=1, seeds=1, val_per_class=8, batch_size=0,
+                       config=dict(image_size=32, batch_size=16, precision="off")),
+         "cpu": dict(images=8000, folds=3, epochs=16, recovery_epochs=8, seeds=3, val_per_class=100, batch_size=64,
+                     config={}),
+         "gpu": dict(images=0, folds=5, epochs=12, recovery_epochs=12, seeds=3, val_per_class=0, batch_size=0,
+                     config={})}
 VARIANTS = ("clean labels", "planted noise", "noise, flagged dropped", "noise, flagged relabelled")
 
 
@@ -55,24 +58,23 @@ def setup(profile: str, data_dir: str | None = None, images: int = -1, folds: in
     from course_lib.data import class_split, datasets, pipeline
 
     profile = resolve_profile(profile)
-    sizes = SIZES[profile]
-    small = SMOKE_CONFIG if profile == "smoke" else {}
-    config, data = datasets.config_with_data(profile, data_dir=data_dir, recipe="speedrun", **small,
-                                             **out_of_fold.FOLD_SETTINGS, epochs=epochs or sizes["epochs"])
+    chosen = sizes(SIZES, profile)
+    config, data = datasets.config_with_data(profile, data_dir=data_dir, recipe="speedrun", **chosen["config"],
+                                             **out_of_fold.FOLD_SETTINGS, epochs=epochs or chosen["epochs"])
     # A folder always (the generated landcover-synth included): its files are hashed for duplicates.
     config = config.replace(data_dir=str(datasets.image_folder_root(config)))
-    if sizes["batch_size"]:
-        config = config.replace(batch_size=sizes["batch_size"], lr=config.lr * sizes["batch_size"] / config.batch_size)
+    if chosen["batch_size"]:
+        config = config.replace(batch_size=chosen["batch_size"], lr=config.lr * chosen["batch_size"] / config.batch_size)
     full = pipeline.build_datasets(config)
-    images = sizes["images"] if images < 0 else images
+    images = chosen["images"] if images < 0 else images
     per_class = images // full.num_classes if images else 0
     smallest = class_split.smallest_class(class_split.targets_of(full.train), list(range(full.num_classes)))
     bundle = class_split.subset_bundle(full, full.classes, per_class=min(per_class, smallest),
-                                       val_per_class=sizes["val_per_class"], parameter="images")
+                                       val_per_class=chosen["val_per_class"], parameter="images")
     return QualitySetup(profile=profile, data=data, config=config, bundle=bundle,
-                        root=datasets.image_folder_root(config), folds=folds or sizes["folds"],
-                        seeds=seeds or sizes["seeds"], noise=noise,
-                        recovery_epochs=recovery_epochs or sizes["recovery_epochs"])
+                        root=datasets.image_folder_root(config), folds=folds or chosen["folds"],
+                        seeds=seeds or chosen["seeds"], noise=noise,
+                        recovery_epochs=recovery_epochs or chosen["recovery_epochs"])
 
 
 @dataclasses.dataclass

@@ -14,7 +14,7 @@ import dataclasses
 
 import torch
 
-from course_lib.chapters.setup import ChapterSetup
+from course_lib.chapters.setup import ChapterSetup, sizes
 from course_lib.config import Config
 
 REDUCED = ("fp16", "bf16")
@@ -204,6 +204,19 @@ def claims(speeds, best: str, memory_ratio: float, accuracy, *, device: str, lay
     return rows
 
 
+# Per profile: the batch and image size over the profile's (None: its own), steps per run (max_steps: a cap on
+# them), seeds per precision, turns of the side-by-side timing, and whether compile_measure=auto measures
+# torch.compile. A CPU emulates fp16 (one fp16 step costs about ten fp32 steps): the cpu profile takes 32 px,
+# batch 32 and 6 steps per run so it stays within minutes, the ratios being what the lesson needs; smoke (a CI
+# check that the notebook runs) 2 steps, 2 seeds, 3 turns, no compile (the first compile takes minutes on a CPU).
+SIZES = {"smoke": dict(batch_size=None, image_size=None, steps_per_run=20, max_steps=2, seeds=2, repeats=3,
+                       measure_compile=False),
+         "cpu": dict(batch_size=32, image_size=32, steps_per_run=6, max_steps=None, seeds=3, repeats=5,
+                     measure_compile=True),
+         "gpu": dict(batch_size=None, image_size=None, steps_per_run=20, max_steps=None, seeds=3, repeats=5,
+                     measure_compile=True)}
+
+
 @dataclasses.dataclass(kw_only=True)
 class PrecisionSetup(ChapterSetup):
     """Notebook 03's config (every compared run's: at least 2 epochs, the tables report the last), data and
@@ -223,24 +236,21 @@ def setup(profile: str, *, steps_per_run: int = 0, seeds: int = 0, repeats: int 
           measure_compile: str | bool = "auto", max_steps: int | None = None, batch_size: int | None = None,
           image_size: int | None = None, **given) -> PrecisionSetup:
     """Speed on the profile's own data (`config_with_data(find_real=False)`; WORKBOOK_DATA=<folder>
-    changes it). A CPU emulates fp16 (one fp16 step costs about ten fp32 steps): the cpu profile takes
-    32 px, batch 32 and 6 steps per run so it stays within minutes, the ratios being what the lesson
-    needs; smoke (a CI check that the notebook runs) 2 steps, 2 seeds, 3 timing turns, no compile
-    (the first compile takes minutes on a CPU); elsewhere 20 steps, 3 seeds, 5 turns."""
+    changes it), at the profile's sizes (`SIZES`; 0 and None: the profile's)."""
     from course_lib.config import resolve_profile
     from course_lib.data.datasets import config_with_data
 
     resolved = resolve_profile(profile)
-    smoke, cpu = resolved == "smoke", resolved == "cpu"
-    if smoke:
-        max_steps = max_steps or 2
-    steps_per_run = steps_per_run or (6 if cpu else 20)
-    base, data = config_with_data(profile, find_real=False, batch_size=batch_size or (32 if cpu else None),
-                                  image_size=image_size or (32 if cpu else None),
+    chosen = sizes(SIZES, resolved)
+    max_steps = max_steps or chosen["max_steps"]
+    steps_per_run = steps_per_run or chosen["steps_per_run"]
+    base, data = config_with_data(profile, find_real=False, batch_size=batch_size or chosen["batch_size"],
+                                  image_size=image_size or chosen["image_size"],
                                   **{k: v for k, v in given.items() if v is not None})
     config = base.replace(epochs=max(2, base.epochs),
                           max_steps=max_steps or min(base.max_steps or steps_per_run, steps_per_run),
                           output_dir="runs/checkpoints/03_mixed_precision")
-    return PrecisionSetup(profile=resolved, data=data, config=config, seeds=seeds or (2 if smoke else 3),
-                          repeats=repeats or (3 if smoke else 5),
-                          measure_compile=(not smoke) if measure_compile == "auto" else measure_compile in (True, "true"))
+    return PrecisionSetup(profile=resolved, data=data, config=config, seeds=seeds or chosen["seeds"],
+                          repeats=repeats or chosen["repeats"],
+                          measure_compile=chosen["measure_compile"] if measure_compile == "auto"
+                          else measure_compile in (True, "true"))

@@ -12,6 +12,7 @@ import dataclasses
 
 from course_lib.analysis import claims as claims_registry
 from course_lib.analysis import statistics
+from course_lib.chapters.setup import sizes
 from course_lib.config import Config
 
 # The models compared and their family. The speed-run nets are the workbook's own (models/speedrun.py),
@@ -71,17 +72,20 @@ def models_for(profile: str, choice: str = "auto") -> list[str]:
     return names
 
 
-CPU_IMAGES, CPU_EPOCHS = 1000, 4  # per run on cpu: eight models x three seeds in about four minutes on 2 cores
+# Per profile: training images and epochs per run (None and 0: the ablation's); cpu: eight models x three seeds
+# in about four minutes on 2 cores.
+SIZES = {"smoke": {"images": None, "epochs": 0}, "cpu": {"images": 1000, "epochs": 4},
+         "gpu": {"images": None, "epochs": 0}}
 
 
 def family_config(short: Config, profile: str, epochs: int = 0, images: int = -1) -> Config:
     """The ablation's short config (`time_to_accuracy.ablation_config`: its validation carve-out and
-    batch) with the one schedule every family trains with (`SETTINGS`), for `epochs` (0: `CPU_EPOCHS` on
-    cpu, the ablation's elsewhere) on `images` training images (-1: `CPU_IMAGES` on cpu, the ablation's
-    elsewhere; 0: all)."""
-    cpu = profile == "cpu"
-    images = (CPU_IMAGES if cpu else short.max_train_images) if images < 0 else images
-    epochs = epochs or (CPU_EPOCHS if cpu else short.epochs)
+    batch) with the one schedule every family trains with (`SETTINGS`), for `epochs` on `images` training
+    images (0 and -1: the profile's, `SIZES`, else the ablation's; images 0: all)."""
+    chosen = sizes(SIZES, profile)
+    profile_images = short.max_train_images if chosen["images"] is None else chosen["images"]
+    images = profile_images if images < 0 else images
+    epochs = epochs or chosen["epochs"] or short.epochs
     return short.replace(**SETTINGS, max_train_images=images, epochs=epochs)
 
 

@@ -19,7 +19,7 @@ import dataclasses
 import math
 import time
 
-from course_lib.chapters.setup import ChapterSetup
+from course_lib.chapters.setup import ChapterSetup, sizes
 from course_lib.config import Config
 from course_lib.instruments.progress import Progress
 
@@ -53,16 +53,25 @@ class NotebookSetup(ChapterSetup):
                 f"AdamW lr {self.adamw_lr:g}", f"hardware: {self.hardware}"])
 
 
-# On a CPU the whole notebook trains the small residual net on the engine's in-memory path (18 grid
-# runs must fit in a few minutes); a GPU keeps its profile's model for sections 1-3.
-CPU_SIZES = {**IN_MEMORY, "image_size": 32, "epochs": 3, "max_train_images": 800}
+# Per profile (sections 1-4): Config values over the profile's (on a CPU the whole notebook trains the small
+# residual net on the engine's in-memory path, 18 grid runs must fit in a few minutes; a GPU keeps its profile's
+# model for sections 1-3), torch threads (0: torch's default; smoke: one, a tiny model at 32 px loses more than
+# it gains handing each small op to 2 threads), the grid's path (smoke keeps the profile's model), the LR range
+# test's steps, seeds per learning rate, and the grid's factors of each optimizer's usual learning rate.
+SIZES = {
+    "smoke": dict(config={}, torch_threads=1, grid={k: v for k, v in IN_MEMORY.items() if k != "model"},
+                  range_test_steps=12, seeds=2, grid_factors=(1.0, 3.0)),
+    "cpu": dict(config={**IN_MEMORY, "image_size": 32, "epochs": 3, "max_train_images": 800}, torch_threads=0,
+                grid=IN_MEMORY, range_test_steps=60, seeds=3, grid_factors=LEARNING_RATE_FACTORS),
+    "gpu": dict(config={}, torch_threads=0, grid=IN_MEMORY, range_test_steps=60, seeds=3,
+                grid_factors=LEARNING_RATE_FACTORS),
+}
 
 
 def setup(profile: str, *, range_test_steps: int = 0, seeds: int = 0, warmup_epochs: float | None = None,
           adamw_lr: float = ADAMW_LR, **given) -> NotebookSetup:
     """The profile's own data (`datasets.config_with_data(find_real=False)`: 18 grid runs must fit in
-    minutes; WORKBOOK_DATA=<folder> changes it), `CPU_SIZES` on cpu, then `given` (None: not given);
-    smoke: 12-step range tests, 2 seeds and a 2-point grid of the profile's own model, on one torch thread."""
+    minutes; WORKBOOK_DATA=<folder> changes it), the profile's `SIZES`, then `given` (None: not given)."""
     from course_lib.config import resolve_profile
     from course_lib.data import pipeline
     from course_lib.data.datasets import config_with_data
@@ -71,22 +80,21 @@ def setup(profile: str, *, range_test_steps: int = 0, seeds: int = 0, warmup_epo
     import torch
 
     profile = resolve_profile(profile)
-    smoke = profile == "smoke"
-    if smoke:  # a tiny model at 32 px: handing each small op to 2 threads costs more than it saves
-        torch.set_num_threads(1)
-    sizes = CPU_SIZES if profile == "cpu" else {}
-    config, data = config_with_data(profile, find_real=False, **{**sizes, "output_dir": "runs/checkpoints/06_optimizers",
+    chosen = sizes(SIZES, profile)
+    if chosen["torch_threads"]:
+        torch.set_num_threads(chosen["torch_threads"])
+    config, data = config_with_data(profile, find_real=False, **{**chosen["config"],
+                                                                  "output_dir": "runs/checkpoints/06_optimizers",
                                                                   **{k: v for k, v in given.items() if v is not None}})
     config = config.replace(warmup_epochs=warmup_epochs if warmup_epochs is not None else config.epochs * 5 / 120)
     bundle = pipeline.build_datasets(config)
     steps = schedule.steps_per_epoch(len(bundle.train), config)
-    grid_config = config.replace(**{k: v for k, v in IN_MEMORY.items() if not smoke or k != "model"},
-                                 image_size=min(config.image_size, 64))
+    grid_config = config.replace(**chosen["grid"], image_size=min(config.image_size, 64))
     return NotebookSetup(profile=profile, data=data, config=config, bundle=bundle, steps_per_epoch=steps,
                          sgd_lr=sgd_learning_rate(config.batch_size),
-                         range_test_steps=range_test_steps or (12 if smoke else 60),
-                         seeds=list(range(seeds or (2 if smoke else 3))), grid_config=grid_config,
-                         grid_factors=(1.0, 3.0) if smoke else LEARNING_RATE_FACTORS, adamw_lr=adamw_lr)
+                         range_test_steps=range_test_steps or chosen["range_test_steps"],
+                         seeds=list(range(seeds or chosen["seeds"])), grid_config=grid_config,
+                         grid_factors=chosen["grid_factors"], adamw_lr=adamw_lr)
 
 
 def sgd_learning_rate(batch_size: int) -> float:

@@ -22,7 +22,7 @@ import torch
 
 from course_lib import devices, paths
 from course_lib.analysis import claims as claim_records
-from course_lib.chapters.setup import ChapterSetup
+from course_lib.chapters.setup import ChapterSetup, sizes
 from course_lib.config import Config, ConfigError
 from course_lib.engine import train
 from course_lib.engine.grad_norm import GradientNormLog
@@ -51,6 +51,11 @@ class EpochProfile:
         return float(self.phases.loc["data wait", "share of epoch"])
 
 
+# Per profile: profiled steps of the one epoch, and timed repeats of the checkpointing comparison.
+SIZES = {"smoke": {"max_steps": 4, "repeats": 2}, "cpu": {"max_steps": 10, "repeats": 5},
+         "gpu": {"max_steps": 10, "repeats": 5}}
+
+
 @dataclasses.dataclass(kw_only=True)
 class ProfilingSetup(ChapterSetup):
     """Notebook 14's config (one epoch of a few profiled steps, writing into OUTPUT_DIR), data and the sizes
@@ -69,17 +74,17 @@ class ProfilingSetup(ChapterSetup):
 def setup(profile: str, *, max_steps: int | None = None, monitor_interval: float = 0.0, repeats: int = 0,
           **given) -> ProfilingSetup:
     """The data `datasets.config_with_data` picks (real data when found), one epoch of `max_steps`
-    profiled steps (None: 10, smoke 4), utilisation sampled every `monitor_interval` seconds (0: 0.1)
-    and `repeats` timed repeats (0: 5, smoke 2)."""
+    profiled steps, utilisation sampled every `monitor_interval` seconds (0: 0.1) and `repeats` timed
+    repeats (None and 0: the profile's, `SIZES`)."""
     from course_lib.config import resolve_profile
     from course_lib.data.datasets import config_with_data
 
     resolved = resolve_profile(profile)
-    smoke = resolved == "smoke"
+    chosen = sizes(SIZES, resolved)
     base, data = config_with_data(profile, **{k: v for k, v in given.items() if v is not None})
-    config = base.replace(epochs=1, max_steps=max_steps or (4 if smoke else 10), output_dir=OUTPUT_DIR)
+    config = base.replace(epochs=1, max_steps=max_steps or chosen["max_steps"], output_dir=OUTPUT_DIR)
     return ProfilingSetup(profile=resolved, data=data, config=config, folder=str(paths.resolve_path(OUTPUT_DIR)),
-                          monitor_interval=monitor_interval or 0.1, repeats=repeats or (2 if smoke else 5))
+                          monitor_interval=monitor_interval or 0.1, repeats=repeats or chosen["repeats"])
 
 
 def _profiler_activities(device: torch.device) -> list:

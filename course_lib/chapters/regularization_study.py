@@ -21,7 +21,7 @@ from course_lib import paths
 from course_lib.analysis import claims as claim_records
 from course_lib.analysis import statistics
 from course_lib.analysis.statistics import _scores
-from course_lib.chapters.setup import ChapterSetup
+from course_lib.chapters.setup import ChapterSetup, sizes
 from course_lib.config import Config, ConfigError, make_config
 from course_lib.instruments.progress import Progress
 
@@ -64,6 +64,9 @@ STUDY_PROFILES: dict[str, dict] = {
             "warmup_epochs": 0.5},
     "gpu": {"epochs": 5},
 }
+# torch's intra-op threads per profile (0: torch's default). smoke: one, handing each small op of a tiny model at
+# 32 px to 2 threads costs more than it saves.
+TORCH_THREADS = {"smoke": 1, "cpu": 0, "gpu": 0}
 DEFAULT_SEEDS = {"smoke": 2}  # runs per variant; 3 elsewhere (the minimum for an interval)
 EXTRA_TIME_ALLOWED = claim_records.RULES["combo_training_time"].margin  # %: "almost no training time" (the rule)
 
@@ -116,8 +119,9 @@ def setup(profile: str, data_dir: str | None = None, *, variants: str | list[str
     from course_lib.engine.schedule import steps_per_epoch
 
     profile = resolve_profile(profile)
-    if profile == "smoke":
-        torch.set_num_threads(1)
+    threads = sizes(TORCH_THREADS, profile)
+    if threads:
+        torch.set_num_threads(threads)
     data = paths.choose_data(profile, data_dir)
     config = study_config(profile, **{**data.overrides, **values})
     bundle = pipeline.build_datasets(config)

@@ -42,3 +42,14 @@ class ChapterSetup:
             validation = len(self.bundle.val) if self.bundle.val is not None else 0
             parts.append(f"{len(self.bundle.train)} training and {validation} validation images")
         return "; ".join(parts) + f"; machine: {self.hardware}"
+
+
+def sizes(table: dict, profile: str) -> dict:
+    """A chapter's per-profile sizes and choices, `table[profile]` (rehearsal: smoke's, which it runs at): the one
+    way a chapter reads its `SIZES`, so that no chapter branches on the profile inline (tests/test_layout.py)."""
+    from course_lib.config import ConfigError, profile_entry
+
+    entry = profile_entry(table, profile)
+    if entry is None:
+        raise ConfigError(f"this chapter has no sizes for profile {profile!r}; it has {', '.join(table)}")
+    return entry

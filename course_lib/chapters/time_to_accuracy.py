@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from course_lib.analysis import statistics
-from course_lib.chapters.setup import ChapterSetup
+from course_lib.chapters.setup import ChapterSetup, sizes
 from course_lib.config import RECIPES, Config
 from course_lib.engine import speedrun
 from course_lib.instruments.progress import Progress
@@ -39,10 +39,23 @@ CPU_LEAVES_OUT = {"small residual net (vs resnet18)": "resnet18 is a slow net on
                   "batch 128, learning rate scaled with it (vs 64)": "the cpu ablation already trains at batch 64"}
 
 
-BUDGET_SECONDS = {"smoke": 5.0, "cpu": 300.0, "gpu": 120.0}  # the speed-run racer's wall clock
-CPU_RIVAL_SECONDS = 60.0  # the naive and default racers' clock on cpu (elsewhere: the racer's)
 # The smoke profile is a check that the notebook runs: tiny images, few steps, a quarter-size net.
 SMOKE_SIZES = dict(image_size=32, max_train_images=128, max_steps=2, epochs=2, batch_size=16, precision="off")
+# Per profile: the racers' Config values over the recipe's; the speed-run racer's wall clock (seconds); the naive
+# and default racers' clock (0: the racer's; cpu: 60 s unless budget_seconds is given); seeds per ablation run;
+# whether the racers train on CUDA where it is here (the MFU of the tables); the ablation's ingredients="auto"
+# (the first `first` of ABLATIONS, 0: all, without those in `leaves_out`); and the ablation's sizes (images:
+# None the recipe's; validation images per class, 0: all; batch, 0: the recipe's, with the learning rate scaled
+# to it; epochs, 0: the recipe's). cpu measures what each ingredient changes, not the final figure: 3 short epochs
+# of at most 2,000 images at batch 64 (about 110 steps on EuroSAT), a fixed 100 images per class.
+SIZES = {
+    "smoke": dict(config=SMOKE_SIZES, budget=5.0, rivals=0.0, seeds=1, cuda=False, first=2, leaves_out={},
+                  ablation=dict(images=None, validation=0, batch=0, epochs=1)),
+    "cpu": dict(config={}, budget=300.0, rivals=60.0, seeds=3, cuda=False, first=0, leaves_out=CPU_LEAVES_OUT,
+                ablation=dict(images=2000, validation=100, batch=64, epochs=3)),
+    "gpu": dict(config={}, budget=120.0, rivals=0.0, seeds=3, cuda=True, first=0, leaves_out={},
+                ablation=dict(images=None, validation=0, batch=0, epochs=0)),
+}
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -64,17 +77,17 @@ class RaceSetup(ChapterSetup):
         """Where the racers trained, for the MFU of the tables: cuda in the gpu profile on a CUDA machine."""
         import torch
 
-        return "cuda" if self.profile == "gpu" and torch.cuda.is_available() else "cpu"
+        return "cuda" if sizes(SIZES, self.profile)["cuda"] and torch.cuda.is_available() else "cpu"
 
     def ingredients(self, choice: str = "auto") -> list[str]:
-        """The ablation's ingredients (names of ABLATIONS): "all"; "auto" (smoke: the first two; cpu: all
-        but CPU_LEAVES_OUT; gpu: all); or comma-separated names."""
+        """The ablation's ingredients (names of ABLATIONS): "all"; "auto" (the profile's, `SIZES`: smoke the
+        first two; cpu all but CPU_LEAVES_OUT; gpu all); or comma-separated names."""
         everything = list(ABLATIONS)
         if choice == "all":
             return everything
         if choice == "auto":
-            return everything[:2] if self.profile == "smoke" else [
-                name for name in everything if name not in CPU_LEAVES_OUT] if self.profile == "cpu" else everything
+            chosen = sizes(SIZES, self.profile)
+            return [name for name in everything[:chosen["first"] or None] if name not in chosen["leaves_out"]]
         return [name.strip() for name in choice.split(",") if name.strip()]
 
     def line(self) -> str:
@@ -91,30 +104,32 @@ def setup(profile: str, data_dir: str | None = None, budget_seconds: float = 0.0
     from course_lib.data import datasets
 
     profile = resolve_profile(profile)
-    small = SMOKE_SIZES if profile == "smoke" else {}
+    chosen = sizes(SIZES, profile)
+    small = chosen["config"]
     recipe, data = datasets.config_with_data(profile, data_dir=data_dir, recipe="speedrun", **small)
     pinned = {"dataset": recipe.dataset, "data_dir": str(datasets.image_folder_root(recipe))}
     recipe = recipe.replace(**pinned)
     if recipe_epochs:
         recipe = recipe.replace(epochs=recipe_epochs)
     default, _ = datasets.config_with_data(profile, **{**pinned, "max_train_images": 0, **small})
-    budget = budget_seconds or BUDGET_SECONDS[profile]
-    rivals = rival_seconds or (CPU_RIVAL_SECONDS if profile == "cpu" and not budget_seconds else budget)
+    budget = budget_seconds or chosen["budget"]
+    rivals = rival_seconds or (chosen["rivals"] if chosen["rivals"] and not budget_seconds else budget)
     return RaceSetup(profile=profile, data=data, config=recipe, default=default, budget=budget, rivals=rivals,
-                     seeds=seeds or (1 if profile == "smoke" else 3))
+                     seeds=seeds or chosen["seeds"])
 
 
 def ablation_config(setup: RaceSetup, epochs: int = 0, images: int = -1, validation: int = -1) -> tuple[Config, int]:
     """(config of every ablation run, validation images per class scoring each; 0: all). The ablation is
     where the recipe is chosen, so it validates on a fixed carve-out of train (validation_from=train),
-    never on the split the race and the benchmark report. cpu: what each ingredient changes, not the
-    final figure: 3 short epochs of at most 2,000 images at batch 64 with the learning rate scaled with
-    it (about 110 steps on EuroSAT), a fixed 100 images per class."""
-    recipe, cpu = setup.recipe, setup.profile == "cpu"
-    images = (2000 if cpu else recipe.max_train_images) if images < 0 else images
-    validation = (100 if cpu else 0) if validation < 0 else validation
-    small_batch = dict(batch_size=64, lr=recipe.lr * 64 / recipe.batch_size) if cpu else {}
-    epochs = epochs or (1 if setup.profile == "smoke" else 3 if cpu else recipe.epochs)
+    never on the split the race and the benchmark report; at the profile's sizes (`SIZES`) where the
+    arguments are -1 or 0."""
+    recipe, chosen = setup.recipe, sizes(SIZES, setup.profile)["ablation"]
+    profile_images = recipe.max_train_images if chosen["images"] is None else chosen["images"]
+    images = profile_images if images < 0 else images
+    validation = chosen["validation"] if validation < 0 else validation
+    batch = chosen["batch"]
+    small_batch = dict(batch_size=batch, lr=recipe.lr * batch / recipe.batch_size) if batch else {}
+    epochs = epochs or chosen["epochs"] or recipe.epochs
     return recipe.replace(epochs=epochs, max_train_images=images, validation_from="train", **small_batch), validation
 
 

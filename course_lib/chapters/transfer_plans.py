@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from course_lib.chapters.setup import ChapterSetup
+from course_lib.chapters.setup import ChapterSetup, sizes
 from course_lib.config import SAMPLE_DATA_DIR, Config, ConfigError
 from course_lib.models import hub
 
@@ -93,9 +93,23 @@ def plan_transfer(config: Config, source: str | None = None, target: str | None 
     return TransferPlan(source, target, data_config, source_config, data_config, synthetic, "; ".join(reasons))
 
 
-# The notebook's sizes where its parameters say 0 or []: (smoke, cpu, gpu).
-LABELS_PER_CLASS = {"smoke": [5], "cpu": [10, 50, 200], "gpu": [10, 50, 200]}  # labelled target images per class
-SOURCE_PER_CLASS = {"smoke": 0, "cpu": 1000, "gpu": 0}  # source training images per class; 0: all
+# Off smoke: the workbook's fast path (config.RECIPES["speedrun"]): a small residual net, the split pre-decoded in
+# memory, the square's symmetries as augmentation on the device, no loader workers. The memmapped cache (class
+# subsets of it are DataLoader datasets) and full-size images every epoch: fine-tuning from a 64 px source keeps
+# the size it was trained at.
+FAST = {"recipe": "speedrun", "model": "speedrun_resnet_small", "batch_size": 128, "tta_views": 1, "storage": "cache",
+        "min_image_size": 0}
+# Per profile: Config values over the profile's; labelled target images per class; source training images per
+# class (0: all); the source's epochs; the target runs' epochs, frozen-backbone epochs and seeds; and their
+# optimizer steps per epoch (0: the whole labelled set).
+SIZES = {
+    "smoke": dict(config={}, labels_per_class=[5], source_per_class=0, source_epochs=1, epochs=2, frozen_epochs=1,
+                  seeds=2, max_steps=1),
+    "cpu": dict(config=FAST, labels_per_class=[10, 50, 200], source_per_class=1000, source_epochs=4, epochs=10,
+                frozen_epochs=3, seeds=3, max_steps=0),
+    "gpu": dict(config=FAST, labels_per_class=[10, 50, 200], source_per_class=0, source_epochs=4, epochs=10,
+                frozen_epochs=3, seeds=3, max_steps=0),
+}
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -156,20 +170,15 @@ def setup(profile: str, *, model: str | None = None, batch_size: int | None = No
     from course_lib.data import class_split, pipeline
 
     profile = resolve_profile(profile)
-    smoke = profile == "smoke"
-    # Off smoke: the workbook's fast path (config.RECIPES["speedrun"]): a small residual net, the split
-    # pre-decoded in memory, the square's symmetries as augmentation on the device, no loader workers.
-    # The memmapped cache (class subsets of it are DataLoader datasets) and full-size images every epoch:
-    # fine-tuning from a 64 px source keeps the size it was trained at.
-    fast = {} if smoke else {"recipe": "speedrun", "model": "speedrun_resnet_small", "batch_size": 128, "tta_views": 1,
-                             "storage": "cache", "min_image_size": 0}
+    chosen = sizes(SIZES, profile)
     given = {k: v for k, v in {"model": model, "batch_size": batch_size, "image_size": image_size}.items() if v}
-    config = make_config(profile, **{**fast, **given, "output_dir": "runs/checkpoints/08_transfer", **fields})
+    config = make_config(profile, **{**chosen["config"], **given, "output_dir": "runs/checkpoints/08_transfer",
+                                     **fields})
     data = paths.choose_data(profile)  # the smoke profile: the committed sample, unless WORKBOOK_DATA names a folder
     # `data` even when it is the sample: given None, plan_transfer would look for real data itself,
     # and the smoke profile would train on EuroSAT wherever it lies beside the project.
     plan = plan_transfer(config, source=None if source == "auto" else source, target=target,
-                         source_epochs=source_epochs or (1 if smoke else 4), data=data)
+                         source_epochs=source_epochs or chosen["source_epochs"], data=data)
     if target != "auto":  # what the target parameter chose instead
         folder = paths.resolve_path(plan.data_config.data_dir) if plan.data_config.data_dir else None
         data = paths.DataChoice({"dataset": plan.data_config.dataset, "data_dir": plan.data_config.data_dir},
@@ -180,17 +189,17 @@ def setup(profile: str, *, model: str | None = None, batch_size: int | None = No
     targets = class_split.targets_of(whole.train)
     largest_source = class_split.smallest_class(targets, [whole.classes.index(c) for c in source_classes])
     largest_target = class_split.smallest_class(targets, [whole.classes.index(c) for c in held_out])
-    per_source = _fitted("source_per_class", source_per_class or SOURCE_PER_CLASS[profile], largest_source,
+    per_source = _fitted("source_per_class", source_per_class or chosen["source_per_class"], largest_source,
                          bool(source_per_class), notes)
     labels = sorted({_fitted("labels_per_class", count, largest_target, bool(labels_per_class), notes)
-                     for count in (list(labels_per_class) or LABELS_PER_CLASS[profile])})
+                     for count in (list(labels_per_class) or chosen["labels_per_class"])})
     return TransferSetup(
         profile=profile, data=data, config=config, bundle=whole, plan=plan, source_classes=source_classes,
-        held_out=held_out, epochs=epochs or (2 if smoke else 10),
-        freeze_backbone_epochs=freeze_backbone_epochs if freeze_backbone_epochs is not None else (1 if smoke else 3),
+        held_out=held_out, epochs=epochs or chosen["epochs"],
+        freeze_backbone_epochs=freeze_backbone_epochs if freeze_backbone_epochs is not None else chosen["frozen_epochs"],
         source_epochs=plan.source_config.epochs if plan.source_config else 0, source_per_class=per_source,
-        labels_per_class=labels, seeds=list(range(seeds or (2 if smoke else 3))), notes=notes,
-        max_steps=1 if smoke else 0)
+        labels_per_class=labels, seeds=list(range(seeds or chosen["seeds"])), notes=notes,
+        max_steps=chosen["max_steps"])
 
 
 def source_checkpoint(source_config: Config, bundle, *, extra: dict | None = None, progress: bool = True) -> dict:

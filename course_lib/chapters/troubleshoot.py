@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from course_lib import paths
+from course_lib.chapters.setup import ChapterSetup, sizes
 from course_lib.config import Config, ConfigError, WorkbookError
 from course_lib.data import datasets, pipeline, transforms
 from course_lib.instruments.timing import stopwatch, time_repeats
@@ -401,6 +402,11 @@ def claims(breaks, compile_rows, compile_signal: str, reports: dict, orders, sim
     return found
 
 
+# Per profile: steps of every run, and steps of section 2's hand-written loop.
+SIZES = {"smoke": {"max_steps": 4, "plain_steps": 8}, "cpu": {"max_steps": 12, "plain_steps": 30},
+         "gpu": {"max_steps": 12, "plain_steps": 30}}
+
+
 @dataclasses.dataclass(kw_only=True)
 class TroubleshootSetup(ChapterSetup):
     """Notebook 11's config, data, datasets and scratch folder (`setup`)."""
@@ -416,17 +422,17 @@ class TroubleshootSetup(ChapterSetup):
 
 def setup(profile: str, *, max_steps: int | None = None, **given) -> TroubleshootSetup:
     """The profile's own data (`config_with_data(find_real=False)`: the problems are made, not found),
-    one epoch of `max_steps` (None: 12, smoke 4) steps. Augmentation stays on the CPU whatever the
+    one epoch of `max_steps` steps (None: the profile's, `SIZES`). Augmentation stays on the CPU whatever the
     profile: the problems below are made in the per-image transforms (normalisation above all), and the
     gpu profile's augmentation=device would hand the lessons uint8 images."""
     from course_lib.config import resolve_profile
     from course_lib.data.datasets import config_with_data
 
     resolved = resolve_profile(profile)
-    smoke = resolved == "smoke"
-    config, data = config_with_data(profile, find_real=False, epochs=1, max_steps=max_steps or (4 if smoke else 12),
+    chosen = sizes(SIZES, resolved)
+    config, data = config_with_data(profile, find_real=False, epochs=1, max_steps=max_steps or chosen["max_steps"],
                                     output_dir="runs/checkpoints/11_troubleshooting",
                                     **{k: v for k, v in given.items() if v is not None})
     config = config.replace(augmentation="cpu")
     return TroubleshootSetup(profile=resolved, data=data, config=config, bundle=pipeline.build_datasets(config),
-                             scratch=Path(tempfile.mkdtemp(prefix="troubleshooting-")), plain_steps=8 if smoke else 30)
+                             scratch=Path(tempfile.mkdtemp(prefix="troubleshooting-")), plain_steps=chosen["plain_steps"])

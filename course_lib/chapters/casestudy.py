@@ -67,13 +67,15 @@ ARTICLE_TOTAL_TIME_FRACTION = 1 / 16
 # it launches).
 STUDY = {"model": "speedrun_resnet_small", "batch_size": 128, "image_size": 64, "epochs": 2}
 SIZES = {
-    "smoke": {"config": {"max_steps": 3}, "noise_seeds": 2, "source_image_size": 0,
+    "smoke": {"config": {"max_steps": 3}, "check_only": True, "noise_seeds": 2, "source_image_size": 0,
               "ddp": {"launch": False, "cpu_processes": 0, "reason": "skipped in the smoke profile: a torchrun launch "
                       "alone takes longer than the notebook's budget"}},
-    "cpu": {"config": {**STUDY, "max_train_images": 4500}, "noise_seeds": 3, "source_image_size": 256,
+    "cpu": {"config": {**STUDY, "max_train_images": 4500}, "check_only": False, "noise_seeds": 3,
+            "source_image_size": 256,
             "ddp": {"launch": True, "cpu_processes": 2,
                     "reason": "2 CPU processes with gloo (this measures DDP's overhead, not a GPU speed-up)"}},
-    "gpu": {"config": {**STUDY, "max_train_images": 0}, "noise_seeds": 3, "source_image_size": 512,
+    "gpu": {"config": {**STUDY, "max_train_images": 0}, "check_only": False, "noise_seeds": 3,
+            "source_image_size": 512,
             "ddp": {"launch": True, "cpu_processes": 0, "reason": "skipped in the gpu profile"}},
 }
 
@@ -112,16 +114,18 @@ class CaseSetup(ChapterSetup):
 
     @property
     def smoke(self) -> bool:
-        """A check that the notebook runs (3 steps an epoch), not a measurement: its run notes say so."""
-        return sizes(SIZES, self.profile)["config"].get("max_steps", 0) > 0
+        """A check that the notebook runs (the smoke profile's 3 steps an epoch), not a measurement: its run
+        notes say so."""
+        return sizes(SIZES, self.profile)["check_only"]
 
     def line(self) -> str:
         config, bundle = self.config, self.bundle
         budget = f" of at most {config.max_steps} steps" if config.max_steps else " over the training images"
-        return "\n".join([("SYNTHETIC DATA: landcover-synth (generated images), not real satellite tiles. " if self.data.synthetic
-                 else "Real images: ") + f"{bundle.source}",
-                f"{config.model} at {config.image_size} px; {len(bundle.train)} training images, {len(bundle.val)} "
-                f"validation; budget per stage: {config.epochs} epoch(s){budget}", f"hardware: {self.hardware}"])
+        source = ("SYNTHETIC DATA: landcover-synth (generated images), not real satellite tiles. "
+                  if self.data.synthetic else "Real images: ") + f"{bundle.source}"
+        return "\n".join([source, f"{config.model} at {config.image_size} px; {len(bundle.train)} training images, "
+                                   f"{len(bundle.val)} validation; budget per stage: {config.epochs} epoch(s){budget}",
+                           f"hardware: {self.hardware}"])
 
 
 def setup(profile: str, dataset: str | None = None, data_dir: str | None = None, source_image_size: int = 0,

@@ -76,16 +76,17 @@ class DeploySetup(ChapterSetup):
 # the same machine): six keep it within the 2-point floor (`analysis.floors`) with room, about 40 s a fine-tune.
 SIZES = {
     "smoke": {"teacher": {**SMOKE_SIZES, "model": PROFILES["smoke"]["model"]}, "fits": {"max_steps": 2, "epochs": 1},
-              "val_per_class": 0, "compile_int8": False, "seeds": 1, "speed": {"repeats": 1, "warmup": 1, "min_images": 1}, "calibration_batches": 2,
-              "sparsities": [0.8], "channel_ratios": [0.5], "memory_per_class": 4, "converged_images": None,
-              "finetune_epochs": 1, "student_epochs": None},
+              "val_per_class": 0, "compile_int8": False, "seeds": 1,
+              "speed": {"repeats": 1, "warmup": 1, "min_images": 1}, "calibration_batches": 2, "sparsities": [0.8],
+              "channel_ratios": [0.5], "memory_per_class": 4, "converged_images": None, "finetune_epochs": 1,
+              "student_epochs": None},
     "cpu": {"teacher": {}, "fits": {"max_train_images": 1000, "epochs": 8}, "val_per_class": 100,
-            "compile_int8": False, "seeds": 3, "speed": {"repeats": 3, "warmup": 1}, "calibration_batches": 8, "sparsities": [0.9],
-            "channel_ratios": [0.5], "memory_per_class": 20, "converged_images": 0, "finetune_epochs": 6,
-            "student_epochs": 8},
-    "gpu": {"teacher": {}, "fits": {}, "val_per_class": 0, "compile_int8": True, "seeds": 3, "speed": None, "calibration_batches": 8, "sparsities": [0.3, 0.5, 0.7, 0.9],
-            "channel_ratios": [0.25, 0.5, 0.75], "memory_per_class": 20, "converged_images": 0, "finetune_epochs": 6,
-            "student_epochs": None},
+            "compile_int8": False, "seeds": 3, "speed": {"repeats": 3, "warmup": 1}, "calibration_batches": 8,
+            "sparsities": [0.9], "channel_ratios": [0.5], "memory_per_class": 20, "converged_images": 0,
+            "finetune_epochs": 6, "student_epochs": 8},
+    "gpu": {"teacher": {}, "fits": {}, "val_per_class": 0, "compile_int8": True, "seeds": 3, "speed": None,
+            "calibration_batches": 8, "sparsities": [0.3, 0.5, 0.7, 0.9], "channel_ratios": [0.25, 0.5, 0.75],
+            "memory_per_class": 20, "converged_images": 0, "finetune_epochs": 6, "student_epochs": None},
 }
 
 

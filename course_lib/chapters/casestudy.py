@@ -582,7 +582,6 @@ def claims(study: CaseStudy, hardware: str | None = None) -> list:
     rows = {r["stage"]: r for r in study.rows}
     baseline = rows.get("baseline", {})
     hardware = hardware or ledger.describe_hardware()
-    after = f"after {study.config.epochs} epoch(s) of {study.train_images or '?'} images"
 
     def missing(key, stage):
         row = rows.get(stage)
@@ -593,6 +592,7 @@ def claims(study: CaseStudy, hardware: str | None = None) -> list:
         return None
 
     def accuracy(row) -> tuple[bool | None, str]:  # holds above the band, refuted below, not shown inside
+        after = f"after {row.get('epochs', '?')} epoch(s) of {row.get('train_images') or '?'} images"
         test = study.top1_test(row.get("val_top1"))
         if test is None:
             return None, f"top-1 {row['val_top1']:.1%} {after} (fewer than 2 baseline seeds: no noise band)"

@@ -230,7 +230,7 @@ def stage_changes(stage: str, config: Config, *, device, gpus: int = 0, pretrain
         return {"label_smoothing": 0.1, "mixup_alpha": 0.3, "pretrained": pretrained}
     if stage == "fastest_recipe":
         # The recipe over the kept stages at its own budget (its epochs over the whole split): the one stage
-        # trained to convergence (about 97% on EuroSAT; the floor of `analysis.floors`), so its top-1 is the
+        # trained at a full budget (about 97% on EuroSAT; the floor of `analysis.floors`), so its top-1 is the
         # study's end point, not a 2-epoch snapshot. Its images/s still compare with every stage's; its top-1
         # compares with the baseline's only at the same budget (`claims`). The study's model and image size;
         # one view at validation like every other stage.

@@ -37,7 +37,7 @@ class DeploySetup(ChapterSetup):
     sparsities: list = dataclasses.field(default_factory=list)  # unstructured pruning, each a fine-tune
     channel_ratios: list = dataclasses.field(default_factory=list)  # channel pruning, each a fine-tune
     converged_bundle: object = None  # what the students and pruning fine-tunes train on (None: `bundle`), scored
-    # on bundle.val: the models this chapter concludes from are trained to convergence, not on the short fits' data
+    # on bundle.val: the models this chapter concludes from reach its floors, not the short fits' few images
     finetune_epochs: int = 1  # epochs of each pruning fine-tune
     student_epochs: int | None = None  # epochs of each student (None: the later fits' own)
     memory_per_class: int = 20  # continual learning: old images kept per class, replayed in balance

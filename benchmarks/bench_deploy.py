@@ -1,7 +1,7 @@
 """After training, side by side: accuracy, size and CPU latency of the fp32 teacher, bf16, int8 (PT2E
 compiled by Inductor, and onnxruntime's static int8), a pruned model (unstructured and channels) and a
 distilled student. Notebook 13's studies, one seed, set up as the notebook sets them up
-(`compress_and_deploy.study_setup`: the speed-run recipe's teacher on the whole training split, every
+(`compress_and_deploy.setup`: the speed-run recipe's teacher on the whole training split, every
 later fit on 1,000 images in the cpu profile), on EuroSAT when present (else the landcover-synth
 sample, said in the output).
 
@@ -26,6 +26,7 @@ from _shared import argument_parser, write  # noqa: E402
 from course_lib import ledger  # noqa: E402
 from course_lib.chapters import compress_and_deploy as study  # noqa: E402
 from course_lib.config import parse_assignments  # noqa: E402
+from course_lib.engine.cached_fit import cached_fit  # noqa: E402
 from course_lib.measure.inventory import cpu_isa  # noqa: E402
 
 COLUMNS = ["val top-1", "MB", "ms@1", "images/s@1", "ms@64", "images/s@64"]
@@ -42,14 +43,15 @@ def main(argv=None) -> int:
     parser.add_argument("--student", default=study.STUDENT_MODEL)
     args = parser.parse_args(argv)
     _wait_for_quiet()
-    setup = study.study_setup(args.profile, **parse_assignments(args.param))
+    setup = study.setup(args.profile, **parse_assignments(args.param))
     config, data, bundle = setup.config, setup.data, setup.bundle
     print(data.line, flush=True)
     hardware, started, load_before = ledger.describe_hardware(), time.strftime("%Y-%m-%d %H:%M"), os.getloadavg()[0]
     where = bundle.source if data.real else f"{bundle.source} (synthetic: no real data here)"
     print(f"{setup.teacher.model} on {where}; {hardware}; load average {load_before:.1f}", flush=True)
     quiet = dict(progress=False, verbose=False)
-    teacher, _, how = study.cached_fit(setup.teacher, classes=bundle.classes, **quiet)
+    fitted = cached_fit(setup.teacher, classes=bundle.classes, **quiet)
+    teacher, how = fitted.model, fitted.how
     print(f"teacher: {how}", flush=True)
     rows = []
     quantized, int8_graph = study.quantization_study(teacher, config, bundle, compile_int8=True)

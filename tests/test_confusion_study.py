@@ -65,7 +65,7 @@ def test_setup_analyses_the_speed_run_recipes_model_on_cpu_unless_told(setup_wit
     assert setup_without_datasets("cpu", epochs=None, image_size=48).config.image_size == 48
     smoke = setup_without_datasets("smoke")
     assert smoke.config.epochs == PROFILES["smoke"]["epochs"] and smoke.profile == "smoke"
-    assert smoke.data.synthetic and smoke.line.startswith("profile smoke: ") and smoke.line.endswith("fake machine")
+    assert smoke.data.synthetic and smoke.line().startswith("profile smoke: ") and smoke.line().endswith("fake machine")
 
 
 # --- section 9: class imbalance ---------------------------------------------------------------

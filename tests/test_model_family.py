@@ -58,7 +58,7 @@ def test_every_family_trains_with_one_schedule_on_the_profiles_images():
     short = make_config("cpu", recipe="speedrun", max_train_images=2000, epochs=3, label_smoothing=0.1, tta_views=8)
     config = model_family.family_config(short, "cpu")
     assert (config.optimizer, config.lr, config.label_smoothing, config.tta_views) == ("adamw", 2e-3, 0.0, 1)
-    assert config.max_train_images == model_family.CPU_IMAGES and config.epochs == model_family.CPU_EPOCHS
+    assert (config.max_train_images, config.epochs) == (model_family.SIZES["cpu"]["images"], model_family.SIZES["cpu"]["epochs"])
     assert model_family.family_config(short, "gpu").max_train_images == 2000  # the ablation's, elsewhere
     assert model_family.family_config(short, "gpu").epochs == 3
     assert model_family.family_config(short, "cpu", epochs=6).epochs == 6

@@ -136,10 +136,10 @@ def test_08_source_and_label_counts_fit_the_smallest_class(no_real_data, profile
     setup = transfer_plans.setup(profile, image_size=32)
     assert setup.plan.synthetic and setup.data.synthetic
     # What the notebook's cells cut from the whole dataset: the source, then every target run.
-    class_split.subset_bundle(setup.whole, setup.source_classes, per_class=setup.source_per_class, val_per_class=200,
+    class_split.subset_bundle(setup.bundle, setup.source_classes, per_class=setup.source_per_class, val_per_class=200,
                               parameter="source_per_class")
     for labels in setup.labels_per_class:
-        target = class_split.subset_bundle(setup.whole, setup.held_out, per_class=labels, seed=setup.seeds[-1],
+        target = class_split.subset_bundle(setup.bundle, setup.held_out, per_class=labels, seed=setup.seeds[-1],
                                            val_per_class=100, parameter="labels_per_class")
         assert len(target.train) == labels * len(setup.held_out)
     with pytest.raises(ConfigError, match=r"^source_per_class=100000 asks for more .*; "

@@ -137,14 +137,15 @@ def setup(profile: str, dataset: str | None = None, data_dir: str | None = None,
     from course_lib.data import pipeline
 
     resolved = resolve_profile(profile)
+    chosen = sizes(SIZES, resolved)
     config, data = case_config(profile, dataset, data_dir, source_image_size, **given)
     bundle = pipeline.build_datasets(baseline_config(config))
     processes, reason = ddp_world_size(resolved, "cuda" if config.device.startswith("cuda") else "cpu")
     if run_ddp is False or run_ddp == "false":
         processes, reason = 0, "skipped: run_ddp is false"
-    elif (run_ddp is True or run_ddp == "true") and processes < 2 and sizes(SIZES, resolved)["ddp"]["launch"]:
+    elif (run_ddp is True or run_ddp == "true") and processes < 2 and chosen["ddp"]["launch"]:
         processes, reason = 2, "forced by run_ddp"
-    seeds = list(range(1, noise_seeds or sizes(SIZES, resolved)["noise_seeds"]))
+    seeds = list(range(1, noise_seeds or chosen["noise_seeds"]))
     return CaseSetup(profile=resolved, data=data, config=config, bundle=bundle, noise_seeds=seeds,
                      ddp_processes=processes, ddp_reason=reason)
 

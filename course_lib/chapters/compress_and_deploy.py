@@ -73,7 +73,7 @@ class DeploySetup(ChapterSetup):
 # EPYC, 2026-12-05), above the 90% floor of the distilled student. finetune_epochs: each pruning fine-tune's,
 # chosen on the carve-out too: a teacher trained on the rest of train (97.4% on the carve-out) with half its
 # channels removed recovered to 95.3% after 2 epochs of that rest, 95.6% after 4 and 96.0% after 6 (seed 0,
-# the same machine): six keep it within the 2-point floor (`analysis.floors`) with room, about 40 s a fine-tune.
+# the same machine, single view): six keep it within the 2-point floor (`analysis.floors`) with room.
 SIZES = {
     "smoke": {"teacher": {**SMOKE_SIZES, "model": PROFILES["smoke"]["model"]}, "fits": {"max_steps": 2, "epochs": 1},
               "val_per_class": 0, "compile_int8": False, "seeds": 1,

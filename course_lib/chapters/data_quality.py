@@ -19,9 +19,9 @@ from course_lib.engine import out_of_fold
 # learning rate scales with it). smoke checks that the notebook runs. cpu: the out-of-fold models must know the
 # classes (their floor, 90% out-of-fold top-1: `analysis.floors`). Measured on EuroSAT with 5% of the labels
 # flipped (seed 0, 2-core AMD EPYC, 2026-12-05; out-of-fold top-1 is scored on the training images, so nothing is
-# chosen on valid): 5 folds of 4,000 images x 8 epochs 80.4%, 5 x 8,000 x 8 86.6% (198 s), 5 x 4,000 x 16 87.3%
-# (162 s), 3 x 8,000 x 16 91.8% (214 s, taken: fewer, longer-trained folds for the same images seen). The 12
-# recovery runs keep 8 epochs (about 8 minutes there): a comparison at one budget, the quick pass.
+# chosen on valid): 5 folds of 4,000 images x 8 epochs 80.4%, 5 x 8,000 x 8 86.6%, 5 x 4,000 x 16 87.3%,
+# 3 x 8,000 x 16 91.8% (taken: fewer, longer-trained folds for the same images seen). The 12 recovery runs keep
+# 8 epochs (8 min in the quiet cpu run of notebook 15): a comparison at one budget, the quick pass.
 # `config`: Config values over the recipe's (smoke: small images and batches, fp32).
 SIZES = {"smoke": dict(images=120, folds=2, epochs=1, recovery_epochs=1, seeds=1, val_per_class=8, batch_size=0,
                        config=dict(image_size=32, batch_size=16, precision="off")),

@@ -129,15 +129,10 @@ class TransferSetup(ChapterSetup):
     notes: list[str]  # sizes the data could not hold, and what they became
     max_steps: int = 0  # optimizer steps per epoch of every target run; 0: the whole labelled set (smoke: 1)
 
-    @property
-    def whole(self):
-        """The whole labelled dataset, every class (`bundle`)."""
-        return self.bundle
-
     def line(self) -> str:
         """The plan, what the data could not hold, the classes and sizes, and the hardware."""
-        counts = (f"data {self.whole.source}: {len(self.whole.train)} training / {len(self.whole.val)} validation "
-                  f"images, {self.whole.num_classes} classes\nsource classes {self.source_classes}"
+        counts = (f"data {self.bundle.source}: {len(self.bundle.train)} training / {len(self.bundle.val)} validation "
+                  f"images, {self.bundle.num_classes} classes\nsource classes {self.source_classes}"
                   f"{f' ({self.source_per_class} images each)' if self.source_per_class else ''}\n"
                   f"target classes {self.held_out}, {self.labels_per_class} labels per class, seeds {self.seeds}")
         synthetic = (["SYNTHETIC DATA: the target is generated landcover-synth, not real images; the numbers below "

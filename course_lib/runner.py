@@ -274,6 +274,7 @@ class NotebookResult:
     html: str | None = None
     error: str | None = None
     parameters: dict = field(default_factory=dict)
+    kernel_log: str | None = None  # what the kernel process wrote outside the notebook (`execute_notebook`)
 
 
 def code_cell_count(path: Path) -> int:
@@ -370,7 +371,8 @@ NOT_OUTPUT_MESSAGES = frozenset({"status", "execute_input"})
 def watching_engine() -> str:
     """Register (once) and name a papermill engine whose client calls `on_output()` for every output
     message a cell sends: printed text, a display, a widget update (a tqdm bar in a notebook is a
-    widget), a cleared output. papermill's own engine (`NBClientEngine`) builds its client inline,
+    widget), a cleared output, and that starts the kernel with its process's stdout and stderr on
+    `kernel_output` (a file) when given. papermill's own engine (`NBClientEngine`) builds its client inline,
     so the engine is its three lines again with the subclass in place (papermill.engines, 2.x)."""
     from papermill.clientwrap import PapermillNotebookClient
     from papermill.engines import NBClientEngine, logger, papermill_engines
@@ -388,13 +390,16 @@ def watching_engine() -> str:
     class WatchingEngine(NBClientEngine):
         @classmethod
         def execute_managed_notebook(cls, nb_man, kernel_name, log_output=False, stdout_file=None,
-                                     stderr_file=None, start_timeout=60, execution_timeout=None, **kwargs):
+                                     stderr_file=None, start_timeout=60, execution_timeout=None,
+                                     kernel_output=None, **kwargs):
             timeout = execution_timeout or kwargs.get("timeout")
             kwargs = remove_args(["input_path", "timeout", "startup_timeout"], **kwargs)
             options = merge_kwargs(kwargs, timeout=timeout, startup_timeout=start_timeout,
                                    kernel_name=kernel_name, log=logger, log_output=log_output,
                                    stdout_file=stdout_file, stderr_file=stderr_file)
-            return WatchingClient(nb_man, **options).execute()
+            # The kernel process's own stdout and stderr (jupyter_client's launch_kernel hands them to Popen).
+            launch = {} if kernel_output is None else {"stdout": kernel_output, "stderr": kernel_output}
+            return WatchingClient(nb_man, **options).execute(**launch)
 
     papermill_engines.register(WATCHING_ENGINE, WatchingEngine)
     return WATCHING_ENGINE
@@ -407,32 +412,41 @@ def execute_notebook(path: Path, output: Path, parameters: dict, cell_timeout: i
     included, with the cell's code), `on_output()` for each output a cell sends (`watching_engine`).
     The kernel sees `parameters["profile"]` as WORKBOOK_PROFILE (`profile_for_kernels`). The
     `rehearsal` profile runs the notebook with profile smoke and the gpu profile's switches
-    (`rehearsal_kernel`)."""
+    (`rehearsal_kernel`).
+
+    The kernel process's own stdout and stderr (C libraries and worker processes writing to the file
+    descriptors, not to the notebook: a C++ warning, libzmq's abort at a kernel's shutdown) go to
+    `<output>.kernel.log` beside the executed notebook, kept only when not empty
+    (`NotebookResult.kernel_log`), instead of into the terminal of whoever runs it."""
     import papermill
 
     started = time.perf_counter()
     status, error = "ok", None
-    hooks = {}
+    hooks = {"engine_name": watching_engine()}
     if on_cell is not None:
         numbers = itertools.count(1)
         # nbclient calls on_cell_execute just before it sends a non-empty code cell to the kernel.
         hooks["on_cell_execute"] = lambda cell, cell_index: on_cell(next(numbers), cell.source)
     if on_output is not None:
         hooks["on_output"] = on_output
-        hooks["engine_name"] = watching_engine()
+    kernel_log = output.with_suffix(".kernel.log")
     try:
         with kernel_transport() as transport, profile_for_kernels(parameters.get("profile")), \
-                rehearsal_kernel(parameters.get("profile")) as kernel_profile:
+                rehearsal_kernel(parameters.get("profile")) as kernel_profile, open(kernel_log, "wb") as kernel_output:
             papermill.execute_notebook(str(path), str(output), parameters={**parameters, "profile": kernel_profile},
                                        kernel_name=KERNEL_NAME,
                                        cwd=str(path.parent), progress_bar=False, execution_timeout=cell_timeout,
-                                       extra_arguments=list(KERNEL_ARGUMENTS), **transport, **hooks)
+                                       extra_arguments=list(KERNEL_ARGUMENTS), kernel_output=kernel_output,
+                                       **transport, **hooks)
     except papermill.PapermillExecutionError as failure:
         status, error = "failed", f"cell {failure.exec_count}: {failure.ename}: {failure.evalue}"
-    except Exception as failure:  # kernel died, timeout, bad notebook JSON ...
+    except Exception as failure:  # kernel died, timeout, bad notebook JSON, the log's folder missing ...
         status, error = "failed", f"{type(failure).__name__}: {failure}".splitlines()[0]
+    kept = kernel_log.is_file() and kernel_log.stat().st_size > 0
+    if not kept:
+        kernel_log.unlink(missing_ok=True)
     return NotebookResult(path.name, status, time.perf_counter() - started, output.name, error=error,
-                          parameters=parameters)
+                          parameters=parameters, kernel_log=kernel_log.name if kept else None)
 
 
 def format_duration(seconds: float) -> str:
@@ -690,6 +704,9 @@ def run_workbook(profile: str = "auto", only: str | None = None, assignments: li
                                               on_output=progress.on_output)
                     running = None  # finished: what follows only records it
                     progress.finish(result.status, result.duration_seconds, result.error)
+                    if result.kernel_log:
+                        print(f"{progress.tag}: its kernel process also wrote outside the notebook: "
+                              f"{out / result.kernel_log}", file=stream, flush=True)
                     results.append(result)
                     _keep(result, out, book, parameters, resolved, run_id, ledger_status=result.status)
                     remaining = [p.name for p in notebooks[number + 1:]]

@@ -14,6 +14,16 @@ export PYTHONUNBUFFERED=1  # each part's line as it happens, also through a pipe
 if [ -z "${WORKBOOK_DATA:-}" ] && [ -d data_cache/eurosat_slot/train ]; then
     export WORKBOOK_DATA="$PWD/data_cache/eurosat_slot"
 fi
+# First the CUDA-only tests, exactly those (`pytest -m cuda`, at most 50 s), when CUDA and pytest are
+# here and this is not the dry run: their report goes to runs/cuda-tests.txt (commit it beside the
+# check's folder). A failing test is reported there and the check still runs.
+if [[ " $* " != *" --cpu-dry-run "* ]] && "$PYTHON" -c "import pytest, torch; assert torch.cuda.is_available()" 2>/dev/null; then
+    mkdir -p runs
+    # Only the files that hold a cuda mark: the others may import what a slot's image lacks (papermill).
+    mapfile -t files < <(grep -l "mark\.cuda" tests/test_*.py)
+    timeout -k 5 50 "$PYTHON" -m pytest -m cuda -p no:cacheprovider -o addopts="-rA --strict-markers" \
+        "${files[@]}" 2>&1 | tee runs/cuda-tests.txt || true
+fi
 # The check keeps its own 8-minute budget; the outer 9 minutes only stop a call that hangs in CUDA,
 # where the budget's alarm cannot reach it.
 exec timeout -k 10 540 "$PYTHON" -m course_lib gpu-check "$@"

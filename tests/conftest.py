@@ -150,6 +150,12 @@ def kind_of_test(item) -> str:
 
 def pytest_collection_modifyitems(items):
     _kind_of.update({item.nodeid: kind_of_test(item) for item in items})
+    # Every CUDA-only test carries the one `cuda` mark (its reason as the mark's `reason=`): without a GPU
+    # it is skipped with that reason, and a GPU machine runs exactly these with `pytest -m cuda`.
+    if not torch.cuda.is_available():
+        for item in items:
+            if (mark := item.get_closest_marker("cuda")) is not None:
+                item.add_marker(pytest.mark.skip(reason=mark.kwargs.get("reason", "needs a CUDA GPU")))
 
 
 def pytest_runtest_logreport(report):

@@ -11,8 +11,7 @@ from course_lib.data.images import BadImageError
 from course_lib.data.landcover import landcover_image
 
 CPU_DECODERS = ["pil", "opencv", "torchvision"]
-ALL_DECODERS = CPU_DECODERS + [pytest.param("nvjpeg", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="nvJPEG needs a CUDA GPU"))]
+ALL_DECODERS = CPU_DECODERS + [pytest.param("nvjpeg", marks=pytest.mark.cuda(reason="nvJPEG needs a CUDA GPU"))]
 
 
 def encode(pixels: np.ndarray, fmt="JPEG", **options) -> bytes:

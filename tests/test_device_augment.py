@@ -57,7 +57,7 @@ def test_device_augment_draws_per_image_parameters_and_is_seeded():
     torch.testing.assert_close(out, device_augment.DeviceAugment(24, seed=3)(batch))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
 def test_device_augment_runs_on_cuda():
     batch = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8, device="cuda")
     assert device_augment.DeviceAugment(24, seed=0)(batch).device.type == "cuda"

@@ -44,7 +44,7 @@ def test_the_summary_names_what_a_cpu_cannot_measure():
     assert "GPU not measurable here" in summary_line(summary)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="NVML needs an NVIDIA GPU")
+@pytest.mark.cuda(reason="NVML needs an NVIDIA GPU")
 def test_on_cuda_nvml_gives_utilisation_memory_and_power():
     with UtilisationMonitor(0.05, "cuda") as monitor:
         torch.randn(2048, 2048, device="cuda").matmul(torch.randn(2048, 2048, device="cuda"))

@@ -51,7 +51,7 @@ def test_make_test_fast_skips_the_registered_slow_markers():
     """The three slow kinds are registered markers (unknown ones fail, --strict-markers), `make test-fast`
     deselects exactly them, and they reach the tests that run notebooks, a browser or torchrun."""
     pytest_options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
-    assert tuple(line.split(":")[0] for line in pytest_options["markers"]) == SLOW_MARKERS
+    assert tuple(line.split(":")[0] for line in pytest_options["markers"]) == (*SLOW_MARKERS, "cuda")
     assert "--strict-markers" in pytest_options["addopts"]
     makefile = (ROOT / "Makefile").read_text()
     assert "FAST_MARKERS := " + " and ".join(f"not {name}" for name in SLOW_MARKERS) in makefile
@@ -62,6 +62,25 @@ def test_make_test_fast_skips_the_registered_slow_markers():
     assert "test_two_worker_ddp_equals_one_worker_training_on_gloo" in torchrun
     assert "test_the_rank_log_stream_sorts_lines_by_rank_and_shows_them_as_they_arrive" not in torchrun  # no processes
     assert _collected("-m", "notebook", "tests/test_notebooks.py") == {"test_runs_in_smoke_profile"}
+
+
+CUDA_ONLY_TESTS = {"test_every_decoder_gives_pils_pixels_within_jpeg_tolerance",  # its nvjpeg cases
+                   "test_corrupt_bytes_raise_bad_image_error_naming_the_source", "test_device_augment_runs_on_cuda",
+                   "test_on_cuda_nvml_gives_utilisation_memory_and_power", "test_nvjpeg_builds_a_cache",
+                   "test_on_cuda_the_snapshot_is_written_for_memory_viz"}
+
+
+def test_pytest_m_cuda_collects_every_cuda_only_test_and_nothing_else():
+    """One mark, `cuda`, names the CUDA-only tests (a GPU run is `pytest -m cuda`); no test skips on CUDA's
+    absence any other way, so none can hide from that run."""
+    own_skip = re.compile(r"skip(if)?\(\s*not\s+torch\.cuda\.is_available\(\)")
+    own_skips = [f"{path.name}:{number}" for path in sorted((ROOT / "tests").glob("test_*.py"))
+                 for number, line in enumerate(path.read_text().splitlines(), 1) if own_skip.search(line)]
+    assert not own_skips, f"CUDA-only tests that skip on their own instead of @pytest.mark.cuda: {own_skips}"
+    files = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "tests").glob("test_*.py")
+                   if "mark.cuda" in path.read_text())
+    assert _collected("-m", "cuda", *files) == CUDA_ONLY_TESTS
+    assert 'pytest -m cuda' in (ROOT / "scripts" / "gpu_check.sh").read_text()
 
 
 # --- make venv: PyTorch's CPU-only wheels on request, nbstripout as the notebooks' git filter ---------

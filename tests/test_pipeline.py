@@ -184,7 +184,7 @@ def test_nvjpeg_serves_only_the_cache(monkeypatch):
             pipeline.build_datasets(config(decoder="nvjpeg", storage=storage))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="nvJPEG needs a CUDA GPU")
+@pytest.mark.cuda(reason="nvJPEG needs a CUDA GPU")
 def test_nvjpeg_builds_a_cache():
     bundle = pipeline.build_datasets(config(decoder="nvjpeg", storage="cache", max_train_images=64))
     assert len(bundle.train) == 64 and bundle.train[0][0].device.type == "cpu"

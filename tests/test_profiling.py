@@ -91,7 +91,7 @@ def test_the_cuda_memory_snapshot_is_cudas_only(tmp_path):
     assert not (tmp_path / "cpu.pickle").exists()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="the allocator history is CUDA's")
+@pytest.mark.cuda(reason="the allocator history is CUDA's")
 def test_on_cuda_the_snapshot_is_written_for_memory_viz(tmp_path):
     import pickle
 

@@ -318,6 +318,31 @@ def test_smoke_run_prints_start_counter_and_duration_only(tmp_path, capfd):
     assert finished.startswith("[00] 00_setup_check: ok in ") and finished.endswith(" s")
 
 
+@pytest.mark.notebook
+def test_what_the_kernel_process_writes_outside_the_notebook_goes_to_its_log_not_the_terminal(tmp_path, capfd):
+    """C libraries and forked workers write to the kernel's file descriptors (libzmq's abort at a kernel's
+    shutdown once broke CI this way): `workbook run` keeps that in <notebook>.kernel.log and names it."""
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    _notebook(folder / "00_noisy.ipynb", 'profile = "auto"  # profile',
+              "import os\nos.write(2, b'from the kernel fd 2\\n')\nos.write(1, b'from the kernel fd 1\\n')\n"
+              "pid = os.fork()\nif pid == 0:\n    os.write(2, b'from a forked child\\n')\n    os._exit(0)\n"
+              "os.waitpid(pid, 0)\nprint('in the notebook')")
+    _notebook(folder / "01_quiet.ipynb", 'profile = "auto"  # profile', "print('quiet')")
+    out, results = runner.run_workbook("smoke", out_dir=tmp_path / "out", notebooks_folder=folder, progress_interval=0)
+    assert [r.status for r in results] == ["ok", "ok"]
+    captured = capfd.readouterr()
+    assert "from" not in captured.err + "".join(l for l in captured.out.splitlines() if "kernel.log" not in l)
+    assert results[0].kernel_log == "00_noisy.kernel.log" and results[1].kernel_log is None
+    log = (out / "00_noisy.kernel.log").read_text()
+    assert all(text in log for text in ("from the kernel fd 2", "from the kernel fd 1", "from a forked child"))
+    assert not (out / "01_quiet.kernel.log").exists()
+    assert f"[00] 00_noisy: its kernel process also wrote outside the notebook: {out / '00_noisy.kernel.log'}" \
+        in captured.out
+    executed = nbformat.read(str(out / "00_noisy.ipynb"), as_version=4)
+    assert "in the notebook" in json.dumps(executed.cells[-1].outputs)
+
+
 # --- nothing lost, nothing late: broken notebooks, unwritable folders, Ctrl-C ------------------------
 
 def test_a_notebook_with_broken_json_is_named_before_anything_runs(book, tmp_path, monkeypatch, capsys):

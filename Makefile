@@ -7,6 +7,9 @@ VENV_FLAGS ?=
 # TORCH=cpu: PyTorch's CPU-only wheels (the index Dockerfile.cpu uses) installed before the project, so
 # pip keeps them instead of PyPI's default CUDA build; empty (the default): PyPI's torch, as always.
 TORCH ?=
+# The project's extras: dev (tests, docs, the notebooks' git filter) and compress (torchao: notebook 13's PT2E
+# int8, which needs torch >= 2.11). The NGC containers pass EXTRAS=dev: their torch build is older.
+EXTRAS ?= dev,compress
 TORCH_INDEX_cpu := https://download.pytorch.org/whl/cpu
 TORCH_INDEX := $(TORCH_INDEX_$(TORCH))
 ifneq ($(TORCH),)
@@ -31,7 +34,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet torch torchvision --index-url $(TORCH_INDEX))
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
 	$(BIN)/python -m ipykernel install --prefix $(VENV) --name python3 > /dev/null
 	if command -v git > /dev/null && git rev-parse --git-dir > /dev/null 2>&1; then $(BIN)/nbstripout --install \
 	    && git config filter.nbstripout.clean "$(NBSTRIPOUT_CLEAN)"; fi

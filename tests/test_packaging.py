@@ -99,7 +99,7 @@ def test_make_venv_torch_cpu_installs_the_cpu_wheels_first_and_the_default_does_
     assert cpu.returncode == 0, cpu.stderr
     commands = cpu.stdout.splitlines()
     wheels = next(i for i, line in enumerate(commands) if "--index-url https://download.pytorch.org/whl/cpu" in line)
-    project = next(i for i, line in enumerate(commands) if "-m pip install --quiet -e '.[dev]'" in line)
+    project = next(i for i, line in enumerate(commands) if "-m pip install --quiet -e '.[dev,compress]'" in line)
     assert "torch torchvision" in commands[wheels] and wheels < project  # pip then keeps the CPU build
     assert [line for line in commands if line not in default.stdout.splitlines()] == [commands[wheels]]
 

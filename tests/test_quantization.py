@@ -1,4 +1,6 @@
 """int8 and bf16: accuracy next to fp32 on the sample, weights four and two times smaller."""
+import sys
+
 import pytest
 import torch
 from conftest import tiny_config
@@ -41,3 +43,29 @@ def test_bf16_model_takes_and_returns_fp32(trained):
 def test_calibration_needs_a_batch(trained):
     with pytest.raises(ValueError, match="at least one batch"):
         quantization.quantize_int8(trained[0], [])
+
+
+def test_without_torchao_int8_is_one_line_and_fp32_still_exports_and_loads(trained, monkeypatch, tmp_path):
+    """torchao is the optional 'compress' extra the NGC containers leave out: the PT2E int8 flow says so in one
+    line, notebook 13's quantization table keeps fp32 and bf16, and an fp32 .pt2 loads without it."""
+    from course_lib.chapters import compress_and_deploy as study
+    from course_lib.config import ConfigError
+
+    model, config, bundle = trained
+    monkeypatch.setitem(sys.modules, "torchao", None)  # as where it is not installed: every import of it fails
+    assert quantization.torchao_missing() == quantization.TORCHAO_MISSING
+    assert "pip install -e '.[compress]'" in quantization.TORCHAO_MISSING
+    with pytest.raises(ConfigError, match="torchao is not installed"):
+        quantization.quantize_int8(model, export.image_batches(bundle.train, config, bundle.device_stage, 1))
+    images = export.image_batches(bundle.val, config, bundle.device_stage, 1)[0]
+    loaded = export.pt2_model(export.export_pt2(model, images, tmp_path / "model.pt2"))
+    assert export.max_difference(model, loaded, images) <= export.FP32_TOLERANCE
+    speed = {"batch_sizes": (2,), "repeats": 1, "warmup": 0}
+    rows, int8 = study.quantization_study(model, config, bundle, calibration_batches=1, speed=speed)
+    assert int8 is None and [row["precision"] for row in rows] == ["fp32 (eager)", "bf16 (eager)"]
+    assert not any("pt2 int8" in row["served as"] for row in study.export_study(model, None, config, bundle,
+                                                                                   tmp_path / "served", speed, 1))
+
+
+def test_with_torchao_it_is_not_reported_missing():
+    assert quantization.torchao_missing() is None  # the default venv installs the compress extra

@@ -204,12 +204,16 @@ def pruning_study(model, config: Config, bundle, sparsities, channel_ratios, *, 
 def quantization_study(model, config: Config, bundle, *, calibration_batches: int = 8,
                        compile_int8: bool = False, speed: dict | None = None) -> tuple[list[dict], object]:
     """fp32, bf16 and PT2E int8 (reference graph; compiled by Inductor when `compile_int8`) side by
-    side on the CPU. Returns (rows, the int8 graph)."""
-    calibration = export.image_batches(bundle.train, config, bundle.device_stage, calibration_batches)
-    int8 = quantization.quantize_int8(model, calibration)
+    side on the CPU. Returns (rows, the int8 graph). Without torchao (the NGC containers): fp32 and bf16
+    only, the int8 graph None, and one printed line saying why."""
     rows = [describe(model, bundle, config, speed, precision="fp32 (eager)"),
             describe(quantization.BFloat16Model(model), bundle, config, speed, flops_of=model, peak_precision="bf16",
                      precision="bf16 (eager)")]
+    if (missing := quantization.torchao_missing()) is not None:
+        print(missing)
+        return rows, None
+    calibration = export.image_batches(bundle.train, config, bundle.device_stage, calibration_batches)
+    int8 = quantization.quantize_int8(model, calibration)
     reference = export.InferenceModel(int8, "PT2E int8 reference")
     rows.append({**describe(reference, bundle, config, speed, flops_of=model,
                             precision="int8 PT2E reference (not compiled)"),
@@ -232,7 +236,8 @@ def quantization_study(model, config: Config, bundle, *, calibration_batches: in
 def export_study(model, int8_graph, config: Config, bundle, folder: str | Path, speed: dict | None = None,
                  calibration_batches: int = 8) -> list[dict]:
     """The model served four ways (torch.export .pt2 fp32 and int8, ONNX fp32 and int8 through
-    onnxruntime), each checked against PyTorch on a validation batch and measured."""
+    onnxruntime), each checked against PyTorch on a validation batch and measured. Without an int8
+    graph (`int8_graph` None: no torchao) the .pt2 int8 row is left out."""
     folder = paths.resolve_path(folder)  # under the project (runs/), not the notebook's folder
     images = export.image_batches(bundle.val, config, bundle.device_stage, batches=1)[0]
     calibration = export.image_batches(bundle.train, config, bundle.device_stage, calibration_batches)
@@ -240,8 +245,8 @@ def export_study(model, int8_graph, config: Config, bundle, folder: str | Path, 
     served = {
         "PyTorch eager fp32": model,
         "torch.export .pt2 fp32": export.pt2_model(export.export_pt2(model, images, folder / "model.pt2")),
-        "torch.export .pt2 int8 (PT2E, eager)": export.pt2_model(export.export_pt2(int8_graph, images,
-                                                                                   folder / "model-int8.pt2")),
+        **({} if int8_graph is None else {"torch.export .pt2 int8 (PT2E, eager)": export.pt2_model(
+            export.export_pt2(int8_graph, images, folder / "model-int8.pt2"))}),
         "onnxruntime fp32": export.onnx_model(onnx_fp32),
         "onnxruntime int8 (static QDQ)": export.onnx_model(export.quantize_onnx(onnx_fp32, folder / "model-int8.onnx",
                                                                                calibration)),

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from course_lib.config import ConfigError
 from course_lib.deploy import quantization
 from course_lib.deploy.latency import speed_row
 
@@ -135,10 +136,15 @@ def export_pt2(program_or_model, example_images: torch.Tensor, path: str | Path)
 
 def pt2_model(path: str | Path) -> InferenceModel:
     """A `.pt2` file loaded and run eagerly (no compile). int8 files need torchao imported, which
-    registers the quantize/dequantize operators they call."""
-    import torchao.quantization.pt2e  # noqa: F401  (registers the quantized_decomposed operators)
-
-    graph = torch.export.load(str(path)).module()
+    registers the quantize/dequantize operators they call; fp32 files load without it."""
+    missing = quantization.torchao_missing()  # imports torchao when it is here: the operators are registered
+    try:
+        graph = torch.export.load(str(path)).module()
+    except Exception as error:
+        if missing is None:
+            raise
+        raise ConfigError(f"{path} could not be loaded ({type(error).__name__}); if it is an int8 file: {missing}") \
+            from error
     return InferenceModel(graph, f"torch.export {Path(path).name}")
 
 
@@ -216,7 +222,6 @@ def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", 
     (the median is reported); `force`: replace an existing artifact (never the checkpoint itself).
     Returns the JSON's content."""
     from course_lib import ledger
-    from course_lib.config import ConfigError
     from course_lib.data.pipeline import build_datasets
     from course_lib.models import factory
     from course_lib.models.checkpoint import temporary_path

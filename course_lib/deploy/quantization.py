@@ -13,12 +13,30 @@ convolutions, so its accuracy is int8's but its speed is not. `torch.compile` (I
 quantize/dequantize pairs into oneDNN int8 convolutions; that needs a C++ compiler and takes
 30-90 s on 2 cores, which is why notebook 13 compiles only outside the smoke profile. For an int8
 model served without PyTorch, `deploy.export` quantizes the ONNX file with onnxruntime instead.
+
+torchao is the project's optional `compress` extra (pyproject.toml): torchao 0.18 loads its kernels only
+on torch >= 2.11, and the NGC containers keep NVIDIA's older torch build, so they leave it out
+(`torchao_missing` says so in one line; onnxruntime's int8 needs no torchao).
 """
 from __future__ import annotations
 
 from typing import Iterable
 
 import torch
+
+from course_lib.config import ConfigError
+
+TORCHAO_MISSING = ("torchao is not installed, so the PT2E int8 rows are left out: it is the optional 'compress' extra "
+                   "(pip install -e '.[compress]', which needs torch >= 2.11; the NGC containers leave it out)")
+
+
+def torchao_missing() -> str | None:
+    """None when torchao's PT2E flow imports, else the one line that says what is left out and how to add it."""
+    try:
+        import torchao.quantization.pt2e  # noqa: F401
+    except ImportError:
+        return TORCHAO_MISSING
+    return None
 
 
 def export_model(model: torch.nn.Module, example_images: torch.Tensor) -> torch.export.ExportedProgram:
@@ -35,7 +53,10 @@ def export_model(model: torch.nn.Module, example_images: torch.Tensor) -> torch.
 def quantize_int8(model: torch.nn.Module, calibration_batches: Iterable[torch.Tensor]) -> torch.fx.GraphModule:
     """The PT2E int8 model: export, X86 Inductor quantizer, calibrate on `calibration_batches`
     (normalised image tensors, e.g. a few training batches), convert. Returns the reference int8
-    graph (run it as is for accuracy; `torch.compile` it for int8 speed). `model` is not changed."""
+    graph (run it as is for accuracy; `torch.compile` it for int8 speed). `model` is not changed.
+    Without torchao (`torchao_missing`): a ConfigError in one line."""
+    if (missing := torchao_missing()) is not None:
+        raise ConfigError(missing)
     import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as x86
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 

@@ -33,9 +33,32 @@ class BookError(WorkbookError):
 
 
 def run_folders(runs: Path | None = None) -> list[Path]:
-    """Run folders under runs/ (those with a summary.json), oldest first by name (ids start with the date)."""
+    """Run folders under runs/ (those with a summary.json), oldest first by when their summary.json was last
+    written (a folder given with `workbook run --out` has no date in its name), then by name."""
     runs = Path(runs or paths.project_root() / paths.RUNS_DIR)
-    return sorted(p for p in runs.glob("*/") if (p / "summary.json").is_file()) if runs.is_dir() else []
+    found = [p for p in runs.glob("*/") if (p / "summary.json").is_file()] if runs.is_dir() else []
+    return sorted(found, key=lambda p: ((p / "summary.json").stat().st_mtime, p.name))
+
+
+def run_state(run: Path) -> str:
+    """The run's state as its summary.json says ("running" for one killed before it could say more); "unreadable"
+    for a summary.json that is not a JSON object."""
+    try:
+        summary = json.loads((Path(run) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return "unreadable"
+    return str(summary.get("state", "finished")) if isinstance(summary, dict) else "unreadable"
+
+
+def newest_finished_run(runs: Path | None = None) -> tuple[Path | None, list[Path]]:
+    """The newest run that is no longer running (`run_folders`' order), and the newer ones passed over (still
+    running, killed mid-run, or unreadable), for `workbook docs build` without a run id."""
+    passed = []
+    for run in reversed(run_folders(runs)):
+        if run_state(run) not in ("running", "unreadable"):
+            return run, passed
+        passed.append(run)
+    return None, passed
 
 
 def executed_chapters(run: Path) -> list[Path]:

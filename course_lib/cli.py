@@ -34,12 +34,16 @@ def _add_run(subparsers) -> None:
 
     parser = subparsers.add_parser("run", help="execute the notebooks with papermill into runs/<id>/")
     parser.add_argument("--profile", default="auto", help="smoke | cpu | gpu | auto (default: auto) | rehearsal (every "
-                                                          "notebook at smoke sizes on the CPU with the gpu profile's switches)")
+                                                          "notebook at smoke sizes on the CPU with the gpu profile's switches) "
+                                                          "| reference (the notebooks whose accuracy studies have reference "
+                                                          "sizes: converged models, 5+ seeds; long)")
     parser.add_argument("--only", help="comma-separated notebook numbers, e.g. 00,03")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                         help="a notebook parameter, checked against the parameters cells (repeatable)")
     parser.add_argument("--out", help="output folder (default: runs/<run id>)")
-    parser.add_argument("--cell-timeout", type=int, default=runner.CELL_TIMEOUT_SECONDS, help="seconds per cell")
+    parser.add_argument("--cell-timeout", type=int, default=None,
+                        help=f"seconds per cell (default {runner.CELL_TIMEOUT_SECONDS}; the reference profile "
+                             f"{runner.REFERENCE_CELL_TIMEOUT_SECONDS})")
     parser.add_argument("--silent-cell-warning", type=float, default=runner.SILENT_CELL_SECONDS, metavar="SECONDS",
                         help="warn, naming the cell, when a cell prints nothing this long (0: never; default %(default)g)")
     parser.set_defaults(func=_run)
@@ -259,10 +263,12 @@ def _scan_labels(args) -> int:
           f"{args.folder}; {ledger.describe_hardware()}", flush=True)
     bundle, targets, probabilities, flagged, names = out_of_fold.scan_labels(config, args.folds,
                                                                             progress=not args.no_progress)
+    from course_lib.data.scan import printable  # class and file names may hold control characters
+
     table = label_issues.suspects_table(flagged, targets, probabilities, bundle.classes, names, limit=args.top)
     for _, row in table.iterrows():
-        print(f"suspect: given {row['given']} (p {row['p(given)']:.2f}), predicted {row['predicted']} "
-              f"(p {row['p(predicted)']:.2f}): {row['image']}")
+        print(f"suspect: given {printable(row['given'])} (p {row['p(given)']:.2f}), predicted "
+              f"{printable(row['predicted'])} (p {row['p(predicted)']:.2f}): {printable(row['image'])}")
     print(f"{len(flagged)} of {len(targets)} training labels flagged by confident learning "
           f"({len(flagged) / max(len(targets), 1):.1%}); spot-check them before dropping or relabelling")
     return len(flagged)
@@ -612,11 +618,24 @@ def _add_claims(subparsers) -> None:
     parser.set_defaults(func=_claims)
 
 
+def _given_ledger(path: str | None):
+    """The ledger a reading command's `--path` names (None: the default one). A path with no ledger is refused
+    in one line rather than created, with its folder, as an empty ledger (a typo once did that)."""
+    from course_lib import ledger
+
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"--path {path}: no ledger file there; give the runs/ledger.sqlite that "
+                                "`workbook run` or `workbook train` wrote (or leave --path out)")
+    return ledger.Ledger(path)
+
+
 def _claims(args) -> int:
     from course_lib import ledger
     from course_lib.analysis import claims
 
-    board = claims.scoreboard(ledger.Ledger(args.path) if args.path else None)
+    board = claims.scoreboard(_given_ledger(args.path))
     print(json.dumps(board, indent=1, ensure_ascii=False) if args.json else claims.format_scoreboard(board))
     return 0
 
@@ -659,7 +678,7 @@ def _reference(args) -> int:
         if not found:
             print(f"no reference results in {reference.folder()}")
         return 0
-    made = reference.from_run(args.run_id, ledger.Ledger(args.path) if args.path else None)
+    made = reference.from_run(args.run_id, _given_ledger(args.path))
     for item in made:
         print(f"wrote {reference.save(item, Path(args.to) if args.to else None)}: notebook {item.notebook}, "
               f"{len(item.claims)} claim(s)")
@@ -722,8 +741,14 @@ def _docs_build(args, root: Path) -> int:
         run = Path(args.run) if Path(args.run).is_dir() else root / paths.RUNS_DIR / args.run
         if not (run / "summary.json").is_file():
             raise WorkbookError(f"{args.run} is not a run (no summary.json in {run}); `ls runs/` lists the runs")
-    elif runs := book.run_folders(root / paths.RUNS_DIR):
-        run = runs[-1]
+    elif (found := book.newest_finished_run(root / paths.RUNS_DIR))[1] or found[0] is not None:
+        run, passed = found
+        if run is None:
+            raise WorkbookError(f"no finished run under runs/: {', '.join(p.name for p in passed)} still running, killed "
+                                "mid-run or unreadable; name one with `workbook docs build RUN_ID`, or finish a run")
+        if passed:
+            print(f"docs build: passed over {', '.join(p.name for p in passed)} (still running, killed mid-run or "
+                  f"unreadable); building {run.name}", flush=True)
     else:
         print(f"docs build: no run under runs/ yet; executing the notebooks in the {args.profile} profile first",
               flush=True)

@@ -13,7 +13,7 @@ import os
 import typing
 from dataclasses import dataclass, fields
 
-PROFILE_NAMES = ("smoke", "cpu", "gpu", "auto", "rehearsal")
+PROFILE_NAMES = ("smoke", "cpu", "gpu", "auto", "rehearsal", "reference")
 # The data switches' values (data.decode, data.pipeline and data.loaders use these names too).
 DECODER_NAMES = ("pil", "opencv", "torchvision", "nvjpeg")
 STORAGE_NAMES = ("files", "cache", "shards", "device")
@@ -152,6 +152,12 @@ REHEARSAL_SWITCHES = {name: PROFILES["gpu"][name] for name in (
     "pin_memory", "persistent_workers", "channels_last", "augmentation", "precision", "matmul_precision",
     "cudnn_benchmark")} | {"num_workers": 1, "prefetch_factor": 2}
 PROFILES["rehearsal"] = {**PROFILES["smoke"], **REHEARSAL_SWITCHES}
+# The long version of the accuracy studies (issue 51): the cpu profile's machine settings, and in the chapters
+# that draw accuracy verdicts, their own `reference` sizes (converged models, at least 5 seeds: what the
+# verdicts need to conclude); a chapter without such sizes runs its cpu pass (`profile_entry`). Run once on a
+# quiet machine and committed with `workbook reference save` (results/reference/<hardware>/); the cpu
+# profile stays the reader's quick pass, shown beside it.
+PROFILES["reference"] = dict(PROFILES["cpu"])
 # Set (to 1) in the kernels of `workbook run --profile rehearsal`: the notebooks run with profile
 # smoke, and every make_config("smoke") they build carries REHEARSAL_SWITCHES.
 REHEARSAL_ENV = "WORKBOOK_REHEARSAL"
@@ -402,9 +408,11 @@ def _overlay_values(overlays, resolved: str | None) -> dict:
 
 def profile_entry(per_profile: typing.Mapping, resolved: str | None, default=None):
     """The entry of a per-profile mapping (an overlay, a chapter's choices) for a resolved profile;
-    `rehearsal` without one of its own takes smoke's, whose sizes it runs at."""
-    if resolved == "rehearsal" and resolved not in per_profile:
-        resolved = "smoke"
+    `rehearsal` without one of its own takes smoke's, whose sizes it runs at, and `reference` without one
+    takes cpu's (a chapter with no accuracy study to lengthen runs its cpu pass as its reference)."""
+    fallback = {"rehearsal": "smoke", "reference": "cpu"}
+    if resolved in fallback and resolved not in per_profile:
+        resolved = fallback[resolved]
     return per_profile.get(resolved, default)
 
 

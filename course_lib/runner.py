@@ -48,6 +48,9 @@ from course_lib.config import (
 NOTEBOOK_PATTERN = re.compile(r"^(\d\d)_[\w-]+\.ipynb$")
 KERNEL_NAME = "python3"
 CELL_TIMEOUT_SECONDS = 1800  # one cell; the gpu profile trains for minutes
+# One cell of the reference profile: 07's variant loop trains 25 runs of 60 epochs (about 65 minutes on 2 cores);
+# its first run stopped at the 30-minute limit above. --cell-timeout still overrides it.
+REFERENCE_CELL_TIMEOUT_SECONDS = 6 * 3600
 PIPED_PROGRESS_SECONDS = 60  # at most one cell-counter line per notebook this often when stdout is not a terminal
 SILENT_CELL_SECONDS = 60  # a cell that sends no output (text, display, widget update) this long is named in a warning
 CLEAR_TO_END_OF_LINE = "\x1b[K"  # ANSI: erase what a longer previous counter left on the line
@@ -224,6 +227,31 @@ class NotebookParameter:
             kind = self.element_type
             return f"a list of {kind.__name__} like {example}" if kind else f"a list like {example}"
         return {int: "an integer", float: "a number"}.get(type(default), type(default).__name__)
+
+
+REFERENCE = "reference"  # the profile of the long accuracy studies (config.PROFILES)
+
+
+def offers_reference(path: Path) -> bool:
+    """Whether a notebook's `profile` parameter lists `reference` among its choices: its accuracy studies
+    have reference sizes (converged models, at least 5 seeds)."""
+    declared = declared_parameters(path).get("profile")
+    return declared is not None and REFERENCE in declared.choices
+
+
+def reference_notebooks(notebooks: list[Path], chosen: bool) -> list[Path]:
+    """What `workbook run --profile reference` runs: of the notebooks asked for, those that offer the profile.
+    Without --only the others are left out (their cpu run is their reference); a notebook named with --only
+    that does not offer it is refused in one line, before any kernel starts."""
+    offering = [path for path in notebooks if offers_reference(path)]
+    missing = [path.name[:2] for path in notebooks if path not in offering]
+    if chosen and missing:
+        raise ConfigError(f"notebook(s) {', '.join(missing)} have no reference sizes (their cpu run is their reference); "
+                          f"the reference profile runs {', '.join(p.name[:2] for p in offering) or 'none of those asked for'}"
+                          f"; use --profile cpu for them")
+    if not offering:
+        raise ConfigError("none of the selected notebooks offers the reference profile")
+    return offering
 
 
 def declared_parameters(path: Path) -> dict[str, NotebookParameter]:
@@ -658,7 +686,7 @@ def new_run_id(profile: str) -> str:
 
 def run_workbook(profile: str = "auto", only: str | None = None, assignments: list[str] | None = None,
                  out_dir: str | os.PathLike | None = None, notebooks_folder: Path | None = None,
-                 cell_timeout: int = CELL_TIMEOUT_SECONDS, stream=None,
+                 cell_timeout: int | None = None, stream=None,
                  progress_interval: float = PIPED_PROGRESS_SECONDS,
                  silence_seconds: float = SILENT_CELL_SECONDS) -> tuple[Path, list[NotebookResult]]:
     """Check the notebooks, parameters, output folder and ledger, then execute the notebooks in
@@ -675,6 +703,10 @@ def run_workbook(profile: str = "auto", only: str | None = None, assignments: li
         raise FileNotFoundError(f"no numbered notebooks (NN_name.ipynb) in {notebooks_folder or notebooks_dir()}")
     for path in notebooks:
         check_notebook_file(path)  # before anything runs: a broken notebook is named, not a traceback
+    if resolved == REFERENCE:
+        notebooks = reference_notebooks(notebooks, chosen=only is not None)
+    if cell_timeout is None:  # not given: the profile's
+        cell_timeout = REFERENCE_CELL_TIMEOUT_SECONDS if resolved == REFERENCE else CELL_TIMEOUT_SECONDS
     per_notebook = check_parameters(notebooks, assignments or [], profile=resolved)  # before anything runs
 
     run_id = new_run_id(resolved)

@@ -54,6 +54,36 @@ def test_the_newest_run_is_the_default(tmp_path):
     assert [p.name for p in book.run_folders(tmp_path)] == ["20260101-000000-smoke-aaaa", "20260102-000000-cpu-bbbb"]
 
 
+def test_the_default_run_is_the_newest_by_time_and_never_one_still_marked_running(tmp_path, monkeypatch, capsys):
+    """A run named with --out (`runs/baseline`) once won forever, being last by name, and a killed run still
+    marked "running" was published (issue 49)."""
+    import os
+
+    for age, name in ((300, "20260101-000000-smoke-aaaa"), (200, "zz-baseline"), (100, "20260102-000000-cpu-bbbb"),
+                      (0, "20260103-000000-cpu-killed")):
+        run = _fake_run(tmp_path / name)
+        if name.endswith("killed"):
+            (run / "summary.json").write_text(json.dumps({"run_id": name, "profile": "cpu", "state": "running"}))
+        stamp = 1_800_000_000 - age
+        os.utime(run / "summary.json", (stamp, stamp))
+    assert [p.name for p in book.run_folders(tmp_path)] == ["20260101-000000-smoke-aaaa", "zz-baseline",
+                                                           "20260102-000000-cpu-bbbb", "20260103-000000-cpu-killed"]
+    run, passed = book.newest_finished_run(tmp_path)
+    assert run.name == "20260102-000000-cpu-bbbb" and [p.name for p in passed] == ["20260103-000000-cpu-killed"]
+    built = []
+    monkeypatch.setattr(book, "build", lambda run, root: built.append(run.name) or run / "site" / "index.html")
+    monkeypatch.setattr("course_lib.paths.RUNS_DIR", str(tmp_path.relative_to(tmp_path.parent)))
+    monkeypatch.chdir(tmp_path.parent)
+    root = tmp_path.parent
+    monkeypatch.setattr("course_lib.paths.project_root", lambda: root)
+    assert cli.main(["docs", "build"]) == 0
+    assert built == ["20260102-000000-cpu-bbbb"] and "passed over 20260103-000000-cpu-killed" in capsys.readouterr().out
+    for name in ("20260101-000000-smoke-aaaa", "zz-baseline", "20260102-000000-cpu-bbbb"):
+        (tmp_path / name / "summary.json").write_text(json.dumps({"run_id": name, "state": "running"}))
+    assert cli.main(["docs", "build"]) == 2
+    assert "no finished run under runs/" in capsys.readouterr().err
+
+
 @pytest.mark.notebook
 @pytest.mark.browser
 def test_the_site_of_a_smoke_run_shows_a_chapter_with_its_figure_and_table(chromium, tmp_path, monkeypatch):

@@ -490,3 +490,14 @@ def test_a_cpu_runs_claims_table_keeps_its_verdicts(capsys):
     shown = claims.show([claims.measured("tar_shards", 6.0, (5.5, 6.5), "cpu run", hardware="machine A")],
                         profile="cpu")
     assert list(shown["verdict"]) == [claims.HOLDS] and "not evidence" not in capsys.readouterr().out
+
+
+def test_a_ledger_path_with_no_ledger_is_one_line_and_creates_nothing(tmp_path, capsys):
+    """`workbook claims --path <typo>/x.sqlite` once created the folder and an empty ledger (issue 49)."""
+    from course_lib import cli
+
+    typo = tmp_path / "rnus" / "ledger.sqlite"
+    assert cli.main(["claims", "--path", str(typo)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--path {typo}: no ledger file there" in err[0]
+    assert not typo.parent.exists()

@@ -256,3 +256,17 @@ def test_non_ascii_digits_are_not_numbers(text):
     for name in ("batch_size", "lr"):
         with pytest.raises(ConfigError, match=f"{name} must be (int|float), got"):
             parse_assignments([f"{name}={text}"])
+
+
+def test_the_reference_profile_is_the_cpu_profiles_machine_and_tables_fall_back_to_cpu():
+    """The long accuracy studies' profile: the cpu profile's settings; a chapter table without a reference entry
+    gives cpu's (as rehearsal takes smoke's), one with its own gives that."""
+    from course_lib.config import PROFILES, profile_entry
+
+    assert make_config("reference") == make_config("cpu")
+    assert PROFILES["reference"] == PROFILES["cpu"]
+    table = {"smoke": 1, "cpu": 2, "gpu": 3}
+    assert profile_entry(table, "reference") == 2 and profile_entry({**table, "reference": 5}, "reference") == 5
+    assert profile_entry(table, "rehearsal") == 1 and profile_entry(table, "gpu") == 3
+    assert make_config("reference", {"cpu": {"epochs": 7}}).epochs == 7
+    assert make_config("reference", {"cpu": {"epochs": 7}, "reference": {"epochs": 60}}).epochs == 60

@@ -7,6 +7,7 @@ import hashlib
 import http.server
 import inspect
 import io
+import os
 import pickle
 import socket
 import tarfile
@@ -341,3 +342,133 @@ def test_torchvision_download_true_offline_is_one_line(dataset, monkeypatch, cap
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "cannot download" in err and f"workbook data get {dataset} --from" in err
+
+
+# --- past the md5: archives that try to write outside their folder (issue 49, point 12) ---------------
+
+def _zip_with(*members) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for member in members:
+            if isinstance(member, zipfile.ZipInfo):
+                archive.writestr(member, b"target")
+            else:
+                archive.writestr(member, b"x")
+    return buffer.getvalue()
+
+
+def _link_member(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name)
+    info.external_attr = (0o120777 << 16)  # S_IFLNK: a symbolic link, as `zip --symlinks` stores it
+    return info
+
+
+@pytest.mark.parametrize("members,why", [
+    (["2750/Forest/Forest_1.jpg", "../../escaped.jpg"], "would be written outside the folder"),
+    (["/tmp/absolute.jpg"], "would be written outside the folder"),
+    (["2750/Forest/Forest_1.jpg", "2750/Forest/Forest_1.jpg"], "comes twice"),
+    ([_link_member("2750/Forest/Forest_2.jpg")], "is a symbolic link"),
+])
+def test_a_zip_whose_members_escape_link_or_repeat_is_refused_naming_the_member(monkeypatch, capsys, tmp_path,
+                                                                                members, why):
+    payload = _zip_with(*members)
+    monkeypatch.setattr(download, "EUROSAT_MD5", hashlib.md5(payload).hexdigest())  # past the md5 check
+    archive = tmp_path / "given" / "EuroSAT.zip"
+    archive.parent.mkdir()
+    archive.write_bytes(payload)
+    code, _, err = _run(capsys, "eurosat", "--root", str(tmp_path / "data" / "eurosat"), "--from", str(archive))
+    line = _error_line(err)
+    assert code == 2 and "EuroSAT.zip: member" in line and why in line, line
+    assert not (tmp_path / "escaped.jpg").exists() and not (tmp_path / "data" / "eurosat").exists()
+
+
+def _tar_with(tmp_path, build) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        build(archive)
+    return buffer.getvalue()
+
+
+def _symlink(archive, name, target):
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = tarfile.SYMTYPE, target
+    archive.addfile(info)
+
+
+@pytest.mark.parametrize("build,why", [
+    (lambda a: _add(a, "../escaped", b"x"), "would be written outside the folder"),
+    (lambda a: _add(a, "/tmp/workbook-absolute-member", b"x"), "would be written outside the folder"),
+    (lambda a: _symlink(a, "cifar-10-batches-py", "/etc"), "is a link"),
+    (lambda a: (_add(a, "cifar-10-batches-py/batches.meta", b"x"), _add(a, "cifar-10-batches-py/batches.meta", b"y")),
+     "comes twice"),
+])
+def test_a_tarball_whose_members_escape_link_or_repeat_is_refused_naming_the_member(monkeypatch, capsys, tmp_path,
+                                                                                    build, why):
+    payload = _tar_with(tmp_path, build)
+    monkeypatch.setattr(CIFAR10, "tgz_md5", hashlib.md5(payload).hexdigest())
+    archive = tmp_path / "given" / "cifar-10-python.tar.gz"
+    archive.parent.mkdir()
+    archive.write_bytes(payload)
+    code, _, err = _run(capsys, "cifar10", "--root", str(tmp_path / "data" / "cifar10"), "--from", str(archive))
+    line = _error_line(err)
+    assert code == 2 and "cifar-10-python.tar.gz: member" in line and why in line, line
+    assert not (tmp_path / "data" / "escaped").exists() and not (tmp_path / "escaped").exists()
+
+
+def test_a_cifar_batch_that_names_a_function_is_refused_before_it_is_called(monkeypatch, capsys, tmp_path):
+    """Past the md5, a pickle could call anything it names (os.system): the batches are read by an unpickler
+    that admits numpy's arrays and nothing else."""
+    planted = tmp_path / "planted"
+
+    class Exploit:
+        def __reduce__(self):
+            return (os.makedirs, (str(planted),))
+
+    payload = _tar_with(tmp_path, lambda a: _add(a, "cifar-10-batches-py/batches.meta", pickle.dumps(Exploit())))
+    monkeypatch.setattr(CIFAR10, "tgz_md5", hashlib.md5(payload).hexdigest())
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    archive.write_bytes(payload)
+    code, _, err = _run(capsys, "cifar10", "--root", str(tmp_path / "cifar10"), "--from", str(archive))
+    line = _error_line(err)
+    assert code == 2 and "cannot read the CIFAR-10 batch" in line and "which a CIFAR-10 batch never holds" in line
+    assert not planted.exists()
+
+
+def test_a_planted_staging_link_is_refused_and_the_folder_it_points_to_kept(monkeypatch, capsys, tmp_path, eurosat_zip):
+    payload, _ = eurosat_zip
+    monkeypatch.setattr(download, "EUROSAT_MD5", hashlib.md5(payload).hexdigest())
+    archive = tmp_path / "EuroSAT.zip"
+    archive.write_bytes(payload)
+    precious = tmp_path / "precious"
+    (precious / "extracted").mkdir(parents=True)
+    (precious / "extracted" / "keep.txt").write_text("mine")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / ".partial-eurosat").symlink_to(precious)
+    code, _, err = _run(capsys, "eurosat", "--root", str(tmp_path / "data" / "eurosat"), "--from", str(archive))
+    line = _error_line(err)
+    assert code == 2 and ".partial-eurosat is a symbolic link" in line and "rm " in line
+    assert (precious / "extracted" / "keep.txt").read_text() == "mine"
+
+
+def test_from_a_folder_or_a_fifo_says_what_it_is_not_no_such_file(capsys, tmp_path):
+    (tmp_path / "EuroSAT.zip").mkdir()
+    code, _, err = _run(capsys, "eurosat", "--root", str(tmp_path / "e"), "--from", str(tmp_path / "EuroSAT.zip"))
+    assert code == 2 and "is a folder; give the path of the archive file EuroSAT.zip itself" in _error_line(err)
+    fifo = tmp_path / "pipe.zip"
+    os.mkfifo(fifo)
+    code, _, err = _run(capsys, "eurosat", "--root", str(tmp_path / "e"), "--from", str(fifo))
+    assert code == 2 and "is not a regular file (a FIFO" in _error_line(err)
+
+
+def test_another_datasets_layout_is_not_taken_for_this_one(capsys, tmp_path):
+    """`data get cifar10 --root <a EuroSAT layout>` once said "already laid out, nothing to do"."""
+    folder = tmp_path / "eurosat"
+    folder.mkdir()
+    (folder / download.MANIFEST).write_text('{"dataset": "EuroSAT RGB", "counts": {"train": 1}}')
+    code, _, err = _run(capsys, "cifar10", "--root", str(folder))
+    assert code == 2 and "holds the layout of 'EuroSAT RGB', not CIFAR-10" in _error_line(err)
+    code, out, _ = _run(capsys, "eurosat", "--root", str(folder))
+    assert code == 0 and "already laid out" in out
+    (folder / download.MANIFEST).write_text('["a list"]')  # not a manifest: no finished layout, and a foreign folder
+    code, _, err = _run(capsys, "eurosat", "--root", str(folder))
+    assert code == 2 and "holds no finished `workbook data get`" in _error_line(err)

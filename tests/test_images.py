@@ -30,11 +30,11 @@ def _image_tree(root, counts):
     return root
 
 
-def _train_in_one_line(capsys, data_dir, tmp_path):
+def _train_in_one_line(capsys, data_dir, tmp_path, *more):
     from course_lib import cli
 
     assert cli.main(["train", "--profile", "smoke", "-p", "dataset=imagefolder", "-p", f"data_dir={data_dir}",
-                     "-p", f"output_dir={tmp_path / 'out'}", "--no-progress"]) == 2
+                     "-p", f"output_dir={tmp_path / 'out'}", "--no-progress", *more]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "Traceback" not in error, error
     assert not (tmp_path / "out" / "last.pt").exists()
@@ -49,6 +49,16 @@ def test_a_small_train_folder_without_val_is_one_line_not_a_stratify_traceback(t
            "(6 images, 2 classes, the smallest with 3); add a val/ folder beside train/" in error
     with pytest.raises(images.DataFolderError, match=r"a class with 1 image|the smallest with 1"):
         datasets.split_indices([0, 0, 0, 1], (0.5, 0.5), 0, "a class with 1 image")
+
+
+def test_a_small_carve_out_with_val_present_does_not_advise_adding_val(tmp_path, capsys):
+    """validation_from=train once advised "add a val/ folder" when val/ was there (issue 49)."""
+    root = tmp_path / "data"
+    _image_tree(root / "train", {"a": 3, "b": 3})
+    _image_tree(root / "val", {"a": 2, "b": 2})
+    error = _train_in_one_line(capsys, root, tmp_path, "-p", "validation_from=train")
+    assert "(validation_from=train) has too few images" in error and "add a val/ folder" not in error
+    assert "validate on the split you have (leave validation_from=train out)" in error
 
 
 def test_fewer_than_two_classes_are_refused_in_one_line(tmp_path, capsys):

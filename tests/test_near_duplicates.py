@@ -93,3 +93,12 @@ def test_matches_need_one_name_and_split_per_hash():
     with pytest.raises(ValueError, match="2 hashes need as many names and splits"):
         near_duplicates.find_matches(words, ["a"], ["train", "train"])
     assert near_duplicates.find_matches(words, ["a", "b"], ["train", "train"]) == []  # 64 bits apart
+
+
+def test_control_characters_in_file_names_are_escaped_on_the_line():
+    """A newline or an escape sequence in a file name once reached the terminal as is (issue 49)."""
+    from course_lib.data.near_duplicates import Match
+
+    line = Match("train/a\nfake line.png", "valid/\x1b[31mred.png", "train", "valid", 0).line()
+    assert "\n" not in line and "\x1b" not in line
+    assert line == "leak train/valid (0 bits): train/a\\nfake line.png ~ valid/\\x1b[31mred.png"

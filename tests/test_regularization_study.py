@@ -470,3 +470,12 @@ class _Numbered(torch.utils.data.Dataset):
 
     def __getitem__(self, index):
         return torch.zeros(3, 2, 2, dtype=torch.uint8), 0
+
+
+def test_the_reference_trains_the_cpu_study_longer_over_five_seeds():
+    """Issue 51: the reference is the cpu study's model, data and tiles, 60 epochs instead of 4, 5 seeds instead of 3."""
+    reference, cpu = regularization_study.study_config("reference"), regularization_study.study_config("cpu")
+    assert (reference.epochs, cpu.epochs) == (60, 4)
+    assert reference.replace(epochs=cpu.epochs) == cpu
+    assert regularization_study.study_seeds(reference, "reference") == [0, 1, 2, 3, 4]
+    assert regularization_study.study_seeds(cpu, "cpu") == [0, 1, 2] and regularization_study.study_seeds(cpu, "smoke") == [0, 1]

@@ -628,3 +628,38 @@ def test_workbook_run_warns_about_a_silent_cell_but_not_a_talking_one(tmp_path, 
 def test_a_negative_silence_threshold_is_refused_in_one_line(book):
     with pytest.raises(ConfigError, match="--silent-cell-warning must be a number of seconds"):
         runner.run_workbook("smoke", notebooks_folder=book, silence_seconds=-1)
+
+
+def test_the_reference_profile_runs_the_notebooks_that_offer_it_and_refuses_the_others_by_name(tmp_path, monkeypatch):
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    _notebook(folder / "00_quick.ipynb", 'profile = "auto"  # smoke | cpu | gpu | auto', "print(1)")
+    _notebook(folder / "07_long.ipynb", 'profile = "auto"  # smoke | cpu | gpu | auto | reference', "print(2)")
+    found = runner.list_notebooks(folder, None)
+    assert [p.name for p in runner.reference_notebooks(found, chosen=False)] == ["07_long.ipynb"]
+    with pytest.raises(ConfigError, match=r"notebook\(s\) 00 have no reference sizes .*runs 07; use --profile cpu"):
+        runner.reference_notebooks(found, chosen=True)
+    with pytest.raises(ConfigError, match="none of the selected notebooks offers the reference profile"):
+        runner.reference_notebooks(found[:1], chosen=False)
+    monkeypatch.setattr(runner, "execute_notebook", _no_kernel)  # refused before any kernel starts
+    with pytest.raises(ConfigError, match="have no reference sizes"):
+        runner.run_workbook("reference", only="00,07", out_dir=tmp_path / "out", notebooks_folder=folder)
+    timeouts = []
+
+    def executed(path, output, parameters, cell_timeout, **hooks):
+        timeouts.append((path.name, parameters["profile"], cell_timeout))
+        return runner.NotebookResult(path.name, "ok", 0.1, output.name, parameters=parameters)
+
+    monkeypatch.setattr(runner, "execute_notebook", executed)
+    runner.run_workbook("reference", out_dir=tmp_path / "run", notebooks_folder=folder, stream=io.StringIO())
+    runner.run_workbook("reference", out_dir=tmp_path / "run2", notebooks_folder=folder, stream=io.StringIO(),
+                        cell_timeout=60)
+    # 07's variant loop outlasts the 30 minutes of a cell: the first reference run stopped there
+    assert timeouts == [("07_long.ipynb", "reference", runner.REFERENCE_CELL_TIMEOUT_SECONDS),
+                        ("07_long.ipynb", "reference", 60)]
+
+
+def test_the_chapters_that_offer_the_reference_profile():
+    """07 so far (issue 51): the others' reference is their cpu run."""
+    offering = [p.name[:2] for p in runner.list_notebooks(ROOT / "notebooks", None) if runner.offers_reference(p)]
+    assert offering == ["07"]

@@ -160,3 +160,17 @@ def test_the_speedrun_command_runs_to_its_summary_line(tmp_path, monkeypatch, ca
     assert code == 0
     assert any(line.startswith("seed 1 ") and "epoch  2.00" in line for line in lines)
     assert lines[-1].lstrip().startswith("seconds in all")
+
+
+@pytest.mark.parametrize("budget", ["-1", "-0.5", "nan", "inf"])
+def test_a_budget_that_is_no_number_of_seconds_is_one_line_before_any_data(tmp_path, monkeypatch, capsys,
+                                                                                    budget):
+    """`--budget-seconds -1` once stopped after one step and exited 0, and nan was ignored (issue 49)."""
+    from course_lib import cli
+    from course_lib.data import pipeline
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(pipeline, "build_datasets", lambda *a, **k: pytest.fail("data built before the check"))
+    code = cli.main(["speedrun", "--profile", "smoke", "--no-progress", "--budget-seconds", budget])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--budget-seconds must be a finite number of seconds, 0 or more" in err[0]

@@ -97,3 +97,14 @@ def test_swa_epochs_outside_the_run_are_refused_in_one_line(epochs, swa_epochs):
     message = str(error.value)
     assert message.startswith(f"swa_epochs must be 0 (off) up to epochs - 1 ({epochs - 1}), got {swa_epochs}")
     assert "\n" not in message
+
+
+def test_early_stopping_before_the_averaging_began_is_said_not_silent(tmp_path, capsys):
+    """swa_epochs=2 of 6 with early stopping after epoch 2: SWA never ran, and nothing said so (issue 49)."""
+    config = tiny_config(tmp_path, epochs=6, swa_epochs=2, max_steps=2, lr=1e-12, early_stopping_patience=1)
+    result = train.fit(config, bundle=bundle(), progress=False, verbose=True)  # lr 1e-12: top-1 never rises
+    stopped = result.stopped_early_after
+    assert stopped is not None and stopped < 5 and result.swa_model is None  # the averaging would begin at epoch 5
+    out = capsys.readouterr().out
+    assert f"SWA: nothing averaged: the run stopped after epoch {stopped}, before epoch 5, the first of the last 2" in out
+    assert ledger.Ledger().rows(kind="train")[-1]["metrics"]["swa_snapshots"] == 0

@@ -151,9 +151,11 @@ class DataBundle:
         return len(self.classes)
 
 
-def split_indices(targets, fractions, seed, where: str = "the data"):
+def split_indices(targets, fractions, seed, where: str = "the data",
+                  fix: str = "add a val/ folder beside train/, or"):
     """Stratified split of range(len(targets)) into len(fractions) parts (scikit-learn). Too few
-    images for every part to hold each class is one DataFolderError naming `where` and the fix."""
+    images for every part to hold each class is one DataFolderError naming `where` and the fix (`fix`,
+    then the images it would take)."""
     from sklearn.model_selection import train_test_split
 
     indices = np.arange(len(targets))
@@ -169,7 +171,7 @@ def split_indices(targets, fractions, seed, where: str = "the data"):
         needed = math.ceil(len(counts) / min(fractions))  # the smallest part must hold one image per class
         raise DataFolderError(f"{where} has too few images to split by class into {len(fractions)} parts "
                               f"({len(targets)} images, {len(counts)} classes, the smallest with {counts.min()}); "
-                              f"add a val/ folder beside train/, or about {needed} images, 2 or more per class") from None
+                              f"{fix} about {needed} images, 2 or more per class") from None
     return [first.tolist(), second.tolist(), third.tolist()]
 
 

@@ -18,14 +18,16 @@ import http.client
 import json
 import os
 import pickle
+import shlex
 import shutil
+import stat
 import tarfile
 import time
 import urllib.error
 import urllib.request
 import zipfile
 from collections import defaultdict
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from course_lib.config import WorkbookError
@@ -219,10 +221,28 @@ def _lay_out_eurosat(extracted: Path, layout: Path, progress: bool) -> dict:
     return counts
 
 
+# What a CIFAR-10 batch may name: numpy's array reconstruction and, for bytes pickled by Python 3 at protocol 2,
+# codecs' encode (it only turns a string into bytes); the batches are a dict of bytes, lists and one uint8 array.
+# Anything else (os.system, eval ...) is refused before it is called.
+CIFAR_PICKLE_NAMES = {(module, name) for module in ("numpy.core.multiarray", "numpy._core.multiarray")
+                      for name in ("_reconstruct", "scalar")} | {("numpy", "ndarray"), ("numpy", "dtype"),
+                                                                  ("_codecs", "encode")}
+
+
+class _ArraysOnly(pickle.Unpickler):
+    """An unpickler that builds numpy arrays, lists, dicts, bytes and numbers, and refuses every other class
+    or function a pickle names (pickle.load would call whatever the file asks for)."""
+
+    def find_class(self, module, name):
+        if (module, name) not in CIFAR_PICKLE_NAMES:
+            raise pickle.UnpicklingError(f"it names {module}.{name}, which a CIFAR-10 batch never holds")
+        return super().find_class(module, name)
+
+
 def _unpickle(path: Path) -> dict:
     try:
         with open(path, "rb") as handle:
-            return pickle.load(handle, encoding="latin1")  # the batches were pickled by Python 2
+            return _ArraysOnly(handle, encoding="latin1").load()  # the batches were pickled by Python 2
     except (OSError, pickle.UnpicklingError, EOFError) as error:
         raise ArchiveError(f"cannot read the CIFAR-10 batch {path} ({error}); give torchvision's "
                            "cifar-10-python.tar.gz") from None
@@ -288,11 +308,12 @@ def _lay_out_imagenette(extracted: Path, layout: Path, progress: bool) -> dict:
 # --- get: the whole job, never half-done -------------------------------------------------------
 
 def read_manifest(folder: Path) -> dict | None:
-    """The manifest of a finished layout in `folder`, or None when there is none."""
+    """The manifest of a finished layout in `folder`, or None when there is none (or it is no JSON object)."""
     try:
-        return json.loads((folder / MANIFEST).read_text())
+        manifest = json.loads((folder / MANIFEST).read_text())
     except (OSError, ValueError):
         return None
+    return manifest if isinstance(manifest, dict) else None
 
 
 def get(name: str, root: str | os.PathLike | None = None, archive: str | os.PathLike | None = None, *,
@@ -305,15 +326,25 @@ def get(name: str, root: str | os.PathLike | None = None, archive: str | os.Path
     source = None
     if archive is not None:
         source = resolve_path(archive)
+        if source.is_dir():
+            raise ArchiveError(f"--from {archive} is a folder; give the path of the archive file {spec.filename} itself")
+        if source.exists() and not source.is_file():
+            raise ArchiveError(f"--from {archive} is not a regular file (a FIFO, a device or a socket); give the path "
+                               f"of the archive file {spec.filename}")
         if not source.is_file():
             raise FileNotFoundError(f"--from {archive}: no such file; give the path of {spec.filename}")
     staging = target.parent / f".partial-{target.name}"
+    _refuse_link(staging)
     if read_manifest(target) is None:
         check_writable(target.parent)
     with exclusive_build(target.parent / f".{target.name}"):  # the lock file: a hidden .<name>.lock beside it
         manifest = read_manifest(target)
         if manifest is not None:
-            return Result(name, target, manifest.get("counts", {}), already_done=True)
+            if manifest.get("dataset") != spec.title:
+                raise FileExistsError(f"{target} holds the layout of {manifest.get('dataset')!r}, not {spec.title}; "
+                                      f"pass --root another folder for {spec.name}")
+            counts = manifest.get("counts")
+            return Result(name, target, counts if isinstance(counts, dict) else {}, already_done=True)
         if target.exists() and (not target.is_dir() or any(target.iterdir())):
             raise FileExistsError(f"{target} exists but holds no finished `workbook data get` (no {MANIFEST}); "
                                   "move it away, or pass --root another folder")
@@ -365,14 +396,16 @@ def _get_into(spec: Release, target: Path, staging: Path, source: Path | None, p
 def _lay_out(spec: Release, archive: Path, staging: Path, say: Callable[[str], None], progress: bool) -> dict:
     """Extract `archive` into staging/extracted and lay it out in staging/layout, each emptied first
     (what an interrupted earlier run left there is redone, not trusted)."""
-    from torchvision.datasets.utils import extract_archive
-
     extracted, layout = staging / "extracted", staging / "layout"
+    for folder in (staging, extracted, layout):
+        _refuse_link(folder)
     for folder in (extracted, layout):
         shutil.rmtree(folder, ignore_errors=True)
     say(f"{spec.name}: extracting {archive.name} and laying it out as train/ valid/ test/")
     try:
-        extract_archive(archive, extracted)
+        extract_safely(archive, extracted)
+    except ArchiveError:
+        raise
     except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile, tarfile.TarError) as error:
         raise ArchiveError(f"cannot extract {archive} ({str(error).splitlines()[0]}); give {spec.filename} "
                            "as downloaded") from None
@@ -380,3 +413,55 @@ def _lay_out(spec: Release, archive: Path, staging: Path, say: Callable[[str], N
     counts = spec.lay_out(extracted, layout, progress)
     shutil.rmtree(extracted, ignore_errors=True)
     return counts
+
+
+def _refuse_link(folder: Path) -> None:
+    """A staging folder must be a real folder: through a planted link, emptying it would delete another
+    folder's files."""
+    if folder.is_symlink():
+        raise ArchiveError(f"{folder} is a symbolic link, not the staging folder `data get` makes; remove the link "
+                           f"(rm {shlex.quote(str(folder))}) and run the same command again")
+
+
+def _outside(name: str) -> bool:
+    """Whether an archive member's path would land outside the folder it is extracted into."""
+    posix = name.replace("\\", "/")
+    return posix.startswith("/") or (len(posix) > 1 and posix[1] == ":") or ".." in PurePosixPath(posix).parts
+
+
+def extract_safely(archive: Path, folder: Path) -> None:
+    """Extract a .zip or a tar archive (.tar.gz, .tgz) into `folder`, past the md5 as well: a member whose
+    path is absolute or climbs out with `..`, a link (symbolic or hard), a device file or a name that comes
+    twice (a second copy would overwrite the first) is an ArchiveError naming it, and nothing is written
+    outside `folder`. tar members also pass Python's `filter="data"` (PEP 706)."""
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def refuse(member: str, why: str) -> ArchiveError:
+        return ArchiveError(f"{archive.name}: member {member!r} {why}; this is not the release as published")
+
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as handle:
+            seen = set()
+            for member in handle.infolist():
+                if _outside(member.filename):
+                    raise refuse(member.filename, "would be written outside the folder")
+                if stat.S_ISLNK(member.external_attr >> 16):
+                    raise refuse(member.filename, "is a symbolic link")
+                if member.filename in seen:
+                    raise refuse(member.filename, "comes twice (the second would overwrite the first)")
+                seen.add(member.filename)
+            handle.extractall(folder)
+        return
+    with tarfile.open(archive) as handle:
+        seen = set()
+        for member in handle.getmembers():
+            if _outside(member.name):
+                raise refuse(member.name, "would be written outside the folder")
+            if member.issym() or member.islnk():
+                raise refuse(member.name, "is a link")
+            if not (member.isfile() or member.isdir()):
+                raise refuse(member.name, "is neither a file nor a folder")
+            if member.isfile() and member.name in seen:
+                raise refuse(member.name, "comes twice (the second would overwrite the first)")
+            seen.add(member.name)
+        handle.extractall(folder, filter="data")

@@ -33,8 +33,12 @@ class Match:
         return self.first_split != self.second_split
 
     def line(self) -> str:
+        """One line however the files are named: control characters in a path (a newline, an escape
+        sequence) are written as escapes (`scan.printable`)."""
+        from course_lib.data.scan import printable
+
         kind = f"leak {self.first_split}/{self.second_split}" if self.leak else f"duplicate in {self.first_split}"
-        return f"{kind} ({self.distance} bits): {self.first} ~ {self.second}"
+        return f"{kind} ({self.distance} bits): {printable(self.first)} ~ {printable(self.second)}"
 
 
 def image_hash(path: str | os.PathLike, hash_size: int = 8) -> np.ndarray:

@@ -130,7 +130,8 @@ def _carve_validation_out_of_train(plans: dict, listing: FolderListings) -> dict
     chosen = train.chosen(listing(train.folder))
     targets = [listing(train.folder).targets[i] for i in chosen]
     kept, carved = split_indices(targets, (1 - CARVE_OUT_FRACTION, CARVE_OUT_FRACTION), CARVE_OUT_SEED,
-                                  f"{train.folder} (validation_from=train)")
+                                  f"{train.folder} (validation_from=train)",
+                                  "validate on the split you have (leave validation_from=train out), or give")
     test = plans["test"] if plans["test"] is not None else plans["val"]
     return {"train": SplitPlan(train.folder, sorted(chosen[i] for i in kept)),
             "val": SplitPlan(train.folder, sorted(chosen[i] for i in carved)), "test": test}

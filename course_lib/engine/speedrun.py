@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from course_lib import ledger
-from course_lib.config import Config
+from course_lib.config import Config, ConfigError
 from course_lib.engine import train
 
 MILESTONES = (0.90, 0.95, 0.97)  # validation top-1 levels whose time the tables report
@@ -89,6 +89,16 @@ def format_point(point: dict) -> str:
             f"{point['images_per_second']:.0f} images/s  data wait {point.get('data_wait_fraction', 0.0):.0%}")
 
 
+def check_budget(budget_seconds: float | None) -> None:
+    """None (no budget: the config's epochs) or a finite number of seconds, 0 or more (0: spent after the
+    first optimizer step)."""
+    import math
+
+    if budget_seconds is not None and not (math.isfinite(budget_seconds) and budget_seconds >= 0):
+        raise ConfigError(f"--budget-seconds must be a finite number of seconds, 0 or more, got {budget_seconds:g}; "
+                          "leave it out to train the recipe's epochs")
+
+
 def race(config: Config, *, budget_seconds: float | None = None, label: str = "", bundle=None,
          progress: bool = True, verbose: bool = True, on_epoch: Callable[[dict], None] | None = None,
          record: bool = True, every_epoch: bool = True) -> RaceResult:
@@ -96,7 +106,9 @@ def race(config: Config, *, budget_seconds: float | None = None, label: str = ""
     progress finishes), validating after every epoch; then predict the validation (and test) split
     with the config's test-time augmentation. `on_epoch(point)` sees each curve point as it comes.
     `every_epoch=False` (no budget: a fixed-length run whose end is all that counts) validates only
-    after the last epoch, so the curve has one point."""
+    after the last epoch, so the curve has one point. A budget that is no finite number of seconds, 0 or
+    more (-1, nan, inf), is a ConfigError in one line."""
+    check_budget(budget_seconds)
     train.check_outputs(config)
     clock = Clock()
     state = train.prepare(config, bundle, verbose=verbose)
@@ -158,6 +170,7 @@ def race_seeds(config: Config, seeds: list[int], *, budget_seconds: float | None
     """The same race once per seed, each building its own data inside its own clock (a pre-decoded
     cache left by an earlier race is reused; `benchmarks/bench_speedrun.py` removes it first, so that
     every clock includes decoding). `on_epoch(seed, point)` sees each curve point."""
+    check_budget(budget_seconds)  # before the first seed builds its data
     results = []
     for seed in seeds:
         shown = (lambda point, seed=seed: on_epoch(seed, point)) if on_epoch else None

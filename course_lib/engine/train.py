@@ -594,6 +594,9 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
                 state.checkpoints.keep_best()  # best.pt: this epoch's last.pt, under a second name
             state.log(_epoch_line(row, state))
         monitoring = _finish_monitoring(state, monitor)
+        if state.swa is not None and not state.swa.snapshots:  # early stopping came before the averaging began
+            state.log(f"SWA: nothing averaged: the run stopped after epoch {stopped_early_after}, before epoch "
+                      f"{state.swa.start_epoch + 1}, the first of the last {config.swa_epochs}; swa_model is None")
         if state.skipped_steps:
             state.log(f"GradScaler skipped {state.skipped_steps} optimizer step(s) whose fp16 gradients overflowed")
         result = FitResult(

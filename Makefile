@@ -29,15 +29,21 @@ STAMP := $(VENV)/.installed
 # --extra-keys metadata.language_info: JupyterLab rewrites it on every save (the Python version, the lexer),
 # so a notebook run and saved there leaves `git status` clean; the committed kernelspec is the one `ipykernel
 # install` below makes, which JupyterLab writes back unchanged (tests/test_notebooks.py does both and compares).
-NBSTRIPOUT_CLEAN = $(abspath $(BIN))/python -m nbstripout --keep-id --extra-keys metadata.language_info
+# scripts/nbstripout_filter.sh runs nbstripout from the venv, and passes notebooks through unchanged (one line
+# on stderr) once the venv is gone, so `git diff` keeps working after `make clean-venv`.
+NBSTRIPOUT_CLEAN = sh $(abspath scripts/nbstripout_filter.sh) $(abspath $(VENV)) clean
+NBSTRIPOUT_DIFF = sh $(abspath scripts/nbstripout_filter.sh) $(abspath $(VENV)) textconv
+# course_lib.measure.install_check: the torch and torchvision just installed import together (else one line
+# naming the pair and the fix, and no stamp, so the next make tries again).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet torch torchvision --index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
+	$(BIN)/python -m course_lib.measure.install_check
 	$(BIN)/python -m ipykernel install --prefix $(VENV) --name python3 > /dev/null
 	if command -v git > /dev/null && git rev-parse --git-dir > /dev/null 2>&1; then $(BIN)/nbstripout --install \
-	    && git config filter.nbstripout.clean "$(NBSTRIPOUT_CLEAN)"; fi
+	    && git config filter.nbstripout.clean "$(NBSTRIPOUT_CLEAN)" && git config diff.ipynb.textconv "$(NBSTRIPOUT_DIFF)"; fi
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -63,3 +69,4 @@ docs: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+	@echo "removed $(VENV); until make venv, the notebooks' git filter takes notebooks as they are (git diff still works)"

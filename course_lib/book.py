@@ -26,6 +26,15 @@ BUILD_SECONDS = 600
 NOTEBOOK = re.compile(r"^(\d\d)_[\w-]+\.ipynb$")
 # README links that point into docs/ become links inside the site, whose pages sit side by side.
 DOCS_LINK = re.compile(r"\]\(docs/")
+STYLESHEET = "workbook.css"  # inside SITE_SOURCE
+# The theme's column is 61rem, and a notebook's code, its outputs and the scoreboard are wider: they get a
+# wider column and scroll sideways inside it, never cut off (tests/test_book.py checks every one).
+SITE_CSS = """.md-grid { max-width: 90rem; }
+.md-typeset pre, .md-typeset .highlight, .md-typeset .jp-Cell, .md-typeset .jp-OutputArea-output,
+.md-typeset .jp-RenderedHTMLCommon { max-width: 100%; overflow-x: auto; }
+.md-typeset table:not([class]), .md-typeset .jp-RenderedHTMLCommon table {
+  display: block; max-width: 100%; overflow-x: auto; }
+"""
 
 
 class BookError(WorkbookError):
@@ -67,12 +76,14 @@ def executed_chapters(run: Path) -> list[Path]:
 
 
 def _chapter_title(notebook: Path) -> str:
-    """The first Markdown heading of the notebook, else its file name."""
+    """The first Markdown heading of the notebook without its code marks (the navigation shows text:
+    "03 · Mixed precision and torch.compile"), else its file name."""
     cells = json.loads(notebook.read_text()).get("cells", [])
     for cell in cells:
         if cell.get("cell_type") == "markdown":
             text = "".join(cell.get("source", []))
-            heading = next((line.lstrip("# ").strip() for line in text.splitlines() if line.startswith("#")), "")
+            heading = next((line.lstrip("# ").replace("`", "").strip() for line in text.splitlines()
+                            if line.startswith("#")), "")
             if heading:
                 return heading
     return notebook.stem
@@ -95,6 +106,10 @@ def _scoreboard_page(ledger_path: Path | None) -> str:
 def stage(run: Path, root: Path | None = None, ledger_path: Path | None = None) -> Path:
     """Write RUN/site-src/: the front page, the docs pages and images, the executed chapters, the scoreboard
     and mkdocs.yml with the navigation. Returns the mkdocs.yml path."""
+    import nbformat
+
+    from course_lib import report, run_summary
+
     root, run = Path(root or paths.project_root()), Path(run)
     chapters = executed_chapters(run)
     if not chapters:
@@ -110,27 +125,36 @@ def stage(run: Path, root: Path | None = None, ledger_path: Path | None = None) 
         shutil.copy2(page, source / page.name)
     if (root / "docs" / "images").is_dir():
         shutil.copytree(root / "docs" / "images", source / "images")
-    for notebook in chapters:
-        shutil.copy2(notebook, source / CHAPTERS / notebook.name)
+    for notebook in chapters:  # widgets as their static forms: a static site has no kernel behind them
+        executed = report.without_widgets(nbformat.read(str(notebook), as_version=4))
+        nbformat.write(executed, str(source / CHAPTERS / notebook.name))
     (source / "scoreboard.md").write_text(_scoreboard_page(ledger_path))
-    summary = json.loads((run / "summary.json").read_text())
+    (source / STYLESHEET).write_text(SITE_CSS)
+    summary = run_summary.read_or_empty(run)  # unusable: the site still builds, its description says "?"
     nav = [{"Home": "index.md"},
            {"Chapters": [{_chapter_title(n): f"{CHAPTERS}/{n.name}"} for n in chapters]},
            {"Claims scoreboard": "scoreboard.md"},
            {"Reference": [{_page_title(p): p.name} for p in pages]}]
     config = {
         "site_name": "Fast CNN Training Workbook",
-        "site_description": f"run {summary.get('run_id', run.name)}, profile {summary.get('profile', '?')}",
+        # names only: a tampered summary.json must not put markup into every page's head (issue 49, point 3)
+        "site_description": f"run {_plain(summary.get('run_id', run.name))}, profile {_plain(summary.get('profile'))}",
         # relative to this file, which lives in the run folder (MkDocs refuses a docs_dir holding its config)
         "docs_dir": SITE_SOURCE, "site_dir": SITE, "use_directory_urls": False,
         "theme": {"name": "material", "features": ["navigation.sections", "search.highlight"]},
         "plugins": ["search", {"mkdocs-jupyter": {"execute": False, "include_source": True}}],
         "markdown_extensions": ["tables", "admonition", "attr_list"],
+        "extra_css": [STYLESHEET],
         "nav": nav,
     }
     config_path = run / "mkdocs.yml"
     config_path.write_text(json.dumps(config, indent=2))  # JSON is YAML
     return config_path
+
+
+def _plain(value) -> str:
+    """A run id or profile as page text: letters, digits, '.', '_' and '-' only (others become '?')."""
+    return re.sub(r"[^\w.-]", "?", str(value if value is not None else "?"))[:80]
 
 
 def _page_title(page: Path) -> str:

@@ -4,7 +4,8 @@ its arguments, `_<name>(args)` calls the library and returns the exit code.
 
 Under torchrun every worker process runs `python -m course_lib train ...` (or `ddp-probe ...`),
 and `main` runs through torch's `record`: a failing rank's exception lands in its error file
-and torchrun's summary names the rank.
+and torchrun's summary names the rank. Torch is imported only by the commands that use it, so a broken
+torch/torchvision install is one line from `measure.install_check`, not a traceback.
 """
 from __future__ import annotations
 
@@ -12,12 +13,11 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
-from torch.distributed.elastic.multiprocessing.errors import record
-
-from course_lib.config import WorkbookError, make_config, parse_assignments
+from course_lib.config import WorkbookError, make_config, parse_assignments, plural, unknown_name
 from course_lib.paths import NotWritableError
 
 
@@ -61,7 +61,7 @@ def _run(args) -> int:
     failed = [r.notebook for r in results if r.status != "ok"]
     print(f"index: {out / 'index.html'}")
     if failed:
-        print(f"workbook run: {len(failed)} notebook(s) failed: {', '.join(failed)}", file=sys.stderr)
+        print(f"workbook run: {plural(len(failed), 'notebook')} failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
 
@@ -86,6 +86,43 @@ def _doctor(args) -> int:
     print(json.dumps(facts, indent=2, default=str) if args.json else doctor.format_report(facts))
     # Non-zero only for problems (a missing GPU is not one), so scripts can gate on it.
     return 1 if facts["problems"] else 0
+
+
+# --- advise: which card fits the job -----------------------------------------------------------
+
+def _add_advise(subparsers) -> None:
+    parser = subparsers.add_parser("advise", help="for a model, batch, image size and precision: which GPU fits one "
+                                                  "training step in memory, and its images/s at a stated MFU")
+    parser.add_argument("--model", default="resnet50", help="timm model name (default resnet50)")
+    parser.add_argument("--batch-size", type=int, default=256, help="images per step (default 256)")
+    parser.add_argument("--image-size", type=int, default=224, help="pixels per side (default 224)")
+    parser.add_argument("--precision", default="bf16", help="off (fp32) | fp16 | bf16 (default bf16)")
+    parser.add_argument("--optimizer", default="sgd", help="sgd | adamw (its state is part of the memory)")
+    parser.add_argument("--classes", type=int, default=1000, help="classes of the head (default 1000)")
+    parser.add_argument("--mfu", type=float, default=None, help="share of the datasheet peak for images/s "
+                                                                "(default 0.35; give your measured MFU)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.set_defaults(func=_advise)
+
+
+def _advise(args) -> int:
+    from course_lib.config import ConfigError
+    from course_lib.measure import advise
+
+    mfu = advise.DEFAULT_MFU if args.mfu is None else args.mfu
+    for name, value in (("--batch-size", args.batch_size), ("--image-size", args.image_size), ("--classes", args.classes)):
+        if value < 1:
+            raise ConfigError(f"{name} must be 1 or more, got {value}")
+    try:
+        found = advise.advise(args.model, args.batch_size, args.image_size, args.precision, args.optimizer,
+                              args.classes, mfu)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    except RuntimeError as error:  # timm: an unknown model name
+        raise ConfigError(f"--model {args.model}: {error}") from None
+    print(json.dumps([item.to_dict() for item in found], indent=2) if args.json
+          else advise.format_advice(found, args.model, args.batch_size, args.image_size, args.precision, mfu))
+    return 0
 
 
 # --- gpu-check: every CUDA path in one timed command -----------------------------------------
@@ -236,6 +273,11 @@ def _scan(args) -> int:
         found = (_scan_duplicates(args) if args.duplicates else 0) + (_scan_labels(args) if args.labels else 0)
         return 1 if found else 0
     checked, problems = scan.scan_folder(args.folder, follow_links=args.follow_links)
+    datasets = scan.dataset_folders(Path(args.folder))
+    if datasets:
+        print(f"{args.folder} is a folder of {plural(len(datasets), 'dataset')} "
+              f"({', '.join(scan.printable(folder.name) for folder in datasets)}): each is checked as a dataset "
+              "of its own (train/, val/ and their class folders)")
     for problem in problems:
         print(problem)
     print(f"checked {checked} files: {len(problems)} problem(s)")
@@ -540,8 +582,9 @@ def _compare(args) -> int:
         print(json.dumps(result.to_dict(), indent=2, default=str))
         return 0
     percent = f"{args.level:.0%}"
-    print(f"{after.name} vs {before.name}: {len(before.labels)} images, {before.num_classes} classes, "
-          f"{percent} paired bootstrap intervals over {args.draws} resamples")
+    # A first, then B, in the order of the numbers below (A -> B, delta = B - A)
+    print(f"A: {before.name} -> B: {after.name} (delta = B - A): {len(before.labels)} images, "
+          f"{before.num_classes} classes, {percent} paired bootstrap intervals over {args.draws} resamples")
     for name in ("top1", "macro_f1"):
         o = result.overall[name]
         print(f"{name:9s} {o['before']:.4f} -> {o['after']:.4f}  delta {o['delta']:+.4f} "
@@ -671,10 +714,9 @@ def _reference(args) -> int:
         return 0
     if args.action == "list":
         found = sorted(reference.folder().glob("*/*.json"))
-        for path in found:
-            item = reference.load(path)
+        for item in reference.load_all(found):
             print(f"{item.notebook}: {len(item.claims)} claim(s), {item.hardware}, profile {item.profile}, "
-                  f"{item.date}: `{item.command}` ({path})")
+                  f"{item.date}: `{item.command}` ({item.path})")
         if not found:
             print(f"no reference results in {reference.folder()}")
         return 0
@@ -823,13 +865,25 @@ def _ledger_check(path: Path) -> int:
 
 
 # Subcommands, in the order `workbook --help` lists them.
-SUBCOMMANDS = (_add_run, _add_doctor, _add_gpu_check, _add_data, _add_bench, _add_train, _add_speedrun, _add_ddp,
+SUBCOMMANDS = (_add_run, _add_doctor, _add_advise, _add_gpu_check, _add_data, _add_bench, _add_train, _add_speedrun, _add_ddp,
                _add_eval, _add_compare, _add_export, _add_report, _add_claims, _add_reference, _add_ledger,
                _add_docs)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a close match offered for a mistyped command or choice (`workbook trian`: did you
+    mean 'train'?); subcommands' parsers are of this class too (add_subparsers takes the parent's)."""
+
+    def error(self, message: str):
+        found = re.search(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if found:
+            argument, given, choices = found.groups()
+            message = f"argument {argument}: " + unknown_name("choice", given, re.findall(r"'([^']*)'", choices))
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="workbook", description="Fast CNN Training Workbook")
+    parser = _Parser(prog="workbook", description="Fast CNN Training Workbook")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in SUBCOMMANDS:
         add(subparsers)
@@ -839,8 +893,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     if "TORCHELASTIC_ERROR_FILE" in os.environ:
         # Under torchrun: a failing rank's exception goes to its error file, so the summary names it.
+        from torch.distributed.elastic.multiprocessing.errors import record
+
         return record(_main)(argv)
-    return _main(argv)
+    try:
+        return _main(argv)
+    except (ImportError, OSError, RuntimeError):
+        # A torch/torchvision pair that does not import together fails any command, `doctor` included:
+        # one line naming the pair and the fix, once a child process confirms it (else the error as it is).
+        from course_lib.measure import install_check
+
+        problem = install_check.torch_pair_problem()
+        if problem is None:
+            raise
+        print(f"workbook: error: {problem}", file=sys.stderr)
+        return 2
 
 
 def _main(argv: list[str] | None) -> int:

@@ -2,12 +2,13 @@
 
 Profiles (`smoke`, `cpu`, `gpu`, `auto`) are named sets of values for the same fields,
 so a notebook runs everywhere without edits. Building a config refuses unknown names
-and wrong types with a one-line message that lists the valid names, and values outside their
+and wrong types with a one-line message that names the closest valid names (or lists them), and values outside their
 field's range (NaN and inf included) with a one-line message that gives the range.
 """
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import typing
@@ -26,6 +27,21 @@ SAMPLE_DATA_DIR = "data_samples/landcover-synth"
 
 class WorkbookError(Exception):
     """Bad input the user can fix; the CLI prints the message as one line, without a traceback."""
+
+
+def plural(count: int, noun: str) -> str:
+    """"1 notebook", "16 notebooks": a count and its noun, as the one-line messages print them."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def unknown_name(kind: str, name: str, valid, where: str = "") -> str:
+    """The one line for a `name` that is not among `valid`: the closest valid names when some are close
+    ("unknown parameter 'epoch'; did you mean 'epochs'?"), else every valid name."""
+    valid = list(valid)
+    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
+    if close:
+        return f"unknown {kind} {name!r}{where}; did you mean {' or '.join(map(repr, close))}?"
+    return f"unknown {kind} {name!r}{where}; valid names: {', '.join(valid)}"
 
 
 class ConfigError(WorkbookError, ValueError):
@@ -95,6 +111,7 @@ class Config:
     output_dir: str = "runs/checkpoints"  # where checkpoints go
     resume: bool = False  # continue from output_dir's last checkpoint
     monitor_interval: float = 0.0  # seconds between utilisation samples on a background thread (GPU SM %, memory and power through NVML; process CPU % and RSS through psutil), timeline in output_dir/monitor.csv; 0 = off
+    tensorboard: bool = False  # write the run's curves for TensorBoard into output_dir/tensorboard/ (torch.utils.tensorboard): per step loss, lr and grad norm (grad_norm_log), per epoch every history number (loss, top-1, images/s, data wait, memory), utilisation samples (monitor_interval); `tensorboard --logdir runs` shows them
     grad_norm_log: bool = False  # log the total gradient L2 norm of every optimizer step (output_dir/grad_norms.csv) and name vanishing or exploding gradients in one line
     vanishing_grad_norm: float = 1e-4  # gradient L2 norm under which a step counts towards vanishing gradients (grad_norm_log)
     vanishing_grad_steps: int = 20  # consecutive optimizer steps under vanishing_grad_norm that name vanishing gradients
@@ -356,7 +373,7 @@ def check_values(values: dict) -> dict:
     so the CLI, notebooks and `workbook run` refuse a bad value in one line before any work."""
     unknown = sorted(set(values) - set(FIELD_NAMES))
     if unknown:
-        raise ConfigError(f"unknown parameter {unknown[0]!r}; valid names: {', '.join(FIELD_NAMES)}")
+        raise ConfigError(unknown_name("parameter", unknown[0], FIELD_NAMES))
     checked = {name: _check_type(name, value) for name, value in values.items()}
     for name, choices in _CHOICES.items():
         if name in checked and checked[name] not in choices:
@@ -429,7 +446,7 @@ def parse_bool(text: str) -> bool:
 def parse_value(name: str, text: str):
     """Turn the text of `-p name=value` into the field's type (CLI and runner use this)."""
     if name not in FIELD_NAMES:
-        raise ConfigError(f"unknown parameter {name!r}; valid names: {', '.join(FIELD_NAMES)}")
+        raise ConfigError(unknown_name("parameter", name, FIELD_NAMES))
     expected = _TYPES[name]
     try:
         return parse_bool(text) if expected is bool else parse_number(expected, text) if expected in (int, float) \

@@ -123,11 +123,11 @@ def headline_table(root: Path | None = None) -> str:
     per_notebook = ", ".join(f"{notebook}: {count[claims.CONCLUSIVE]} of {count['total']}"
                              for notebook, count in counts.items())
     demonstrated = claims.demonstrations(root / REFERENCES)
-    rows.append(("accuracy verdicts of the reference run that are conclusive (holds or refuted, by rules stated "
+    rows.append(("accuracy verdicts of the reference runs that are conclusive (holds or refuted, by rules stated "
                  "before the run)",
                  f"{conclusive} of {total} ({per_notebook}); apart from these, {demonstrated} "
                  f"{claims.DEMONSTRATED}",
-                 ", ".join(machines) or "no reference committed", "EuroSAT `valid`, the reference cpu run"))
+                 ", ".join(machines) or "no reference committed", f"EuroSAT `valid`{_reference_profiles(root)}"))
     lines = ["| result | measured | hardware | scored on |", "|---|---|---|---|"]
     lines += [f"| {what} | {value} | {hardware} | {split} |" for what, value, hardware, split in rows]
     return "\n".join(lines)
@@ -171,6 +171,18 @@ def _configuration(root: Path) -> str:
     from course_lib.config import configuration_table
 
     return configuration_table()
+
+
+def _reference_profiles(root: Path) -> str:
+    """Which profile each committed reference ran in: ", the committed references (cpu profile: 03, 06 ...;
+    reference profile: 07)", or "" when none is committed."""
+    from course_lib.analysis import reference
+
+    by_profile: dict[str, set] = {}
+    for item in reference.load_all(sorted((root / REFERENCES).glob("*/*.json"))):
+        by_profile.setdefault(item.profile, set()).add(item.notebook)
+    runs = "; ".join(f"{profile} profile: {', '.join(sorted(notebooks))}" for profile, notebooks in sorted(by_profile.items()))
+    return f", the committed references ({runs})" if runs else ""
 
 
 def _reference_counts(root: Path) -> str:

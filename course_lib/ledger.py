@@ -515,9 +515,13 @@ def _wrap(items: list[str], room: int) -> list[str]:
 def meaningful(value) -> str:
     """A metric as a reader wants it: 3 significant digits (0.953, 12.3, 1.2e-05), whole numbers from 100
     on (1234 images/s; 3 significant again from a million), integers as they are; lists and dicts item by
-    item, a long list shortened."""
+    item, a long list shortened, a list of records (a speed run's curve) by its length and first keys
+    (`workbook ledger --json` prints them whole)."""
     if isinstance(value, bool) or not isinstance(value, (float, list, tuple, dict)):
         return str(value)
+    if isinstance(value, (list, tuple)) and value and all(isinstance(item, dict) for item in value):
+        keys = list(value[0])
+        return f"[{len(value)} rows of {', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''}]"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {meaningful(v)}" for k, v in value.items()) + "}"
     if isinstance(value, (list, tuple)):

@@ -1,6 +1,6 @@
 """The run report `runs/<id>/index.html`: one row per notebook with its status and duration, its
 headline numbers read from the ledger rows the run wrote (best top-1, best images/s, the
-fastest-over-slowest speed-up of its training runs), its claims table ("what we measured vs. what
+fastest-over-slowest spread of its training runs' images/s), its claims table ("what we measured vs. what
 the article claims") and its key figure (the last image the executed notebook shows, read with
 nbformat) as a thumbnail. `workbook run` rewrites it after every notebook; `workbook report RUN_ID`
 regenerates it from `summary.json`, the ledger and the executed notebooks.
@@ -24,6 +24,18 @@ TOP1_KEYS = ("val_top1", "top1", "val top-1", "test top-1")
 SPEED_KEYS = ("images_per_second", "images/s")
 CLAIMS_HEADING = "what we measured vs"
 FIGURES_DIR = "figures"
+# A link the run's page may hold: a file in the run's own folder (no scheme such as javascript:, no folder, no ..).
+RUN_FILE = re.compile(r"^\w[\w.-]*$")
+
+
+def run_link(value) -> str | None:
+    """`value` (summary.json's `output` or `html`) when it names a file in the run's folder, else None: a
+    tampered summary cannot make the page link elsewhere or run script (issue 49, point 3)."""
+    return value if isinstance(value, str) and RUN_FILE.match(value) and ".." not in value else None
+
+
+def _seconds(value) -> str:
+    return f"{value:.1f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
 THUMBNAIL_PIXELS = 220
 # Rows grouped by the notebook that wrote them (the ledger knows how the runner records them).
 RUNNING, rows_by_notebook = ledger.RUNNING, ledger.rows_by_notebook
@@ -38,11 +50,13 @@ def _first(metrics: dict, keys) -> float | None:
 
 
 def headline(rows: list[dict]) -> dict:
-    """Best top-1 and best images/s among `rows` (with the row that holds each), and the
-    speed-up of the fastest over the slowest training run when there are several."""
+    """Best top-1 and best images/s among `rows` (with the row that holds each), and the spread of
+    training speeds when there are several runs: (fastest / slowest images/s, runs, fastest row, slowest row).
+    The runs differ in their settings (a grid, model families), so the spread is a range, not the
+    speed-up of one change; the chapter's own tables give those."""
     found = {"rows": len(rows), "top1": None, "images_per_second": None, "speedup": None}
     best_top1 = best_speed = None
-    train_speeds = []
+    train_speeds = []  # (images/s, "kind name")
     for row in rows:
         if row.get("status") not in (None, "ok"):
             continue
@@ -52,10 +66,11 @@ def headline(rows: list[dict]) -> dict:
         if speed is not None and (best_speed is None or speed > best_speed[0]):
             best_speed = (speed, f"{row['kind']} {row['name']}")
         if speed is not None and row["kind"] == "train":
-            train_speeds.append(speed)
+            train_speeds.append((speed, f"{row['kind']} {row['name']}"))
     found["top1"], found["images_per_second"] = best_top1, best_speed
-    if len(train_speeds) >= 2 and min(train_speeds) > 0:
-        found["speedup"] = (max(train_speeds) / min(train_speeds), len(train_speeds))
+    if len(train_speeds) >= 2 and min(train_speeds)[0] > 0:
+        (slowest, slow_name), (fastest, fast_name) = min(train_speeds), max(train_speeds)
+        found["speedup"] = (fastest / slowest, len(train_speeds), fast_name, slow_name)
     return found
 
 
@@ -67,8 +82,10 @@ def headline_html(found: dict) -> str:
         parts.append(f"<b>{found['images_per_second'][0]:,.0f}</b> images/s "
                      f"<small>({html.escape(found['images_per_second'][1])})</small>")
     if found["speedup"]:
-        ratio, runs = found["speedup"]
-        parts.append(f"fastest/slowest of {runs} training runs: <b>{ratio:.2f}x</b>")
+        ratio, runs, fastest, slowest = found["speedup"]
+        parts.append(f"images/s spread over {runs} training runs: <b>{ratio:.2f}x</b> <small>(fastest "
+                     f"{html.escape(fastest)} over slowest {html.escape(slowest)}; runs of different settings, "
+                     "not one change's speed-up)</small>")
     if not parts:
         return f"<small>{found['rows']} ledger row(s), no accuracy or speed among them</small>"
     return "<br>".join(parts)
@@ -201,6 +218,28 @@ def _read_notebook(path: Path):
         return None
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_ONLY = "(an interactive widget: open the notebook in JupyterLab to use it)"
+
+
+def without_widgets(notebook):
+    """`notebook` (an nbformat node, changed in place and returned) as a static page shows it: each widget
+    view gives way to the other forms its output carries (the explorer's matrix as a PNG), a widget with no
+    other form to a line saying where to use it, and the saved widget state is dropped, so the page fetches
+    no widget script from a CDN and shows no blank box offline (the run's HTML pages, the docs site)."""
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if WIDGET_VIEW not in data:
+                continue
+            del data[WIDGET_VIEW]
+            if not set(data) - {"text/plain"}:  # only the widget's repr ("VBox(children=...)") is left
+                data.clear()
+                data["text/plain"] = WIDGET_ONLY
+    notebook.metadata.pop("widgets", None)
+    return notebook
+
+
 def write_atomically(path: Path, text: str) -> None:
     """A browser refreshing the page (or a crash) never sees half a file."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -213,12 +252,13 @@ def write_atomically(path: Path, text: str) -> None:
 
 def notebook_row(out_dir: Path, result: dict, rows: list[dict]) -> str:
     """One table row: notebook links, status, seconds, headline numbers, claims, key figure."""
-    name = result["notebook"]
-    links = f'<a href="{html.escape(result["output"])}">ipynb</a>'
-    links = (f'<a href="{html.escape(result["html"])}">{html.escape(name)}</a> ({links})' if result.get("html")
+    name = str(result["notebook"])
+    output, page = run_link(result.get("output")), run_link(result.get("html"))
+    links = f'<a href="{html.escape(output)}">ipynb</a>' if output else "no notebook file"
+    links = (f'<a href="{html.escape(page)}">{html.escape(name)}</a> ({links})' if page
              else f"{html.escape(name)} ({links})")
-    colour = STATUS_COLOURS.get(result["status"], STATUS_COLOURS["failed"])
-    notebook = _read_notebook(out_dir / result["output"]) if (out_dir / result["output"]).exists() else None
+    colour = STATUS_COLOURS.get(str(result.get("status")), STATUS_COLOURS["failed"])
+    notebook = _read_notebook(out_dir / output) if output and (out_dir / output).exists() else None
     claim_cell = figure_cell = ""
     if notebook is not None:
         found = claims(notebook)
@@ -233,12 +273,13 @@ def notebook_row(out_dir: Path, result: dict, rows: list[dict]) -> str:
             figures.mkdir(exist_ok=True)
             target = figures / f"{Path(name).stem}.png"
             target.write_bytes(image)
-            relative = f"{FIGURES_DIR}/{target.name}"
+            relative = html.escape(f"{FIGURES_DIR}/{target.name}")
             figure_cell = (f'<a href="{relative}"><img src="{relative}" width="{THUMBNAIL_PIXELS}" '
                            f'alt="key figure of {html.escape(name)}"></a>')
-    params = html.escape(", ".join(f"{k}={v}" for k, v in result.get("parameters", {}).items()))
-    return (f"<tr><td>{links}<br><small>{params}</small></td><td style='color:{colour}'>{html.escape(result['status'])}</td>"
-            f"<td>{result['duration_seconds']:.1f}</td><td>{headline_html(headline(rows))}{monitoring_html(rows)}</td>"
+    parameters = result.get("parameters")
+    params = html.escape(", ".join(f"{k}={v}" for k, v in parameters.items())) if isinstance(parameters, dict) else ""
+    return (f"<tr><td>{links}<br><small>{params}</small></td><td style='color:{colour}'>{html.escape(str(result.get('status')))}</td>"
+            f"<td>{_seconds(result.get('duration_seconds'))}</td><td>{headline_html(headline(rows))}{monitoring_html(rows)}</td>"
             f"<td>{claim_cell}</td><td>{figure_cell}</td><td>{html.escape(result.get('error') or '')}</td></tr>")
 
 
@@ -336,7 +377,7 @@ def scoreboard_html(book=None) -> str:
     evidence = [item for item in board if item.get("evidence", True)]
     smoke = [item for item in board if not item.get("evidence", True)]
     counts = claims.format_counts(board)
-    smoke_rows = rows(smoke, lambda item: f"{claims.SMOKE} (as measured: {item['verdict_as_measured']})")
+    smoke_rows = rows(smoke, lambda item: claims.SMOKE)  # no verdict, not even as measured
     smoke_section = "" if not smoke else (
         f"<details><summary>{html.escape(claims.SMOKE)}: {len(smoke)} measurement(s) of the smoke profile (a "
         f"few steps on tiny inputs, to check that the notebooks run), left out of the counts</summary><table>"
@@ -362,15 +403,9 @@ def run_folder(run: str) -> Path:
 
 def regenerate(run: str) -> Path:
     """`workbook report RUN_ID`: rewrite the run's index.html from summary.json and the ledger."""
+    from course_lib import run_summary
+
     folder = run_folder(run)
-    try:
-        summary = json.loads((folder / "summary.json").read_text())
-        if not all(key in summary for key in ("run_id", "profile", "results")):
-            raise ValueError("it lacks run_id, profile or results")
-    except (ValueError, UnicodeDecodeError, TypeError) as error:  # JSONDecodeError is a ValueError
-        raise WorkbookError(f"{folder / 'summary.json'} cannot be read ({type(error).__name__}: "
-                            f"{str(error).splitlines()[0][:120]}), e.g. cut short by a full disk or a killed run; "
-                            f"the ledger still has the run's rows (`workbook ledger --run {folder.name}`), "
-                            "or rerun the notebooks") from None
+    summary = run_summary.read(folder)  # one line when it is cut short or of another shape
     return write_index(folder, summary["run_id"], summary["profile"], summary["results"], summary.get("not_run", []),
                        summary.get("state", "finished"))

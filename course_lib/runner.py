@@ -41,8 +41,10 @@ from course_lib.config import (
     parse_bool,
     parse_number,
     parse_value,
+    plural,
     refuse_repeated,
     resolve_profile,
+    unknown_name,
 )
 
 NOTEBOOK_PATTERN = re.compile(r"^(\d\d)_[\w-]+\.ipynb$")
@@ -283,7 +285,7 @@ def check_parameters(notebooks: list[Path], assignments: list[str], profile: str
         takers = [path for path in notebooks if name in declared[path]]
         if not takers:
             valid = sorted({n for names in declared.values() for n in names})
-            raise ConfigError(f"unknown parameter {name!r} for the selected notebooks; valid names: {', '.join(valid)}")
+            raise ConfigError(unknown_name("parameter", name, valid, " for the selected notebooks"))
         for path in takers:
             per_notebook[path][name] = declared[path][name].parse(text)
         if name in FIELD_NAMES:
@@ -591,12 +593,15 @@ class NotebookProgress:
 
 
 def to_html(notebook_path: Path) -> Path | None:
-    """Render an executed notebook to HTML next to it (nbconvert); None when it cannot."""
+    """Render an executed notebook to HTML next to it (nbconvert), widgets as their static forms
+    (`report.without_widgets`); None when it cannot."""
     try:
         import nbformat
         from nbconvert import HTMLExporter
 
-        body, _ = HTMLExporter().from_notebook_node(nbformat.read(str(notebook_path), as_version=4))
+        # static: the explorer's picture in place of its widget, no widget script from a CDN
+        body, _ = HTMLExporter().from_notebook_node(report.without_widgets(nbformat.read(str(notebook_path),
+                                                                                         as_version=4)))
     except Exception:  # an unreadable notebook is already reported as failed
         return None
     target = notebook_path.with_suffix(".html")
@@ -716,7 +721,7 @@ def run_workbook(profile: str = "auto", only: str | None = None, assignments: li
     with exported({ledger.LEDGER_ENV: str(ledger_path), ledger.RUN_ID_ENV: run_id, ledger.PROFILE_ENV: resolved}):
         book = ledger.Ledger(ledger_path)
         stream = stream or sys.stdout
-        print(f"workbook run {run_id}: {len(notebooks)} notebook(s), profile {resolved}, into {out}", file=stream,
+        print(f"workbook run {run_id}: {plural(len(notebooks), 'notebook')}, profile {resolved}, into {out}", file=stream,
               flush=True)
         if resolved == "rehearsal":
             print(rehearsal_line(), file=stream, flush=True)

@@ -37,6 +37,39 @@ def chromium():
     return found
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real small filesystem (an 8 MiB tmpfs), where writing past its end fails with the kernel's ENOSPC, as
+    a full disk does: the reliability tests of a full disk (issue 49) run on it. Mounting needs root in a
+    container that allows it (CI's does); elsewhere a skip says so."""
+    import subprocess
+
+    folder = tmp_path / "small_disk"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("a real full disk is a tmpfs mount, which needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(folder)], capture_output=True,
+                          text=True, timeout=30)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True, timeout=30)
+
+
+def fill_disk(folder) -> None:
+    """Write zeros into `folder`/filler until its filesystem refuses more (ENOSPC)."""
+    descriptor = os.open(str(folder / "filler"), os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(descriptor, bytes(1 << 16))
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
 class TensorImages(torch.utils.data.Dataset):
     """Fixed random images whose mean depends on the label (so they are learnable), in memory."""
 

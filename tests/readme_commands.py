@@ -98,8 +98,8 @@ COMMANDS = [
                   "workbook train --profile smoke --no-progress -p output_dir=runs/checkpoints/mine", r"^checkpoint: "),
     ReadmeCommand("workbook export runs/checkpoints/mine/last.pt --format onnx --int8",
                   "workbook export runs/checkpoints/mine/last.pt --format onnx --int8 --repeats 1", r"\S"),
-    ReadmeCommand("workbook train --profile smoke -p monitor_interval=0.5 -p grad_norm_log=true",
-                  "workbook train --profile smoke --no-progress -p monitor_interval=0.5 -p grad_norm_log=true",
+    ReadmeCommand("workbook train --profile smoke -p monitor_interval=0.5 -p grad_norm_log=true -p tensorboard=true",
+                  "workbook train --profile smoke --no-progress -p monitor_interval=0.5 -p grad_norm_log=true -p tensorboard=true",
                   r"^checkpoint: "),
     ReadmeCommand("docker build -t workbook .", skip=CONTAINERS),
     ReadmeCommand('docker run --gpus all --ipc=host -v "$PWD/runs:/workbook/runs" workbook', skip=CONTAINERS),
@@ -109,6 +109,21 @@ COMMANDS = [
     ReadmeCommand('docker run --ipc=host -v "$PWD/runs:/workbook/runs" workbook-cpu', skip=CONTAINERS),
     ReadmeCommand("apptainer build workbook.sif containers/workbook.def", skip=CONTAINERS),
     ReadmeCommand('apptainer run --nv --bind "$PWD":/workbook workbook.sif', skip=CONTAINERS),
+    # docs/your_own_data.md: my_dataset is the committed sample's folder here
+    ReadmeCommand("workbook scan my_dataset", "workbook scan data_samples/landcover-synth",
+                  r"^checked \d+ files: 0 problem\(s\)$"),
+    ReadmeCommand("workbook scan my_dataset --duplicates",
+                  "workbook scan data_samples/landcover-synth --duplicates --no-progress", r"^hashed \d+ images: ",
+                  exit_codes=(0, 1)),
+    ReadmeCommand("workbook train -p data_dir=my_dataset",
+                  "workbook train --profile smoke --no-progress -p data_dir=data_samples/landcover-synth "
+                  "-p output_dir=runs/checkpoints/own", r"^checkpoint: "),
+    ReadmeCommand("workbook speedrun --recipe speedrun -p data_dir=my_dataset --seeds 5",
+                  "workbook speedrun --profile smoke --no-progress --recipe speedrun "
+                  "-p data_dir=data_samples/landcover-synth --seeds 2 -p epochs=2", SPEEDRUN_SUMMARY),
+    ReadmeCommand("workbook advise --model resnet50 --batch-size 256 --image-size 224 --precision bf16",
+                  "workbook advise --model resnet50 --batch-size 256 --image-size 224 --precision bf16",
+                  r"^H200 SXM\s+141 GiB\s+yes\s"),
 ]
 
 # Checkpoints the compare commands read: two short smoke trainings, made once before any command runs.

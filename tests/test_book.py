@@ -31,8 +31,15 @@ def test_a_run_is_staged_with_the_front_page_the_pages_the_chapters_and_the_scor
     assert "Claims scoreboard" in (source / "scoreboard.md").read_text()
     nav = {next(iter(item)): next(iter(item.values())) for item in config["nav"]}
     assert nav["Chapters"] == [{"Chapter title": "chapters/00_setup_check.ipynb"}, {"Chapter title": "chapters/09_x.ipynb"}]
+    assert config["extra_css"] == [book.STYLESHEET] and "overflow-x: auto" in (source / book.STYLESHEET).read_text()
     assert {"Profiles and parameters": "profiles.md"} in nav["Reference"]
     assert config["docs_dir"] == book.SITE_SOURCE and config["site_dir"] == book.SITE
+
+
+def test_a_chapter_title_in_the_navigation_is_its_heading_as_text(tmp_path):
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 03 · Mixed precision and `torch.compile`")])
+    nbformat.write(notebook, tmp_path / "03_x.ipynb")
+    assert book._chapter_title(tmp_path / "03_x.ipynb") == "03 · Mixed precision and torch.compile"
 
 
 def test_a_run_without_chapters_is_one_line_naming_the_fix(tmp_path):
@@ -84,6 +91,25 @@ def test_the_default_run_is_the_newest_by_time_and_never_one_still_marked_runnin
     assert "no finished run under runs/" in capsys.readouterr().err
 
 
+# In the page: the code blocks, tables and outputs wider than their box that nothing lets the reader
+# scroll to (neither they nor a box around them scroll sideways), and how many were wider than their box.
+CUT_OFF = """root => {
+  const cut = []; let wide = 0;
+  for (const element of root.querySelectorAll("pre, table, .jp-OutputArea-output")) {
+    if (element.scrollWidth <= element.clientWidth + 1) continue;
+    wide += 1;
+    let node = element, scrolls = false;
+    while (node && node !== root.parentElement) {
+      const overflow = getComputedStyle(node).overflowX;
+      if ((overflow === "auto" || overflow === "scroll") && node.scrollWidth > node.clientWidth) { scrolls = true; break; }
+      node = node.parentElement;
+    }
+    if (!scrolls) cut.push(element.tagName + ": " + element.textContent.trim().slice(0, 40));
+  }
+  return {cut, wide};
+}"""
+
+
 @pytest.mark.notebook
 @pytest.mark.browser
 def test_the_site_of_a_smoke_run_shows_a_chapter_with_its_figure_and_table(chromium, tmp_path, monkeypatch):
@@ -96,6 +122,13 @@ def test_the_site_of_a_smoke_run_shows_a_chapter_with_its_figure_and_table(chrom
     result = runner.execute_notebook(ROOT / "notebooks" / "00_setup_check.ipynb", run / "00_setup_check.ipynb",
                                      {"profile": "smoke"})
     assert result.status == "ok", result.error
+    # a line of code and a table far wider than any window: the site must let the reader scroll to their ends
+    executed = nbformat.read(run / "00_setup_check.ipynb", as_version=4)
+    executed.cells.append(nbformat.v4.new_code_cell("wide = " + " + ".join(f"value_{i}" for i in range(60))))
+    executed.cells.append(nbformat.v4.new_markdown_cell("| " + " | ".join(f"column number {i}" for i in range(40))
+                                                        + " |\n|" + "---|" * 40 + "\n| " + " | ".join("x" * 40)
+                                                        + " |\n"))
+    nbformat.write(executed, run / "00_setup_check.ipynb")
     (run / "summary.json").write_text(json.dumps({"run_id": "test-run", "profile": "smoke"}))
     index = book.build(run, ROOT)
     assert index.is_file()
@@ -112,8 +145,12 @@ def test_the_site_of_a_smoke_run_shows_a_chapter_with_its_figure_and_table(chrom
             figures = content.locator("img[src^='data:image/png'], img[src$='.png']")
             assert figures.count() >= 1 and figures.first.evaluate("img => img.naturalWidth") > 0
             assert content.locator("table").count() >= 1
+            page.set_viewport_size({"width": 1400, "height": 900})
+            shown = content.evaluate(CUT_OFF)
+            assert shown["wide"] >= 2 and shown["cut"] == [], shown  # the planted code line and table scroll
             page.locator("nav a", has_text="Claims scoreboard").first.click()
             page.wait_for_load_state()
             assert "Claims scoreboard" in page.locator("h1").first.inner_text()
+            assert page.locator("article, .md-content").first.evaluate(CUT_OFF)["cut"] == []
         finally:
             browser.close()

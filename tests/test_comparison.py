@@ -1,4 +1,5 @@
 import json
+import re
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -122,6 +123,10 @@ def test_compare_cli_json_and_text(tmp_path, capsys):
     assert cli.main(["compare", str(tmp_path / "before.npz"), str(tmp_path / "after.npz"), "--draws", "200"]) == 0
     text = capsys.readouterr().out
     assert "top1" in text and "right to wrong: 1 images" in text and "wrong to right: 3 images" in text
+    # the header names the evaluations in the order of the numbers (before -> after)
+    assert text.splitlines()[0].startswith("A: before -> B: after (delta = B - A)")
+    first, second = (float(v) for v in re.search(r"top1\s+(\S+) -> (\S+)", text).groups())
+    assert second - first == pytest.approx(0.2)
     assert cli.main(["compare", "no-such-eval", str(tmp_path / "after.npz")]) == 2
     assert "no evaluation 'no-such-eval'" in capsys.readouterr().err
 
@@ -260,3 +265,17 @@ def test_unknown_run_ids_and_mixed_kinds_are_one_line_errors(two_runs, tmp_path,
     assert cli.main(["compare", "nothing-like-this", RUN_B]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "no evaluation 'nothing-like-this', and no run or ledger row" in error
+
+
+def test_too_many_draws_is_one_line_not_an_out_of_memory_kill(tmp_path, capsys):
+    """Issue 49 point 6: `compare --draws 10000000` was killed for memory with no message."""
+    with pytest.raises(ValueError, match=r"draws=10,000,000 over 20 images needs 1\.5 GiB of resampling counts; "
+                                         r"use at most 6,710,886 draws"):
+        statistics.bootstrap_weights(20, draws=10_000_000)
+    before, after = _evaluation("before", BEFORE), _evaluation("after", AFTER)
+    before.save(tmp_path)
+    after.save(tmp_path)
+    assert cli.main(["compare", str(tmp_path / "before.npz"), str(tmp_path / "after.npz"),
+                     "--draws", "1000000000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "use at most" in err, err

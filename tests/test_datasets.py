@@ -88,3 +88,29 @@ def test_a_fifo_named_like_an_image_is_one_line_not_a_hang(small_landcover):
         datasets.ImageFolderDataset(small_landcover / "train")
     skipping = datasets.ImageFolderDataset(small_landcover / "train", bad_images="skip")
     assert str(fifo) not in [path for path, _ in skipping.samples]
+
+
+def test_max_train_images_never_leaves_a_class_out(tmp_path):
+    """Issue 49 point 8: a 200/2 split with 10 kept lost the small class, silently."""
+    targets = [0] * 200 + [1] * 2
+    plain = datasets.limit_indices(len(targets), 10, seed=0)
+    assert {targets[i] for i in plain} == {0}  # the seeded random pick alone misses class 1
+    kept = datasets.limit_indices(len(targets), 10, seed=0, targets=targets)
+    assert len(kept) == 10 and len(set(kept)) == 10 and {targets[i] for i in kept} == {0, 1}
+    assert kept == datasets.limit_indices(len(targets), 10, seed=0, targets=targets)  # seeded
+    balanced = [0, 1] * 100  # a pick that holds every class is the same as before
+    assert datasets.limit_indices(200, 10, seed=3, targets=balanced) == datasets.limit_indices(200, 10, seed=3)
+    with pytest.raises(datasets.DataFolderError, match=r"max_train_images=1 cannot keep one image of each of the "
+                                                       r"2 classes; set it to 2 or more"):
+        datasets.limit_indices(len(targets), 1, seed=0, targets=targets)
+    # through the pipeline: a folder whose second class has 2 images keeps it
+    root = tmp_path / "data"
+    for split, counts in (("train", {"big": 40, "small": 2}), ("val", {"big": 2, "small": 2})):
+        for name, count in counts.items():
+            (root / split / name).mkdir(parents=True)
+            for index in range(count):
+                Image.new("RGB", (8, 8), (index, 0, 0)).save(root / split / name / f"{index}.png")
+    listing = pipeline.FolderListings(make_config("smoke", dataset="imagefolder", data_dir=str(root)))
+    plans = pipeline.plan_splits(root, 0, 5, listing)
+    train = listing(plans["train"].folder)
+    assert sorted({train.targets[i] for i in plans["train"].indices}) == [0, 1]

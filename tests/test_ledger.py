@@ -287,7 +287,10 @@ def test_a_locked_ledger_says_so_within_seconds_then_waits(tmp_path, monkeypatch
                                          (1.234e-5, "1.23e-05"), (2.5e9, "2.5e+09"), (7, "7"), (True, "True"),
                                          ("cpu", "cpu"), ([0.91234, 0.95678], "[0.912, 0.957]"),
                                          ([1.5] * 6, "[1.5, 1.5, 1.5, 1.5, ... (6 values)]"),
-                                         ({"a": 0.123456}, "{a: 0.123}"), (float("nan"), "nan")])
+                                         ({"a": 0.123456}, "{a: 0.123}"), (float("nan"), "nan"),
+                                         # a speed run's 21-point curve: its length and keys, not 672 characters
+                                         ([{"seconds": 1.5, "epoch": 0.5, "val_top1": 0.9, "val_loss": 0.3}] * 21,
+                                          "[21 rows of seconds, epoch, val_top1, ...]")])
 def test_metrics_are_shown_to_their_meaningful_digits(value, text):
     assert ledger.meaningful(value) == text
 

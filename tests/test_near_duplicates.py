@@ -102,3 +102,18 @@ def test_control_characters_in_file_names_are_escaped_on_the_line():
     line = Match("train/a\nfake line.png", "valid/\x1b[31mred.png", "train", "valid", 0).line()
     assert "\n" not in line and "\x1b" not in line
     assert line == "leak train/valid (0 bits): train/a\\nfake line.png ~ valid/\\x1b[31mred.png"
+
+
+def test_many_identical_images_are_counted_all_and_listed_closest_first_within_a_bound():
+    """Issue 49 point 6: 8,000 identical images were 32 million kept pairs and an out-of-memory kill."""
+    count = 2000
+    words = near_duplicates.pack([np.zeros(64, dtype=bool)] * count)
+    names = [f"img{index:04d}.png" for index in range(count)]
+    splits = ["train" if index % 2 else "val" for index in range(count)]
+    matches = near_duplicates.find_matches(words, names, splits, limit=50)
+    assert len(matches) == 50 and matches.total == count * (count - 1) // 2
+    assert matches.leaks == (count // 2) ** 2 and sum(matches.between.values()) == matches.leaks
+    assert all(match.distance == 0 for match in matches) and not matches.complete
+    assert near_duplicates.summary(count, matches) == (
+        f"hashed 2000 images: {matches.total - matches.leaks} near-duplicate pair(s) within a split, "
+        f"{matches.leaks} leak(s) across splits (train/val, val/train); the 50 closest are listed")

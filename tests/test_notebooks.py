@@ -2,6 +2,7 @@
 import ast
 import re
 import subprocess
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -37,9 +38,12 @@ def _committed_notebook(path):
 
 
 def _makefile_clean_command(python: str) -> list[str]:
-    """The git filter `make venv` installs (the Makefile's NBSTRIPOUT_CLEAN), run with `python`."""
+    """The git filter `make venv` installs (the Makefile's NBSTRIPOUT_CLEAN: scripts/nbstripout_filter.sh with
+    the venv and "clean"), run with the venv that holds `python`."""
     line = next(line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith("NBSTRIPOUT_CLEAN ="))
-    return [python, *line.split("/python", 1)[1].split()]
+    assert line.split("=", 1)[1].split() == ["sh", "$(abspath", "scripts/nbstripout_filter.sh)", "$(abspath",
+                                             "$(VENV))", "clean"]
+    return ["sh", str(ROOT / "scripts" / "nbstripout_filter.sh"), str(Path(python).parents[1]), "clean"]
 
 
 ALL_NOTEBOOKS = NOTEBOOKS + sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))

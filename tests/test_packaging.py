@@ -3,6 +3,7 @@ Makefile and CI call what the README says."""
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import tomllib
 import yaml
@@ -126,8 +127,10 @@ def test_the_committed_notebooks_are_what_the_filter_would_commit(tmp_path):
     import nbformat
 
     makefile = (ROOT / "Makefile").read_text()
-    assert "NBSTRIPOUT_CLEAN = $(abspath $(BIN))/python -m nbstripout --keep-id" in makefile
+    assert "NBSTRIPOUT_CLEAN = sh $(abspath scripts/nbstripout_filter.sh) $(abspath $(VENV)) clean" in makefile
     assert 'git config filter.nbstripout.clean "$(NBSTRIPOUT_CLEAN)"' in makefile
+    assert "-m nbstripout --keep-id --extra-keys metadata.language_info" in \
+        (ROOT / "scripts" / "nbstripout_filter.sh").read_text()
     committed = sorted((ROOT / "notebooks").glob("*.ipynb"))
     copies = [shutil.copy(path, tmp_path / path.name) for path in committed]
     subprocess.run([sys.executable, "-m", "nbstripout", "--keep-id", *map(str, copies)], check=True, timeout=300)
@@ -161,6 +164,51 @@ def test_with_the_filter_a_saved_notebooks_outputs_stay_out_of_the_commit(tmp_pa
     assert staged.cells[0].outputs == [] and staged.cells[0].execution_count is None
     assert staged.cells[0].id == "c00-01" and staged.cells[0].source == "print(1)"
     assert nbformat.read(str(tmp_path / "00_saved.ipynb"), as_version=4).cells[0].outputs  # the working file keeps them
+
+
+def test_after_clean_venv_git_diff_and_add_still_work(tmp_path):
+    """Issue 50 point 8: the filter `make venv` sets names the venv; once `make clean-venv` removed it, git
+    diff, status and add go on, the notebook taken as it is with one line saying so; with the venv the
+    same filter strips outputs."""
+    import shutil
+
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    makefile = (ROOT / "Makefile").read_text()
+    assert 'git config diff.ipynb.textconv "$(NBSTRIPOUT_DIFF)"' in makefile
+    assert "NBSTRIPOUT_DIFF = sh $(abspath scripts/nbstripout_filter.sh) $(abspath $(VENV)) textconv" in makefile
+    repository = tmp_path / "repository"
+    repository.mkdir()
+
+    def git(*args, check=True):
+        return subprocess.run(["git", *args], cwd=repository, capture_output=True, text=True, timeout=60, check=check)
+
+    def configure(venv):
+        script = ROOT / "scripts" / "nbstripout_filter.sh"
+        git("config", "filter.nbstripout.clean", f"sh {script} {venv} clean")
+        git("config", "filter.nbstripout.smudge", "cat")
+        git("config", "filter.nbstripout.required", "true")
+        git("config", "diff.ipynb.textconv", f"sh {script} {venv} textconv")
+
+    git("init", "-q")
+    git("config", "user.email", "test@example.org")
+    git("config", "user.name", "test")
+    shutil.copy(ROOT / ".gitattributes", repository / ".gitattributes")
+    configure(Path(sys.executable).parents[1])  # the venv running the tests: the filter strips
+    cell = new_code_cell("print(1)", id="c00-01", outputs=[new_output("stream", name="stdout", text="1\n")])
+    nbformat.write(new_notebook(cells=[cell]), str(repository / "00_saved.ipynb"))
+    git("add", "00_saved.ipynb")
+    assert nbformat.reads(git("show", ":00_saved.ipynb").stdout, as_version=4).cells[0].outputs == []
+    git("commit", "-q", "-m", "first")
+    configure(tmp_path / "removed-venv")  # as after `make clean-venv`
+    cell.source = "print(2)"
+    nbformat.write(new_notebook(cells=[cell]), str(repository / "00_saved.ipynb"))
+    diff = git("diff", check=False)
+    assert diff.returncode == 0 and "print(2)" in diff.stdout, diff.stderr
+    assert "has no nbstripout, the notebook is taken as it is (make venv restores the filter)" in diff.stderr
+    assert git("status", "--short", check=False).returncode == 0
+    assert git("add", "00_saved.ipynb", check=False).returncode == 0
 
 
 def test_every_run_ends_with_where_its_time_went():

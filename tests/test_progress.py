@@ -110,3 +110,26 @@ def test_track_over_an_iterable_without_a_length():
     items = (i for i in range(3))
     assert list(progress.track(items, "stream", stream=stream, interval=0, clock=FakeClock())) == [0, 1, 2]
     assert stream.getvalue().splitlines()[-1] == "stream: 3, 0 s, done"
+
+
+def test_a_notebooks_saved_bars_are_text_not_widgets(tmp_path):
+    """Issue 50 point 4: a reopened notebook showed 108 "Error displaying widget: model not found" (the
+    bars' widgets, whose state the file lacks). Executed in a real kernel, each bar's output ends as its
+    plain final line (the inner bars share one output, left empty), and the saved file holds no widget view."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    code = ("from course_lib.instruments import progress\n"
+            "for epoch in progress.track(range(3), 'epochs', unit='epochs'):\n"
+            "    for step in progress.track(range(4), 'steps', leave=False):\n"
+            "        pass\n"
+            "delayed = progress.Progress(2, 'predicting', leave=False, delay=0.01)\n"
+            "import time; time.sleep(0.05); delayed.update(2); delayed.close()\n")
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+    saved = tmp_path / "saved.ipynb"
+    nbformat.write(notebook, saved)
+    assert "application/vnd.jupyter.widget-view+json" not in saved.read_text()
+    texts = [output.get("data", {}).get("text/plain") for output in notebook.cells[0].outputs]
+    assert texts[0].startswith("'epochs: 3/3 epochs (100%)") or texts[0].startswith("epochs: 3/3 epochs (100%)")
+    assert texts[0].rstrip("'").endswith("done") and texts[1:] == [""]  # 3 epochs' bars and the delayed one

@@ -18,7 +18,7 @@ def _finished_run(tmp_path, monkeypatch, run_id="20261201-120000-cpu-abcd", prof
     folder.mkdir(parents=True)
     (folder / "summary.json").write_text(json.dumps({
         "run_id": run_id, "profile": profile, "state": "finished",
-        "results": [{"notebook": "03_mixed_precision_and_compile.ipynb", "status": "ok",
+        "results": [{"notebook": "03_mixed_precision_and_compile.ipynb", "status": "ok", "duration_seconds": 129.5,
                      "parameters": {"profile": profile, "repeats": 7}},
                     {"notebook": "04_gradient_accumulation.ipynb", "status": "ok", "parameters": {}}]}))
     return run_id
@@ -38,6 +38,26 @@ def test_a_reference_is_made_from_a_finished_run_and_round_trips(tmp_path, monke
     assert path == tmp_path / "reference" / "machine-a" / "03.json"
     again = reference.load(path)
     assert again.claim("amp_speedup")["low"] == pytest.approx(1.6) and again.date == item.date
+    assert again.seconds == 129.5 and again.cell_seconds == {}  # no executed notebook in this run folder
+
+
+def test_a_reference_keeps_each_cells_time_and_the_data_line(tmp_path, monkeypatch):
+    """What analysis.expected_time announces: papermill's duration of every cell, by its id."""
+    import nbformat
+
+    run_id = _finished_run(tmp_path, monkeypatch)
+    cells = [nbformat.v4.new_code_cell("print('data: eurosat, from data_cache/eurosat/')", id="aaaa0001",
+                                       outputs=[nbformat.v4.new_output("stream", name="stdout",
+                                                                       text="data: eurosat, from data_cache/eurosat/\n")]),
+             nbformat.v4.new_code_cell("train()", id="aaaa0002"), nbformat.v4.new_markdown_cell("text", id="aaaa0003")]
+    cells[0].metadata["papermill"] = {"duration": 1.23456}
+    cells[1].metadata["papermill"] = {"duration": 95.0}
+    nbformat.write(nbformat.v4.new_notebook(cells=cells),
+                   str(tmp_path / "runs" / run_id / "03_mixed_precision_and_compile.ipynb"))
+    (item,) = reference.from_run(run_id, runs=tmp_path / "runs")
+    assert item.cell_seconds == {"aaaa0001": 1.235, "aaaa0002": 95.0}
+    assert item.data == "eurosat"  # the data's name, never a folder of the machine
+    assert reference.load(reference.save(item, tmp_path / "reference")).cell_seconds == item.cell_seconds
 
 
 def test_smoke_runs_and_unknown_runs_are_refused_in_one_line(tmp_path, monkeypatch):
@@ -126,4 +146,4 @@ def test_a_damaged_reference_is_one_line_and_the_readers_table_still_shows(tmp_p
     monkeypatch.setattr(reference, "folder", lambda: tmp_path / "reference")
     table = claims.show([claims.measured("amp_speedup", 1.8, (1.6, 2.0), "mine", hardware="machine A")])
     assert list(table.verdict) == [claims.HOLDS] and "reference measured" not in table.columns
-    assert "03.json cannot be read" in capsys.readouterr().out
+    assert "03.json cannot be read" in capsys.readouterr().err  # a warning line; the table still shows

@@ -5,6 +5,7 @@ import time
 
 import nbformat
 import pytest
+from conftest import CHROMIUM_ARGS, ROOT
 
 from course_lib import cli, ledger, report
 
@@ -64,7 +65,9 @@ def test_rows_are_attributed_to_the_notebook_that_wrote_them(tmp_path):
     found = report.headline(groups["03_amp.ipynb"])
     assert found["top1"] == (0.66, "eval 03-eval")  # the failed run's 0.99 is not a result
     assert found["images_per_second"] == (250.0, "train resnet18")
-    assert found["speedup"] == (pytest.approx(2.5), 2)
+    assert found["speedup"] == (pytest.approx(2.5), 2, "train resnet18", "train resnet18")
+    shown = report.headline_html(found)
+    assert "images/s spread over 2 training runs: <b>2.50x</b>" in shown and "not one change's speed-up" in shown
     running = report.rows_by_notebook([{"id": 1, "kind": "notebook", "name": "a"}, {"id": 2, "kind": "train",
                                                                                     "name": "x"}])
     assert [row["name"] for row in running[report.RUNNING]] == ["x"]
@@ -84,8 +87,8 @@ def test_claims_and_key_figure_come_from_the_executed_notebook(tmp_path):
 def test_a_smoke_runs_claims_column_counts_no_verdict(tmp_path):
     """Issue 50: the run index's "5 of 6 met" counted smoke-run verdicts."""
     smoke_table = CLAIMS_TABLE.replace("<th>met</th>", "<th>verdict</th>").replace(
-        "<td>no</td>", "<td>smoke run: not evidence (as measured: refuted)</td>").replace(
-        "<td>yes</td>", "<td>smoke run: not evidence (as measured: holds)</td>")
+        "<td>no</td>", "<td>smoke run: not evidence</td>").replace(
+        "<td>yes</td>", "<td>smoke run: not evidence</td>")
     _executed_notebook(tmp_path / "n.ipynb")
     notebook = nbformat.read(tmp_path / "n.ipynb", as_version=4)
     notebook.cells[-1].outputs[0]["data"]["text/html"] = smoke_table
@@ -154,3 +157,87 @@ def test_a_monitored_training_run_shows_its_utilisation_and_gradient_norms_as_sm
     assert page.count("<polyline") == 2
     assert "gradient norm per step" in page and "process CPU %" in page
     assert report.monitoring_html([{"kind": "train", "metrics": {"val_top1": 0.5}}]) == ""
+
+
+def test_a_static_page_shows_a_widgets_picture_and_fetches_no_widget_script(tmp_path):
+    """Issue 50 point 6: the explorer was blank in the run's HTML and the docs site, whose pages loaded the
+    widget script from a CDN. The page shows the picture its output carries instead, and names a widget
+    that has none; the docs site's staged chapter is stripped the same way."""
+    from course_lib import book, runner
+
+    picture = base64.b64encode(PNG).decode("ascii")
+    explorer = nbformat.v4.new_output("display_data", data={
+        report.WIDGET_VIEW: {"model_id": "abc", "version_major": 2, "version_minor": 0},
+        "image/png": picture, "text/plain": "VBox(children=(...))"})
+    slider = nbformat.v4.new_output("display_data", data={
+        report.WIDGET_VIEW: {"model_id": "def", "version_major": 2, "version_minor": 0}, "text/plain": "IntSlider()"})
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 09 · Explorer"),
+                                               nbformat.v4.new_code_cell("view.widget()", outputs=[explorer, slider])])
+    notebook.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2}}
+    run = tmp_path / "run"
+    run.mkdir()
+    nbformat.write(notebook, str(run / "09_explorer.ipynb"))
+    page = runner.to_html(run / "09_explorer.ipynb").read_text()
+    assert f"data:image/png;base64,{picture}" in page and report.WIDGET_ONLY in page
+    assert "widget-view+json" not in page and "embed-amd" not in page and "cdn.jsdelivr.net/npm/@jupyter-widgets" not in page
+    (run / "summary.json").write_text(json.dumps({"run_id": "r", "profile": "smoke"}))
+    book.stage(run, ROOT)
+    staged = (run / book.SITE_SOURCE / book.CHAPTERS / "09_explorer.ipynb").read_text()
+    assert "widget-view+json" not in staged and "widget-state+json" not in staged and picture in staged
+
+
+HOSTILE = '<img src=x onerror="alert(1)">'
+
+
+def test_a_tampered_summary_puts_no_markup_and_no_foreign_link_on_the_page(tmp_path):
+    """Issue 49 point 3: a notebook name, run id or profile from summary.json ran script when the page loaded,
+    and its `html` field could become a javascript: link. Every field is text, and links stay in the run."""
+    results = [{"notebook": f"03_{HOSTILE}.ipynb", "status": f"ok{HOSTILE}", "duration_seconds": "abc",
+                "output": "javascript:alert(1)", "html": "../../elsewhere.html", "parameters": "not a dict",
+                "error": HOSTILE}]
+    page = report.write_index(tmp_path, f"run{HOSTILE}", f"cpu{HOSTILE}", results, ledger_rows=[]).read_text()
+    assert HOSTILE not in page and "onerror=\"alert" not in page
+    assert "javascript:" not in page and "../../elsewhere.html" not in page
+    assert "no notebook file" in page and "<td>-</td>" in page  # a duration that is no number shows "-"
+    assert report.run_link("03_x.html") == "03_x.html"
+    assert [report.run_link(value) for value in ("javascript:alert(1)", "../x.html", "/etc/passwd", "a/b.html", 3)] \
+        == [None] * 5
+
+
+def test_the_docs_site_names_a_tampered_run_as_plain_text(tmp_path):
+    from course_lib import book
+
+    run = tmp_path / "run"
+    run.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 00 · Setup")]),
+                   str(run / "00_setup_check.ipynb"))
+    (run / "summary.json").write_text(json.dumps({"run_id": f"r{HOSTILE}", "profile": f"smoke{HOSTILE}"}))
+    config = json.loads(book.stage(run, ROOT).read_text())
+    assert "<" not in config["site_description"] and '"' not in config["site_description"]
+    (run / "summary.json").write_text("[1, 2]")  # not an object: the site still stages
+    assert json.loads(book.stage(run, ROOT).read_text())["site_description"] == "run run, profile ?"  # the folder
+
+
+@pytest.mark.browser
+def test_a_tampered_run_page_runs_no_script_in_a_browser(chromium, tmp_path):
+    """The same tampered summary, loaded in Chromium: no dialog opens and no planted handler runs."""
+    from playwright.sync_api import sync_playwright
+
+    planted = '<img src=x onerror="window.workbookXss=1;alert(1)">'
+    results = [{"notebook": f"03_{planted}.ipynb", "status": "ok", "duration_seconds": 1.0, "output": "x.ipynb",
+                "html": "javascript:window.workbookXss=2", "parameters": {}, "error": planted}]
+    index = report.write_index(tmp_path, f"run{planted}", f"cpu{planted}", results, ledger_rows=[])
+    dialogs = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+            page.goto(index.as_uri())
+            page.wait_for_load_state("load")
+            for link in page.locator("a").all():
+                assert not (link.get_attribute("href") or "").startswith("javascript:")
+            assert page.evaluate("window.workbookXss") is None and dialogs == []
+            assert planted in page.locator("body").inner_text()  # shown as text
+        finally:
+            browser.close()

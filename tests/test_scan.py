@@ -229,6 +229,20 @@ def test_splits_with_other_classes_and_a_single_class_are_reported(tmp_path, cla
     assert expected[0][2] in problems[0].detail
 
 
+def test_a_folder_of_datasets_is_recognised_and_each_dataset_checked(tmp_path, capsys):
+    root = tmp_path / "samples"
+    layout(root / "first", {"train": ["a", "b"], "val": ["a", "b"]})
+    layout(root / "second", {"train": ["a"], "val": ["a"]})
+    _, problems = scan.scan_folder(root)
+    # the datasets are not taken for classes; the second dataset's own single class is still found
+    assert [(p.path, p.kind) for p in problems] == [(str(root / "second" / "train"), "single-class")]
+    assert cli.main(["scan", str(root)]) == 1
+    assert f"{root} is a folder of 2 datasets (first, second)" in capsys.readouterr().out
+    # the project's own data_samples/ scans clean, its dataset not mistaken for a class
+    assert cli.main(["scan", str(Path(__file__).parents[1] / "data_samples")]) == 0, capsys.readouterr().out
+    assert "a folder of 1 dataset (landcover-synth)" in capsys.readouterr().out
+
+
 def test_an_empty_folder_and_empty_class_folders_are_reported(tmp_path, capsys):
     assert cli.main(["scan", str(tmp_path)]) == 1
     assert "empty-folder" in capsys.readouterr().out

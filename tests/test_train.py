@@ -482,3 +482,34 @@ def test_piped_epoch_progress_is_plain_lines_without_carriage_returns(tmp_path, 
     lines = [line for line in err.splitlines() if line.startswith("epoch ")]
     assert lines[0].startswith("epoch 1/2: 1/") and " steps (" in lines[0]
     assert any(line.startswith("epoch 2/2: ") and line.endswith(", done") for line in lines)
+
+
+def test_a_full_disk_at_the_very_end_keeps_the_finished_run(small_disk, monkeypatch, capsys):
+    """Issue 49 point 9: the disk filled up after the last checkpoint, so monitor.csv and grad_norms.csv could
+    not be written: the run was recorded as failed with no checkpoint, although last.pt held every epoch. On a
+    real full filesystem, each side file is one warning and the run, its checkpoint and its row stand."""
+    from conftest import fill_disk
+
+    from course_lib import ledger
+    from course_lib.engine import checkpoint_saver
+
+    config = tiny_config(small_disk.parent, output_dir=str(small_disk / "run"), epochs=2, max_steps=2,
+                         monitor_interval=0.05, grad_norm_log=True)
+    save = checkpoint_saver.CheckpointSaver.save
+
+    def save_then_fill(self, state, completed_epochs):
+        written = save(self, state, completed_epochs)
+        if completed_epochs == config.epochs:  # the disk is full from the last checkpoint on
+            fill_disk(small_disk)
+        return written
+
+    monkeypatch.setattr(checkpoint_saver.CheckpointSaver, "save", save_then_fill)
+    result = train.fit(config, bundle=tensor_bundle(), progress=False)
+    out = capsys.readouterr().out
+    assert "warning: monitor.csv was not written (No space left on device)" in out
+    assert "warning: grad_norms.csv was not written (No space left on device)" in out
+    assert result.checkpoint_path == small_disk / "run" / "last.pt" and len(result.history) == 2
+    assert torch.load(result.checkpoint_path, weights_only=False)["epoch"] == 2
+    row = ledger.Ledger().rows(kind="train")[0]
+    assert row["status"] == "ok" and row["metrics"]["checkpoint"] == str(result.checkpoint_path)
+    assert row["metrics"]["monitor_file"] is None and not (small_disk / "run" / "monitor.csv").exists()

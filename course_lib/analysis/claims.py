@@ -33,7 +33,7 @@ newest measurements or for the committed reference results; `workbook claims` an
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 HOLDS, REFUTED, NOT_SHOWN, NOT_MEASURABLE = "holds", "refuted", "not shown beyond noise", "not measurable here"
 # Shown, not measured: a check that holds by construction (the engine's scheduler against its own formula,
@@ -592,7 +592,7 @@ def table(claims: list[Claim]):
     return pd.DataFrame([c.row() for c in claims]).set_index("claim")
 
 
-SMOKE_RUN = "smoke run: not evidence"  # a smoke-profile table's verdict column, before the verdict as measured
+SMOKE_RUN = "smoke run: not evidence"  # a smoke-profile table's verdict column: no verdict, not even as measured
 
 
 def show(claims: list[Claim], profile: str | None = None):
@@ -600,8 +600,8 @@ def show(claims: list[Claim], profile: str | None = None):
     measured on, return the table; when a reference result of the notebook is committed
     (`analysis.reference`), its value, interval and verdict stand in columns of their own beside
     the reader's, under a line naming its machine, date and command. In the smoke profile (`profile`,
-    else the runner's WORKBOOK_PROFILE) no verdict is shown as one: each reads "smoke run: not evidence
-    (as measured: ...)" under a line saying why."""
+    else the runner's WORKBOOK_PROFILE) no verdict is shown: each reads "smoke run: not evidence", under
+    a line saying why; the measured value stays beside it."""
     import os
 
     from course_lib import ledger
@@ -614,7 +614,7 @@ def show(claims: list[Claim], profile: str | None = None):
     if (_resolved(profile) or os.environ.get(ledger.PROFILE_ENV)) in CHECK_PROFILES:
         print("smoke run: a check that the chapter runs (a few steps on tiny inputs), not evidence for or against "
               "any claim; run the cpu or gpu profile for verdicts")
-        shown["verdict"] = [f"{SMOKE_RUN} (as measured: {verdict})" for verdict in shown["verdict"]]
+        shown["verdict"] = SMOKE_RUN
     shown, found = _beside_reference(claims, shown) if claims else (shown, None)
     notebooks = ", ".join(sorted({c.notebook for c in claims}))
     print(found.line() if found else f"no reference result committed for notebook {notebooks} "
@@ -671,6 +671,22 @@ def _current_verdict(claim: ArticleClaim, item: dict) -> str:
     return REFUTED if again == HOLDS else again  # HOLDS again: a numeric claim the notebook's check failed
 
 
+def _claim_fields(metrics) -> dict | None:
+    """The fields `record` writes for a claim (a Claim's, less its key and hardware) out of a claim row's
+    `metrics`, other keys left aside; None when one is missing (a row written by hand or by another tool)."""
+    expected = [f.name for f in fields(Claim) if f.name not in ("key", "hardware")]
+    if not isinstance(metrics, dict) or any(name not in metrics for name in expected):
+        return None
+    return {name: metrics[name] for name in expected}
+
+
+def _skip_row(row: dict, why: str) -> None:
+    import sys
+
+    print(f"workbook: warning: ledger row {row.get('id')} (claim {row.get('name')}) left out of the claims: {why}",
+          file=sys.stderr)
+
+
 def scoreboard(book=None) -> list[dict]:
     """Every article claim with its newest measurement per machine (from the ledger), in the
     registry's order: the numeric claims (one without a measurement yet appears once as NOT_MEASURED),
@@ -684,11 +700,15 @@ def scoreboard(book=None) -> list[dict]:
     references: dict = {}  # notebook -> its committed reference (analysis.reference), or None
     newest: dict[tuple[str, str, bool], dict] = {}
     for row in book.rows(kind=LEDGER_KIND):  # newest first
+        claim_fields = _claim_fields(row["metrics"])
+        if claim_fields is None:
+            _skip_row(row, "a claim's field is missing from its metrics")
+            continue
         hardware = row["parameters"].get("hardware_line") or ledger.describe_hardware(row["hardware"])
         profile = row.get("profile") or UNKNOWN_PROFILE
         newest.setdefault((row["name"], hardware, profile in CHECK_PROFILES),
-                          {**row["metrics"], "hardware": hardware, "profile": profile,
-                           "created_at": row["created_at"], "run_id": row["run_id"]})
+                          {**claim_fields, "hardware": hardware, "profile": profile,
+                           "created_at": row["created_at"], "run_id": row["run_id"], "row_id": row["id"]})
     board = []
     for key, claim in {**ARTICLE_CLAIMS, **QUALITATIVE_CLAIMS}.items():
         found = [value for (name, _, smoke), value in newest.items() if name == key and not smoke]
@@ -701,15 +721,20 @@ def scoreboard(book=None) -> list[dict]:
                           "notebook": claim.notebook, "hardware": "-", "profile": "-", "evidence": True,
                           "created_at": None, "run_id": None})
         for item in [*found, *smoke_runs]:
-            fields = {k: v for k, v in item.items() if k not in ("hardware", "profile", "created_at", "run_id")}
-            fields["verdict"] = _current_verdict(claim, fields)
-            entry = {"key": key, **Claim(key=key, hardware=item["hardware"], **fields).row(),
+            values = {k: v for k, v in item.items() if k not in ("hardware", "profile", "created_at", "run_id", "row_id")}
+            try:
+                values["verdict"] = _current_verdict(claim, values)
+                shown = Claim(key=key, hardware=item["hardware"], **values).row()
+            except (TypeError, ValueError, KeyError) as error:  # a row no claim can be made of: one line, go on
+                _skip_row({"id": item["row_id"], "name": key}, f"{type(error).__name__}: {error}")
+                continue
+            entry = {"key": key, **shown,
                      "statement": claim.statement, "reason": item["reason"], "notebook": claim.notebook,
                      "hardware": item["hardware"], "profile": item["profile"],
                      "evidence": item["profile"] not in CHECK_PROFILES,
                      "created_at": item["created_at"], "run_id": item["run_id"]}
             if not entry["evidence"]:
-                entry.update(verdict=SMOKE, verdict_as_measured=fields["verdict"])
+                entry.update(verdict=SMOKE, verdict_as_measured=values["verdict"])
             board.append(entry)
     for entry in board:
         entry["whose"] = "yours"
@@ -894,5 +919,5 @@ def format_scoreboard(board: list[dict]) -> str:
         lines.append(f"{SMOKE} ({len(smoke)} measurement(s) of the smoke profile, left out of the counts):")
         lines += [f"    [{item['notebook']}] {item['key']}: measured {item['measured']}"
                   + (f" {item['interval']}" if item["interval"] != "-" else "")
-                  + f" ({item['verdict_as_measured']} as measured) on {item['hardware']}" for item in smoke]
+                  + f" on {item['hardware']}" for item in smoke]
     return "\n".join(lines)

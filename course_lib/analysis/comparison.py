@@ -452,12 +452,9 @@ def find_run(reference: str, book=None) -> RunRecord | None:
     book = book or ledger.Ledger()
     folder = next((f for f in (Path(reference), paths.project_root() / "runs" / reference)
                    if (f / "summary.json").is_file()), None)
-    summary = {}
-    if folder is not None:
-        try:
-            summary = json.loads((folder / "summary.json").read_text())
-        except (ValueError, UnicodeDecodeError):
-            summary = {}  # a summary cut short: the ledger still has the run's rows
+    from course_lib import run_summary
+
+    summary = run_summary.read_or_empty(folder) if folder is not None else {}  # unusable: the ledger has the rows
     run_id = summary.get("run_id") or (folder.name if folder is not None else reference)
     rows = book.rows(run_id=run_id)
     if folder is None and not rows:

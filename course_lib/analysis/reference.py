@@ -5,7 +5,8 @@ expensive results instead of recomputing them).
 A reference is one JSON file per notebook, `results/reference/<hardware>/<NN>.json`, made from a
 finished `workbook run` by `workbook reference save RUN_ID`: the claims that run recorded in the
 ledger (value, interval, verdict, how it was measured), with the hardware, the library versions, the
-notebook's parameters (its seeds among them), the date, and the exact command that reproduces it.
+notebook's parameters (its seeds among them), the date, the exact command that reproduces it, and how long
+the notebook and each of its cells took (`analysis.expected_time` says so before a reader's long cell).
 `claims.show` puts the reference's columns beside the reader's, and `workbook claims` lists each
 reference under the reader's own measurement, apart from the counts (both in `analysis.claims`,
 which reads this module; this module never reads claims).
@@ -18,7 +19,7 @@ import os
 import re
 from pathlib import Path
 
-from course_lib import paths
+from course_lib import paths, run_summary
 from course_lib.config import WorkbookError
 
 REFERENCE_FOLDER = Path("results") / "reference"  # under the project root
@@ -39,6 +40,10 @@ class Reference:
     versions: dict  # python, torch, torchvision, timm ... of that run
     run_id: str
     claims: list[dict]  # one per claim: key, measured, low, high, unit, verdict, reason
+    seconds: float | None = None  # the notebook's whole run (None: saved before durations were kept)
+    cell_seconds: dict = dataclasses.field(default_factory=dict)  # cell id -> seconds (papermill's per-cell duration)
+    cell_sources: dict = dataclasses.field(default_factory=dict)  # cell id -> `source_digest` of its code
+    data: str = ""  # the name of the data the notebook ran on ("eurosat"; what the times were measured on)
     path: Path | None = None
 
     def claim(self, key: str) -> dict | None:
@@ -65,20 +70,37 @@ def _command(profile: str, notebook_file: str, parameters: dict) -> str:
                     if part)
 
 
+def cell_times(notebook_path: Path) -> tuple[dict, dict, str]:
+    """({cell id: seconds} of an executed notebook's code cells, from papermill's per-cell `duration`,
+    {cell id: `source_digest`}, the name of the data its data line printed: "eurosat", never the machine's
+    folder); ({}, {}, "") when the file is missing or unreadable."""
+    try:
+        cells = json.loads(Path(notebook_path).read_text()).get("cells", [])
+    except (OSError, ValueError):
+        return {}, {}, ""
+    seconds = {cell["id"]: round(cell["metadata"]["papermill"]["duration"], 3) for cell in cells
+               if cell.get("id") and isinstance(cell.get("metadata", {}).get("papermill", {}).get("duration"), (int, float))}
+    line = next((line for cell in cells for output in cell.get("outputs", []) if output.get("name") == "stdout"
+                 for line in "".join(output.get("text", "")).splitlines() if line.startswith("data: ")), "")
+    sources = {cell["id"]: source_digest("".join(cell.get("source", ""))) for cell in cells if cell.get("id") in seconds}
+    return seconds, sources, re.split(r" \(|,", line[len("data: "):], maxsplit=1)[0].strip() if line else ""
+
+
 def from_run(run_id: str, book=None, runs: Path | None = None) -> list[Reference]:
     """One Reference per notebook of run `run_id` that recorded claims: its claim rows from the ledger
     and its parameters from `runs/<run_id>/summary.json`. ReferenceResultError when the run is unknown,
     unfinished, in the smoke profile or recorded no claim."""
     from course_lib import ledger
 
-    summary_path = (runs or paths.resolve_path("runs")) / run_id / "summary.json"
-    try:
-        summary = json.loads(summary_path.read_text())
-    except FileNotFoundError:
+    run_folder = (runs or paths.resolve_path("runs")) / run_id
+    summary_path = run_folder / "summary.json"
+    if not summary_path.exists():
         raise ReferenceResultError(f"no run {run_id}: {summary_path} does not exist; `workbook run` prints the run's id "
-                             "(its folder under runs/)") from None
-    except (OSError, ValueError) as error:
-        raise ReferenceResultError(f"cannot read {summary_path} ({error}); run the notebooks again") from None
+                             "(its folder under runs/)")
+    try:
+        summary = run_summary.read(run_folder)
+    except run_summary.SummaryError as error:
+        raise ReferenceResultError(str(error)) from None
     if summary.get("profile") == "smoke":
         raise ReferenceResultError(f"run {run_id} is a smoke-profile run: a check that the notebooks run, not evidence; "
                              "make a reference from a cpu or gpu run")
@@ -103,11 +125,13 @@ def from_run(run_id: str, book=None, runs: Path | None = None) -> list[Reference
                   for key, row in sorted(newest.items())]
         first = mine[-1]
         parameters = result.get("parameters") or {}
+        cells, sources, data = cell_times(run_folder / result["notebook"])
         references.append(Reference(
             notebook=number, hardware=first["parameters"].get("hardware_line") or ledger.describe_hardware(
                 first["hardware"]), date=mine[0]["created_at"], profile=summary["profile"],
             command=_command(summary["profile"], result["notebook"], parameters), parameters=parameters,
-            versions=first.get("versions") or {}, run_id=run_id, claims=claims))
+            versions=first.get("versions") or {}, run_id=run_id, claims=claims,
+            seconds=result.get("duration_seconds"), cell_seconds=cells, cell_sources=sources, data=data))
     if not references:
         raise ReferenceResultError(f"run {run_id} has no notebook that finished and recorded claims")
     return references
@@ -125,13 +149,45 @@ def save(reference: Reference, root: Path | None = None) -> Path:
     return target
 
 
+# The type each field of a reference file must have (a file with another is refused where it is read).
+FIELD_TYPES = {"notebook": str, "hardware": str, "date": str, "profile": str, "command": str, "parameters": dict,
+               "versions": dict, "run_id": str, "claims": list, "seconds": (int, float, type(None)),
+               "cell_seconds": dict, "cell_sources": dict, "data": str}
+
+
+def source_digest(source: str) -> str:
+    """12 hex digits naming a cell's code: how a kernel that is not told the cell's id (papermill's) finds it."""
+    import hashlib
+
+    return hashlib.sha1(source.strip().encode()).hexdigest()[:12]
+
+
 def load(path: Path) -> Reference:
     try:
         record = json.loads(Path(path).read_text())
+        if not isinstance(record, dict):
+            raise ValueError(f"it holds a JSON {type(record).__name__}, not an object")
+        wrong = [name for name, kind in FIELD_TYPES.items() if name in record and not isinstance(record[name], kind)]
+        if wrong or not all(isinstance(item, dict) for item in record.get("claims", [])):
+            raise ValueError(f"wrong type for {', '.join(wrong) or 'claims (each must be an object)'}")
         return Reference(**record, path=Path(path))
     except (OSError, ValueError, TypeError) as error:
         raise ReferenceResultError(f"reference {path} cannot be read ({error}); restore it from git "
                              "(`git checkout -- results/reference`) or make it again") from None
+
+
+def load_all(paths) -> list[Reference]:
+    """The references at `paths` that read; each that does not is one warning line naming it, and is left
+    out, so one damaged file never stops a run, the scoreboard or the docs (issue 49, point 5)."""
+    import sys
+
+    found = []
+    for path in paths:
+        try:
+            found.append(load(path))
+        except ReferenceResultError as error:
+            print(f"workbook: warning: {error}; left out", file=sys.stderr)
+    return found
 
 
 def find(notebook: str, hardware: str | None = None, root: Path | None = None) -> Reference | None:
@@ -139,7 +195,7 @@ def find(notebook: str, hardware: str | None = None, root: Path | None = None) -
     when None) when there is one, else the newest on any machine; None when none is committed."""
     from course_lib import ledger
 
-    found = [load(path) for path in sorted((root or folder()).glob(f"*/{notebook}.json"))]
+    found = load_all(sorted((root or folder()).glob(f"*/{notebook}.json")))
     if not found:
         return None
     hardware = hardware or ledger.describe_hardware()

@@ -84,14 +84,23 @@ def compare_to_baseline(table, baseline_values: dict, metrics=("val top-1", "ECE
     return table
 
 
+BOOTSTRAP_MAX_BYTES = 2**30  # the draws x images counts matrix: at most 1 GiB of float64
+
+
 def bootstrap_weights(images: int, draws: int = 1000, seed: int = 0) -> np.ndarray:
     """draws x images resampling counts: row b says how often each image appears in bootstrap
     resample b (Efron 1979). A statistic that is a sum over images becomes one matrix product
-    per resample (`weights @ per_image_values`), so thousands of draws stay fast."""
+    per resample (`weights @ per_image_values`), so thousands of draws stay fast. A matrix over
+    BOOTSTRAP_MAX_BYTES is refused in one line naming the draws that fit (10^7 draws were an
+    out-of-memory kill with no message)."""
     if draws < 2:
         raise ValueError(f"draws must be at least 2, got {draws}")
     if images < 1:
         raise ValueError(f"a bootstrap needs at least 1 image, got {images}")
+    if draws * images * 8 > BOOTSTRAP_MAX_BYTES:
+        raise ValueError(f"draws={draws:,} over {images:,} images needs {draws * images * 8 / 2**30:.1f} GiB of "
+                         f"resampling counts; use at most {BOOTSTRAP_MAX_BYTES // (images * 8):,} draws (1,000, the "
+                         "default, puts the interval's ends within a few tenths of their limit)")
     rng = np.random.default_rng(seed)
     # Drawing `images` times with replacement = one multinomial draw of the per-image counts.
     return rng.multinomial(images, np.full(images, 1.0 / images), size=draws).astype(np.float64)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from typing import ClassVar
 
 from course_lib.chapters.setup import ChapterSetup, sizes
 from course_lib.config import Config
@@ -261,6 +262,7 @@ class ScalingSetup(ChapterSetup):
     batch_sizes: list  # images per step, the sweep of section 5
     largest_batch_reason: str  # which bound set the sweep's top
     bytes_per_image: int  # training memory per image of the batch (estimate on the meta device)
+    announces_time: ClassVar[bool] = False  # the notebook's setup said it; the hook set then still applies
 
     @property
     def base_batch(self) -> int:

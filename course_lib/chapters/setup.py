@@ -1,10 +1,13 @@
 """The shape every chapter's setup shares (issue 45): a notebook starts from `<chapter>.setup(profile, ...)`,
 which returns a `ChapterSetup`: the resolved profile, the data the run found, the chapter's base config, the
 datasets built once from it and the hardware line, with the device the config trains on and one `line()` to
-print under the data line. Each chapter's class adds its own sizes and choices as fields."""
+print under the data line. Each chapter's class adds its own sizes and choices as fields. Making one prints
+the notebook's expected time in its profile (`analysis.expected_time`), which then names every long cell
+before it runs."""
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from course_lib.config import Config
 
@@ -18,12 +21,18 @@ class ChapterSetup:
     config: Config | None = None  # the chapter's base configuration
     bundle: object = None  # the DataBundle built once from `config` (None: the chapter builds none here)
     hardware: str = ""  # ledger.describe_hardware(); read when not given
+    # The notebook's first setup says its expected time; a section's second setup (06's scaling) does not.
+    announces_time: ClassVar[bool] = True
 
     def __post_init__(self):
+        from course_lib.analysis import expected_time
+
         if not self.hardware:
             from course_lib import ledger
 
             self.hardware = ledger.describe_hardware()
+        if self.announces_time:  # the notebook's expected time in this profile, and a line before each long cell
+            expected_time.announce(self.profile)
 
     @property
     def device(self):

@@ -205,6 +205,13 @@ def rounded(table):
     return table.round(digits)  # text and empty columns are left as they are
 
 
+def shown(table):
+    """`table` as a notebook displays it: numbers as `rounded` left them (no padding zeros), and a value a
+    row cannot have (a threshold never reached, the spread of one seed, the full recipe's change against
+    itself) as "-", not "None" or "NaN". The table itself keeps its numbers for plots and claims."""
+    return table.style.format(lambda value: f"{value:g}" if isinstance(value, float) else value, na_rep="-")
+
+
 def ablation_table(ablations: list[Ablation], level: float = 0.95, device: str = "cpu"):
     """One row per ingredient taken out: mean and spread of the final validation top-1 over seeds,
     images/s with its MFU (`mfu`), the change against the full recipe paired by seed with its

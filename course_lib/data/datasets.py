@@ -175,12 +175,29 @@ def split_indices(targets, fractions, seed, where: str = "the data",
     return [first.tolist(), second.tolist(), third.tolist()]
 
 
-def limit_indices(count: int, max_images: int, seed: int) -> list[int] | None:
+def limit_indices(count: int, max_images: int, seed: int, targets=None,
+                  name: str = "max_train_images") -> list[int] | None:
     """Which `max_images` of `count` training images to keep (a seeded random choice, sorted),
-    or None for all of them: the one rule for max_train_images, whatever the storage."""
+    or None for all of them: the one rule for max_train_images, whatever the storage. With `targets`
+    (each image's class) no class is left out: the random choice stands when it holds every class (so
+    every choice made before stays the same), else one image of each class is taken first and the rest
+    at random; fewer images than classes is one DataFolderError naming `name` and the fix."""
     if not max_images or max_images >= count:
         return None
-    return sorted(np.random.default_rng(seed).permutation(count)[:max_images].tolist())
+    keep = sorted(np.random.default_rng(seed).permutation(count)[:max_images].tolist())
+    if targets is None:
+        return keep
+    targets = np.asarray(targets)
+    classes = np.unique(targets)
+    if len(np.unique(targets[keep])) == len(classes):
+        return keep
+    if max_images < len(classes):
+        raise DataFolderError(f"{name}={max_images} cannot keep one image of each of the {len(classes)} classes; "
+                              f"set it to {len(classes)} or more (0 keeps every image)")
+    generator = np.random.default_rng(seed)
+    one_each = [int(generator.choice(np.flatnonzero(targets == label))) for label in classes]
+    others = np.setdiff1d(np.arange(count), one_each)
+    return sorted(one_each + generator.permutation(others)[:max_images - len(classes)].tolist())
 
 
 def config_with_data(profile: str | None, *overlays, find_real: bool = True, **values) -> tuple[Config, DataChoice]:

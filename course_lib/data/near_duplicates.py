@@ -17,6 +17,9 @@ from pathlib import Path
 import numpy as np
 
 DEFAULT_MAX_DISTANCE = 4  # bits of 64 in which two pHashes may differ and still be near-duplicates
+# Pairs kept to list, closest first; every pair is counted. 8,000 identical images are 32 million pairs:
+# kept all, they were an out-of-memory kill (issue 49, point 6).
+MAX_LISTED = 10_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,20 +60,62 @@ def pack(bits: list[np.ndarray]) -> np.ndarray:
     return np.pad(packed, ((0, 0), (0, pad))).view(np.uint64)
 
 
-def find_matches(hashes: np.ndarray, names: list[str], splits: list[str], max_distance: int = DEFAULT_MAX_DISTANCE
-                 ) -> list[Match]:
-    """Every pair of rows of `hashes` (packed, `pack`) at most `max_distance` bits apart, each pair once,
-    closest first."""
+class Matches(list):
+    """The pairs kept to list (closest first, at most `limit` of `find_matches`), with the counts of every
+    pair found: `total`, `leaks`, and `between` (leaks per "first split/second split")."""
+
+    def __init__(self, kept=(), total: int | None = None, leaks: int | None = None, between: dict | None = None):
+        super().__init__(kept)
+        self.total = len(self) if total is None else total
+        self.leaks = sum(match.leak for match in self) if leaks is None else leaks
+        self.between = between if between is not None else _between(self)
+
+    @property
+    def complete(self) -> bool:
+        return self.total == len(self)
+
+
+def _between(matches) -> dict:
+    found: dict[str, int] = {}
+    for match in matches:
+        if match.leak:
+            key = f"{match.first_split}/{match.second_split}"
+            found[key] = found.get(key, 0) + 1
+    return found
+
+
+def find_matches(hashes: np.ndarray, names: list[str], splits: list[str], max_distance: int = DEFAULT_MAX_DISTANCE,
+                 limit: int = MAX_LISTED) -> Matches:
+    """Every pair of rows of `hashes` (packed, `pack`) at most `max_distance` bits apart, each pair once:
+    all of them counted, the `limit` closest kept (closest first), so memory stays bounded whatever the
+    number of pairs."""
     if len(names) != len(hashes) or len(splits) != len(hashes):
         raise ValueError(f"{len(hashes)} hashes need as many names and splits, got {len(names)} and {len(splits)}")
-    found = []
+    split_of = np.asarray(splits, dtype=object)
+    kept: dict[int, list[Match]] = {}  # distance -> at most `limit` pairs at that distance
+    total = leaks = 0
+    between: dict[str, int] = {}
     for index in range(len(hashes) - 1):
         # Only the rows after this one: each pair is compared once.
         distances = np.bitwise_count(hashes[index + 1:] ^ hashes[index]).sum(axis=1)
-        for offset in np.flatnonzero(distances <= max_distance):
-            other = index + 1 + int(offset)
-            found.append(Match(names[index], names[other], splits[index], splits[other], int(distances[offset])))
-    return sorted(found, key=lambda match: (match.distance, match.first, match.second))
+        hits = np.flatnonzero(distances <= max_distance)
+        if not len(hits):
+            continue
+        total += len(hits)
+        other_splits = split_of[index + 1 + hits]
+        crossed = other_splits != splits[index]
+        for other_split, count in zip(*np.unique(other_splits[crossed].astype(str), return_counts=True)):
+            key = f"{splits[index]}/{other_split}"
+            between[key] = between.get(key, 0) + int(count)
+        leaks += int(crossed.sum())
+        for distance in np.unique(distances[hits]):
+            bucket = kept.setdefault(int(distance), [])
+            for offset in hits[distances[hits] == distance][:max(0, limit - len(bucket))]:
+                other = index + 1 + int(offset)
+                bucket.append(Match(names[index], names[other], splits[index], splits[other], int(distance)))
+    ordered = sorted((match for bucket in kept.values() for match in bucket),
+                     key=lambda match: (match.distance, match.first, match.second))[:limit]
+    return Matches(ordered, total, leaks, between)
 
 
 def folder_images(root: str | os.PathLike) -> tuple[list[str], list[str]]:
@@ -112,7 +157,8 @@ def matches_table(matches: list[Match], limit: int = 0):
 
 
 def summary(checked: int, matches: list[Match]) -> str:
-    leaks = [m for m in matches if m.leak]
-    between = sorted({f"{m.first_split}/{m.second_split}" for m in leaks})
-    return (f"hashed {checked} images: {len(matches) - len(leaks)} near-duplicate pair(s) within a split, "
-            f"{len(leaks)} leak(s) across splits" + (f" ({', '.join(between)})" if between else ""))
+    counted = matches if isinstance(matches, Matches) else Matches(matches)
+    between = sorted(counted.between)
+    listed = "" if counted.complete else f"; the {len(counted):,} closest are listed"
+    return (f"hashed {checked} images: {counted.total - counted.leaks} near-duplicate pair(s) within a split, "
+            f"{counted.leaks} leak(s) across splits" + (f" ({', '.join(between)})" if between else "") + listed)

@@ -6,8 +6,8 @@ of `cache.py`, or the WebDataset tar shards of `shards.py`), which library decod
 workers, per batch on the training device with `device_augment.DeviceAugment`, or not at all).
 `DataBundle.pipeline` names every choice. The dataset classes themselves live in `datasets.py`.
 
-Rules: `max_train_images` keeps the same seeded choice of files whatever the storage
-(`datasets.limit_indices`); a cache or shard set is keyed by its folder, image size, decoder and
+Rules: `max_train_images` keeps the same seeded choice of files whatever the storage, with every class
+in it (`datasets.limit_indices`); a cache or shard set is keyed by its folder, image size, decoder and
 exact file list, built once under a lock and reused; validation and test are map-style (from
 the cache with storage=cache, else from files); nvjpeg decodes on the GPU, which DataLoader
 workers cannot use, so it serves storage=cache only (decoded once, when the cache is built).
@@ -112,7 +112,8 @@ def plan_splits(root: Path, seed: int, max_train_images: int, listing: FolderLis
     if validation_from == "train":
         plans = _carve_validation_out_of_train(plans, listing)
     chosen = plans["train"].chosen(listing(plans["train"].folder))
-    keep = limit_indices(len(chosen), max_train_images, seed)
+    all_targets = listing(plans["train"].folder).targets
+    keep = limit_indices(len(chosen), max_train_images, seed, [all_targets[index] for index in chosen])
     if keep is not None:
         plans["train"] = SplitPlan(plans["train"].folder, [chosen[k] for k in keep])
     return plans
@@ -277,7 +278,7 @@ def image_folder_bundle(root: Path, config: Config, source: str | None = None) -
 
 
 def _limit(dataset, max_images: int, seed: int):
-    keep = limit_indices(len(dataset), max_images, seed)
+    keep = limit_indices(len(dataset), max_images, seed, getattr(dataset, "targets", None))
     return dataset if keep is None else _Subset(dataset, keep)
 
 

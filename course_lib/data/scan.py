@@ -298,14 +298,29 @@ def _holds_an_image(folder: Path) -> bool | None:
     return False
 
 
+def dataset_folders(root: Path) -> list[Path]:
+    """The datasets in `root` when it is a folder of datasets (data_samples/: every subfolder has train/
+    or val/ of its own), else []. Such a folder has no classes of its own to check."""
+    if split_folders(root):
+        return []
+    try:
+        children = sorted(Path(entry.path) for entry in os.scandir(root) if entry.is_dir())
+    except OSError:
+        return []  # reported as unreadable by the walk
+    return children if children and all(split_folders(child) for child in children) else []
+
+
 def _layout_problems(root: Path, empty: bool) -> list[ScanProblem]:
     """What the loader would refuse or get wrong in the folder layout: nothing to check at all,
     class folders without images, a single class, and splits whose class folders differ from
     train/'s (each split would number its own classes). A folder without subfolders is a plain
-    folder of images and has no classes to check."""
+    folder of images and has no classes to check; a folder of datasets has each dataset checked."""
     if empty:
         return [ScanProblem(str(root), "empty-folder", "no files to check; give the folder that holds train/ and "
                                                        "val/, or the class folders")]
+    datasets = dataset_folders(root)
+    if datasets:  # data_samples/: its subfolders are datasets, not classes
+        return [problem for folder in datasets for problem in _layout_problems(folder, empty=False)]
     splits = split_folders(root)
     problems, classes_of = [], {}
     for folder in splits.values() or [root]:

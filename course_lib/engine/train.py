@@ -17,7 +17,8 @@ Each switch lives in a module named after it: `mixup.py`, `random_erasing.py`, `
 (class_balance); the bookkeeping in small classes: `early_stopping.ValidationTracker`,
 `loss_guard.LossGuard`, `epoch_meter.EpochMeter`, `freeze.BackboneFreezer`,
 `checkpoint_saver.CheckpointSaver`, `run_record.RunRecorder`; monitoring is two switches:
-`monitor.UtilisationMonitor` (monitor_interval) and `grad_norm.GradientNormLog` (grad_norm_log). Distributed data parallel follows
+`monitor.UtilisationMonitor` (monitor_interval) and `grad_norm.GradientNormLog` (grad_norm_log), and their curves,
+with the loss, top-1 and lr, go to TensorBoard with `tensorboard_log.TensorBoardLog` (tensorboard). Distributed data parallel follows
 https://pytorch.org/docs/stable/notes/ddp.html.
 
 Randomness is reproducible per epoch: every epoch seeds python, numpy, torch and the data
@@ -26,6 +27,7 @@ random numbers an uninterrupted run draws (map-style datasets; a stream orders i
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import time
@@ -61,6 +63,8 @@ from course_lib.engine.run_record import RunRecorder
 from course_lib.engine.schedule import make_optimizer, make_scheduler
 from course_lib.engine.step import optimizer_step, region, training_step
 from course_lib.engine.swa import WeightAverager
+from course_lib.engine.tensorboard_log import FOLDER as TENSORBOARD_FOLDER
+from course_lib.engine.tensorboard_log import TensorBoardLog
 from course_lib.instruments.peak_memory import (
     peak_memory_bytes,
     peak_memory_kind,
@@ -94,6 +98,7 @@ class FitResult:
     best_checkpoint_path: Path | None = None  # output_dir/best.pt when save_best (rank 0)
     stopped_early_after: int | None = None  # the epoch (1-based) after which early stopping ended the run; None: it ran every epoch
     swa_model: torch.nn.Module | None = None  # the weight average of the last swa_epochs epochs, BatchNorm updated; None when off or not reached
+    tensorboard_dir: Path | None = None  # this run's event files (output_dir/tensorboard/<run>/) when tensorboard is on
 
     @property
     def final(self) -> dict:
@@ -556,11 +561,15 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
     # One run per output folder: a second one refuses here, naming the first one's PID.
     output_lock = paths.OutputLock(config.output_dir).acquire() if distributed.is_main else None
     recorder = RunRecorder(config, distributed.is_main, distributed.world_size, device, started)
-    state = monitor = None
+    state = monitor = board = monitor_wall_time = None
     try:
         state = prepare(config, bundle, distributed=distributed, device=device, verbose=verbose, model=model,
                         teacher=teacher)
+        if config.tensorboard and distributed.is_main:
+            board = TensorBoardLog.for_run(paths.resolve_path(config.output_dir) / TENSORBOARD_FOLDER)
+            state.log(f"TensorBoard: tensorboard --logdir {board.folder}")
         if config.monitor_interval > 0 and distributed.is_main:  # rank 0 samples its own device and process
+            monitor_wall_time = time.time()
             monitor = UtilisationMonitor(config.monitor_interval, device).start()
         stopped_early_after = None
         for epoch in range(state.start_epoch, config.epochs):
@@ -570,44 +579,11 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
                           f"{config.early_stopping_patience} epoch(s); best {state.tracker.best_top1:.1%} at epoch "
                           f"{state.tracker.best_epoch}")
                 break
-            row = train_one_epoch(state, epoch, progress=progress)
-            if state.swa is not None:
-                state.swa.update(state.raw_model, epoch)  # a snapshot in each of the last swa_epochs epochs
-            improved = False
-            if state.val_loader is not None:
-                scores = validate(state.model, state)
-                row.update(_columns("val", scores), val_images=scores["images"])  # the count gives top-1 its interval
-                if state.ema is not None:  # the averaged weights, on the same images
-                    row.update(_columns("ema_val", validate(state.ema.module, state)))
-                improved = state.tracker.update(epoch + 1, row["val_top1"])
-            last = epoch + 1 == config.epochs or state.tracker.should_stop
-            if state.val_loader is not None and last and config.tta_views > 1:  # the recipe's final prediction
-                weights = state.ema.module if state.ema is not None else state.model
-                row.update(_columns("val_tta", validate(weights, state, views=config.tta_views)))
-            if last and state.swa is not None and state.swa.snapshots:
-                row.update(_finish_swa(state))
-            row["skipped_images"] = skipped_images(state)
-            _check_validation_loss(row, state, epoch)
-            state.history.append(row)
-            state.checkpoints.save(state, completed_epochs=epoch + 1)  # refuses non-finite weights
-            if config.save_best and improved:
-                state.checkpoints.keep_best()  # best.pt: this epoch's last.pt, under a second name
-            state.log(_epoch_line(row, state))
+            run_epoch(state, epoch, progress=progress, board=board)
         monitoring = _finish_monitoring(state, monitor)
-        if state.swa is not None and not state.swa.snapshots:  # early stopping came before the averaging began
-            state.log(f"SWA: nothing averaged: the run stopped after epoch {stopped_early_after}, before epoch "
-                      f"{state.swa.start_epoch + 1}, the first of the last {config.swa_epochs}; swa_model is None")
-        if state.skipped_steps:
-            state.log(f"GradScaler skipped {state.skipped_steps} optimizer step(s) whose fp16 gradients overflowed")
-        result = FitResult(
-            model=state.raw_model.eval(), history=state.history, classes=list(state.bundle.classes), config=config,
-            checkpoint_path=state.checkpoints.written, ema_model=state.ema.module.eval() if state.ema else None,
-            precision=state.precision, device=str(device), world_size=distributed.world_size,
-            skipped_steps=state.skipped_steps, duration_seconds=time.perf_counter() - started,
-            step_log=state.step_log, monitor=monitoring["monitor"],
-            grad_norms=state.grad_norms.rows if state.grad_norms else [], **state.tracker.summary(),
-            best_checkpoint_path=state.checkpoints.best_written, stopped_early_after=stopped_early_after,
-            swa_model=state.swa.module.eval() if state.swa is not None and state.swa.snapshots else None)
+        if board is not None and monitor is not None:
+            board.utilisation(monitor.samples, monitor_wall_time)
+        result = _fit_result(state, started, monitoring, stopped_early_after, board)
         recorder.succeeded(
             state.history, state.precision, skipped_steps=state.skipped_steps, epochs_completed=len(state.history),
             train_images=len(state.bundle.train),
@@ -623,11 +599,69 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
     finally:
         if monitor is not None and monitor.running:  # the sampler stops with the run, whatever ended it
             monitor.stop()
-            monitor.write_csv(paths.resolve_path(config.output_dir) / TIMELINE_FILE)
+            with contextlib.suppress(OSError):  # a full disk must not hide the error that ended the run
+                monitor.write_csv(paths.resolve_path(config.output_dir) / TIMELINE_FILE)
+        if board is not None:
+            board.close()
         if output_lock is not None:
             output_lock.release()
         if distributed.started_here and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def run_epoch(state: RunState, epoch: int, *, progress: bool = True, board: TensorBoardLog | None = None) -> None:
+    """Epoch `epoch` (0-based) and what ends it: training, the SWA snapshot, validation of the raw and EMA
+    weights (and, after the last epoch, the TTA prediction and the SWA average), the history row, the
+    TensorBoard curves, the checkpoint (and best.pt when it improved), and the epoch's log line."""
+    config = state.config
+    row = train_one_epoch(state, epoch, progress=progress)
+    if state.swa is not None:
+        state.swa.update(state.raw_model, epoch)  # a snapshot in each of the last swa_epochs epochs
+    improved = False
+    if state.val_loader is not None:
+        scores = validate(state.model, state)
+        row.update(_columns("val", scores), val_images=scores["images"])  # the count gives top-1 its interval
+        if state.ema is not None:  # the averaged weights, on the same images
+            row.update(_columns("ema_val", validate(state.ema.module, state)))
+        improved = state.tracker.update(epoch + 1, row["val_top1"])
+    last = epoch + 1 == config.epochs or state.tracker.should_stop
+    if state.val_loader is not None and last and config.tta_views > 1:  # the recipe's final prediction
+        weights = state.ema.module if state.ema is not None else state.model
+        row.update(_columns("val_tta", validate(weights, state, views=config.tta_views)))
+    if last and state.swa is not None and state.swa.snapshots:
+        row.update(_finish_swa(state))
+    row["skipped_images"] = skipped_images(state)
+    _check_validation_loss(row, state, epoch)
+    state.history.append(row)
+    if board is not None:  # the curves so far, for a TensorBoard open while the run goes on
+        board.steps(state.step_log)
+        board.grad_norms(state.grad_norms.rows if state.grad_norms else [])
+        board.epoch(row)
+    state.checkpoints.save(state, completed_epochs=epoch + 1)  # refuses non-finite weights
+    if config.save_best and improved:
+        state.checkpoints.keep_best()  # best.pt: this epoch's last.pt, under a second name
+    state.log(_epoch_line(row, state))
+
+
+def _fit_result(state: RunState, started: float, monitoring: dict, stopped_early_after: int | None,
+                board: TensorBoardLog | None) -> FitResult:
+    """The finished run as `fit` returns it, after its closing log lines (SWA that never began, skipped steps)."""
+    config = state.config
+    if state.swa is not None and not state.swa.snapshots:  # early stopping came before the averaging began
+        state.log(f"SWA: nothing averaged: the run stopped after epoch {stopped_early_after}, before epoch "
+                  f"{state.swa.start_epoch + 1}, the first of the last {config.swa_epochs}; swa_model is None")
+    if state.skipped_steps:
+        state.log(f"GradScaler skipped {state.skipped_steps} optimizer step(s) whose fp16 gradients overflowed")
+    return FitResult(
+        model=state.raw_model.eval(), history=state.history, classes=list(state.bundle.classes), config=config,
+        checkpoint_path=state.checkpoints.written, ema_model=state.ema.module.eval() if state.ema else None,
+        precision=state.precision, device=str(state.device), world_size=state.distributed.world_size,
+        skipped_steps=state.skipped_steps, duration_seconds=time.perf_counter() - started,
+        step_log=state.step_log, monitor=monitoring["monitor"],
+        grad_norms=state.grad_norms.rows if state.grad_norms else [], **state.tracker.summary(),
+        best_checkpoint_path=state.checkpoints.best_written, stopped_early_after=stopped_early_after,
+        swa_model=state.swa.module.eval() if state.swa is not None and state.swa.snapshots else None,
+        tensorboard_dir=board.folder if board is not None else None)
 
 
 def _finish_swa(state: RunState) -> dict:
@@ -651,20 +685,38 @@ def _finish_swa(state: RunState) -> dict:
 
 def _finish_monitoring(state: RunState, monitor: UtilisationMonitor | None) -> dict:
     """Stop the monitor, write its timeline and the gradient-norm log into output_dir (rank 0), log
-    one line each; returns {"summary": the ledger row's extra metrics, "monitor": the monitor's summary}."""
+    one line each; returns {"summary": the ledger row's extra metrics, "monitor": the monitor's summary}.
+    A side file that cannot be written (a full disk) is one warning line: the finished run, its checkpoint
+    and its ledger row stand."""
     summary, monitor_summary = {}, {}
     folder = paths.resolve_path(state.config.output_dir)  # the project root's runs/, from a notebook too
     if monitor is not None:
         monitor.stop()
         monitor_summary = monitor.summary()
-        summary.update(monitor_summary, monitor_file=str(monitor.write_csv(folder / TIMELINE_FILE)))
-        state.log(f"{summary_line(monitor_summary)}\n  timeline: {summary['monitor_file']}")
+        summary.update(monitor_summary)
+        written = _side_file(state, lambda: monitor.write_csv(folder / TIMELINE_FILE), folder / TIMELINE_FILE)
+        summary["monitor_file"] = str(written) if written else None
+        state.log(f"{summary_line(monitor_summary)}\n  timeline: {summary['monitor_file'] or 'not written'}")
     if state.grad_norms is not None:
         summary.update(state.grad_norms.summary())
         if state.distributed.is_main:
-            summary["grad_norm_file"] = str(state.grad_norms.write_csv(folder / LOG_FILE))
-            state.log(f"{state.grad_norms.summary_line()}\n  log: {summary['grad_norm_file']}")
+            written = _side_file(state, lambda: state.grad_norms.write_csv(folder / LOG_FILE), folder / LOG_FILE)
+            summary["grad_norm_file"] = str(written) if written else None
+            state.log(f"{state.grad_norms.summary_line()}\n  log: {summary['grad_norm_file'] or 'not written'}")
     return {"summary": summary, "monitor": monitor_summary}
+
+
+def _side_file(state: RunState, write: Callable[[], Path], path: Path) -> Path | None:
+    """`write()`'s path, or None after one warning line when the disk refuses it (full, read-only): a
+    monitoring file must not turn a finished run into a failed one."""
+    try:
+        return write()
+    except OSError as error:
+        state.log(f"warning: {path.name} was not written ({error.strerror or error}); the run, its checkpoint "
+                  f"{state.checkpoints.written or ''} and its ledger row are kept")
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)  # no half-written file left behind
+        return None
 
 
 def results_table(results: dict, epoch: int = -1):

@@ -3,6 +3,11 @@ an epoch, a download): a tqdm bar (https://tqdm.github.io) in a notebook (a widg
 on a terminal, and plain lines, without carriage returns, when the output is a pipe or a file (a CI
 log, `workbook train | tee train.log`): one every `interval` seconds, plus a start and an end line
 for an outer loop (`leave=True`).
+
+In a notebook the widget is shown under a display id, and closing the bar replaces it with its plain
+final line (empty for `leave=False`): the saved notebook holds text, not a widget whose state it lacks,
+so a reopened notebook shows no "Error displaying widget: model not found". A cell's inner bars share one
+output, so its epochs do not pile up one output each.
 """
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import sys
 import time
 
 PLAIN_LINE_SECONDS = 10.0  # at most one plain line per bar this often
+_TRANSIENT: dict = {}  # the output the current cell's inner (leave=False) bars take turns in: {"count", "handle"}
 
 
 def in_notebook() -> bool:
@@ -59,22 +65,48 @@ class Progress:
         self.initial = self.count = initial
         self.postfix, self.lines_written, self.closed = "", 0, False
         self.started = self.last_line = clock()
-        self.bar = None
+        self.bar = self.handle = None
+        self.delay = delay
         if not enabled:
             return
         if self.plain:
             if leave and not delay:
                 self._line("started")
             return
-        from tqdm.auto import tqdm
-
+        widget = in_notebook() and stream is None
+        if widget:
+            from tqdm.notebook import tqdm
+        else:
+            from tqdm.auto import tqdm
         options = {"file": stream} if stream is not None else {}
         if in_bytes:
             options.update(unit="B", unit_scale=True, unit_divisor=1024)
         else:
             options["unit"] = f" {unit}" if unit else "it"
-        self.bar = tqdm(total=total, desc=description, initial=initial, leave=leave, delay=delay, dynamic_ncols=True,
-                        **options)
+        if widget:  # shown by `_show` under a display id, so that `close` can put text in its place
+            options.update(display=False, delay=0)
+        else:
+            options["delay"] = delay
+        self.bar = tqdm(total=total, desc=description, initial=initial, leave=leave, dynamic_ncols=True, **options)
+        if widget and not delay:
+            self._show()
+
+    def _show(self) -> None:
+        from IPython import get_ipython
+        from IPython.display import display
+
+        if self.leave:
+            self.handle = display(self.bar.container, display_id=True)
+            return
+        # Inner bars (an epoch's, a prediction's) of one cell take turns in one output: a cell of 20 fits x 60
+        # epochs leaves one line, not 1,200 outputs.
+        count = getattr(get_ipython(), "execution_count", None)
+        if _TRANSIENT.get("count") == count and _TRANSIENT.get("handle") is not None:
+            self.handle = _TRANSIENT["handle"]
+            self.handle.update(self.bar.container)
+        else:
+            self.handle = display(self.bar.container, display_id=True)
+            _TRANSIENT.update(count=count, handle=self.handle)
 
     def __enter__(self) -> Progress:
         return self
@@ -86,6 +118,9 @@ class Progress:
         self.count += count
         if self.bar is not None:
             self.bar.update(count)
+            if self.handle is None and self.delay and hasattr(self.bar, "container") \
+                    and self.clock() - self.started >= self.delay:  # a widget shown once the delay has passed
+                self._show()
         elif self.enabled and self.plain and self.clock() - self.last_line >= self.interval:
             self._line()
 
@@ -104,6 +139,9 @@ class Progress:
         self.closed = True
         if self.bar is not None:
             self.bar.close()
+            if self.handle is not None:  # the widget gives way to text a saved notebook can show
+                self.handle.update({"text/plain": self.line("done") if self.leave else ""}, raw=True)
+                self.bar.container.close()
         elif self.enabled and self.plain and (self.leave or self.lines_written):
             self._line("done")
 

@@ -250,7 +250,9 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu", *, check_finite
 
 # Config fields that say where and how fast a run went, not what it learned: a checkpoint trained
 # with other values of these is the same model, so `config_digest` leaves them out.
-BOOKKEEPING_FIELDS = ("output_dir", "resume", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
+# Fields that never change the weights (where files go, how data is fed, what is logged): left out of a digest.
+BOOKKEEPING_FIELDS = ("output_dir", "resume", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers",
+                      "tensorboard")
 
 
 def config_digest(values: dict, ignore=BOOKKEEPING_FIELDS) -> str:

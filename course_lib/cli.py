@@ -691,7 +691,7 @@ def _add_reference(subparsers) -> None:
     parser = subparsers.add_parser("reference", help="reference results: a finished run's claims committed as data "
                                                      "(results/reference/<hardware>/<NN>.json), shown beside yours")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    save = actions.add_parser("save", help="make the reference of every notebook of a finished cpu or gpu run")
+    save = actions.add_parser("save", help="make the reference of every notebook of a finished cpu, gpu or reference run")
     save.add_argument("run_id", help="the run's id (its folder under runs/, printed by `workbook run`)")
     save.add_argument("--path", help=f"ledger file (default: ${LEDGER_ENV} or runs/ledger.sqlite)")
     save.add_argument("--to", help="folder to write into (default: results/reference under the project)")

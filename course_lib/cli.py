@@ -270,7 +270,9 @@ def _scan(args) -> int:
         if not low <= value <= high:
             raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
     if args.duplicates or args.labels:
-        found = (_scan_duplicates(args) if args.duplicates else 0) + (_scan_labels(args) if args.labels else 0)
+        # --labels' -p values are checked before any image is hashed: a bad value costs no wait
+        config = _labels_config(args) if args.labels else None
+        found = (_scan_duplicates(args) if args.duplicates else 0) + (_scan_labels(args, config) if args.labels else 0)
         return 1 if found else 0
     checked, problems = scan.scan_folder(args.folder, follow_links=args.follow_links)
     datasets = scan.dataset_folders(Path(args.folder))
@@ -294,13 +296,18 @@ def _scan_duplicates(args) -> int:
     return len(matches)
 
 
-def _scan_labels(args) -> int:
+def _labels_config(args):
+    """The config `scan --labels` trains its out-of-fold models with (ConfigError, one line, on a bad -p)."""
+    config, _ = run_config(args.profile, parse_assignments(args.param), recipe="speedrun", dataset="imagefolder",
+                           data_dir=args.folder)
+    return config
+
+
+def _scan_labels(args, config) -> int:
     from course_lib import ledger
     from course_lib.analysis import label_issues
     from course_lib.engine import out_of_fold
 
-    config, _ = run_config(args.profile, parse_assignments(args.param), recipe="speedrun", dataset="imagefolder",
-                           data_dir=args.folder)
     print(f"labels: {args.folds} {config.model} models ({config.epochs} epochs each) on the training split of "
           f"{args.folder}; {ledger.describe_hardware()}", flush=True)
     bundle, targets, probabilities, flagged, names = out_of_fold.scan_labels(config, args.folds,

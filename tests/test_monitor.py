@@ -44,6 +44,17 @@ def test_the_summary_names_what_a_cpu_cannot_measure():
     assert "GPU not measurable here" in summary_line(summary)
 
 
+def test_a_run_shorter_than_one_interval_reports_no_cpu_share():
+    """Issue 49 point 14: a 2 s run with monitor_interval=60 reported "CPU mean 0%" from its start-up sample."""
+    with UtilisationMonitor(60, "cpu") as monitor:
+        pass
+    summary = monitor.summary()
+    assert len(monitor.samples) == 1 and "monitor_cpu_percent_mean" not in summary
+    assert summary["monitor_cpu_note"].startswith("not measured: the run ended within one interval (60 s)")
+    line = summary_line(summary)
+    assert "CPU mean" not in line and "CPU share not measured" in line and "peak RSS" in line
+
+
 @pytest.mark.cuda(reason="NVML needs an NVIDIA GPU")
 def test_on_cuda_nvml_gives_utilisation_memory_and_power():
     with UtilisationMonitor(0.05, "cuda") as monitor:

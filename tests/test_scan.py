@@ -262,3 +262,11 @@ def test_data_make_test_0_writes_no_test_folder_and_scans_clean(tmp_path, capsys
                      "--test", "0"]) == 0
     assert not (out / "test").exists()
     assert cli.main(["scan", str(out)]) == 0, capsys.readouterr().out
+
+
+def test_a_bad_labels_value_is_refused_before_any_image_is_hashed(capsys):
+    """Issue 49 point 14: `scan --duplicates --labels -p lr=-1` hashed every image before refusing the value."""
+    folder = str(Path(__file__).parents[1] / "data_samples" / "landcover-synth")
+    assert cli.main(["scan", folder, "--duplicates", "--labels", "--no-progress", "-p", "lr=-1"]) == 2
+    captured = capsys.readouterr()
+    assert "hashed" not in captured.out and "lr" in captured.err and len(captured.err.strip().splitlines()) == 1

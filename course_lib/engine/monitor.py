@@ -153,9 +153,13 @@ class UtilisationMonitor:
                "monitor_seconds": wall, "monitor_overhead_fraction": self.sampler_cpu_seconds / wall if wall else 0.0}
         if not self.samples:
             return out
-        cpu = np.array([s["cpu_percent"] for s in self.samples[1:] or self.samples])  # sample 0 has no interval yet
-        out.update(monitor_cpu_percent_mean=float(cpu.mean()), monitor_cpu_percent_p5=float(np.percentile(cpu, 5)),
-                   monitor_peak_rss_bytes=max(s["rss_bytes"] for s in self.samples))
+        out["monitor_peak_rss_bytes"] = max(s["rss_bytes"] for s in self.samples)
+        cpu = np.array([s["cpu_percent"] for s in self.samples[1:]])  # sample 0 has no interval to measure over
+        if len(cpu):
+            out.update(monitor_cpu_percent_mean=float(cpu.mean()), monitor_cpu_percent_p5=float(np.percentile(cpu, 5)))
+        else:  # a run shorter than one interval: a mean of 0% from the start-up sample would be false
+            out["monitor_cpu_note"] = (f"not measured: the run ended within one interval ({self.interval:g} s), "
+                                       "so only the start-up sample exists; use a shorter monitor_interval")
         if "gpu0_utilisation_percent" in self.samples[0]:
             gpu = np.array([s["gpu0_utilisation_percent"] for s in self.samples])
             out.update(monitor_gpu_utilisation_mean=float(gpu.mean()),
@@ -166,8 +170,9 @@ class UtilisationMonitor:
             out["monitor_series_name"] = "GPU utilisation %"
         else:
             out["monitor_gpu_note"] = self.gpu_note
-            out["monitor_series"] = downsample(list(cpu))
-            out["monitor_series_name"] = "process CPU % (100 = one core)"
+            if len(cpu):
+                out["monitor_series"] = downsample(list(cpu))
+                out["monitor_series_name"] = "process CPU % (100 = one core)"
         return out
 
     def write_csv(self, path: str | Path) -> Path:
@@ -210,6 +215,8 @@ def summary_line(summary: dict) -> str:
     if "monitor_cpu_percent_mean" in summary:
         parts.append(f"CPU mean {summary['monitor_cpu_percent_mean']:.0f}% (p5 {summary['monitor_cpu_percent_p5']:.0f}%), "
                      f"peak RSS {summary['monitor_peak_rss_bytes'] / 2**20:.0f} MiB")
+    elif "monitor_cpu_note" in summary:
+        parts.append(f"CPU share {summary['monitor_cpu_note']}; peak RSS {summary['monitor_peak_rss_bytes'] / 2**20:.0f} MiB")
     parts.append(f"sampler overhead {summary['monitor_overhead_fraction']:.2%} of a core")
     series = summary.get("monitor_series")
     return "; ".join(parts) + (f"\n  {summary['monitor_series_name']}: {sparkline(series)}" if series else "")

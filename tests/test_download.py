@@ -373,13 +373,19 @@ def test_a_zip_whose_members_escape_link_or_repeat_is_refused_naming_the_member(
                                                                                 members, why):
     payload = _zip_with(*members)
     monkeypatch.setattr(download, "EUROSAT_MD5", hashlib.md5(payload).hexdigest())  # past the md5 check
-    archive = tmp_path / "given" / "EuroSAT.zip"
-    archive.parent.mkdir()
-    archive.write_bytes(payload)
-    code, _, err = _run(capsys, "eurosat", "--root", str(tmp_path / "data" / "eurosat"), "--from", str(archive))
-    line = _error_line(err)
+    code, line = _get_from(capsys, tmp_path, "eurosat", "EuroSAT.zip", payload)
     assert code == 2 and "EuroSAT.zip: member" in line and why in line, line
     assert not (tmp_path / "escaped.jpg").exists() and not (tmp_path / "data" / "eurosat").exists()
+
+
+def _get_from(capsys, tmp_path, dataset: str, name: str, payload: bytes) -> tuple[int, str]:
+    """`data get DATASET --from` an archive `name` holding `payload`, into tmp_path/data/DATASET:
+    (exit code, its error line)."""
+    archive = tmp_path / "given" / name
+    archive.parent.mkdir()
+    archive.write_bytes(payload)
+    code, _, err = _run(capsys, dataset, "--root", str(tmp_path / "data" / dataset), "--from", str(archive))
+    return code, _error_line(err)
 
 
 def _tar_with(tmp_path, build) -> bytes:
@@ -406,11 +412,7 @@ def test_a_tarball_whose_members_escape_link_or_repeat_is_refused_naming_the_mem
                                                                                     build, why):
     payload = _tar_with(tmp_path, build)
     monkeypatch.setattr(CIFAR10, "tgz_md5", hashlib.md5(payload).hexdigest())
-    archive = tmp_path / "given" / "cifar-10-python.tar.gz"
-    archive.parent.mkdir()
-    archive.write_bytes(payload)
-    code, _, err = _run(capsys, "cifar10", "--root", str(tmp_path / "data" / "cifar10"), "--from", str(archive))
-    line = _error_line(err)
+    code, line = _get_from(capsys, tmp_path, "cifar10", "cifar-10-python.tar.gz", payload)
     assert code == 2 and "cifar-10-python.tar.gz: member" in line and why in line, line
     assert not (tmp_path / "data" / "escaped").exists() and not (tmp_path / "escaped").exists()
 

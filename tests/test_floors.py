@@ -1,4 +1,4 @@
-"""Convergence floors: a chapter's model is checked against its floor on EuroSAT in the cpu and gpu profiles."""
+"""Convergence floors: a chapter's model is checked against its floor on EuroSAT in the cpu, reference and gpu profiles."""
 import pytest
 
 from course_lib.analysis import floors
@@ -9,6 +9,13 @@ def test_a_model_meets_or_misses_its_floor_on_eurosat():
     assert met.applies and met.met and "met, top-1 97.1% >= 95%" in met.line
     missed = floors.check("09", "the analysed model", 0.461, "eurosat", "cpu")
     assert missed.applies and missed.met is False and "MISSED" in missed.line and "train longer" in missed.line
+
+
+def test_the_reference_profile_checks_its_floors_too():
+    """The long runs are the ones whose verdicts are committed: a floor missed there must say so."""
+    assert floors.check("13", "the distilled student", 0.95, "eurosat", "reference").met
+    missed = floors.check("13", "the distilled student", 0.43, "eurosat", "reference")
+    assert missed.applies and missed.met is False
 
 
 @pytest.mark.parametrize("data, profile", [("landcover-synth", "cpu"), ("eurosat", "smoke")])

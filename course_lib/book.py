@@ -10,7 +10,9 @@ not have. The site is static HTML with its search index, readable from the folde
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -116,6 +118,8 @@ def stage(run: Path, root: Path | None = None, ledger_path: Path | None = None) 
         raise BookError(f"{run} holds no executed chapter (NN_name.ipynb); run `workbook run --profile smoke` "
                         "(or `make workbook`) first, or name another run")
     source = run / SITE_SOURCE
+    for written in (source, run / SITE, run / "mkdocs.yml"):
+        refuse_link(written)
     if source.exists():
         shutil.rmtree(source)
     (source / CHAPTERS).mkdir(parents=True)
@@ -152,6 +156,15 @@ def stage(run: Path, root: Path | None = None, ledger_path: Path | None = None) 
     return config_path
 
 
+def refuse_link(path: Path) -> None:
+    """What `docs build` deletes and writes (site-src/, site/, mkdocs.yml) must be the run's own: through a
+    symbolic link, MkDocs' clean step would empty the folder it points to, and the config write would overwrite
+    the file (issue 49, point 4). One line naming the link and the `rm` that removes it (not its target)."""
+    if path.is_symlink():
+        raise BookError(f"{path} is a symbolic link (to {os.readlink(path)}); docs build deletes and rewrites it, so it "
+                        f"will not write through a link: remove the link (rm {shlex.quote(str(path))}) and build again")
+
+
 def _plain(value) -> str:
     """A run id or profile as page text: letters, digits, '.', '_' and '-' only (others become '?')."""
     return re.sub(r"[^\w.-]", "?", str(value if value is not None else "?"))[:80]
@@ -172,9 +185,23 @@ def build(run: Path, root: Path | None = None, ledger_path: Path | None = None) 
         raise BookError(f"{error.name} is not installed; `make venv` installs mkdocs-material and mkdocs-jupyter "
                         "(the project's dev extra)") from None
     config = stage(run, root, ledger_path)
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--quiet", "--config-file", str(config)],
-                          cwd=config.parent, capture_output=True, text=True, timeout=BUILD_SECONDS)
-    if done.returncode != 0:
-        last = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:] or ["no output"]
-        raise BookError(f"mkdocs build failed for {run}: {last[0]}")
-    return Path(run) / SITE / "index.html"
+    # Built into a fresh folder of the run, then renamed into place: MkDocs' clean step only ever empties a folder
+    # this build made, and a failed build leaves the last site whole.
+    from course_lib.data.build_lock import staging_folder
+
+    site = Path(run) / SITE
+    building = staging_folder(site)  # site.partial-<pid>; those of killed builds removed
+    try:
+        done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--quiet", "--config-file", str(config),
+                               "--site-dir", str(building.resolve())],
+                              cwd=config.parent, capture_output=True, text=True, timeout=BUILD_SECONDS)
+        if done.returncode != 0:
+            last = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:] or ["no output"]
+            raise BookError(f"mkdocs build failed for {run}: {last[0]}")
+        refuse_link(site)  # planted while MkDocs ran
+        if site.exists():
+            shutil.rmtree(site)
+        building.rename(site)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return site / "index.html"

@@ -523,6 +523,7 @@ def _add_eval(subparsers) -> None:
 
 def _eval(args) -> int:
     from course_lib.analysis import confusion, evaluation
+    from course_lib.data.scan import printable
     from course_lib.ledger import describe_hardware
 
     result = evaluation.evaluate(args.checkpoint, args.split, name=args.name, out_dir=args.out,
@@ -535,12 +536,14 @@ def _eval(args) -> int:
     print(f"{result.name}: {summary['images']} images, {summary['classes']} classes ({describe_hardware()})")
     print(f"top-1 {summary['top1']:.4f}  top-{summary['top5_k']} {summary['top5']:.4f}  "
           f"macro F1 {summary['macro_f1']:.4f}  weighted F1 {summary['weighted_f1']:.4f}  ECE {summary['ece']:.4f}")
-    print(result.per_class().to_string(float_format=lambda v: f"{v:.3f}"))
+    # class names come from folder names, which may hold a newline or an escape sequence: written as escapes
+    print(result.per_class().rename(index=printable).to_string(float_format=lambda v: f"{v:.3f}"))
     pairs = confusion.most_confused_pairs(result.counts(), result.classes, args.top_pairs)
     if len(pairs):
         print("most-confused pairs:")
-        print(pairs.drop(columns=["true_index", "predicted_index"]).to_string(
-            index=False, float_format=lambda v: f"{v:.2f}"))
+        named = pairs.drop(columns=["true_index", "predicted_index"]).assign(
+            true=lambda frame: frame["true"].map(printable), predicted=lambda frame: frame["predicted"].map(printable))
+        print(named.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     print(f"saved {result.path}")
     return 0
 

@@ -482,12 +482,15 @@ def format_rows(records: list[dict], width: int | None = None) -> str:
     """A plain-text table for `workbook ledger`, numbers to their meaningful digits (`meaningful`).
     The metrics column is never cut: it wraps, metric by metric, onto lines under itself to fit
     `width` columns (default: the terminal's, 120 when piped)."""
+    from course_lib.data.scan import printable  # a name or value holding a newline or escape must not forge a line
+
     header = ("id", "created_at", "run_id", "kind", "name", "status", "seconds", "metrics")
     lines, metrics = [], []
     for r in records:
-        metrics.append([f"{k}={meaningful(v)}" for k, v in sorted(r["metrics"].items())])
+        metrics.append([printable(f"{k}={meaningful(v)}") for k, v in sorted(r["metrics"].items())])
         seconds = "" if r["duration_seconds"] is None else f"{r['duration_seconds']:.1f}"
-        lines.append((str(r["id"]), r["created_at"], r["run_id"] or "", r["kind"], r["name"], r["status"], seconds))
+        lines.append(tuple(printable(cell) for cell in (r["id"], r["created_at"], r["run_id"] or "", r["kind"],
+                                                        r["name"], r["status"], seconds)))
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header[:-1])]
     indent = sum(widths) + 2 * len(widths)  # where the metrics column starts
     room = max(40, (width or shutil.get_terminal_size((120, 24)).columns) - indent)

@@ -27,6 +27,28 @@ class FolderInUseError(NotWritableError):
     """Another run holds the output folder (`OutputLock`); the message names its process."""
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file renamed into place: a reader (a browser refreshing the
+    page) or a crash never sees half a file, and a write that failed (a full disk) leaves no temporary behind."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this machine (signal 0 only asks; one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class OutputLock:
     """An exclusive lock on an output folder for one run, so two `workbook train` runs on one
     `output_dir` cannot both write `last.pt` (each would record a checkpoint holding the other's
@@ -94,7 +116,8 @@ class OutputLock:
             self._handle = None
 
 
-def _is_project(folder: Path) -> bool:
+def is_project(folder: Path) -> bool:
+    """Whether `folder` is this project's checkout (pyproject.toml beside course_lib/)."""
     return (folder / "pyproject.toml").exists() and (folder / "course_lib").is_dir()
 
 
@@ -106,17 +129,18 @@ def project_root() -> Path:
     folder when the package is installed without its project."""
     here = Path.cwd().resolve()
     for folder in (here, *here.parents):
-        if _is_project(folder):
+        if is_project(folder):
             return folder
-    if _is_project(PACKAGE_DIR.parent):
+    if is_project(PACKAGE_DIR.parent):
         return PACKAGE_DIR.parent
     return here
 
 
-def check_writable(folder: str | os.PathLike) -> Path:
+def check_writable(folder: str | os.PathLike, option: str = "-p output_dir=...") -> Path:
     """Create `folder` (relative paths: under the project root) and write and remove a probe file
     in it, so a run that will write there fails in its first second, not after an epoch.
-    Returns the folder; raises NotWritableError (one line: the folder, the reason, the fix)."""
+    Returns the folder; raises NotWritableError (one line: the folder, the reason, the fix, naming `option`,
+    the caller's own way to choose another folder)."""
     target = resolve_path(folder)
     probe = target / f".write-probe-{os.getpid()}"
     try:
@@ -132,7 +156,7 @@ def check_writable(folder: str | os.PathLike) -> Path:
         elif isinstance(error, NotADirectoryError):
             reason = "part of the path is a file, not a folder"
         failure = NotWritableError(f"cannot write to {target} ({reason}); choose a folder you can write "
-                                   "(e.g. -p output_dir=...) or fix its permissions")
+                                   f"({option}) or fix its permissions")
         failure.errno = error.errno
         raise failure from None
     finally:

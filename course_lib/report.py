@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -240,16 +239,6 @@ def without_widgets(notebook):
     return notebook
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """A browser refreshing the page (or a crash) never sees half a file."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, path)
-    finally:  # a write that failed (a full disk) leaves no half file behind
-        temporary.unlink(missing_ok=True)
-
-
 def notebook_row(out_dir: Path, result: dict, rows: list[dict]) -> str:
     """One table row: notebook links, status, seconds, headline numbers, claims, key figure."""
     name = str(result["notebook"])
@@ -326,7 +315,7 @@ every images/s figure was measured on the hardware named here.</p>
 </body></html>
 """
     index = out_dir / "index.html"
-    write_atomically(index, page)
+    paths.write_atomically(index, page)
     return index
 
 

@@ -606,7 +606,7 @@ def to_html(notebook_path: Path) -> Path | None:
         return None
     target = notebook_path.with_suffix(".html")
     try:
-        report.write_atomically(target, body)
+        paths.write_atomically(target, body)
     except OSError as error:  # a full disk: the notebook ran, its result is kept without the rendering
         print(f"workbook run: warning: {target.name} was not written ({error.strerror or error}); "
               f"the executed notebook {notebook_path.name} and its result are kept", file=sys.stderr, flush=True)
@@ -677,7 +677,7 @@ def write_reports(out_dir: Path, run_id: str, profile: str, results: list[Notebo
     the notebooks go on, and the ledger keeps their rows (or its unsaved-rows file, or the warning itself)."""
     try:
         write_index(out_dir, run_id, profile, results, not_run, state)
-        report.write_atomically(out_dir / "summary.json", json.dumps(
+        paths.write_atomically(out_dir / "summary.json", json.dumps(
             {"run_id": run_id, "profile": profile, "state": state, "results": [asdict(r) for r in results],
              "not_run": list(not_run)}, indent=2))
     except OSError as error:
@@ -715,7 +715,8 @@ def run_workbook(profile: str = "auto", only: str | None = None, assignments: li
     per_notebook = check_parameters(notebooks, assignments or [], profile=resolved)  # before anything runs
 
     run_id = new_run_id(resolved)
-    out = paths.check_writable(Path(out_dir).resolve() if out_dir else paths.project_root() / "runs" / run_id)
+    out = paths.check_writable(Path(out_dir).resolve() if out_dir else paths.project_root() / "runs" / run_id,
+                               "--out another folder")
     ledger_path = ledger.check_writable(ledger.default_path().resolve())
     # Kernels inherit the environment: they write into the same ledger, tagged with this run (for the run only).
     with exported({ledger.LEDGER_ENV: str(ledger_path), ledger.RUN_ID_ENV: run_id, ledger.PROFILE_ENV: resolved}):

@@ -2,6 +2,7 @@
 built into a static site, which headless Chromium then reads: the navigation leads to a chapter, and the
 chapter shows its rendered figure and table."""
 import json
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -52,6 +53,46 @@ def test_a_run_without_chapters_is_one_line_naming_the_fix(tmp_path):
 def test_the_cli_refuses_a_run_that_is_not_one(tmp_path, capsys):
     assert cli.main(["docs", "build", str(tmp_path)]) == 2
     assert "is not a run (no summary.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("written", [book.SITE_SOURCE, book.SITE, "mkdocs.yml"])
+def test_a_link_where_the_site_or_its_config_is_written_is_refused_and_its_target_kept(tmp_path, written):
+    """Issue 49 point 4: through a linked site/ MkDocs' clean step emptied the folder it pointed to, and a linked
+    mkdocs.yml had its file overwritten, with exit 0."""
+    run = _fake_run(tmp_path / "runs" / "20260101-000000-smoke-abcd")
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "keep.txt").write_text("mine")
+    target = precious / "keep.txt" if written == "mkdocs.yml" else precious
+    (run / written).symlink_to(target)
+    with pytest.raises(book.BookError, match=rf"{written} is a symbolic link .*remove the link \(rm .*{written}\)") as caught:
+        book.build(run, ROOT)
+    assert "\n" not in str(caught.value)
+    assert (precious / "keep.txt").read_text() == "mine" and (run / written).is_symlink()
+
+
+def test_the_site_is_built_aside_and_renamed_into_place_so_a_failed_build_keeps_the_last(tmp_path, monkeypatch):
+    import subprocess
+
+    run = _fake_run(tmp_path / "runs" / "20260101-000000-smoke-abcd")
+    (run / book.SITE).mkdir()
+    (run / book.SITE / "index.html").write_text("the last site")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "Error: broken page"))
+    with pytest.raises(book.BookError, match="mkdocs build failed .*broken page"):
+        book.build(run, ROOT)
+    assert (run / book.SITE / "index.html").read_text() == "the last site"
+    monkeypatch.undo()
+
+    def built(command, **options):  # what MkDocs does: writes the site into --site-dir
+        folder = command[command.index("--site-dir") + 1]
+        (tmp_path / "seen").write_text(folder)
+        (Path(folder) / "index.html").write_text("the new site")
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", built)
+    assert book.build(run, ROOT).read_text() == "the new site"
+    assert ".partial-" in (tmp_path / "seen").read_text()  # never the site itself: MkDocs cleans what it writes to
+    assert not list(run.glob(f"{book.SITE}.partial-*"))
 
 
 def test_the_newest_run_is_the_default(tmp_path):

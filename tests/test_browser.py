@@ -3,13 +3,16 @@
 Playwright (https://playwright.dev/python/) with Debian's system browser, all cells run, a matrix
 cell clicked (the true/predicted dropdowns follow it), the filters changed, a comparison chosen and
 its flipped images shown. ipywidgets can break in ways Python never sees (a missing
-front-end extension, a widget that renders nothing); only a browser shows them.
+front-end extension, a widget that renders nothing); only a browser shows them. A second test runs
+notebook 07 there, saves it, stops its kernel and reopens it: no "Error displaying widget" may remain.
 
 Skipped, with a one-line reason, where Playwright or Chromium is missing (`.ci/run` installs
 Debian's chromium with apt when it can). On failure a screenshot goes to runs/; on success the
 explorer's screenshot is written to runs/browser-test-explorer.png, and with
 WORKBOOK_UPDATE_SCREENSHOTS=1 to docs/images/explorer.png, which the README shows.
 """
+import contextlib
+import json
 import os
 import re
 import secrets
@@ -53,26 +56,21 @@ def _write_settings(folder):
         path.write_text(text)
 
 
-@pytest.fixture
-def lab(chromium, tmp_path):
-    """(url, token) of a JupyterLab serving a smoke-profile copy of notebook 09; stopped (its
-    whole process group: server and kernels) afterwards."""
+@contextlib.contextmanager
+def _jupyterlab(tmp_path, notebook_name: str, edit=None):
+    """(url, token, port) of a JupyterLab serving a smoke-profile copy of `notebook_name` (`edit(notebook)` may
+    change it first); stopped (its whole process group: server and kernels) afterwards."""
     import nbformat
 
     root = tmp_path / "lab"
     root.mkdir()
-    notebook = nbformat.read(ROOT / "notebooks" / NOTEBOOK, as_version=4)
+    notebook = nbformat.read(ROOT / "notebooks" / notebook_name, as_version=4)
     # As papermill does: a cell after the `parameters` cell sets the smoke profile.
     position = next(i for i, cell in enumerate(notebook.cells) if "parameters" in cell.metadata.get("tags", []))
     notebook.cells.insert(position + 1, nbformat.v4.new_code_cell('profile = "smoke"'))
-    # A hostile class name (issue 30 point 5): a folder name that closes the title attribute and adds an
-    # <img> whose onerror runs script, as it did when the names went unescaped into innerHTML.
-    explorer_cell = next(cell for cell in notebook.cells if "view = explorer.ConfusionExplorer(explored" in cell.source)
-    explorer_cell.source = explorer_cell.source.replace(
-        "view = explorer.ConfusionExplorer(explored",
-        f"for explored_evaluation in explored:\n    explored_evaluation.classes[0] = {HOSTILE_CLASS!r}\n"
-        "view = explorer.ConfusionExplorer(explored", 1)
-    nbformat.write(notebook, root / NOTEBOOK)
+    if edit is not None:
+        edit(notebook)
+    nbformat.write(notebook, root / notebook_name)
     _write_settings(tmp_path / "settings")
     port, token = _free_port(), secrets.token_hex(16)
     environment = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
@@ -101,7 +99,7 @@ def lab(chromium, tmp_path):
                 if time.monotonic() > deadline:
                     pytest.fail(f"JupyterLab did not answer within {SERVER_START_SECONDS} s")
                 time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}/lab/tree/{NOTEBOOK}?token={token}", tmp_path
+        yield f"http://127.0.0.1:{port}/lab/tree/{notebook_name}?token={token}", token, port
     finally:
         for sent in (signal.SIGTERM, signal.SIGKILL):
             try:
@@ -114,6 +112,58 @@ def lab(chromium, tmp_path):
             except subprocess.TimeoutExpired:
                 continue
         log.close()
+
+
+def _hostile_class(notebook) -> None:
+    """A hostile class name (issue 30 point 5): a folder name that closes the title attribute and adds an <img>
+    whose onerror runs script, as it did when the names went unescaped into innerHTML."""
+    explorer_cell = next(cell for cell in notebook.cells if "view = explorer.ConfusionExplorer(explored" in cell.source)
+    explorer_cell.source = explorer_cell.source.replace(
+        "view = explorer.ConfusionExplorer(explored",
+        f"for explored_evaluation in explored:\n    explored_evaluation.classes[0] = {HOSTILE_CLASS!r}\n"
+        "view = explorer.ConfusionExplorer(explored", 1)
+
+
+@pytest.fixture
+def lab(chromium, tmp_path):
+    """(url, work folder) of a JupyterLab serving a smoke-profile copy of notebook 09 with a hostile class name."""
+    with _jupyterlab(tmp_path, NOTEBOOK, _hostile_class) as (url, _, _):
+        yield url, tmp_path
+
+
+VIEWPORT = {"width": 1500, "height": 1100}
+
+
+def _launch(playwright, chromium):
+    return playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS, timeout=60_000)
+
+
+def _open_and_run_all(page, url: str, notebook_name: str, seconds: int = RUN_ALL_SECONDS) -> None:
+    """Open the notebook, wait for its kernel, and run every cell through JupyterLab's own command; fail naming
+    the last error."""
+    page.goto(url, timeout=90_000)
+    page.wait_for_function("() => { const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+                           " const kernel = panel && panel.sessionContext && panel.sessionContext.session"
+                           " && panel.sessionContext.session.kernel;"
+                           " return kernel && kernel.status === 'idle'; }", timeout=120_000)
+    page.evaluate("() => { window.workbookRunAll = undefined; "
+                  "window.jupyterapp.commands.execute('notebook:run-all-cells').then("
+                  "ok => { window.workbookRunAll = String(ok); }, "
+                  "error => { window.workbookRunAll = 'error: ' + error; }); }")
+    page.wait_for_function("() => window.workbookRunAll !== undefined", timeout=seconds * 1000)
+    outcome = page.evaluate("() => window.workbookRunAll")
+    if outcome != "true":
+        errors = page.eval_on_selector_all(".jp-OutputArea-output[data-mime-type*='stderr']",
+                                           "nodes => nodes.map(n => n.innerText.slice(-400))")
+        pytest.fail(f"running all cells of {notebook_name} in JupyterLab gave {outcome}: {errors[-1:] or ''}")
+
+
+def _screenshot_failure(page) -> None:
+    """A full-page screenshot of a failed browser test, in runs/, named on stderr."""
+    failure = ROOT / "runs" / f"browser-test-failure-{time.strftime('%Y%m%d-%H%M%S')}.png"
+    failure.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(failure), full_page=True)
+    print(f"screenshot of the failure: {failure}", file=sys.stderr)
 
 
 def _thumbnails(page) -> list[str]:
@@ -152,25 +202,10 @@ def test_explorer_in_jupyterlab_shows_a_clicked_cells_images_and_filters_them(ch
 
     url, work = lab
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS,
-                                             timeout=60_000)
-        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        browser = _launch(playwright, chromium)
+        page = browser.new_page(viewport=VIEWPORT)
         try:
-            page.goto(url, timeout=90_000)
-            page.wait_for_function("() => { const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
-                                   " const kernel = panel && panel.sessionContext && panel.sessionContext.session"
-                                   " && panel.sessionContext.session.kernel;"
-                                   " return kernel && kernel.status === 'idle'; }", timeout=120_000)
-            page.evaluate("() => { window.workbookRunAll = undefined; "
-                          "window.jupyterapp.commands.execute('notebook:run-all-cells').then("
-                          "ok => { window.workbookRunAll = String(ok); }, "
-                          "error => { window.workbookRunAll = 'error: ' + error; }); }")
-            page.wait_for_function("() => window.workbookRunAll !== undefined", timeout=RUN_ALL_SECONDS * 1000)
-            outcome = page.evaluate("() => window.workbookRunAll")
-            if outcome != "true":
-                errors = page.eval_on_selector_all(".jp-OutputArea-output[data-mime-type*='stderr']",
-                                                   "nodes => nodes.map(n => n.innerText.slice(-400))")
-                pytest.fail(f"running all cells of {NOTEBOOK} in JupyterLab gave {outcome}: {errors[-1:] or ''}")
+            _open_and_run_all(page, url, NOTEBOOK)
 
             # A mouse click on the confusion with most images (else the fullest cell) shows its images,
             # most confident first.
@@ -248,10 +283,7 @@ def test_explorer_in_jupyterlab_shows_a_clicked_cells_images_and_filters_them(ch
             assert page.evaluate("() => window.workbookXss") is None, "a class name ran script in the browser"
             assert page.locator(".workbook-explorer", has_text=HOSTILE_CLASS[:12]).count() > 0
         except BaseException:
-            failure = ROOT / "runs" / f"browser-test-failure-{time.strftime('%Y%m%d-%H%M%S')}.png"
-            failure.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(failure), full_page=True)
-            print(f"screenshot of the failure: {failure}", file=sys.stderr)
+            _screenshot_failure(page)
             raise
         finally:
             browser.close()
@@ -262,3 +294,46 @@ def test_explorer_in_jupyterlab_shows_a_clicked_cells_images_and_filters_them(ch
     shutil.copyfile(work / "explorer.png", latest)
     if os.environ.get("WORKBOOK_UPDATE_SCREENSHOTS") == "1":
         shutil.copyfile(work / "explorer.png", SCREENSHOT)
+
+
+RELOADED = "07_regularization_combos.ipynb"
+
+
+@pytest.mark.timeout(RUN_ALL_SECONDS + 300)
+def test_a_saved_notebook_reopened_after_its_kernel_is_gone_shows_no_widget_errors(chromium, tmp_path):
+    """Issue 50 point 4: reopening notebook 07 after its run showed 108 lines of "Error displaying widget: model
+    not found" (its progress bars, saved as widget views whose models died with the kernel). Run all in
+    JupyterLab, save, stop the kernel, open the notebook again: the bars are plain text, and no widget errors."""
+    from playwright.sync_api import sync_playwright
+
+    with _jupyterlab(tmp_path, RELOADED) as (url, token, port), sync_playwright() as playwright:
+        browser = _launch(playwright, chromium)
+        page = browser.new_page(viewport=VIEWPORT)
+        try:
+            _open_and_run_all(page, url, RELOADED)
+            page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+            page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty",
+                                   timeout=STEP_MS)
+            page.close()
+            api = f"http://127.0.0.1:{port}/api"
+            with urllib.request.urlopen(f"{api}/sessions?token={token}", timeout=10) as answer:
+                sessions = json.load(answer)
+            for session in sessions:  # the kernel, and every widget model it held, is gone
+                request = urllib.request.Request(f"{api}/sessions/{session['id']}?token={token}", method="DELETE")
+                urllib.request.urlopen(request, timeout=30).close()
+            saved = json.loads((tmp_path / "lab" / RELOADED).read_text())
+            views = [cell for cell in saved["cells"] for output in cell.get("outputs", [])
+                     if "application/vnd.jupyter.widget-view+json" in output.get("data", {})]
+            page = browser.new_page(viewport=VIEWPORT)
+            page.goto(url, timeout=90_000)
+            page.wait_for_selector(".jp-Notebook .jp-OutputArea-output", timeout=120_000)
+            page.wait_for_timeout(3000)  # widget views render (or fail) after the outputs are in the page
+            errors = page.locator(".jp-OutputArea-output", has_text="Error displaying widget").count()
+            assert errors == 0, f"{errors} widget error(s) after reopening {RELOADED}"
+            assert views == [], f"{len(views)} cell(s) saved a widget view whose model died with the kernel"
+            assert page.locator(".jp-OutputArea-output", has_text="fits").count() > 0  # the bars' final text
+        except BaseException:
+            _screenshot_failure(page)
+            raise
+        finally:
+            browser.close()

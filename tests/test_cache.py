@@ -167,3 +167,36 @@ def test_a_cache_built_before_the_content_key_is_rebuilt_once(folder, tmp_path, 
     (info.folder / cache.META_FILE).write_text(json.dumps(meta))
     cache.build_cache(folder, 32, tmp_path / "cache")
     assert "built before its key covered" in capsys.readouterr().out
+
+
+def test_a_cache_larger_than_the_disk_is_one_line_and_leaves_nothing_behind(folder, small_disk):
+    """Issue 49 point 2: the pixels' memmap was a sparse file, so a disk that filled halfway through the build
+    killed the process with SIGBUS (exit 135), no message, a partial folder left filling the disk. The blocks
+    are now reserved first: 24 images at 512 px need 18 MiB of an 8 MiB disk."""
+    from course_lib.data.build_lock import DiskFullError
+
+    with pytest.raises(DiskFullError, match=r"no room on the disk for the pre-decoded cache's pixels: 18\.0 MiB "
+                                            r"needed at .*MiB free there; free some space, or train with storage=files"):
+        cache.build_cache(folder, 512, small_disk / "cache")
+    assert sorted(path.name for path in small_disk.iterdir()) == ["cache.lock"]  # no partial
+
+
+def test_the_partials_of_builds_whose_process_is_gone_are_removed_and_links_never_followed(folder, tmp_path):
+    """Issue 49 points 2 and 12: a killed build's `<cache>.partial-<pid>` stayed for good; one of a live process
+    is left alone, and a planted link of that name is removed as a link, its target untouched."""
+    import os
+
+    dead = tmp_path / "cache.partial-999999999"  # above any pid_max: no such process
+    dead.mkdir()
+    (dead / cache.PIXELS_FILE).write_bytes(bytes(4096))
+    alive = tmp_path / f"cache.partial-{os.getppid()}"
+    alive.mkdir()
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "keep.txt").write_text("mine")
+    planted = tmp_path / "cache.partial-999999998"
+    planted.symlink_to(precious, target_is_directory=True)
+    cache.build_cache(folder, 32, tmp_path / "cache")
+    assert not dead.exists() and not planted.is_symlink() and alive.is_dir()
+    assert (precious / "keep.txt").read_text() == "mine"
+    assert not list(tmp_path.glob(f"cache.partial-{os.getpid()}"))  # its own staging became the cache

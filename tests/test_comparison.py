@@ -279,3 +279,21 @@ def test_too_many_draws_is_one_line_not_an_out_of_memory_kill(tmp_path, capsys):
                      "--draws", "1000000000"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "use at most" in err, err
+
+
+def test_two_trainings_on_different_class_sets_are_compared_with_a_warning():
+    """Issue 49 point 14: a training on 3 classes against one on 8 printed a top-1 delta with an interval and no
+    word that they learned different tasks."""
+    def row(identifier, classes, top1):
+        return {"id": identifier, "kind": "train", "name": "resnet18", "created_at": "2026-12-06T00:00:00",
+                "status": "ok", "duration_seconds": 3.0, "parameters": {"epochs": 1},
+                "metrics": {"val_top1": top1, "val_images": 100, "classes": classes}}
+
+    three, eight = [f"class{i}" for i in range(3)], [f"class{i}" for i in range(8)]
+    result = comparison.compare_rows(row(1, three, 0.9), row(2, eight, 0.6), draws=200)
+    assert result.warnings == ["train resnet18: A learned 3 classes and B 8, not the same set: their accuracies "
+                               "measure different tasks and are not comparable"]
+    assert result.format().splitlines()[2].startswith("warning: train resnet18: A learned 3 classes")
+    assert result.to_dict()["warnings"] == result.warnings
+    assert comparison.compare_rows(row(1, three, 0.9), row(2, three, 0.6), draws=200).warnings == []
+    assert comparison.compare_rows(row(1, None, 0.9), row(2, eight, 0.6), draws=200).warnings == []  # older rows

@@ -97,9 +97,10 @@ def test_a_good_teacher_makes_a_better_student_than_labels_alone(tmp_path):
     """A small fixed task where distillation must pay: scikit-learn's digits, a 99% teacher
     (speedrun_resnet_small on the whole training split), and timm's test_resnet as the student on
     150 labelled images. The distilled student beats the same student trained on labels, seed by
-    seed, through the chapter's own `distillation_study` (notebook 13)."""
+    seed, through the loop notebook 13 runs: `train.fit(..., teacher=Distiller(...))` against `train.fit(...)`."""
     from course_lib.chapters import compress_and_deploy
     from course_lib.config import make_config
+    from course_lib.engine.distillation import Distiller
     from course_lib.data import pipeline
 
     previous = torch.get_num_threads()
@@ -111,9 +112,13 @@ def test_a_good_teacher_makes_a_better_student_than_labels_alone(tmp_path):
         assert teacher.history[-1]["val_top1"] > 0.95
         student = config.replace(model="test_resnet", max_train_images=150, epochs=15,
                                  output_dir=str(tmp_path / "students"))
-        rows = compress_and_deploy.distillation_study(teacher.model, student, pipeline.build_datasets(student),
-                                                      range(2), speed=compress_and_deploy.SMOKE_SPEED,
-                                                      progress=False, verbose=False)
+        bundle, rows = pipeline.build_datasets(student), []
+        for seed in range(2):
+            for method, distiller in (("labels only", None), ("distilled", Distiller(teacher.model, 4.0, 0.9))):
+                run = student.replace(seed=seed, output_dir=str(tmp_path / "students" / f"{method}-{seed}"))
+                result = train.fit(run, bundle=bundle, teacher=distiller, progress=False, verbose=False)
+                rows.append(compress_and_deploy.describe(result.model, bundle, run, compress_and_deploy.SMOKE_SPEED,
+                                                         method=method, seed=seed))
     finally:
         torch.set_num_threads(previous)
     top1 = {(row["method"] == "labels only", row["seed"]): row["val top-1"] for row in rows}

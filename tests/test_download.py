@@ -9,9 +9,11 @@ import inspect
 import io
 import os
 import pickle
+import re
 import socket
 import tarfile
 import threading
+import time
 import zipfile
 
 import numpy as np
@@ -86,10 +88,11 @@ def cifar_tarball():
 
 
 class FakeServer:
-    """Files by URL path; honours Range; `cut_once` paths send half their bytes, then close."""
+    """Files by URL path; honours Range; `cut_once` paths send half their bytes, then close; `trickle` paths send
+    one byte every so many seconds."""
 
     def __init__(self):
-        self.files, self.cut_once, self.requests = {}, set(), []
+        self.files, self.cut_once, self.requests, self.trickle = {}, set(), [], {}
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -116,6 +119,15 @@ class FakeServer:
                 if self.path in owner.cut_once:
                     owner.cut_once.discard(self.path)
                     body = body[:len(body) // 2]
+                if self.path in owner.trickle:
+                    try:
+                        for index in range(len(body)):
+                            self.wfile.write(body[index:index + 1])
+                            self.wfile.flush()
+                            time.sleep(owner.trickle[self.path])
+                    except (BrokenPipeError, ConnectionResetError):  # the client gave up, as it should
+                        pass
+                    return
                 self.wfile.write(body)
                 self.wfile.flush()
                 self.close_connection = True
@@ -474,3 +486,58 @@ def test_another_datasets_layout_is_not_taken_for_this_one(capsys, tmp_path):
     (folder / download.MANIFEST).write_text('["a list"]')  # not a manifest: no finished layout, and a foreign folder
     code, _, err = _run(capsys, "eurosat", "--root", str(folder))
     assert code == 2 and "holds no finished `workbook data get`" in _error_line(err)
+
+
+@pytest.mark.parametrize("limit, says", [({"stall_seconds": 0.5}, r"stalled: \d+ bytes in the last \d+ s"),
+                                         ({"deadline_seconds": 0.5}, r"still running after 0\.5 s, the most a download may take")])
+def test_a_trickling_server_is_stopped_in_one_line_and_the_part_kept(server, tmp_path, limit, says):
+    """Issue 49 point 7: one byte every 1.5 s never tripped the per-read timeout, so the download never ended."""
+    server.files["/slow.zip"] = bytes(10_000)
+    server.trickle["/slow.zip"] = 0.02
+    started = time.monotonic()
+    with pytest.raises(download.DownloadError, match=rf"stopped after 0\.0 of 0\.0 MB \({says}\); the part is kept "
+                                                     r"in .*slow\.zip\.part: run the same command again to resume"):
+        download.fetch(server.url("/slow.zip"), tmp_path / "slow.zip", "eurosat", progress=False, **limit)
+    assert time.monotonic() - started < 10 and (tmp_path / "slow.zip.part").stat().st_size > 0
+
+
+def test_a_full_disk_while_downloading_is_one_line_and_removes_the_part(server, small_disk):
+    """Issue 49 point 7: ENOSPC mid-download was a 22-line traceback, and the .part stayed, keeping the disk full."""
+    from course_lib.data.build_lock import DiskFullError
+
+    server.files["/big.zip"] = os.urandom(12 * 2**20)  # 12 MiB on an 8 MiB disk
+    with pytest.raises(DiskFullError, match=r"no room on the disk for the download of big\.zip: 12\.0 MiB needed "
+                                            r"at .*; free some space there, or pass --root a folder on another disk"):
+        download.fetch(server.url("/big.zip"), small_disk / "big.zip", "eurosat", progress=False)
+    assert not list(small_disk.iterdir())
+
+
+def test_a_full_disk_while_extracting_is_one_line_and_leaves_no_files(monkeypatch, tmp_path, small_disk, capsys):
+    """Issue 49 point 7: a failed extraction left its files behind and advised giving the archive as downloaded."""
+    archive = tmp_path / "EuroSAT.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as handle:
+        handle.writestr("2750/Forest/Forest_1.jpg", bytes(12 * 2**20))  # 12 MiB once extracted, a few KB packed
+    monkeypatch.setattr(download, "EUROSAT_MD5", hashlib.md5(archive.read_bytes()).hexdigest())
+    code, out, err = _run(capsys, "eurosat", "--root", str(small_disk / "eurosat"), "--from", str(archive))
+    assert code != 0
+    assert re.search(r"no room on the disk for the extracted EuroSAT\.zip: 12\.0 MiB needed at .*pass --root a folder "
+                     r"on another disk$", _error_line(err)), err
+    assert "as downloaded" not in err
+    assert not [path for path in small_disk.rglob("*") if path.is_file() and not path.name.endswith(".lock")]
+
+
+def test_a_layout_inside_the_project_where_git_would_track_it_is_refused(capsys, tmp_path, eurosat_zip):
+    """Issue 49 point 14: `data get --root notebooks/eurosat` was accepted, 27,000 images one `git add` away from
+    the history. The project's ignored folders (data_cache/, runs/) and folders outside it stay allowed."""
+    from course_lib import paths
+
+    archive = tmp_path / "EuroSAT.zip"
+    archive.write_bytes(eurosat_zip[0])
+    tracked = paths.project_root() / "notebooks" / "eurosat-test-layout"
+    code, out, err = _run(capsys, "eurosat", "--root", str(tracked), "--from", str(archive))
+    assert code != 0 and not tracked.exists()
+    assert re.search(r"--root .*notebooks/eurosat-test-layout is inside the project, in a folder git does not "
+                     r"ignore: .*use the default \(data_cache/eurosat\) or a folder outside the project$",
+                     _error_line(err)), err
+    download._refuse_tracked_folder(paths.project_root() / "data_cache" / "eurosat", "eurosat")  # ignored: fine
+    download._refuse_tracked_folder(tmp_path / "eurosat", "eurosat")  # outside the project: fine

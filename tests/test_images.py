@@ -87,3 +87,14 @@ def test_unreadable_split_and_class_folders_are_one_line_naming_the_folder(tmp_p
         error = _train_in_one_line(capsys, root, tmp_path)
         assert f"cannot read the folder {blocked} (Permission denied); fix its permissions" in error
         assert "no image files" not in error
+
+
+def test_the_suggested_chmod_is_shell_quoted():
+    """Issue 49 point 10: a folder name with a space or a `;` made the advised command wrong, or another one."""
+    import shlex
+
+    from course_lib.data.images import _unreadable
+
+    folder = "/data/my set; rm -rf ~"
+    line = str(_unreadable(folder, PermissionError(13, "Permission denied")))
+    assert f"chmod -R u+rX {shlex.quote(folder)})" in line and shlex.split(line.split("chmod ")[1].split(")")[0])[-1] == folder

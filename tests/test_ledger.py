@@ -307,3 +307,13 @@ def test_the_metrics_column_wraps_instead_of_being_cut():
     shown = " ".join(line[column:] for line in lines[1:])
     assert all(f"{name}={ledger.meaningful(value)}" in shown for name, value in metrics.items())
     assert "metric_11=1.48" in shown
+
+
+def test_a_name_holding_control_characters_cannot_forge_a_ledger_line():
+    """Issue 49 point 10: names and metrics reach `workbook ledger`'s table as escapes, one row one line."""
+    row = {"id": 1, "created_at": "2026-12-02T10:00:00", "run_id": "r", "kind": "train",
+           "name": "real\n2  2026-12-02T10:00:01  r  train  forged  ok", "status": "ok\x1b[2J",
+           "duration_seconds": 2.0, "metrics": {"note\r": "a\nb"}}
+    lines = ledger.format_rows([row], width=200).splitlines()
+    assert len(lines) == 2 and "\x1b" not in lines[1] and "real\\n2" in lines[1] and "ok\\x1b[2J" in lines[1]
+    assert "note\\r" in lines[1] and "a\\nb" in lines[1]

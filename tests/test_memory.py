@@ -164,3 +164,48 @@ def test_the_sweep_measures_every_plan_and_counts_each_step(capsys):
     assert [(r["image_size"], r["batch_size"]) for r in rows] == [(32, 2), (32, 4), (16, 2)]
     assert all(r["measured_peak_bytes"] for r in rows)
     assert "memory sweep: 3/3 steps (100%)" in capsys.readouterr().err  # plain lines when not a terminal
+
+
+def _cgroup(tmp_path, monkeypatch, limit: str, usage: int, inactive_file: int):
+    files = [tmp_path / name for name in ("memory.max", "memory.current", "memory.stat")]
+    files[0].write_text(limit + "\n")
+    files[1].write_text(f"{usage}\n")
+    files[2].write_text(f"anon {usage - inactive_file}\ninactive_file {inactive_file}\nactive_file 0\n")
+    monkeypatch.setattr(memory, "CGROUP_FILES", (tuple(map(str, files)),))
+
+
+def test_the_cpu_budget_is_the_containers_memory_limit_where_it_is_lower_than_the_hosts(tmp_path, monkeypatch):
+    """Issue 49 point 6: the start-up check read the host's RAM, so a run in a 1 GB container was killed
+    without a message although the check had let it through."""
+    import psutil
+
+    _cgroup(tmp_path, monkeypatch, str(2**30), usage=600 * 2**20, inactive_file=100 * 2**20)
+    assert memory.cgroup_room() == 2**30 - 500 * 2**20  # the page cache it can drop does not count
+    assert memory.free_bytes(torch.device("cpu")) == min(psutil.virtual_memory().available, 2**30 - 500 * 2**20)
+    _cgroup(tmp_path, monkeypatch, "max", usage=600 * 2**20, inactive_file=0)
+    assert memory.cgroup_room() is None  # no limit: the host's RAM
+    assert memory.free_bytes(torch.device("cpu")) <= psutil.virtual_memory().total
+    monkeypatch.setattr(memory, "CGROUP_FILES", ((str(tmp_path / "none"),) * 3,))
+    assert memory.cgroup_room() is None
+
+
+def test_storage_device_counts_the_images_it_holds_in_the_start_up_check(tmp_path):
+    """Issue 49 point 6: storage=device keeps every image in memory all run, which the check left out."""
+    from course_lib.config import ConfigError, make_config
+    from course_lib.data.landcover import make_landcover
+
+    root = make_landcover(tmp_path / "set", image_size=16, per_class={"train": 10, "val": 5})
+    config = make_config("smoke", model="test_resnet", image_size=256, batch_size=4, data_dir=str(root),
+                         storage="device", augmentation="device", num_workers=0)
+    images = sum(1 for split in ("train", "val") for _ in (root / split).rglob("*.jpg"))
+    assert images == 8 * 15
+    assert memory.resident_bytes(config) == images * 3 * 256 ** 2
+    assert memory.resident_bytes(config.replace(max_train_images=8)) < memory.resident_bytes(config)
+    assert memory.resident_bytes(config.replace(storage="cache")) == 0
+    step = memory.estimate_training_memory("test_resnet", 4, 256, "off", config.optimizer, config.momentum,
+                                           device="meta").total_bytes
+    budget = step + memory.resident_bytes(config) // 2  # the step fits, the step and the images do not
+    memory.check_fits(config.replace(storage="cache"), budget_bytes=budget)
+    with pytest.raises(ConfigError, match=r"GB of images that storage=device holds there, more than the .* free on "
+                                          r"cpu; .*or storage=cache \(the images stay on disk, memory-mapped\)"):
+        memory.check_fits(config, budget_bytes=budget)

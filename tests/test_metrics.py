@@ -359,3 +359,37 @@ def test_tta_averages_exactly_the_views_it_names(views):
         assert not np.allclose(probabilities, predict(model, dataset, config, views=1)[1], atol=1e-4)
     with pytest.raises(ValueError, match="1..8"):
         predict(model, dataset, config, views=9)
+
+
+def test_eval_writes_class_names_holding_control_characters_as_escapes(monkeypatch, capsys, tmp_path):
+    """Issue 49 point 10: a class folder named with a newline and an escape sequence forged lines and recoloured
+    the terminal through `workbook eval`'s tables."""
+    from course_lib import cli
+    from course_lib.analysis import evaluation
+
+    hostile = "forest\n\x1b[31mtop-1 1.0000"
+    result = Evaluation("hostile", [hostile, "sea"], [0, 0, 1, 1], [[0.1, 0.9], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]],
+                        ["a.jpg", "b.jpg", "c.jpg", "d.jpg"], path=tmp_path / "hostile.npz")
+    monkeypatch.setattr(evaluation, "evaluate", lambda *args, **kwargs: result)
+    assert cli.main(["eval", str(tmp_path / "any.pt")]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b[31m" in out and "forest\\n" in out
+    assert not any(line.startswith("\x1b") or line.lstrip().startswith("top-1 1.0000") for line in out.splitlines())
+
+
+def test_an_evaluation_that_finds_a_full_disk_leaves_nothing_half_written(small_disk, tmp_path):
+    """Issue 49 point 13: on a full disk `eval --out` left an .npz beside an empty .json (and a traceback)."""
+    from conftest import fill_disk
+
+    from course_lib.data.build_lock import DiskFullError
+
+    rng = np.random.default_rng(0)
+    probabilities = rng.dirichlet(np.ones(10), size=2000)
+    result = Evaluation("big", [f"c{i}" for i in range(10)], rng.integers(0, 10, 2000), probabilities,
+                        [f"{i}.jpg" for i in range(2000)])
+    fill_disk(small_disk)
+    with pytest.raises(DiskFullError, match=r"no room on the disk for the evaluation big\.npz: .*pass --out a folder"):
+        result.save(small_disk)
+    assert sorted(path.name for path in small_disk.iterdir()) == ["filler"]
+    saved = result.save(tmp_path)  # elsewhere it saves, and loads back whole
+    assert Evaluation.load(saved).probabilities.shape == (2000, 10)

@@ -117,3 +117,32 @@ def test_many_identical_images_are_counted_all_and_listed_closest_first_within_a
     assert near_duplicates.summary(count, matches) == (
         f"hashed 2000 images: {matches.total - matches.leaks} near-duplicate pair(s) within a split, "
         f"{matches.leaks} leak(s) across splits (train/val, val/train); the 50 closest are listed")
+
+
+def test_flat_tiles_of_different_colours_are_not_duplicates_but_a_recoloured_copy_of_one_colour_is(tmp_path):
+    """Issue 49 point 14: pHash reads grey, so flat red, green and blue tiles of different classes were 0-bit
+    "duplicates" and "leaks"; a copy recompressed keeps its colour and still matches."""
+    for split, name, colour in (("train", "red", (200, 30, 30)), ("val", "green", (30, 200, 30)),
+                                ("test", "blue", (30, 30, 200))):
+        _save(Image.new("RGB", (64, 64), colour), tmp_path / split / name / "tile.jpg")
+    _save(Image.new("RGB", (64, 64), (200, 30, 30)), tmp_path / "val" / "red" / "copy.jpg", quality=40)
+    checked, matches = near_duplicates.scan_duplicates(tmp_path)
+    assert checked == 4
+    assert [(m.first, m.second) for m in matches] == [("train/red/tile.jpg", "val/red/copy.jpg")]
+
+
+def test_unreadable_and_oversized_images_are_left_out_and_named_in_the_summary(tmp_path, monkeypatch):
+    """Issue 49 point 13: one unreadable file, a decompression bomb or a file without read permission ended
+    `scan --duplicates` in a traceback."""
+    from PIL import Image as PILImage
+
+    _save(_scene(0), tmp_path / "train" / "a" / "one.jpg")
+    _save(_scene(0), tmp_path / "val" / "a" / "one_copy.jpg")
+    (tmp_path / "train" / "a" / "broken.jpg").write_bytes(b"not a jpeg")
+    _save(Image.new("RGB", (300, 300)), tmp_path / "train" / "a" / "bomb.png")
+    monkeypatch.setattr(PILImage, "MAX_IMAGE_PIXELS", 10_000)  # 300 x 300 is a bomb here (over twice the limit), as 14,000^2 is at PIL's
+    checked, matches = near_duplicates.scan_duplicates(tmp_path)
+    assert checked == 2 and matches.leaks == 1
+    assert sorted(path for path, _ in matches.unreadable) == ["train/a/bomb.png", "train/a/broken.jpg"]
+    line = near_duplicates.summary(checked, matches)
+    assert "2 image(s) could not be read and were left out (first: train/a/b" in line and "\n" not in line

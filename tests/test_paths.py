@@ -197,6 +197,10 @@ def test_check_writable_names_the_folder_and_why(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "open", read_only, raising=False)
     with pytest.raises(paths.NotWritableError, match=r"cannot write to .*\(Permission denied\); choose a folder"):
         paths.check_writable(tmp_path / "read-only")
+    # Each command names its own way to another folder (issue 49, point 14: data get, eval and run advised
+    # `-p output_dir=...`, which is not their option).
+    with pytest.raises(paths.NotWritableError, match=r"choose a folder you can write \(--root another folder\)"):
+        paths.check_writable(tmp_path / "read-only", "--root another folder")
 
 
 def test_an_output_lock_is_free_once_released_even_while_a_forked_child_lives(tmp_path):

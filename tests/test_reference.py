@@ -60,6 +60,23 @@ def test_a_reference_keeps_each_cells_time_and_the_data_line(tmp_path, monkeypat
     assert reference.load(reference.save(item, tmp_path / "reference")).cell_seconds == item.cell_seconds
 
 
+def test_a_full_disk_keeps_the_reference_that_was_there_and_leaves_no_temporary(tmp_path, monkeypatch, small_disk):
+    """Issue 49 point 13: `reference save` on a full disk left a `.tmp-<pid>` beside the file, and a traceback."""
+    from conftest import fill_disk
+
+    from course_lib.data.build_lock import DiskFullError
+
+    item = reference.from_run(_finished_run(tmp_path, monkeypatch), runs=tmp_path / "runs")[0]
+    saved = reference.save(item, small_disk)
+    before = saved.read_text()
+    grown = reference.Reference(**{**{k: v for k, v in vars(item).items() if k != "path"},
+                                   "parameters": {"padding": "x" * 2**20}})
+    fill_disk(small_disk)
+    with pytest.raises(DiskFullError, match=r"no room on the disk for the reference 03\.json: .*workbook reference save"):
+        reference.save(grown, small_disk)
+    assert saved.read_text() == before and [p.name for p in saved.parent.iterdir()] == [saved.name]
+
+
 def test_smoke_runs_and_unknown_runs_are_refused_in_one_line(tmp_path, monkeypatch):
     smoke = _finished_run(tmp_path, monkeypatch, run_id="r-smoke", profile="smoke")
     with pytest.raises(reference.ReferenceResultError, match="smoke-profile run: a check"):

@@ -373,6 +373,7 @@ def test_an_output_folder_that_cannot_be_written_is_one_line_before_any_kernel(b
     assert cli.main(["run", "--profile", "smoke", "--only", "00", "--out", str(blocker / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"cannot write to {blocker / 'out'}" in err
+    assert "(--out another folder)" in err and "output_dir" not in err  # its own option (issue 49, point 14)
 
 
 @pytest.fixture
@@ -540,19 +541,19 @@ def test_only_with_no_numbers_is_refused_in_one_line(book, monkeypatch, capsys):
 def test_a_full_disk_in_the_html_step_keeps_the_finished_notebook(tmp_path, isolated_ledger, monkeypatch, capsys):
     import errno
 
-    from course_lib import report
+    from course_lib import paths
 
     folder = tmp_path / "notebooks"
     folder.mkdir()
     _notebook(folder / "00_done.ipynb", 'profile = "auto"  # profile', "print('done')")
-    real_write = report.write_atomically
+    real_write = paths.write_atomically
 
     def full_for_html(path, text):
         if path.suffix == ".html" and path.name != "index.html":
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(path, text)
 
-    monkeypatch.setattr(report, "write_atomically", full_for_html)
+    monkeypatch.setattr(paths, "write_atomically", full_for_html)
     out, results = runner.run_workbook("smoke", out_dir=tmp_path / "out", notebooks_folder=folder,
                                        stream=io.StringIO())
     assert [(r.notebook, r.status, r.html) for r in results] == [("00_done.ipynb", "ok", None)]

@@ -164,3 +164,15 @@ def test_an_image_replaced_in_place_rewrites_the_shards_and_says_so(folder, tmp_
     index = [path for path, _ in ImageFolderDataset(folder).samples].index(str(edited))
     stored = {int(key): data for key, _, data, _ in shards.read_samples(again.urls)}
     assert stored[index] == edited.read_bytes()
+
+
+def test_a_full_disk_while_packing_is_one_line_and_leaves_no_half_shard_set(folder, small_disk):
+    """Issue 49 point 2: ENOSPC in the middle of a tar shard was a traceback and the partial folder stayed."""
+    from conftest import fill_disk
+
+    from course_lib.data.build_lock import DiskFullError
+
+    fill_disk(small_disk)
+    with pytest.raises(DiskFullError, match=r"no room on the disk for the tar shards: .* MiB needed .*storage=files"):
+        shards.write_shards(folder, small_disk / "shards", shard_count=2)
+    assert not list(small_disk.glob("shards.partial-*"))

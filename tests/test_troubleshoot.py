@@ -160,3 +160,12 @@ def test_claims_from_the_reproduced_failures(monkeypatch):
     assert found["driver_matches_cuda"].verdict == claims.DEMONSTRATED  # the doctor's rule on a made-up driver
     skipped = troubleshoot.claims(breaks, None, "not measured in smoke", reports, orders, [], starve, 10.0)
     assert skipped[1].verdict == claims.NOT_MEASURABLE and skipped[4].verdict == claims.REFUTED
+    # The container rule on made-up broken machines: demonstrated when each gets its own cause, refuted when not.
+    from course_lib.measure import container_runtime
+
+    shown = troubleshoot.claims(breaks, None, "-", reports, orders, [], starve, 10.0,
+                                container=container_runtime.diagnoses_each_broken_machine())[-1]
+    assert shown.key == "container_gpu_access" and shown.verdict == claims.DEMONSTRATED and "3 of 3" in shown.reason
+    wrong = {name: list(container_runtime.FAILURE_MODES) for name in container_runtime.FAILURE_MODES}  # blames all
+    assert troubleshoot.claims(breaks, None, "-", reports, orders, [], starve, 10.0,
+                               container=wrong)[-1].verdict == claims.REFUTED

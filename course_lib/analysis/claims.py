@@ -264,6 +264,9 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # filled per notebook belo
            "repeats", "11"),
     _qualitative("driver_matches_cuda", "A1", "2.1", "the driver must match the CUDA torch was built for (CUDA 12 needs "
            "driver >= 525)", "11"),
+    _qualitative("container_gpu_access", "A1", "2.2", "a container reaches the GPU only when started with --gpus on "
+           "a host with the NVIDIA Container Toolkit; under WSL2 the Windows driver provides it (otherwise: 'GPU access "
+           "blocked by the operating system')", "11"),
     _qualitative("workers0_starves", "A1", "6", "with num_workers=0 the GPU waits for data (40% utilisation in the case "
            "study; value: data-wait fraction at num_workers=0)", "11"),
     # notebook 12

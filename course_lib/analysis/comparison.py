@@ -243,6 +243,7 @@ class RunComparison:
     only_before: list[str]
     only_after: list[str]
     level: float
+    warnings: list[str] = dataclasses.field(default_factory=list)  # what makes a difference meaningless
 
     def table(self) -> "pd.DataFrame":
         """One row per change (item, kind, name, A, B, delta, ratio, low, high, method)."""
@@ -256,11 +257,11 @@ class RunComparison:
         """Plain JSON-able values (what `workbook compare RUN_A RUN_B --json` prints)."""
         return {"before": self.before, "after": self.after, "level": self.level,
                 "changes": [dataclasses.asdict(c) for c in self.changes],
-                "only_before": self.only_before, "only_after": self.only_after}
+                "only_before": self.only_before, "only_after": self.only_after, "warnings": self.warnings}
 
     def format(self) -> str:
         """Text for the terminal: per item, the parameters that differ beside the results that differ."""
-        lines = [f"A: {self.before}", f"B: {self.after}",
+        lines = [f"A: {self.before}", f"B: {self.after}", *(f"warning: {warning}" for warning in self.warnings),
                  f"what differs (B - A; {self.level:.0%} intervals where the results have them)"]
         items = list(dict.fromkeys(c.item for c in self.changes))
         for item in items:
@@ -407,13 +408,25 @@ def _row_label(row: dict) -> str:
         (f", run {row['run_id']})" if row.get("run_id") else ")")
 
 
+def class_set_warning(item: str, before: dict, after: dict) -> str | None:
+    """A warning when two training rows (their metrics' `classes`, recorded since issue 49) learned different
+    class sets: a top-1 over 3 classes and one over 8 measure different tasks, so their difference, interval and
+    all, says nothing about what changed."""
+    classes = [(row.get("metrics") or {}).get("classes") for row in (before, after)]
+    if not all(isinstance(found, list) for found in classes) or classes[0] == classes[1]:
+        return None
+    return (f"{item}: A learned {len(classes[0])} classes and B {len(classes[1])}, not the same set: their accuracies "
+            "measure different tasks and are not comparable")
+
+
 def compare_rows(before: dict, after: dict, level: float = 0.95, draws: int = 1000) -> RunComparison:
     """Two ledger rows (`Ledger.rows` dicts), e.g. two training runs: what differs."""
     statistics._check_level(level)
     item = f"{before['kind']} {before['name']}" if (before["kind"], before["name"]) == (after["kind"], after["name"]) \
         else f"{before['kind']} {before['name']} / {after['kind']} {after['name']}"
     changes = row_changes(item, before, after, level, (before.get("run_id"), after.get("run_id")), draws=draws)
-    return RunComparison(_row_label(before), _row_label(after), changes, [], [], level)
+    warning = class_set_warning(item, before, after)
+    return RunComparison(_row_label(before), _row_label(after), changes, [], [], level, [warning] if warning else [])
 
 
 @dataclasses.dataclass
@@ -482,7 +495,7 @@ def compare_runs(before: RunRecord, after: RunRecord, level: float = 0.95, draws
     first = [next((row for row in run.rows if row.get("hardware")), {}) for run in (before, after)]
     context = [{**_context(row), "profile": run.profile or row.get("profile")} for row, run in zip(first, (before, after))]
     changes = parameter_changes("run", *context, run_ids)
-    only_before, only_after = [], []
+    only_before, only_after, warnings = [], [], []
     notebooks = [run.notebook_rows() for run in (before, after)]
     groups = [ledger.rows_by_notebook(run.rows) for run in (before, after)]
     for name in dict.fromkeys([*notebooks[0], *notebooks[1]]):
@@ -499,7 +512,8 @@ def compare_runs(before: RunRecord, after: RunRecord, level: float = 0.95, draws
                 continue
             changes += row_changes(f"{name}: {key}", keyed[0][key], keyed[1][key], level, run_ids, context=False,
                                    draws=draws)
-    return RunComparison(before.label(), after.label(), changes, only_before, only_after, level)
+            warnings += filter(None, [class_set_warning(f"{name}: {key}", keyed[0][key], keyed[1][key])])
+    return RunComparison(before.label(), after.label(), changes, only_before, only_after, level, warnings)
 
 
 def resolve(reference: str, split: str = "val", book=None):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ import numpy as np
 from course_lib.analysis.calibration import expected_calibration_error
 from course_lib.analysis.confusion import confusion_counts, most_confused_pairs
 from course_lib.analysis.metrics import _check_scores, per_class_table, top_k_accuracy
+from course_lib.data.build_lock import DISK_FULL, disk_full
 from course_lib.devices import resolve_device
 from course_lib.paths import check_writable
 
@@ -120,11 +122,27 @@ class Evaluation:
         folder = Path(folder) if folder else _evals_dir()
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{self.name}.npz"
-        np.savez_compressed(path, labels=self.labels, probabilities=self.probabilities,
-                            image_refs=np.array(self.image_refs, dtype=str))
         sidecar = {"name": self.name, "classes": self.classes, "metadata": self.metadata,
                    "summary": self.summary()}
-        path.with_suffix(".json").write_text(json.dumps(sidecar, indent=2, default=str))
+        # Both files through temporaries renamed into place, the sidecar last: a full disk leaves neither an
+        # .npz without its .json nor an empty .json (issue 49, point 13).
+        temporaries = [path.with_name(f".{path.name}.{os.getpid()}.tmp"),
+                       path.with_name(f".{path.stem}.json.{os.getpid()}.tmp")]
+        try:
+            with open(temporaries[0], "wb") as handle:
+                np.savez_compressed(handle, labels=self.labels, probabilities=self.probabilities,
+                                    image_refs=np.array(self.image_refs, dtype=str))
+            temporaries[1].write_text(json.dumps(sidecar, indent=2, default=str))
+            os.replace(temporaries[0], path)
+            os.replace(temporaries[1], path.with_suffix(".json"))
+        except OSError as error:
+            if error.errno not in DISK_FULL:
+                raise
+            raise disk_full(path, self.probabilities.nbytes, f"the evaluation {path.name}",
+                            "free some space, or pass --out a folder on another disk") from None
+        finally:
+            for temporary in temporaries:
+                temporary.unlink(missing_ok=True)
         self.path = path
         return path
 
@@ -324,7 +342,7 @@ def evaluate(checkpoint_path: str | Path, split: str = "val", name: str | None =
     path = Path(checkpoint_path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist; train one with `workbook train`")
-    check_writable(Path(out_dir).absolute() if out_dir else _evals_dir())  # before the work, not after it
+    check_writable(Path(out_dir).absolute() if out_dir else _evals_dir(), "--out another folder")  # before the work
     saved = factory.load_trained(path, map_location="cpu")
     # The weights come from this checkpoint, not from a start checkpoint or timm's hub.
     config = factory.checkpoint_config(saved, path, **overrides)

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 from pathlib import Path
 
 from course_lib import paths, run_summary
 from course_lib.config import WorkbookError
+from course_lib.data.build_lock import DISK_FULL, disk_full
 
 REFERENCE_FOLDER = Path("results") / "reference"  # under the project root
 
@@ -143,9 +143,14 @@ def save(reference: Reference, root: Path | None = None) -> Path:
     target = (root or folder()) / hardware_slug(reference.hardware) / f"{reference.notebook}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     record = {k: v for k, v in dataclasses.asdict(reference).items() if k != "path"}
-    temporary = target.with_suffix(f".json.tmp-{os.getpid()}")
-    temporary.write_text(json.dumps(record, indent=1, ensure_ascii=False, default=str) + "\n")
-    os.replace(temporary, target)
+    text = json.dumps(record, indent=1, ensure_ascii=False, default=str) + "\n"
+    try:  # a full disk leaves the file that was there, and no temporary beside it
+        paths.write_atomically(target, text)
+    except OSError as error:
+        if error.errno not in DISK_FULL:
+            raise
+        raise disk_full(target, len(text.encode()), f"the reference {target.name}",
+                        "free some space, then run `workbook reference save` again") from None
     return target
 
 

@@ -19,7 +19,6 @@ from course_lib.config import PROFILES, Config
 from course_lib.deploy import export, pruning, quantization
 from course_lib.deploy.latency import forward_flops_per_image, speed_row
 from course_lib.engine import continual, train
-from course_lib.engine.distillation import Distiller
 from course_lib.instruments.progress import Progress, track
 from course_lib.models import factory
 
@@ -155,24 +154,6 @@ def describe(model, bundle, config, speed: dict | None = None, *, flops_of=None,
             "MB": quantization.model_size_bytes(model) / 1e6,
             **speed_row(model, config.image_size, flops_per_image=flops_per_image, precision=peak_precision,
                         **(speed or {}))}
-
-
-def distillation_study(teacher, student_config: Config, bundle, seeds, *, temperature: float = 4.0,
-                       weight: float = 0.9, speed: dict | None = None, **fit_options) -> list[dict]:
-    """The student trained on labels alone and with the teacher's soft targets, once per seed."""
-    rows = []
-    bar = Progress(2 * len(seeds), "distillation", unit="fits")
-    for seed in seeds:
-        for method, distiller in (("labels only", None), (f"distilled (T={temperature:g}, weight {weight:g})",
-                                                          Distiller(teacher, temperature, weight))):
-            config = student_config.replace(seed=seed, output_dir=str(
-                Path(student_config.output_dir) / f"{'kd' if distiller else 'labels'}-{seed}"))
-            bar.set_postfix_str(f"{method}, seed {seed}")
-            result = train.fit(config, bundle=bundle, teacher=distiller, **fit_options)
-            rows.append(describe(result.model, bundle, config, speed, student=config.model, method=method, seed=seed))
-            bar.update()
-    bar.close()
-    return rows
 
 
 def pruning_study(model, config: Config, bundle, sparsities, channel_ratios, *, finetune_epochs: int = 1,
@@ -346,7 +327,8 @@ def claims(distillation, pruned, quantized, served, continual_rows) -> list:
     distillation_claim = claims.decided(
         "deploy_distillation", delta, interval,
         f"student {distilled['val top-1'].mean():.1%} (teacher {dense['val top-1']:.1%}), {accuracy}; "
-        f"{faster:.1f}x the teacher's images/s at batch 64 (and at least 1.5x faster)",
+        f"{faster:.1f}x the teacher's images/s at batch 64 (the rule asks at least 1.5x: "
+        f"{'met' if faster >= 1.5 else 'missed'})",
         also=claims.HOLDS if faster >= 1.5 else claims.REFUTED)
 
     unstructured = pruned[pruned["method"] == "unstructured L1"]
@@ -354,13 +336,15 @@ def claims(distillation, pruned, quantized, served, continual_rows) -> list:
     fastest = channels.sort_values("ms@64").iloc[0] if len(channels) else dense
     most_zeros = unstructured.sort_values("requested").iloc[-1] if len(unstructured) else dense
     # Speed and accuracy together: the fastest pruned model must be at least 10% faster and keep its top-1.
+    quicker = fastest["ms@64"] < 0.9 * dense["ms@64"]
     pruning_claim = claims.decided(
         "deploy_pruning", float(100 * (fastest["val top-1"] - dense["val top-1"])), None,
         f"dense {dense['ms@64']:.1f} ms per 64 images at top-1 {dense['val top-1']:.1%}; "
         f"{most_zeros['zero weights']:.0%} zero weights {most_zeros['ms@64']:.1f} ms (dense kernels multiply the "
         f"zeros); {fastest['requested']:.0%} of the channels removed {fastest['ms@64']:.1f} ms at top-1 "
-        f"{fastest['val top-1']:.1%} (and at least 10% faster)",
-        also=claims.HOLDS if fastest["ms@64"] < 0.9 * dense["ms@64"] else claims.REFUTED)
+        f"{fastest['val top-1']:.1%}, {1 - fastest['ms@64'] / dense['ms@64']:.0%} less time (the rule asks at least "
+        f"10% less: {'met' if quicker else 'missed'})",
+        also=claims.HOLDS if quicker else claims.REFUTED)
 
     fp32 = quantized.iloc[0]
     int8 = pd.concat([quantized[quantized.index.str.contains("int8")], served[served.index.str.contains("int8")]])

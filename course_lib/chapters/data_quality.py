@@ -120,34 +120,21 @@ def variant_labels(study: LabelStudy) -> dict[str, tuple[np.ndarray, np.ndarray]
                                (everything, relabelled))))
 
 
-def recovery_runs(setup: QualitySetup, study: LabelStudy, progress: bool = True):
-    """Each variant's model (the same recipe) once per seed, scored on the validation split: one row per
-    variant and seed (variant, seed, val top-1, training images, seconds)."""
-    import pandas as pd
-
-    from course_lib.engine import speedrun
-    from course_lib.instruments.progress import Progress
-
-    rows = []
-    variants = variant_labels(study)
-    with Progress(len(variants) * setup.seeds, "recovery", unit="fits", enabled=progress) as bar:
-        for name, (indices, labels) in variants.items():
-            bundle = dataclasses.replace(setup.bundle,
-                                         train=out_of_fold.Relabelled(setup.bundle.train, indices, labels))
-            for seed in range(setup.seeds):
-                result = speedrun.race(setup.config.replace(seed=seed, epochs=setup.recovery_epochs), label=name, bundle=bundle, progress=False,
-                                       verbose=False, every_epoch=False)
-                rows.append({"variant": name, "seed": seed, "val top-1": result.val_top1,
-                             "training images": len(indices), "seconds": result.seconds})
-                bar.update()
-    return pd.DataFrame(rows)
+def variant_bundles(setup: QualitySetup, study: LabelStudy) -> dict:
+    """Per variant (`VARIANTS`): the study's bundle with its training split replaced by that variant's images
+    and labels (`out_of_fold.Relabelled`), the validation split unchanged. The recovery loop trains the same
+    recipe on each (notebook 15, section 3)."""
+    return {name: dataclasses.replace(setup.bundle, train=out_of_fold.Relabelled(setup.bundle.train, indices, labels))
+            for name, (indices, labels) in variant_labels(study).items()}
 
 
 def recovery_table(runs, level: float = 0.95):
-    """Mean top-1 per variant and its change against training on the planted noise, paired by seed
+    """The recovery runs (one row per variant and seed: variant, seed, val top-1, training images, seconds) as
+    the mean top-1 per variant and its change against training on the planted noise, paired by seed
     (`statistics.compare_variants`; one seed: the change alone)."""
     import pandas as pd
 
+    runs = pd.DataFrame(runs)  # a list of row dicts too
     if runs["seed"].nunique() > 1:
         table = statistics.compare_variants(runs, "val top-1", baseline="planted noise", variant="variant", level=level)
     else:

@@ -357,12 +357,14 @@ def plain_sgd_losses(dataset, lr: float = 0.05, steps: int = 15, batch_size: int
 
 
 def claims(breaks, compile_rows, compile_signal: str, reports: dict, orders, simulated: list, starve_table,
-           slow_read_ms: float) -> list:
+           slow_read_ms: float, container: dict | None = None) -> list:
     """Notebook 11's claims (`analysis.claims`), each decided by what the notebook reproduced:
     `breaks` (graph_breaks per variant), `compile_rows` (compile_timing per variant, None when not
     measured), `reports` (preflight per configuration, "this configuration" first), `orders` (epoch
     orders with and without set_epoch), `simulated` (the doctor's problems on a made-up machine),
-    `starve_table` (data wait at num_workers=0 and with workers)."""
+    `starve_table` (data wait at num_workers=0 and with workers), `container` (the failure modes the
+    container-runtime rule names on each made-up broken machine,
+    `container_runtime.diagnoses_each_broken_machine`)."""
     from course_lib.analysis import claims as claim_records
 
     found = []
@@ -399,6 +401,12 @@ def claims(breaks, compile_rows, compile_signal: str, reports: dict, orders, sim
         "workers0_starves", waits[0] >= 0.5 and waits[-1] < waits[0], value=waits[0],
         reason=f"data wait {waits[0]:.0%} at num_workers=0 -> {waits[-1]:.0%} with "
                f"{starve_table.index[-1].split('=')[-1]} workers ({slow_read_ms:g} ms simulated storage per image)"))
+    if container is not None:  # the rule on made-up machines: shown, not measured on a broken one
+        right = [name for name, causes in container.items() if causes == [name]]
+        found.append(claim_records.demonstrated(
+            "container_gpu_access", len(right) == len(container) > 0,
+            f"the container-runtime rule names the one cause of {len(right)} of {len(container)} made-up broken "
+            f"machines ({', '.join(container)})"))
     return found
 
 

@@ -1,18 +1,34 @@
 """The build lock: one process builds a cache, a shard set or a downloaded layout while the others
 (DDP ranks, a second notebook) wait for it, then find it built. POSIX file locks (fcntl).
+
+Beside it, what every build shares: a fresh staging folder to build in, clearing the partials of builds whose
+process is gone (`staging_folder`), disk blocks reserved before a memmap writes into them (`allocate`), and the
+one line for a full disk (`disk_full`, a DiskFullError).
 """
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
+import os
 import shlex
+import shutil
 from pathlib import Path
 
 from course_lib.config import WorkbookError
+from course_lib.paths import process_alive
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class DamagedCacheError(WorkbookError, OSError):
     """A built cache or shard set whose files do not match what its index recorded (cut short by a
     full disk or a killed copy, or edited); the message names it and says to delete it."""
+
+
+class DiskFullError(WorkbookError, OSError):
+    """No room on the disk for what a build must write: the message gives the size needed, the room left and
+    the fix."""
 
 
 def damaged(folder: Path, what: str) -> DamagedCacheError:
@@ -37,3 +53,55 @@ def exclusive_build(folder: Path):
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def staging_folder(out_dir: Path) -> Path:
+    """An empty `<out_dir>.partial-<pid>` to build `out_dir` in (renamed into place when whole). Called under
+    `exclusive_build`, so the partials of earlier builds of `out_dir` are left over from processes that are gone
+    (a kill -9, a full disk): they are removed first, or they would fill the disk for good. A partial whose
+    process still runs (a build on a system without file locks) is left alone, and a link of that name is
+    removed as a link: its target is never entered."""
+    for leftover in map(Path, glob.glob(glob.escape(str(out_dir)) + ".partial-*")):
+        pid = leftover.name.rsplit("-", 1)[-1]
+        if not pid.isdigit() or (int(pid) != os.getpid() and process_alive(int(pid))):
+            continue
+        if leftover.is_symlink() or not leftover.is_dir():
+            leftover.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(leftover, ignore_errors=True)
+    staging = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
+    staging.mkdir(parents=True)
+    return staging
+
+
+STORAGE_FIX = "free some space, or train with storage=files (reads the image files, builds nothing)"
+
+
+def disk_full(path: Path, needed: int, what: str, fix: str = STORAGE_FIX) -> DiskFullError:
+    """The one line for a build that found no room: how much `what` needs, how much the disk holds free, and
+    `fix`."""
+    # the folder the reader knows: a staging folder (`staging_folder`) is gone by the time the line is read
+    where = next((folder for folder in (path.parent, *path.parent.parents) if ".partial-" not in folder.name),
+                 path.parent)
+    try:
+        room = f", {shutil.disk_usage(where).free / 2**20:,.1f} MiB free there"
+    except OSError:
+        room = ""
+    return DiskFullError(f"no room on the disk for {what}: {needed / 2**20:,.1f} MiB needed at {where}{room}; {fix}")
+
+
+def allocate(path: Path, size: int, what: str) -> None:
+    """Create `path` with `size` bytes reserved on the disk before anything is written into it. A memmap over a
+    sparse file faults with SIGBUS (exit 135, no message) when the disk fills halfway through; reserving the
+    blocks first turns that into ENOSPC here, raised as one DiskFullError line. Where the platform has no
+    posix_fallocate (macOS) the file is only sized."""
+    with open(path, "wb") as handle:
+        try:
+            if hasattr(os, "posix_fallocate") and size:
+                os.posix_fallocate(handle.fileno(), 0, size)
+            else:
+                handle.truncate(size)
+        except OSError as error:
+            if error.errno in DISK_FULL:
+                raise disk_full(path, size, what) from None
+            raise

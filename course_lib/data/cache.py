@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from course_lib.data.build_lock import damaged, exclusive_build
+from course_lib.data.build_lock import DISK_FULL, allocate, damaged, disk_full, exclusive_build, staging_folder
 from course_lib.instruments.timing import now
 from course_lib.paths import CACHE_DIR, project_root
 
@@ -148,7 +148,7 @@ def build_cache(source: str | os.PathLike, image_size: int, out_dir: str | os.Pa
     lock, so an interrupted or concurrent build leaves no half cache behind."""
     from course_lib.data import transforms
     from course_lib.data.datasets import ImageFolderDataset
-    from course_lib.data.decode import FileDecoder, decode_once
+    from course_lib.data.decode import FileDecoder
 
     out_dir = Path(out_dir) if out_dir else default_cache_dir(source, image_size, max_images)
     with exclusive_build(out_dir):
@@ -166,44 +166,53 @@ def build_cache(source: str | os.PathLike, image_size: int, out_dir: str | os.Pa
                 verified_labels(out_dir, info)
                 return info
             print(changed_line("pre-decoded cache", out_dir, info.content_key))
-        staging = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        size = image_size
-        array = np.memmap(staging / PIXELS_FILE, dtype=np.uint8, mode="w+", shape=(len(indices), size, size, 3))
-        labels = np.empty(len(indices), dtype=np.int64)
-        # Workers decode; this process writes rows in order and leaves bad files out (skip) or
-        # stops with the worker's BadImageError naming the file (fail).
-        row, skipped = 0, []
-        try:
-            for _, image, target, bad_path in decode_once(dataset, indices, num_workers):
-                if bad_path:
-                    log.warning("skipping unreadable image %s (bad_images=skip)", bad_path)
-                    skipped.append(bad_path)
-                    continue
-                array[row] = image.permute(1, 2, 0).numpy()
-                labels[row] = target
-                row += 1
-        except BaseException:
-            del array
+        staging = staging_folder(out_dir)
+        try:  # whatever stops the build (a bad image, a full disk, Ctrl-C) leaves no partial behind
+            labels, skipped = _write_pixels(staging, dataset, indices, image_size, num_workers)
+            if not len(labels):
+                raise FileNotFoundError(f"no readable image in {source}; nothing to cache")
+            info = CacheInfo(folder=out_dir, images=len(labels), image_size=image_size, classes=list(dataset.classes),
+                             source=str(source), pixel_bytes=(staging / PIXELS_FILE).stat().st_size,
+                             source_bytes=sum(os.path.getsize(dataset.samples[i][0]) for i in indices),
+                             build_seconds=now() - start, skipped=skipped, content_key=key)
+            np.save(staging / LABELS_FILE, labels)
+            (staging / META_FILE).write_text(json.dumps({k: v for k, v in dataclasses.asdict(info).items()
+                                                         if k != "folder"}, indent=2))
+        except BaseException as error:
             shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(error, OSError) and error.errno in DISK_FULL:
+                raise disk_full(staging, 8 * len(indices), "the pre-decoded cache's labels") from None
             raise
-        array.flush()
-        del array
-        if row == 0:
-            shutil.rmtree(staging)
-            raise FileNotFoundError(f"no readable image in {source}; nothing to cache")
-        os.truncate(staging / PIXELS_FILE, row * size * size * 3)  # drop the rows of skipped files
-        np.save(staging / LABELS_FILE, labels[:row])
-        source_bytes = sum(os.path.getsize(dataset.samples[i][0]) for i in indices)
-        info = CacheInfo(folder=out_dir, images=row, image_size=image_size, classes=list(dataset.classes),
-                         source=str(source), pixel_bytes=(staging / PIXELS_FILE).stat().st_size,
-                         source_bytes=source_bytes, build_seconds=now() - start, skipped=skipped, content_key=key)
-        meta = {k: v for k, v in dataclasses.asdict(info).items() if k != "folder"}
-        (staging / META_FILE).write_text(json.dumps(meta, indent=2))
         shutil.rmtree(out_dir, ignore_errors=True)
         staging.rename(out_dir)
         return info
+
+
+def _write_pixels(staging: Path, dataset, indices: list[int], size: int, num_workers: int) -> tuple[np.ndarray, list]:
+    """Decode `indices` of `dataset` into staging/PIXELS_FILE, one uint8 row per readable image, in order; returns
+    (their labels, the paths left out). Workers decode; this process writes rows in order and leaves bad files
+    out (skip) or stops with the worker's BadImageError naming the file (fail). Every block is reserved first
+    (`allocate`): a memmap over a sparse file is a SIGBUS when the disk fills."""
+    from course_lib.data.decode import decode_once
+
+    allocate(staging / PIXELS_FILE, len(indices) * size * size * 3, "the pre-decoded cache's pixels")
+    array = np.memmap(staging / PIXELS_FILE, dtype=np.uint8, mode="r+", shape=(len(indices), size, size, 3))
+    labels = np.empty(len(indices), dtype=np.int64)
+    row, skipped = 0, []
+    try:
+        for _, image, target, bad_path in decode_once(dataset, indices, num_workers):
+            if bad_path:
+                log.warning("skipping unreadable image %s (bad_images=skip)", bad_path)
+                skipped.append(bad_path)
+                continue
+            array[row] = image.permute(1, 2, 0).numpy()
+            labels[row] = target
+            row += 1
+        array.flush()
+    finally:
+        del array
+    os.truncate(staging / PIXELS_FILE, row * size * size * 3)  # drop the rows of skipped files
+    return labels[:row], skipped
 
 
 class PreDecodedDataset(torch.utils.data.Dataset):

@@ -31,10 +31,11 @@ from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from course_lib.config import WorkbookError
-from course_lib.data.build_lock import exclusive_build
+from course_lib.data.build_lock import DISK_FULL, disk_full, exclusive_build
 from course_lib.data.fixed_splits import LAYOUT_SPLITS, carve_out, load_eurosat_split
 from course_lib.instruments.progress import Progress
-from course_lib.paths import CACHE_DIR, check_writable, resolve_path
+from course_lib.instruments.timing import now
+from course_lib.paths import CACHE_DIR, check_writable, is_project, project_root, resolve_path
 
 DOWNLOADABLE = ("eurosat", "cifar10", "imagenette")
 MANIFEST = "MANIFEST.json"  # written last into a finished layout: its presence means "done"
@@ -45,6 +46,13 @@ EUROSAT_URL = ("https://huggingface.co/datasets/torchgeo/eurosat/resolve/c877bcd
 EUROSAT_MD5 = "c8fa014336c82ac7804f0398fcb19387"
 IMAGENETTE_SIZE = "160px"  # 160 px on the short side: 94 MB instead of 1.5 GB, plenty for small CNNs
 TIMEOUT_SECONDS = 60.0  # per connection attempt and per read; a stalled server fails instead of hanging
+# A server that trickles (one byte every second or so) never trips the per-read timeout: a download that brings
+# fewer than STALL_BYTES in STALL_SECONDS has stalled, and one still running after DEADLINE_SECONDS has taken too
+# long (EuroSAT's 94 MB in 6 hours is 4 KB/s). Either keeps the part, so the next run resumes.
+STALL_SECONDS = 60.0
+STALL_BYTES = 64 * 1024
+DEADLINE_SECONDS = 6 * 3600.0
+ROOM_FIX = "free some space there, or pass --root a folder on another disk"
 CHUNK_BYTES = 1 << 20  # read and write 1 MiB at a time
 USER_AGENT = "pytorch/vision"  # what torchvision's download_url sends (some hosts refuse Python's default)
 # Errors that mean "the network or the server let us down", as opposed to bad input.
@@ -141,11 +149,31 @@ def check_md5(path: Path, expected: str, url: str) -> None:
                            f"(cut short or altered); fetch it again from {url}")
 
 
-def fetch(url: str, destination: Path, name: str, *, progress: bool = True,
-          timeout: float = TIMEOUT_SECONDS) -> Path:
+def _copy(response, handle, bar, stall_seconds: float, deadline_seconds: float) -> None:
+    """Write what `response` sends into `handle` as it arrives (`read1`: a trickling server cannot hold one read
+    for a whole chunk), and raise TimeoutError when fewer than STALL_BYTES came in the last `stall_seconds` or
+    the whole took longer than `deadline_seconds`."""
+    began = window = now()
+    arrived = 0
+    while chunk := response.read1(CHUNK_BYTES):
+        handle.write(chunk)
+        bar.update(len(chunk))
+        arrived += len(chunk)
+        clock = now()
+        if clock - began > deadline_seconds:
+            raise TimeoutError(f"still running after {deadline_seconds:g} s, the most a download may take")
+        if clock - window >= stall_seconds:
+            if arrived < STALL_BYTES:
+                raise TimeoutError(f"stalled: {arrived:,} bytes in the last {clock - window:.0f} s")
+            window, arrived = clock, 0
+
+
+def fetch(url: str, destination: Path, name: str, *, progress: bool = True, timeout: float = TIMEOUT_SECONDS,
+          stall_seconds: float = STALL_SECONDS, deadline_seconds: float = DEADLINE_SECONDS) -> Path:
     """Download `url` to `destination` through `<destination>.part`, resuming a part left by an
     earlier run with an HTTP Range request (or starting over where the server ignores it). A
-    download that ends short of its Content-Length keeps the part and raises DownloadError."""
+    download that ends short of its Content-Length, stalls or outlasts its deadline keeps the part and raises
+    DownloadError; a full disk removes the part (it would keep the disk full) and raises DiskFullError."""
     part = destination.with_name(destination.name + ".part")
     for attempt in range(2):  # a second time only when the server refused the range (416)
         start = part.stat().st_size if part.exists() else 0
@@ -166,19 +194,24 @@ def fetch(url: str, destination: Path, name: str, *, progress: bool = True,
             f"bytes {start}-")
         start = start if resumed else 0  # a 200 answer is the whole file: start over
         total = start + response.length if response.length is not None else None
+        cause = None
         try:
             with open(part, "ab" if start else "wb") as handle, Progress(
                     total, destination.name, in_bytes=True, initial=start, enabled=progress) as bar:
-                while chunk := response.read(CHUNK_BYTES):
-                    handle.write(chunk)
-                    bar.update(len(chunk))
-            cause = "the connection closed early"
+                _copy(response, handle, bar, stall_seconds, deadline_seconds)
         except NETWORK_ERRORS as error:
             cause = _reason(error)
+        except OSError as error:
+            if error.errno not in DISK_FULL:
+                raise
+            part.unlink(missing_ok=True)
+            raise disk_full(part, total or 0, f"the download of {destination.name}", ROOM_FIX) from None
     received = part.stat().st_size
-    if total is not None and received != total:
-        raise DownloadError(f"the download of {url} stopped after {received / 1e6:.1f} of {total / 1e6:.1f} MB "
-                            f"({cause}); the part is kept in {part}: run the same command again to resume")
+    if cause is not None or (total is not None and received != total):
+        of = f" of {total / 1e6:.1f}" if total is not None else ""
+        raise DownloadError(f"the download of {url} stopped after {received / 1e6:.1f}{of} MB "
+                            f"({cause or 'the connection closed early'}); the part is kept in {part}: run the same "
+                            "command again to resume")
     os.replace(part, destination)
     return destination
 
@@ -333,10 +366,11 @@ def get(name: str, root: str | os.PathLike | None = None, archive: str | os.Path
                                f"of the archive file {spec.filename}")
         if not source.is_file():
             raise FileNotFoundError(f"--from {archive}: no such file; give the path of {spec.filename}")
+    _refuse_tracked_folder(target, name)
     staging = target.parent / f".partial-{target.name}"
     _refuse_link(staging)
     if read_manifest(target) is None:
-        check_writable(target.parent)
+        check_writable(target.parent, "--root another folder")
     with exclusive_build(target.parent / f".{target.name}"):  # the lock file: a hidden .<name>.lock beside it
         manifest = read_manifest(target)
         if manifest is not None:
@@ -403,16 +437,60 @@ def _lay_out(spec: Release, archive: Path, staging: Path, say: Callable[[str], N
         shutil.rmtree(folder, ignore_errors=True)
     say(f"{spec.name}: extracting {archive.name} and laying it out as train/ valid/ test/")
     try:
-        extract_safely(archive, extracted)
-    except ArchiveError:
+        try:
+            extract_safely(archive, extracted)
+        except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile, tarfile.TarError) as error:
+            if isinstance(error, ArchiveError) or getattr(error, "errno", None) in DISK_FULL:
+                raise
+            raise ArchiveError(f"cannot extract {archive} ({str(error).splitlines()[0]}); give {spec.filename} "
+                               "as downloaded") from None
+        layout.mkdir()
+        counts = spec.lay_out(extracted, layout, progress)
+    except BaseException as error:  # what a failed extraction wrote is removed: it would only fill the disk
+        for folder in (extracted, layout):
+            shutil.rmtree(folder, ignore_errors=True)
+        if isinstance(error, OSError) and error.errno in DISK_FULL:
+            raise disk_full(extracted, unpacked_bytes(archive), f"the extracted {spec.filename}", ROOM_FIX) from None
         raise
-    except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile, tarfile.TarError) as error:
-        raise ArchiveError(f"cannot extract {archive} ({str(error).splitlines()[0]}); give {spec.filename} "
-                           "as downloaded") from None
-    layout.mkdir()
-    counts = spec.lay_out(extracted, layout, progress)
     shutil.rmtree(extracted, ignore_errors=True)
     return counts
+
+
+def unpacked_bytes(archive: Path) -> int:
+    """The bytes an archive's files take once extracted (0 when it cannot be read)."""
+    try:
+        if zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as handle:
+                return sum(member.file_size for member in handle.infolist())
+        with tarfile.open(archive) as handle:
+            return sum(member.size for member in handle.getmembers() if member.isfile())
+    except (OSError, zipfile.BadZipFile, tarfile.TarError, EOFError):
+        return 0
+
+
+def _refuse_tracked_folder(target: Path, name: str) -> None:
+    """Refuse a layout inside the project where git would track it (`--root notebooks/eurosat`: 27,000 images
+    one `git add .` away from the history). Inside the project it must be a folder git ignores (`git
+    check-ignore`; without git or outside a checkout, data_cache/ or runs/, the project's ignored folders)."""
+    import subprocess
+
+    root = project_root().resolve()
+    try:
+        inside = target.resolve().relative_to(root)
+    except ValueError:
+        return  # outside the project: not git's business
+    if not is_project(root):
+        return  # installed without the project: the current folder is the user's own
+    try:
+        answer = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", "--no-index", str(inside / MANIFEST)],
+                                capture_output=True, timeout=30).returncode
+    except (OSError, subprocess.TimeoutExpired):
+        answer = 128
+    ignored = answer == 0 if answer in (0, 1) else inside.parts[:1] in (("data_cache",), ("runs",))
+    if not ignored:
+        raise ArchiveError(f"--root {target} is inside the project, in a folder git does not ignore: its images "
+                           f"would be one `git add` away from the history; use the default (data_cache/{name}) or "
+                           "a folder outside the project")
 
 
 def _refuse_link(folder: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shlex
 import stat
 from pathlib import Path
 
@@ -83,7 +84,7 @@ class DataFolderError(WorkbookError, OSError):
 
 def _unreadable(folder, error: OSError) -> DataFolderError:
     return DataFolderError(f"cannot read the folder {folder} ({error.strerror or error}); fix its permissions "
-                           f"(e.g. chmod -R u+rX {folder}) or remove it")
+                           f"(e.g. chmod -R u+rX {shlex.quote(str(folder))}) or remove it")
 
 
 # Modes holding more than 8 bits per channel, which PIL's convert("RGB") clips to 255 (white)

@@ -17,6 +17,10 @@ from pathlib import Path
 import numpy as np
 
 DEFAULT_MAX_DISTANCE = 4  # bits of 64 in which two pHashes may differ and still be near-duplicates
+# pHash reads grey, so flat red, green and blue tiles hash alike (0 bits: 276 false "leaks" between classes, issue
+# 49 point 14). Two images whose mean red, green or blue differs by more than this many levels of 255 are not
+# near-duplicates, whatever their hashes; a recompression or resize moves the means by a level or two.
+COLOUR_TOLERANCE = 32
 # Pairs kept to list, closest first; every pair is counted. 8,000 identical images are 32 million pairs:
 # kept all, they were an out-of-memory kill (issue 49, point 6).
 MAX_LISTED = 10_000
@@ -46,11 +50,17 @@ class Match:
 
 def image_hash(path: str | os.PathLike, hash_size: int = 8) -> np.ndarray:
     """The pHash of one image as `hash_size`**2 booleans (imagehash.phash, on the RGB image)."""
+    return image_signature(path, hash_size)[0]
+
+
+def image_signature(path: str | os.PathLike, hash_size: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """(pHash bits as `image_hash`, mean red, green and blue in 0-255) of one image."""
     import imagehash
-    from PIL import Image
+    from PIL import Image, ImageStat
 
     with Image.open(path) as image:
-        return imagehash.phash(image.convert("RGB"), hash_size=hash_size).hash.flatten()
+        rgb = image.convert("RGB")
+        return imagehash.phash(rgb, hash_size=hash_size).hash.flatten(), np.asarray(ImageStat.Stat(rgb).mean)
 
 
 def pack(bits: list[np.ndarray]) -> np.ndarray:
@@ -64,8 +74,10 @@ class Matches(list):
     """The pairs kept to list (closest first, at most `limit` of `find_matches`), with the counts of every
     pair found: `total`, `leaks`, and `between` (leaks per "first split/second split")."""
 
-    def __init__(self, kept=(), total: int | None = None, leaks: int | None = None, between: dict | None = None):
+    def __init__(self, kept=(), total: int | None = None, leaks: int | None = None, between: dict | None = None,
+                 unreadable: tuple = ()):
         super().__init__(kept)
+        self.unreadable = list(unreadable)  # (path, reason) of the images that could not be hashed
         self.total = len(self) if total is None else total
         self.leaks = sum(match.leak for match in self) if leaks is None else leaks
         self.between = between if between is not None else _between(self)
@@ -85,10 +97,11 @@ def _between(matches) -> dict:
 
 
 def find_matches(hashes: np.ndarray, names: list[str], splits: list[str], max_distance: int = DEFAULT_MAX_DISTANCE,
-                 limit: int = MAX_LISTED) -> Matches:
+                 limit: int = MAX_LISTED, colours: np.ndarray | None = None) -> Matches:
     """Every pair of rows of `hashes` (packed, `pack`) at most `max_distance` bits apart, each pair once:
     all of them counted, the `limit` closest kept (closest first), so memory stays bounded whatever the
-    number of pairs."""
+    number of pairs. With `colours` (images x mean R, G, B), a pair whose means differ by more than
+    COLOUR_TOLERANCE in any channel is no match."""
     if len(names) != len(hashes) or len(splits) != len(hashes):
         raise ValueError(f"{len(hashes)} hashes need as many names and splits, got {len(names)} and {len(splits)}")
     split_of = np.asarray(splits, dtype=object)
@@ -99,6 +112,8 @@ def find_matches(hashes: np.ndarray, names: list[str], splits: list[str], max_di
         # Only the rows after this one: each pair is compared once.
         distances = np.bitwise_count(hashes[index + 1:] ^ hashes[index]).sum(axis=1)
         hits = np.flatnonzero(distances <= max_distance)
+        if colours is not None and len(hits):
+            hits = hits[np.abs(colours[index + 1 + hits] - colours[index]).max(axis=1) <= COLOUR_TOLERANCE]
         if not len(hits):
             continue
         total += len(hits)
@@ -139,13 +154,26 @@ def scan_duplicates(root: str | os.PathLike, max_distance: int = DEFAULT_MAX_DIS
     matches are relative to `root`."""
     from course_lib.instruments.progress import track
 
+    from PIL import Image
+
     root = Path(root)
     paths, splits = folder_images(root)
-    bits = [image_hash(path, hash_size) for path in track(paths, "hashing", unit="images", enabled=progress)]
-    if not paths:
-        return 0, []
-    names = [os.path.relpath(path, root) for path in paths]
-    return len(paths), find_matches(pack(bits), names, splits, max_distance)
+    signatures, names, kept_splits, unreadable = [], [], [], []
+    for path, split in track(list(zip(paths, splits)), "hashing", unit="images", enabled=progress):
+        try:  # an unreadable, unpermitted or decompression-bomb file is left out and named, not a traceback
+            signatures.append(image_signature(path, hash_size))
+        except (OSError, ValueError, Image.DecompressionBombError) as error:
+            unreadable.append((os.path.relpath(path, root), str(error).splitlines()[0] if str(error) else
+                               type(error).__name__))
+            continue
+        names.append(os.path.relpath(path, root))
+        kept_splits.append(split)
+    if not signatures:
+        return 0, Matches(unreadable=unreadable)
+    found = find_matches(pack([bits for bits, _ in signatures]), names, kept_splits, max_distance,
+                         colours=np.asarray([colour for _, colour in signatures]))
+    found.unreadable = unreadable
+    return len(signatures), found
 
 
 def matches_table(matches: list[Match], limit: int = 0):
@@ -160,5 +188,13 @@ def summary(checked: int, matches: list[Match]) -> str:
     counted = matches if isinstance(matches, Matches) else Matches(matches)
     between = sorted(counted.between)
     listed = "" if counted.complete else f"; the {len(counted):,} closest are listed"
+    skipped = ""
+    if counted.unreadable:
+        from course_lib.data.scan import printable
+
+        path, reason = counted.unreadable[0]
+        skipped = (f"; {len(counted.unreadable)} image(s) could not be read and were left out (first: "
+                   f"{printable(path)}: {printable(reason)}; `workbook scan` lists them all)")
     return (f"hashed {checked} images: {counted.total - counted.leaks} near-duplicate pair(s) within a split, "
-            f"{counted.leaks} leak(s) across splits" + (f" ({', '.join(between)})" if between else "") + listed)
+            f"{counted.leaks} leak(s) across splits" + (f" ({', '.join(between)})" if between else "") + listed
+            + skipped)

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from course_lib.config import ConfigError
-from course_lib.data.build_lock import damaged, exclusive_build
+from course_lib.data.build_lock import DISK_FULL, damaged, disk_full, exclusive_build, staging_folder
 from course_lib.data.datasets import ImageFolderDataset
 from course_lib.data.images import BadImageError, skipped_line
 from course_lib.instruments.timing import now
@@ -89,8 +89,6 @@ def write_shards(source: str | os.PathLike, out_dir: str | os.PathLike, shard_co
     0 = all. With `decoder`, every file is decoded once first (`num_workers` workers) and
     unreadable ones fail naming the file (bad_images=fail) or are left out (skip), so a reader's
     image count is exact. An out_dir already holding the same packing is reused unless `rebuild`."""
-    import webdataset as wds
-
     from course_lib.data.cache import changed_line, content_key
     from course_lib.data.decode import FileDecoder, decode_once
 
@@ -125,29 +123,43 @@ def write_shards(source: str | os.PathLike, out_dir: str | os.PathLike, shard_co
             raise FileNotFoundError(f"no readable image in {source}; nothing to pack")
         order = list(indices)
         random.Random(seed).shuffle(order)
-        staging = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        bounds = [shard * len(order) // shard_count for shard in range(shard_count + 1)]
-        names, sizes = [], []
-        for shard in range(shard_count):
-            name = SHARD_PATTERN.format(index=shard)
-            members = order[bounds[shard]:bounds[shard + 1]]
-            with wds.TarWriter(str(staging / name), encoder=False) as writer:  # encoder=False: bytes as given
-                for index in members:
-                    path, target = folder.samples[index]
-                    extension = Path(path).suffix.lower().lstrip(".") or "jpg"
-                    writer.write({"__key__": f"{index:08d}", extension: Path(path).read_bytes(),
-                                  "cls": str(target).encode()})
-            names.append(name)
-            sizes.append(len(members))
-        meta = {"urls": names, "images": len(order), "classes": list(folder.classes),
-                "shard_bytes": sum(os.path.getsize(staging / name) for name in names),
-                "write_seconds": now() - start, "sizes": sizes, "skipped": skipped, "key": key}
-        (staging / INDEX_FILE).write_text(json.dumps(meta, indent=2))
+        staging = staging_folder(out_dir)
+        try:
+            names, sizes = _pack(staging, folder, order, shard_count)
+            meta = {"urls": names, "images": len(order), "classes": list(folder.classes),
+                    "shard_bytes": sum(os.path.getsize(staging / name) for name in names),
+                    "write_seconds": now() - start, "sizes": sizes, "skipped": skipped, "key": key}
+            (staging / INDEX_FILE).write_text(json.dumps(meta, indent=2))
+        except BaseException as error:  # no half shard set stays behind to fill the disk
+            shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(error, OSError) and error.errno in DISK_FULL:
+                needed = sum(os.path.getsize(folder.samples[index][0]) for index in order)
+                raise disk_full(staging, needed, "the tar shards") from None
+            raise
         shutil.rmtree(out_dir, ignore_errors=True)
         staging.rename(out_dir)
         return read_shard_set(out_dir)
+
+
+def _pack(staging: Path, folder, order: list[int], shard_count: int) -> tuple[list[str], list[int]]:
+    """Write the files of `folder` (an ImageFolderDataset) at `order` into `shard_count` tar shards of nearly equal
+    size in `staging`, each file's bytes as they are with its label; returns (shard names, images per shard)."""
+    import webdataset as wds
+
+    bounds = [shard * len(order) // shard_count for shard in range(shard_count + 1)]
+    names, sizes = [], []
+    for shard in range(shard_count):
+        name = SHARD_PATTERN.format(index=shard)
+        members = order[bounds[shard]:bounds[shard + 1]]
+        with wds.TarWriter(str(staging / name), encoder=False) as writer:  # encoder=False: bytes as given
+            for index in members:
+                path, target = folder.samples[index]
+                extension = Path(path).suffix.lower().lstrip(".") or "jpg"
+                writer.write({"__key__": f"{index:08d}", extension: Path(path).read_bytes(),
+                              "cls": str(target).encode()})
+        names.append(name)
+        sizes.append(len(members))
+    return names, sizes
 
 
 def read_samples(urls: list[str]):

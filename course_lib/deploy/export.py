@@ -209,7 +209,8 @@ def check_artifact_path(artifact: Path) -> None:
     the folder and the fix; a folder as the artifact itself is `refuse_overwrite`'s)."""
     from course_lib.paths import check_writable
 
-    check_writable(artifact.parent.absolute())  # relative to the working folder, as the artifact is
+    # relative to the working folder, as the artifact is
+    check_writable(artifact.parent.absolute(), "--output another path")
 
 
 def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", *, int8: bool = False,

@@ -586,7 +586,7 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
         result = _fit_result(state, started, monitoring, stopped_early_after, board)
         recorder.succeeded(
             state.history, state.precision, skipped_steps=state.skipped_steps, epochs_completed=len(state.history),
-            train_images=len(state.bundle.train),
+            train_images=len(state.bundle.train), classes=list(state.bundle.classes),
             first_epoch_seconds=state.history[0]["epoch_seconds"] if state.history else None,
             checkpoint=str(result.checkpoint_path) if result.checkpoint_path else None, **state.tracker.summary(),
             best_checkpoint=str(result.best_checkpoint_path) if result.best_checkpoint_path else None,

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from course_lib.config import ConfigError
+from course_lib.paths import process_alive
 
 FORMAT = "workbook-checkpoint-v1"
 LAST_NAME = "last.pt"  # the checkpoint `resume` continues from
@@ -59,16 +60,6 @@ def temporary_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{_host_tag()}-{os.getpid()}.tmp")
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, under another user
-    return True
-
-
 def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
     """Delete the temp files of saves that never finished (a kill -9 or power loss mid-save) in
     `folder`: those of processes on this machine that are gone, and those of other machines
@@ -81,7 +72,7 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
             continue
         pid, host = int(match["pid"]), match["host"]
         if host is None or host == _host_tag():
-            stale = pid == os.getpid() or not _process_alive(pid)  # our own pid: not in _saving, so left over
+            stale = pid == os.getpid() or not process_alive(pid)  # our own pid: not in _saving, so left over
         else:
             try:
                 stale = time.time() - candidate.stat().st_mtime > FOREIGN_TEMPORARY_SECONDS

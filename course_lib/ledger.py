@@ -166,7 +166,8 @@ def runtime_versions() -> dict:
     return versions
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what platform reports."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -187,7 +188,7 @@ def hardware_summary() -> dict:
         if torch.cuda.is_available() else []
     return {
         "host": platform.node(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "physical_cores": devices.machine_cores()[0],
         "logical_cores": devices.machine_cores()[1],
         "ram_bytes": psutil.virtual_memory().total,

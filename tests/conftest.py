@@ -112,10 +112,14 @@ def tiny_config(tmp_path, **overrides):
 
 @pytest.fixture(autouse=True)
 def isolated_ledger(tmp_path, monkeypatch):
-    """Every test writes to its own ledger, never to the project's runs/ledger.sqlite."""
+    """Every test writes to its own ledger, never to the project's runs/ledger.sqlite, and keeps its own
+    precision=auto decisions (never the project's data_cache/precision_auto.json)."""
+    from course_lib.engine import auto_precision
+
     path = tmp_path / "ledger.sqlite"
     monkeypatch.setenv(ledger.LEDGER_ENV, str(path))
     monkeypatch.delenv(ledger.RUN_ID_ENV, raising=False)
+    monkeypatch.setenv(auto_precision.DECISIONS_ENV, str(tmp_path / "precision_auto.json"))
     return path
 
 

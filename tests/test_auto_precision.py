@@ -1,4 +1,6 @@
 """precision=auto from measured training steps, not from a matmul."""
+import json
+
 import pytest
 import timm
 import torch
@@ -48,3 +50,31 @@ def test_the_engine_logs_the_measurement_and_trains_in_the_choice(tmp_path, monk
                        progress=False)
     assert result.precision == "off"
     assert "precision auto: fp32 (one training step: fp32 100 ms, bf16 200 ms, fp16 too slow" in capsys.readouterr().out
+
+
+def test_auto_is_decided_once_per_machine_and_said_so(tmp_path, monkeypatch):
+    """Issue 49 point 14: two identical runs started together on a busy machine timed their steps under
+    different loads and trained in different precisions. The first decision is kept on disk; the next process
+    (here: an emptied memory cache) reads it back instead of timing again, and its log line says when it was made
+    and how to measure again. A damaged file is measured afresh."""
+    model = timm.create_model("test_resnet", num_classes=3)
+    timings = iter([0.10, 0.05, 0.20, 0.10])  # fp32, bf16, fp16, fp32 again: bf16 is twice as fast
+    monkeypatch.setattr(auto_precision, "step_seconds", lambda *a, **k: next(timings))
+    monkeypatch.setattr(auto_precision, "_candidate_seconds", lambda *a, **k: next(timings))
+    auto_precision._cache.clear()
+    auto_precision._decided.clear()
+    assert auto_precision.choose_precision(model, 32, 3, torch.device("cpu"), batch_size=4)[0] == "bf16"
+    saved = json.loads(auto_precision.decisions_path().read_text())
+    assert [entry["choice"] for entry in saved.values()] == ["bf16"]
+    auto_precision._cache.clear()  # a new process: only the file remembers
+    monkeypatch.setattr(auto_precision, "step_seconds", lambda *a, **k: pytest.fail("timed again"))
+    assert auto_precision.choose_precision(model, 32, 3, torch.device("cpu"), batch_size=4)[0] == "bf16"
+    lines = []
+    auto_precision.resolve("auto", model, 32, 3, "cpu", batch_size=4, log=lines.append)
+    assert "precision auto: bf16" in lines[0] and "decided on this machine" in lines[0] and "delete it" in lines[0]
+    auto_precision._cache.clear()
+    auto_precision.decisions_path().write_text("{not json")
+    timings = iter([0.10, 0.20, 0.20, 0.10])  # now fp32 wins
+    monkeypatch.setattr(auto_precision, "step_seconds", lambda *a, **k: next(timings))
+    monkeypatch.setattr(auto_precision, "_candidate_seconds", lambda *a, **k: next(timings))
+    assert auto_precision.choose_precision(model, 32, 3, torch.device("cpu"), batch_size=4)[0] == "off"

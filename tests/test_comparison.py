@@ -297,3 +297,41 @@ def test_two_trainings_on_different_class_sets_are_compared_with_a_warning():
     assert result.to_dict()["warnings"] == result.warnings
     assert comparison.compare_rows(row(1, three, 0.9), row(2, three, 0.6), draws=200).warnings == []
     assert comparison.compare_rows(row(1, None, 0.9), row(2, eight, 0.6), draws=200).warnings == []  # older rows
+
+
+def _damage(path, how):
+    """One of the ways a saved evaluation arrives broken (issue 49, point 13)."""
+    import io
+
+    sidecar = path.with_suffix(".json")
+    if how == "half an npz":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif how == "a sidecar without classes":
+        saved = json.loads(sidecar.read_text())
+        del saved["classes"]
+        sidecar.write_text(json.dumps(saved))
+    else:
+        with np.load(path) as arrays:
+            arrays = dict(arrays)
+        if how == "object image references":
+            arrays["image_refs"] = np.array([object()] * len(arrays["labels"]), dtype=object)
+        elif how == "fewer probability columns than classes":
+            arrays["probabilities"] = arrays["probabilities"][:, :2]
+        elif how == "label 99":
+            arrays["labels"][0] = 99
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        path.write_bytes(buffer.getvalue())
+
+
+@pytest.mark.parametrize("how", ["half an npz", "a sidecar without classes", "object image references",
+                                 "fewer probability columns than classes", "label 99"])
+def test_a_damaged_saved_evaluation_is_one_line_naming_it(tmp_path, capsys, how):
+    """`compare` on half an .npz, a sidecar without classes, an object array, probabilities narrower than the
+    classes or a label outside them gave a traceback."""
+    before = _evaluation("before", BEFORE).save(tmp_path)
+    after = _evaluation("after", AFTER).save(tmp_path)
+    _damage(after, how)
+    assert cli.main(["compare", str(before), str(after)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"evaluation {after} cannot be read (" in err and "workbook eval" in err, err

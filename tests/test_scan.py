@@ -270,3 +270,18 @@ def test_a_bad_labels_value_is_refused_before_any_image_is_hashed(capsys):
     assert cli.main(["scan", folder, "--duplicates", "--labels", "--no-progress", "-p", "lr=-1"]) == 2
     captured = capsys.readouterr()
     assert "hashed" not in captured.out and "lr" in captured.err and len(captured.err.strip().splitlines()) == 1
+
+
+def test_a_float_tiff_is_refused_by_the_loader_and_the_scan_says_so(tmp_path):
+    """Issue 49 point 14: scan said the loaders scale a float TIFF, which PIL's convert clips silently and the
+    speed-run recipe's torchvision decoder cannot read at all."""
+    from course_lib.data.images import BadImageError, load_rgb
+
+    path = tmp_path / "reflectance.tif"
+    Image.fromarray(np.linspace(0, 1, 64 * 64, dtype=np.float32).reshape(64, 64), "F").save(path)
+    problems = scan.scan_file(path)
+    assert [p.kind for p in problems] == ["high-bit-depth"]
+    detail = problems[0].detail
+    assert "the loaders refuse it" in detail and "scale" not in detail and "use decoder=pil" in detail
+    with pytest.raises(BadImageError, match=r"mode F \(a 32-bit float image\).*convert it to 8 bits"):
+        load_rgb(path)

@@ -17,6 +17,7 @@ import numpy as np
 from course_lib.analysis.calibration import expected_calibration_error
 from course_lib.analysis.confusion import confusion_counts, most_confused_pairs
 from course_lib.analysis.metrics import _check_scores, per_class_table, top_k_accuracy
+from course_lib.config import WorkbookError
 from course_lib.data.build_lock import DISK_FULL, disk_full
 from course_lib.devices import resolve_device
 from course_lib.paths import check_writable
@@ -26,6 +27,9 @@ if TYPE_CHECKING:  # pandas is imported where it is used, to keep imports light
 
 EVALS_DIR = Path("runs") / "evals"
 
+
+class DamagedEvaluationError(WorkbookError, ValueError):
+    """A saved evaluation that cannot be read whole; the message names the file and the fix."""
 
 
 @dataclasses.dataclass
@@ -148,15 +152,26 @@ class Evaluation:
 
     @classmethod
     def load(cls, path: str | Path) -> "Evaluation":
+        """The evaluation saved at `path` (.npz and its .json sidecar). One that cannot be read whole (half an
+        .npz, a sidecar without its classes, object arrays, fewer probability columns than classes, a label
+        that is no class) is one DamagedEvaluationError line naming the file and the fix (issue 49, point 13)."""
+        import zipfile
+
         path = Path(path)
         if path.suffix != ".npz":
             path = path.with_suffix(".npz")
         if not path.exists():
             raise FileNotFoundError(f"no evaluation at {path}; run `workbook eval CHECKPOINT` first")
-        sidecar = json.loads(path.with_suffix(".json").read_text())
-        with np.load(path, allow_pickle=False) as arrays:
-            return cls(sidecar["name"], sidecar["classes"], arrays["labels"], arrays["probabilities"],
-                       arrays["image_refs"].tolist(), sidecar.get("metadata", {}), path)
+        try:
+            sidecar = json.loads(path.with_suffix(".json").read_text())
+            with np.load(path, allow_pickle=False) as arrays:
+                return cls(sidecar["name"], sidecar["classes"], arrays["labels"], arrays["probabilities"],
+                           arrays["image_refs"].tolist(), sidecar.get("metadata", {}), path)
+        except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as error:
+            reason = f"no {error.args[0]!r} in it" if isinstance(error, KeyError) else (
+                str(error).splitlines()[0] if str(error) else type(error).__name__)
+            raise DamagedEvaluationError(f"evaluation {path} cannot be read ({reason[:160]}); run `workbook eval` "
+                                         "again to write it afresh") from None
 
 
 def _evals_dir() -> Path:

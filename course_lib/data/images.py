@@ -93,7 +93,10 @@ SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")
 
 
 def to_rgb(image: Image.Image) -> Image.Image:
-    """`image` as 8-bit RGB; 16-bit grey is scaled (0-65535 to 0-255, rounded) rather than clipped."""
+    """`image` as 8-bit RGB; 16-bit grey is scaled (0-65535 to 0-255, rounded) rather than clipped, and a 32-bit
+    float image (mode F), whose values have no 8-bit meaning to guess, is refused (PIL's convert clips it)."""
+    if image.mode == "F":
+        raise ValueError("mode F (a 32-bit float image): its values have no 8-bit meaning to guess; convert it to 8 bits")
     if image.mode not in SIXTEEN_BIT_MODES:
         return image.convert("RGB")
     pixels = np.asarray(image).astype(np.int64)

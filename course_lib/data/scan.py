@@ -106,11 +106,13 @@ def _inspect(path: Path, shown: Path | None = None) -> tuple[list[ScanProblem], 
                                     f"contents are {image_format} but the name ends {suffix or '(none)'}; "
                                     f"rename it to {expected[0]}"))
     if mode in _HIGH_BIT_DEPTH_MODES:
-        problems.append(ScanProblem(name, "high-bit-depth",
-                                    f"mode {mode} ({_HIGH_BIT_DEPTH_MODES[mode]}): the loaders scale 16-bit values to "
-                                    "8 bits (round(v / 257); OpenCV keeps the high byte), so the finer levels are "
-                                    "lost, and values beyond 0-65535 are refused; re-export it as 8-bit if that "
-                                    "matters"))
+        what = ("the loaders refuse it (its values have no 8-bit meaning to guess; PIL's own conversion would clip "
+                "them); re-export it as 8-bit" if mode == "F" else
+                "the loaders scale 16-bit values to 8 bits (round(v / 257); OpenCV keeps the high byte), so the finer "
+                "levels are lost, and values beyond 0-65535 are refused; re-export it as 8-bit if that matters")
+        if image_format == "TIFF":
+            what += "; torchvision's decoder (decoder=torchvision, the speed-run recipe's) reads no TIFF: use decoder=pil"
+        problems.append(ScanProblem(name, "high-bit-depth", f"mode {mode} ({_HIGH_BIT_DEPTH_MODES[mode]}): {what}"))
     elif mode not in _USUAL_MODES:
         problems.append(ScanProblem(name, "unusual-mode",
                                     f"mode {mode} (loaders convert to RGB; check colours/alpha are as intended)"))

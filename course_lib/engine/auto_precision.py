@@ -8,11 +8,14 @@ slower. Only a measured step of the model being trained answers the question. On
 tensor cores bf16/fp16 win by a wide margin, and the probe costs a few seconds once per run.
 
 This module is the workbook's only "which precision" rule: `supported` says what a device can run,
-`resolve` / `choose_precision` decide `auto` by timing (`engine.step_bench`), and
+`resolve` / `choose_precision` decide `auto` by timing (`engine.step_bench`) once per machine (kept in
+data_cache/precision_auto.json), and
 `reduced_precision` names the reduced format to switch on where one must be (a case-study stage,
 gpu-check's channels_last and compile rows).
 """
 from __future__ import annotations
+
+import time
 
 import torch
 
@@ -24,6 +27,14 @@ SLOW_FACTOR = 10.0  # a candidate whose first step takes this many fp32 steps is
 PROBE_BATCH = 32  # images per probed step (at most the run's batch)
 
 _cache: dict[tuple, tuple[str, dict]] = {}
+# Decided once per machine (issue 49, point 14): two identical runs started together on a busy machine timed
+# their steps under different loads and trained in different precisions (38.75% against 33.75% top-1). The first
+# decision for a model, size, batch, layout, device, CPU and torch is kept in this file (under the project, or
+# $WORKBOOK_PRECISION_DECISIONS), written under a lock so a run started beside it waits and takes the same answer;
+# delete the file (or its entry) to measure again.
+DECISIONS_ENV = "WORKBOOK_PRECISION_DECISIONS"
+DECISIONS_FILE = "precision_auto.json"  # in data_cache/
+_decided: dict[tuple, str] = {}  # key -> when a decision read back from the file was first measured
 
 
 def supported(precision: str, device) -> bool:
@@ -83,16 +94,75 @@ def _candidate_seconds(model, images, targets, precision: str, give_up_after: fl
         return None
 
 
+def decisions_path():
+    """The file that keeps this machine's decisions (`DECISIONS_ENV`, else data_cache/precision_auto.json)."""
+    import os
+    from pathlib import Path
+
+    from course_lib.paths import CACHE_DIR, project_root
+
+    return Path(os.environ.get(DECISIONS_ENV) or project_root() / CACHE_DIR / DECISIONS_FILE)
+
+
+def _key(model: torch.nn.Module, image_size: int, device, batch_size: int, channels_last: bool) -> tuple:
+    return (str(torch.device(device)), type(model).__name__, sum(p.numel() for p in model.parameters()), image_size,
+            max(2, min(batch_size, PROBE_BATCH)), channels_last)
+
+
+def _machine_key(key: tuple) -> str:
+    """`key` with what makes a decision this machine's: the CPU or GPU model and torch's version."""
+    from course_lib.ledger import cpu_model
+
+    device = torch.device(key[0])
+    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+    return "|".join(map(str, (*key, hardware, torch.__version__)))
+
+
 def choose_precision(model: torch.nn.Module, image_size: int, num_classes: int, device: torch.device, *,
                      batch_size: int = PROBE_BATCH, channels_last: bool = False) -> tuple[str, dict]:
     """("off" | "bf16" | "fp16", {precision: seconds per step or None}) for training `model` on
-    `device`. Cached per device, model class and size, image size, batch and layout."""
+    `device`: measured once per machine, device, model class and size, image size, batch and layout, then
+    read back from `decisions_path()` (and this process's memory)."""
     device = torch.device(device)
     batch = max(2, min(batch_size, PROBE_BATCH))
-    key = (str(device), type(model).__name__, sum(p.numel() for p in model.parameters()), image_size, batch,
-           channels_last)
+    key = _key(model, image_size, device, batch_size, channels_last)
     if key in _cache:
         return _cache[key]
+    import contextlib
+    import json
+
+    from course_lib.data.build_lock import exclusive_build
+    from course_lib.paths import write_atomically
+
+    path, name = decisions_path(), _machine_key(key)
+    with contextlib.ExitStack() as held:
+        try:  # a run started beside this one waits here, then reads this decision
+            held.enter_context(exclusive_build(path))
+        except OSError:
+            pass  # no lock where nothing can be written (a read-only checkout): decided for this process
+        try:
+            kept = json.loads(path.read_text())
+            kept = kept if isinstance(kept, dict) else {}
+        except (OSError, ValueError):
+            kept = {}
+        found = kept.get(name)
+        if isinstance(found, dict) and found.get("choice") in CANDIDATES and isinstance(found.get("seconds"), dict):
+            _cache[key] = (found["choice"], found["seconds"])
+            _decided[key] = str(found.get("decided") or "earlier")
+            return _cache[key]
+        choice, seconds = _measure(model, image_size, num_classes, device, batch, channels_last)
+        _decided.pop(key, None)
+        kept[name] = {"choice": choice, "seconds": seconds, "decided": time.strftime("%Y-%m-%d %H:%M")}
+        try:
+            write_atomically(path, json.dumps(kept, indent=1, sort_keys=True) + "\n")
+        except OSError:
+            pass  # a read-only checkout or a full disk: decided for this process only
+    _cache[key] = (choice, seconds)
+    return choice, seconds
+
+
+def _measure(model, image_size: int, num_classes: int, device, batch: int, channels_last: bool) -> tuple[str, dict]:
+    """Time one training step in each candidate precision and apply the rule (`decide`)."""
     bench = StepBench(model, image_size, batch, device, num_classes, seed=0)  # its fixed random batch
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     images, targets = bench.images.to(device, memory_format=memory_format), bench.targets.to(device)
@@ -103,9 +173,7 @@ def choose_precision(model: torch.nn.Module, image_size: int, num_classes: int, 
     # fp32 again, last: the first measurement also paid for one-time set-up (thread pools, kernel
     # caches), and a shared machine's slow moment should not decide the contest by itself.
     seconds["off"] = min(seconds["off"], step_seconds(model, images, targets, "off"))
-    choice = decide(seconds)
-    _cache[key] = (choice, seconds)
-    return choice, seconds
+    return decide(seconds), seconds
 
 
 def decide(seconds: dict) -> str:
@@ -121,11 +189,14 @@ def decide(seconds: dict) -> str:
     return min(faster, key=faster.get)
 
 
-def describe(choice: str, seconds: dict) -> str:
-    """One line for the log: what was measured and what was kept."""
+def describe(choice: str, seconds: dict, decided: str | None = None) -> str:
+    """One line for the log: what was measured and what was kept, and when it was measured when the decision
+    was read back from this machine's earlier one (`decided`)."""
     timed = ", ".join(f"{'fp32' if p == 'off' else p} {s * 1000:.0f} ms" if s is not None else
                       f"{'fp32' if p == 'off' else p} too slow or unavailable" for p, s in seconds.items())
-    return f"precision auto: {'fp32' if choice == 'off' else choice} (one training step: {timed})"
+    earlier = (f"; decided on this machine {decided}, kept in {decisions_path()}: delete it to measure again"
+               if decided else "")
+    return f"precision auto: {'fp32' if choice == 'off' else choice} (one training step: {timed}{earlier})"
 
 
 def resolve(requested: str, model: torch.nn.Module, image_size: int, num_classes: int, device, *,
@@ -146,7 +217,7 @@ def resolve(requested: str, model: torch.nn.Module, image_size: int, num_classes
         choice[0], seconds = choose_precision(model, image_size, num_classes, device, batch_size=batch_size,
                                               channels_last=channels_last)
         if log is not None:
-            log(describe(choice[0], seconds))
+            log(describe(choice[0], seconds, _decided.get(_key(model, image_size, device, batch_size, channels_last))))
     if distributed:
         dist.broadcast_object_list(choice, src=0)
     return choice[0]

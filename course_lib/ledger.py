@@ -215,6 +215,7 @@ class Ledger:
 
     def __init__(self, path: str | os.PathLike | None = None):
         self.path = Path(path) if path else default_path()
+        self.read_only = ""  # the URI options a ledger that cannot be written is read with ("": read-write)
         try:
             existing = self.path.is_file() and self.path.stat().st_size > 0
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -224,11 +225,36 @@ class Ledger:
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.executescript(_SCHEMA)
         except (sqlite3.Error, OSError) as error:
-            raise ledger_error(self.path, error) from None
+            if not self._open_read_only(error):
+                raise ledger_error(self.path, error) from None
+
+    def _open_read_only(self, error: BaseException) -> bool:
+        """A ledger that exists but cannot be written (a read-only checkout or mount) is opened for reading, so
+        `ledger`, `claims` and `compare` still read it (issue 49, point 14); a write then fails in one line
+        and its row goes to the unsaved file where it can. Plain read-only first (it sees rows still in the
+        write-ahead log), else `immutable` (no -shm file can be made beside it)."""
+        lowered = str(error).lower()
+        if not (self.path.is_file() and self.path.stat().st_size > 0) or not any(
+                word in lowered for word in ("readonly", "read-only", "permission denied", "unable to open")):
+            return False
+        for options in ("mode=ro", "mode=ro&immutable=1"):
+            self.read_only = options
+            try:
+                with closing(self._connect()) as connection:
+                    self._check(connection)
+                return True
+            except sqlite3.OperationalError:
+                continue
+            except sqlite3.Error as failure:
+                raise ledger_error(self.path, failure) from None
+        return False
 
     def _connect(self, timeout: float = BUSY_TIMEOUT_SECONDS) -> sqlite3.Connection:
         # A busy timeout: a writer waits for another's transaction instead of failing.
-        connection = sqlite3.connect(self.path, timeout=timeout)
+        if self.read_only:
+            connection = sqlite3.connect(f"{self.path.absolute().as_uri()}?{self.read_only}", uri=True, timeout=timeout)
+        else:
+            connection = sqlite3.connect(self.path, timeout=timeout)
         connection.row_factory = sqlite3.Row
         return connection
 

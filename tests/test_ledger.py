@@ -317,3 +317,32 @@ def test_a_name_holding_control_characters_cannot_forge_a_ledger_line():
     lines = ledger.format_rows([row], width=200).splitlines()
     assert len(lines) == 2 and "\x1b" not in lines[1] and "real\\n2" in lines[1] and "ok\\x1b[2J" in lines[1]
     assert "note\\r" in lines[1] and "a\\nb" in lines[1]
+
+
+def test_a_ledger_on_a_read_only_mount_is_read_and_a_write_is_one_line(small_disk, capsys):
+    """Issue 49 point 14: on a read-only checkout `ledger`, `claims` and `compare` refused, because the ledger
+    was opened for writing even to be read. A real tmpfs, remounted read-only after two rows were written."""
+    import subprocess
+
+    from course_lib import cli
+
+    path = small_disk / "ledger.sqlite"
+    book = ledger.Ledger(path)
+    book.record("train", "first", metrics={"val_top1": 0.5})
+    book.record("train", "second", metrics={"val_top1": 0.6})
+    done = subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot remount the tmpfs read-only here: {done.stderr.strip()}")
+    try:
+        read = ledger.Ledger(path)
+        assert read.read_only and [row["name"] for row in read.rows()] == ["second", "first"]
+        assert cli.main(["ledger", "--path", str(path)]) == 0
+        assert "second" in capsys.readouterr().out
+        assert cli.main(["claims", "--path", str(path)]) == 0
+        assert read.record("train", "third") is None  # not written, said in one line, nothing raised
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "third" in err[0] and "cannot be written" in err[0]
+        with pytest.raises(ledger.LedgerError, match="cannot be written"):
+            ledger.check_writable(path)
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], capture_output=True)

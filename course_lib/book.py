@@ -113,13 +113,22 @@ def stage(run: Path, root: Path | None = None, ledger_path: Path | None = None) 
     from course_lib import report, run_summary
 
     root, run = Path(root or paths.project_root()), Path(run)
-    chapters = executed_chapters(run)
+    chapters, notebooks = [], {}
+    for path in executed_chapters(run):  # one unreadable notebook is left out in one line; the rest is built
+        try:
+            notebooks[path] = report.without_widgets(nbformat.read(str(path), as_version=4))
+            chapters.append(path)
+        except (OSError, ValueError, nbformat.reader.NotJSONError, nbformat.ValidationError) as error:
+            print(f"workbook docs: warning: {path.name} left out of the site: it cannot be read as a notebook "
+                  f"({str(error).splitlines()[0][:120] if str(error) else type(error).__name__})", file=sys.stderr)
     if not chapters:
         raise BookError(f"{run} holds no executed chapter (NN_name.ipynb); run `workbook run --profile smoke` "
                         "(or `make workbook`) first, or name another run")
     source = run / SITE_SOURCE
     for written in (source, run / SITE, run / "mkdocs.yml"):
         refuse_link(written)
+    # a read-only checkout: one line before anything is deleted or written (issue 49, point 13)
+    paths.check_writable(run, "copy the run folder where you can write, and build it there")
     if source.exists():
         shutil.rmtree(source)
     (source / CHAPTERS).mkdir(parents=True)
@@ -130,8 +139,7 @@ def stage(run: Path, root: Path | None = None, ledger_path: Path | None = None) 
     if (root / "docs" / "images").is_dir():
         shutil.copytree(root / "docs" / "images", source / "images")
     for notebook in chapters:  # widgets as their static forms: a static site has no kernel behind them
-        executed = report.without_widgets(nbformat.read(str(notebook), as_version=4))
-        nbformat.write(executed, str(source / CHAPTERS / notebook.name))
+        nbformat.write(notebooks[notebook], str(source / CHAPTERS / notebook.name))
     (source / "scoreboard.md").write_text(_scoreboard_page(ledger_path))
     (source / STYLESHEET).write_text(SITE_CSS)
     summary = run_summary.read_or_empty(run)  # unusable: the site still builds, its description says "?"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -91,7 +92,10 @@ def headline_html(found: dict) -> str:
 
 
 def sparkline_svg(values: list[float], label: str, width: int = 160, height: int = 32) -> str:
-    """A small inline SVG line plot of `values` with its label and range (no image file needed)."""
+    """A small inline SVG line plot of `values` with its label and range (no image file needed); what is not a
+    finite number (a tampered or foreign ledger row) is left out."""
+    values = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)
+              and math.isfinite(v)] if isinstance(values, (list, tuple)) else []
     if len(values) < 2:
         return ""
     low, high = min(values), max(values)
@@ -396,5 +400,9 @@ def regenerate(run: str) -> Path:
 
     folder = run_folder(run)
     summary = run_summary.read(folder)  # one line when it is cut short or of another shape
-    return write_index(folder, summary["run_id"], summary["profile"], summary["results"], summary.get("not_run", []),
-                       summary.get("state", "finished"))
+    try:
+        return write_index(folder, summary["run_id"], summary["profile"], summary["results"],
+                           summary.get("not_run", []), summary.get("state", "finished"))
+    except OSError as error:  # a full disk or a read-only folder: the page that was there stays (issue 49, 13)
+        raise WorkbookError(f"cannot write {folder / 'index.html'} ({error.strerror or error}); free some space or "
+                            f"make the folder writable, then run `workbook report {run}` again") from None

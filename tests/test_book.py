@@ -200,3 +200,33 @@ def test_the_site_of_a_smoke_run_shows_a_chapter_with_its_figure_and_table(chrom
             assert page.locator("article, .md-content").first.evaluate(CUT_OFF)["cut"] == []
         finally:
             browser.close()
+
+
+def test_a_corrupt_executed_notebook_is_left_out_in_one_line_and_the_rest_is_built(tmp_path, capsys):
+    """Issue 49 point 13: one cut-short executed notebook made `docs build` a traceback."""
+    run = _fake_run(tmp_path / "runs" / "20260101-000000-smoke-abcd", ("00_setup_check.ipynb",))
+    (run / "09_cut.ipynb").write_text('{"cells": [')
+    config = json.loads(book.stage(run, ROOT).read_text())
+    assert sorted(p.name for p in (run / book.SITE_SOURCE / book.CHAPTERS).iterdir()) == ["00_setup_check.ipynb"]
+    assert len(next(item for item in config["nav"] if "Chapters" in item)["Chapters"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "09_cut.ipynb left out of the site: it cannot be read as a notebook" in err[0]
+    (run / "00_setup_check.ipynb").write_text("not json")
+    with pytest.raises(book.BookError, match="holds no executed chapter"):
+        book.stage(run, ROOT)
+
+
+def test_a_run_on_a_read_only_mount_is_one_line_before_anything_is_written(small_disk, capsys):
+    """Issue 49 point 13: `docs build` of a run in a read-only checkout ended in a traceback."""
+    import subprocess
+
+    run = _fake_run(small_disk / "20260101-000000-smoke-abcd")
+    done = subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot remount the tmpfs read-only here: {done.stderr.strip()}")
+    try:
+        assert cli.main(["docs", "build", str(run)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"cannot write to {run}" in err[0] and "copy the run folder" in err[0], err
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], capture_output=True)

@@ -241,3 +241,30 @@ def test_a_tampered_run_page_runs_no_script_in_a_browser(chromium, tmp_path):
             assert planted in page.locator("body").inner_text()  # shown as text
         finally:
             browser.close()
+
+
+def test_a_report_with_a_foreign_monitor_series_or_on_a_full_disk_is_no_traceback(tmp_path, monkeypatch, capsys):
+    """Issue 49 point 13: a ledger `monitor_series` of strings, or a full disk, gave `workbook report` a traceback."""
+    import errno
+
+    from course_lib import paths
+
+    foreign = {"kind": "train", "metrics": {"monitor_series": ["high", "low", "nan"],
+                                            "grad_norm_series": [1.0, "x", 3.0, True]}}
+    shown = report.monitoring_html([foreign])
+    assert "gradient norm per step: 1 to 3" in shown and "utilisation:" not in shown  # the strings left out
+    folder, _ = _fake_run(tmp_path)
+    assert cli.main(["report", str(folder)]) == 0
+    before = (folder / "index.html").read_text()
+    real_write = paths.write_atomically
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(paths, "write_atomically", full)
+    capsys.readouterr()
+    assert cli.main(["report", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "(No space left on device); free some space" in err[0]
+    assert (folder / "index.html").read_text() == before
+    monkeypatch.setattr(paths, "write_atomically", real_write)

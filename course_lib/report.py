@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 import re
 from html.parser import HTMLParser

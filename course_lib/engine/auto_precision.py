@@ -124,8 +124,8 @@ def choose_precision(model: torch.nn.Module, image_size: int, num_classes: int, 
     `device`: measured once per machine, device, model class and size, image size, batch and layout, then
     read back from `decisions_path()` (and this process's memory)."""
     device = torch.device(device)
-    batch = max(2, min(batch_size, PROBE_BATCH))
     key = _key(model, image_size, device, batch_size, channels_last)
+    batch = key[4]  # the probed batch: at most PROBE_BATCH, at least 2
     if key in _cache:
         return _cache[key]
     import contextlib

@@ -104,9 +104,14 @@ def decisions_path():
     return Path(os.environ.get(DECISIONS_ENV) or project_root() / CACHE_DIR / DECISIONS_FILE)
 
 
+def probe_batch(batch_size: int) -> int:
+    """The batch a decision probes with: the training batch, at most PROBE_BATCH, at least 2."""
+    return max(2, min(batch_size, PROBE_BATCH))
+
+
 def _key(model: torch.nn.Module, image_size: int, device, batch_size: int, channels_last: bool) -> tuple:
     return (str(torch.device(device)), type(model).__name__, sum(p.numel() for p in model.parameters()), image_size,
-            max(2, min(batch_size, PROBE_BATCH)), channels_last)
+            probe_batch(batch_size), channels_last)
 
 
 def _machine_key(key: tuple) -> str:
@@ -125,7 +130,7 @@ def choose_precision(model: torch.nn.Module, image_size: int, num_classes: int, 
     read back from `decisions_path()` (and this process's memory)."""
     device = torch.device(device)
     key = _key(model, image_size, device, batch_size, channels_last)
-    batch = key[4]  # the probed batch: at most PROBE_BATCH, at least 2
+    batch = probe_batch(batch_size)
     if key in _cache:
         return _cache[key]
     import contextlib

@@ -31,7 +31,7 @@ SIZES = {"smoke": dict(images=120, folds=2, epochs=1, recovery_epochs=1, seeds=1
                      config={})}
 # The long version of the recovery study (issue 51): the cpu pass's +1.0 points [-3.3, +5.3] over 3 seeds, scored on
 # 1,000 validation images, cannot decide. 5 seeds, every validation image, and recovery runs of 32 epochs: on the
-# carve-out of train (the planted-noise training set, seed 0, 2-core Intel Xeon) 8 epochs gave 90.7%, 16 gave 94.8%,
+# carve-out of train (the planted-noise training set, seed 0, single view, 2-core Intel Xeon) 8 epochs gave 90.7%, 16 gave 94.8%,
 # 32 gave 96.3% and 64 gave 97.1% (+0.8 points for the last doubling: not converged by the half-point rule, but 64
 # epochs would take the 20 fits about 2.6 hours). The finder's out-of-fold models keep the cpu sizes (they pass their
 # floor).

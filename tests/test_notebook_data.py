@@ -79,6 +79,21 @@ def test_03_every_compared_run_has_two_epochs_of_a_few_steps(no_real_data, profi
     assert setup.data.synthetic and setup.config.epochs >= 2
     assert setup.config.max_steps == (2 if profile == "smoke" else 6) and setup.seeds >= 2
     assert setup.measure_compile is (profile != "smoke")
+    assert setup.accuracy_config is setup.config and setup.accuracy_data is None  # the same short runs, over seeds
+
+
+def test_03_reference_compares_precisions_on_the_speedrun_recipe(no_real_data):
+    """The reference profile's accuracy comparison trains the speed-run recipe (issue 51), single view, 5 seeds;
+    its step timing keeps the cpu pass's sizes."""
+    from course_lib.chapters import mixed_precision
+
+    setup = mixed_precision.setup("reference")
+    cpu = mixed_precision.setup("cpu")
+    accurate = setup.accuracy_config
+    assert setup.seeds == 5 and setup.config.max_steps == cpu.config.max_steps == 6
+    assert accurate.recipe == "speedrun" and accurate.model == "speedrun_resnet_small" and accurate.epochs == 21
+    assert accurate.tta_views == 1 and accurate.max_steps == 0 and accurate.max_train_images == 0
+    assert "accuracy comparison: the speedrun recipe" in setup.line() and setup.accuracy_data.line in setup.line()
 
 
 @pytest.mark.parametrize("profile", ["smoke", "cpu"])  # gpu: its setup trains on the GPU it asks for

@@ -307,6 +307,12 @@ def _check_ranges(values: dict) -> None:
     for name in FIELD_NAMES:  # NaN passes every comparison below, and inf every lower bound
         if _TYPES[name] is float and not math.isfinite(values[name]):
             refuse(name, "a finite number")
+    for check in (_check_sizes, _check_rates, _check_switches):
+        check(values, refuse)
+
+
+def _check_sizes(values: dict, refuse) -> None:
+    """Image sizes, batches, steps, epochs, seeds and counts."""
     low, high = IMAGE_SIZE_RANGE
     if not low <= values["image_size"] <= high:
         refuse("image_size", f"{low} to {high} pixels",
@@ -323,6 +329,10 @@ def _check_ranges(values: dict) -> None:
             refuse(name, "0 or more")
     if values["seed"] >= 2**63:
         refuse("seed", "below 2**63 (torch.manual_seed's limit)")
+
+
+def _check_rates(values: dict, refuse) -> None:
+    """Learning rates, their bounds, the output folder, and the values that are fractions or probabilities."""
     if values["lr"] < MIN_LR:
         refuse("lr", f"at least {MIN_LR:g}", "e.g. 0.1 for SGD or 1e-3 for AdamW")
     for name, high in UPPER_BOUNDS.items():
@@ -341,6 +351,10 @@ def _check_ranges(values: dict) -> None:
         refuse("random_erasing", "a probability from 0 to 1")
     if not 1 <= values["tta_views"] <= 8:
         refuse("tta_views", "1 (off) to 8 (every symmetry of the square)")
+
+
+def _check_switches(values: dict, refuse) -> None:
+    """Workers, monitoring, gradient checks, freezing, early stopping, SWA, and the switches that exclude each other."""
     if values["num_workers"] < -1:
         refuse("num_workers", "0 or more, or -1 for the recommended number (half the physical cores per training "
                "process)")

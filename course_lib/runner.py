@@ -699,21 +699,8 @@ def run_workbook(profile: str = "auto", only: str | None = None, assignments: li
     `silence_seconds`, 0 = never) to `stream` (default stdout) and
     rewriting index.html and summary.json after each. Returns (run folder, results); Ctrl-C
     raises RunInterrupted after the reports are written."""
-    if not silence_seconds >= 0:  # also refuses NaN
-        raise ConfigError(f"--silent-cell-warning must be a number of seconds, or 0 for no warning; "
-                          f"got {silence_seconds:g}")
-    resolved = resolve_profile(profile)
-    notebooks = list_notebooks(notebooks_folder, only)
-    if not notebooks:
-        raise FileNotFoundError(f"no numbered notebooks (NN_name.ipynb) in {notebooks_folder or notebooks_dir()}")
-    for path in notebooks:
-        check_notebook_file(path)  # before anything runs: a broken notebook is named, not a traceback
-    if resolved == REFERENCE:
-        notebooks = reference_notebooks(notebooks, chosen=only is not None)
-    if cell_timeout is None:  # not given: the profile's
-        cell_timeout = REFERENCE_CELL_TIMEOUT_SECONDS if resolved == REFERENCE else CELL_TIMEOUT_SECONDS
-    per_notebook = check_parameters(notebooks, assignments or [], profile=resolved)  # before anything runs
-
+    resolved, notebooks, cell_timeout, per_notebook = _checked_plan(profile, only, assignments, notebooks_folder,
+                                                                    cell_timeout, silence_seconds)
     run_id = new_run_id(resolved)
     out = paths.check_writable(Path(out_dir).resolve() if out_dir else paths.project_root() / "runs" / run_id,
                                "--out another folder")
@@ -753,24 +740,48 @@ def run_workbook(profile: str = "auto", only: str | None = None, assignments: li
             # Ctrl-C, SIGTERM, SIGHUP (or the process being told to exit): report, then stop
             except BaseException as stop:
                 with _handled_signals(_stopping_anyway(stream), (signal.SIGINT, *STOP_SIGNALS)):
-                    reason = _stop_reason(stop)
-                    if running is not None:
-                        number, path, parameters, progress = running
-                        seconds = progress.elapsed()
-                        progress.finish("interrupted", seconds)
-                        result = NotebookResult(path.name, "interrupted", seconds, path.name, error=reason,
-                                                parameters=parameters)
-                        results.append(result)
-                        _keep(result, out, book, parameters, resolved, run_id, ledger_status="failed")
-                    done = {r.notebook for r in results}
-                    write_reports(out, run_id, resolved, results, [p.name for p in notebooks if p.name not in done],
-                                  state="interrupted")
+                    _report_interrupted(stop, running, results, notebooks, out, book, resolved, run_id)
                 if isinstance(stop, Stopped):
                     raise RunInterrupted(out, results, f"stopped by {stop}", 128 + stop.signum) from None
                 if isinstance(stop, KeyboardInterrupt):
                     raise RunInterrupted(out, results) from None
                 raise
         return out, results
+
+
+def _checked_plan(profile: str, only, assignments, notebooks_folder, cell_timeout, silence_seconds) -> tuple:
+    """Everything checked before anything runs: (profile, notebooks, cell timeout, parameters per notebook). A broken
+    notebook, an unknown parameter or a notebook without reference sizes is named in one line, not a traceback."""
+    if not silence_seconds >= 0:  # also refuses NaN
+        raise ConfigError(f"--silent-cell-warning must be a number of seconds, or 0 for no warning; "
+                          f"got {silence_seconds:g}")
+    resolved = resolve_profile(profile)
+    notebooks = list_notebooks(notebooks_folder, only)
+    if not notebooks:
+        raise FileNotFoundError(f"no numbered notebooks (NN_name.ipynb) in {notebooks_folder or notebooks_dir()}")
+    for path in notebooks:
+        check_notebook_file(path)
+    if resolved == REFERENCE:
+        notebooks = reference_notebooks(notebooks, chosen=only is not None)
+    if cell_timeout is None:  # not given: the profile's
+        cell_timeout = REFERENCE_CELL_TIMEOUT_SECONDS if resolved == REFERENCE else CELL_TIMEOUT_SECONDS
+    return resolved, notebooks, cell_timeout, check_parameters(notebooks, assignments or [], profile=resolved)
+
+
+def _report_interrupted(stop: BaseException, running, results: list, notebooks: list[Path], out: Path, book,
+                        resolved: str, run_id: str) -> None:
+    """After Ctrl-C or a signal: the running notebook recorded as interrupted, and the reports written."""
+    if running is not None:
+        _, path, parameters, progress = running
+        seconds = progress.elapsed()
+        progress.finish("interrupted", seconds)
+        result = NotebookResult(path.name, "interrupted", seconds, path.name, error=_stop_reason(stop),
+                                parameters=parameters)
+        results.append(result)
+        _keep(result, out, book, parameters, resolved, run_id, ledger_status="failed")
+    done = {r.notebook for r in results}
+    write_reports(out, run_id, resolved, results, [p.name for p in notebooks if p.name not in done],
+                  state="interrupted")
 
 
 def _stop_reason(stop: BaseException) -> str:

@@ -266,3 +266,35 @@ def test_the_profile_branch_pattern_sees_the_branches():
         assert PROFILE_BRANCH.search(line), line
     for line in ('if device.type == "cpu":', 'sizes(SIZES, profile)["max_steps"]', 'row["device"] != "cpu"'):
         assert not PROFILE_BRANCH.search(line), line
+
+
+LONGEST_FUNCTION = 60  # lines, docstring included (issue 45: no function in course_lib/ over 60)
+SCREEN = 50  # lines: the training driver's `fit` and `prepare` each fit on one screen
+
+
+def function_lengths(source: str) -> dict[str, int]:
+    """Lines of every function and method in `source` (nested ones too), keyed by qualified-ish name."""
+    lengths = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lengths[f"{node.name}:{node.lineno}"] = node.end_lineno - node.lineno + 1
+    return lengths
+
+
+def test_no_function_in_the_library_is_longer_than_a_screen_and_a_bit():
+    long = [f"{path.relative_to(ROOT)}:{name} ({lines} lines)" for path in MODULES
+            for name, lines in function_lengths(path.read_text()).items() if lines > LONGEST_FUNCTION]
+    assert not long, f"functions over {LONGEST_FUNCTION} lines (split them):\n" + "\n".join(long)
+
+
+def test_the_training_driver_fits_on_one_screen():
+    lengths = function_lengths((PACKAGE / "engine" / "train.py").read_text())
+    for name in ("fit", "prepare"):
+        (lines,) = [lines for key, lines in lengths.items() if key.split(":")[0] == name]
+        assert lines <= SCREEN, f"engine/train.py {name} is {lines} lines, over {SCREEN}"
+
+
+def test_the_function_length_count_sees_a_long_function():
+    body = "\n".join(f"    x{i} = {i}" for i in range(LONGEST_FUNCTION))
+    lengths = function_lengths(f"def long():\n{body}\n\n\nclass A:\n    def short(self):\n        return 1\n")
+    assert lengths == {"long:1": LONGEST_FUNCTION + 1, "short:6": 2}

@@ -106,6 +106,11 @@ def test_precision_advice_says_when_reduced_precision_does_not_help():
     slow = pd.DataFrame({"speed-up": [1.0, 0.3, 0.5], "low": [1.0, 0.25, 0.45], "high": [1.0, 0.35, 0.55]},
                         index=["off", "fp16", "bf16"])
     assert "does not help" in mixed_precision.precision_advice(slow, "bf16", "off")
+    assert "emulates them" in mixed_precision.precision_advice(slow, "bf16", "off")
+    # A CPU whose bf16 matmul is fast (AMX) but whose training step is not: the advice says which it is.
+    probe = pd.DataFrame({"dtype": ["fp32", "fp16", "bf16"], "speed_vs_fp32": [1.0, 0.97, 7.23]})
+    advice = mixed_precision.precision_advice(slow, "bf16", "off", matmul=probe)
+    assert "bf16 at 7.2x" in advice and "fp16" not in advice.split("Yet")[1] and "emulates" not in advice
     fast = slow.assign(**{"speed-up": [1.0, 1.8, 1.6], "low": [1.0, 1.7, 1.5], "high": [1.0, 1.9, 1.7]})
     advice = mixed_precision.precision_advice(fast, "fp16", "fp16")
     assert "fp16 autocast runs at 1.80x" in advice and "[1.70, 1.90]" in advice

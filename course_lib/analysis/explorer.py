@@ -604,6 +604,22 @@ class ConfusionExplorer:
         """Filters (split, evaluation, comparison, normalisation, ordering, minimum confidence), the
         matrix as a grid of buttons (click, or Tab to a cell and press Enter), a most-confused list,
         and the gallery of the chosen cell; with a comparison, the per-class deltas and flipped images."""
+        c = self._controls = self._make_controls()
+        for key in ("split", "evaluation", "compare", "normalize", "ordering", "min_confidence"):
+            c[key].observe(self.on_settings_changed, names="value")
+        c["pairs"].observe(lambda change: change["new"] is not None and self.on_cell_selected(change), names="value")
+        c["show"].on_click(lambda _: self.on_cell_selected({"new": (c["true"].value, c["predicted"].value)}))
+        c["right_to_wrong"].on_click(lambda _: self._on_flips("right_to_wrong"))
+        c["wrong_to_right"].on_click(lambda _: self._on_flips("wrong_to_right"))
+        self._show_matrix()
+        self._show_gallery()
+        root = self._laid_out(c)
+        root.picture = self.picture_png
+        root.add_class("workbook-explorer")
+        return root
+
+    def _make_controls(self) -> dict:
+        """The explorer's widgets by name, each with the CSS class a browser test (or a user's CSS) finds it by."""
         import ipywidgets as widgets
 
         classes = [(name, i) for i, name in enumerate(self.evaluation.classes)]
@@ -640,21 +656,18 @@ class ConfusionExplorer:
         c["grid"].add_class("workbook-matrix")
         for key in ("compare", "true", "predicted", "show", "right_to_wrong", "wrong_to_right"):
             c[key].add_class(f"workbook-{key.replace('_', '-')}")  # names a browser test (or a user's CSS) can find
-        self._controls = c
-        for key in ("split", "evaluation", "compare", "normalize", "ordering", "min_confidence"):
-            c[key].observe(self.on_settings_changed, names="value")
-        c["pairs"].observe(lambda change: change["new"] is not None and self.on_cell_selected(change), names="value")
-        c["show"].on_click(lambda _: self.on_cell_selected({"new": (c["true"].value, c["predicted"].value)}))
-        c["right_to_wrong"].on_click(lambda _: self._on_flips("right_to_wrong"))
-        c["wrong_to_right"].on_click(lambda _: self._on_flips("wrong_to_right"))
-        self._show_matrix()
-        self._show_gallery()
+        return c
+
+    def _laid_out(self, c: dict):
+        """The controls `c` in their boxes: filters on top, the matrix beside the side panel, the gallery below."""
+        import ipywidgets as widgets
+
         # The matrix never shrinks below FITTING_CLASSES columns (flex 0 0 auto); rows wrap, so on a
         # narrow page the side panel moves below the matrix instead of squeezing it into a scroll.
         wrap = {"flex_flow": "row wrap", "align_items": "flex-start"}
         scroller = widgets.Box([c["grid"]], layout=widgets.Layout(overflow="auto", max_width=f"{GRID_MAX_PIXELS}px",
                                                                   max_height=f"{GRID_MAX_PIXELS}px"))
-        root = _explorer_box()([
+        return _explorer_box()([
             widgets.HBox([c["split"], c["evaluation"], c["compare"]], layout=widgets.Layout(flex_flow="row wrap")),
             widgets.HBox([c["normalize"], c["ordering"]], layout=widgets.Layout(flex_flow="row wrap")),
             c["min_confidence"],
@@ -665,6 +678,3 @@ class ConfusionExplorer:
                          layout=widgets.Layout(**wrap)),
             c["gallery"],
         ])
-        root.picture = self.picture_png
-        root.add_class("workbook-explorer")
-        return root

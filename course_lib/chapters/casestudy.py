@@ -581,73 +581,97 @@ def claims(study: CaseStudy, hardware: str | None = None) -> list:
     from course_lib.analysis import claims
 
     rows = {r["stage"]: r for r in study.rows}
-    baseline = rows.get("baseline", {})
     hardware = hardware or ledger.describe_hardware()
+    found = [_speedup_claim(study, rows, hardware)]
+    found += [_missing(rows, key, stage, hardware) or _speed_stage_claim(study, rows, key, stage, hardware)
+              for key, stage in (("casestudy_dataloader", "data_loader"), ("casestudy_amp", "amp"),
+                                 ("casestudy_ddp", "ddp"))]
+    found += [_missing(rows, key, stage, hardware) or claims.checked(key, *_accuracy(study, rows[stage]),
+                                                                      hardware=hardware)
+              for key, stage in (("casestudy_adamw", "optimizer"), ("casestudy_regularization", "regularization"))]
+    return found + [_overall_accuracy_claim(study, rows, hardware)]
 
-    def missing(key, stage):
-        row = rows.get(stage)
-        if row is None:
-            return claims.not_measurable(key, f"stage {stage} was not run", hardware)
-        if row.get("images_per_second") is None:
-            return claims.not_measurable(key, row.get("note") or "skipped", hardware)
-        return None
 
-    def accuracy(row) -> tuple[bool | None, str]:  # holds above the band, refuted below, not shown inside
-        after = f"after {row.get('epochs', '?')} epoch(s) of {row.get('train_images') or '?'} images"
-        test = study.top1_test(row.get("val_top1"))
-        if test is None:
-            return None, f"top-1 {row['val_top1']:.1%} {after} (fewer than 2 baseline seeds: no noise band)"
-        holds = {1: True, -1: False, 0: None}[test["beyond"]]
-        needed = study.seeds_needed(row["val_top1"]) if holds is None else None
-        return holds, (f"top-1 {row['val_top1']:.1%} {after}, {100 * test['delta']:+.1f} points vs the "
-                       f"baseline seeds' mean (noise band ±{100 * test['band']:.1f})"
-                       + (f"; power: about {needed} paired seeds of this stage and the baseline would show "
-                          f"{100 * test['delta']:+.1f} points at 80%" if needed else ""))
+def _missing(rows: dict, key: str, stage: str, hardware: str):
+    """A not-measurable record when `stage` was not run or was skipped, else None."""
+    from course_lib.analysis import claims
 
-    found = []
+    row = rows.get(stage)
+    if row is None:
+        return claims.not_measurable(key, f"stage {stage} was not run", hardware)
+    if row.get("images_per_second") is None:
+        return claims.not_measurable(key, row.get("note") or "skipped", hardware)
+    return None
+
+
+def _accuracy(study: CaseStudy, row: dict) -> tuple[bool | None, str]:
+    """(holds, reason) of a stage's top-1 against the baseline seeds: holds above the band, refuted below, not shown
+    inside it (with the seeds a paired comparison would need)."""
+    after = f"after {row.get('epochs', '?')} epoch(s) of {row.get('train_images') or '?'} images"
+    test = study.top1_test(row.get("val_top1"))
+    if test is None:
+        return None, f"top-1 {row['val_top1']:.1%} {after} (fewer than 2 baseline seeds: no noise band)"
+    holds = {1: True, -1: False, 0: None}[test["beyond"]]
+    needed = study.seeds_needed(row["val_top1"]) if holds is None else None
+    return holds, (f"top-1 {row['val_top1']:.1%} {after}, {100 * test['delta']:+.1f} points vs the "
+                   f"baseline seeds' mean (noise band ±{100 * test['band']:.1f})"
+                   + (f"; power: about {needed} paired seeds of this stage and the baseline would show "
+                      f"{100 * test['delta']:+.1f} points at 80%" if needed else ""))
+
+
+def _speedup_claim(study: CaseStudy, rows: dict, hardware: str):
+    """The fastest recipe's images/s over the baseline's, with its bootstrap interval."""
+    from course_lib.analysis import claims
+
     speedup = speedup_interval(study)
     if speedup is None:
-        found.append(claims.not_measurable("case_study_speedup", "the fastest recipe or the baseline was not timed",
-                                           hardware))
-    else:
-        staircase = rows.get("regularization", {}).get("speedup_vs_baseline")
-        interval = (speedup["low"], speedup["high"]) if speedup["low"] is not None else None
-        found.append(claims.measured(
-            "case_study_speedup", speedup["ratio"], interval,
-            f"the workbook's fastest recipe vs the baseline, images/s (= time per epoch), {speedup['timings']} "
-            f"baseline timings (bootstrap interval); the article's own staircase (through regularization) "
-            + (f"{staircase:.2f}x" if staircase else "not measured") + f"; {study.config.model}, "
-            f"{study.config.image_size} px", hardware))
-    for key, stage in (("casestudy_dataloader", "data_loader"), ("casestudy_amp", "amp"), ("casestudy_ddp", "ddp")):
-        row = rows.get(stage)
-        found.append(missing(key, stage) or claims.checked(
-            key, bool(row["kept"]) and (stage != "amp" or study.top1_test(row["val_top1"]) is None
-                                        or study.top1_test(row["val_top1"])["beyond"] >= 0),
-            f"{row['speedup_vs_previous']:.2f}x the previous kept stage's images/s, "
-            + ("faster beyond the timing noise" if row["kept"] else "not faster beyond the timing noise")
-            + (f"; data wait {baseline.get('data_wait_fraction', float('nan')):.0%} -> {row['data_wait_fraction']:.0%}"
-               if stage == "data_loader" and row.get("data_wait_fraction") is not None else "")
-            + (f"; {row['precision']}, peak memory "
-               f"{_ratio(row.get('peak_memory_bytes'), _last_kept_before(study.rows, 'amp', 'peak_memory_bytes'))}"
-               f" ({row.get('peak_memory_kind')}); " + accuracy(row)[1] if stage == "amp" else "")
-            + (f" with {row['world_size']} processes" if stage == "ddp" else ""), hardware=hardware))
-    for key, stage in (("casestudy_adamw", "optimizer"), ("casestudy_regularization", "regularization")):
-        found.append(missing(key, stage) or claims.checked(key, *accuracy(rows[stage]), hardware=hardware))
+        return claims.not_measurable("case_study_speedup", "the fastest recipe or the baseline was not timed", hardware)
+    staircase = rows.get("regularization", {}).get("speedup_vs_baseline")
+    interval = (speedup["low"], speedup["high"]) if speedup["low"] is not None else None
+    return claims.measured(
+        "case_study_speedup", speedup["ratio"], interval,
+        f"the workbook's fastest recipe vs the baseline, images/s (= time per epoch), {speedup['timings']} "
+        f"baseline timings (bootstrap interval); the article's own staircase (through regularization) "
+        + (f"{staircase:.2f}x" if staircase else "not measured") + f"; {study.config.model}, "
+        f"{study.config.image_size} px", hardware)
+
+
+def _speed_stage_claim(study: CaseStudy, rows: dict, key: str, stage: str, hardware: str):
+    """A speed stage (data loader, AMP, DDP) holds when it was kept; AMP must also keep its top-1."""
+    from course_lib.analysis import claims
+
+    row, baseline = rows[stage], rows.get("baseline", {})
+    return claims.checked(
+        key, bool(row["kept"]) and (stage != "amp" or study.top1_test(row["val_top1"]) is None
+                                    or study.top1_test(row["val_top1"])["beyond"] >= 0),
+        f"{row['speedup_vs_previous']:.2f}x the previous kept stage's images/s, "
+        + ("faster beyond the timing noise" if row["kept"] else "not faster beyond the timing noise")
+        + (f"; data wait {baseline.get('data_wait_fraction', float('nan')):.0%} -> {row['data_wait_fraction']:.0%}"
+           if stage == "data_loader" and row.get("data_wait_fraction") is not None else "")
+        + (f"; {row['precision']}, peak memory "
+           f"{_ratio(row.get('peak_memory_bytes'), _last_kept_before(study.rows, 'amp', 'peak_memory_bytes'))}"
+           f" ({row.get('peak_memory_kind')}); " + _accuracy(study, row)[1] if stage == "amp" else "")
+        + (f" with {row['world_size']} processes" if stage == "ddp" else ""), hardware=hardware)
+
+
+def _overall_accuracy_claim(study: CaseStudy, rows: dict, hardware: str):
+    """The last stage's top-1 against the baseline's, only when both trained the same budget."""
+    from course_lib.analysis import claims
+
+    baseline = rows.get("baseline", {})
     last = study.rows[-1] if study.rows else {}
     budget = {name: (last.get(name), baseline.get(name)) for name in ("epochs", "train_images")}
     if last.get("images_per_second") and baseline and any(ours != theirs for ours, theirs in budget.values()):
-        found.append(claims.not_measurable(
+        return claims.not_measurable(
             "casestudy_accuracy", f"{last['stage']} trained {budget['epochs'][0]} epoch(s) of {budget['train_images'][0]} "
             f"images (top-1 {last['val_top1']:.1%}), the baseline {budget['epochs'][1]} of {budget['train_images'][1]}: "
             "top-1s of different budgets do not compare (the article's stages at one budget: "
-            "casestudy_regularization)", hardware))
-    elif last.get("images_per_second") and baseline:
-        holds, text = accuracy(last)
-        found.append(claims.checked("casestudy_accuracy", holds, f"{last['stage']}: {text}", hardware=hardware))
-    else:
-        found.append(missing("casestudy_accuracy", last.get("stage", "baseline"))
-                     or claims.not_measurable("casestudy_accuracy", "no baseline was run", hardware))
-    return found
+            "casestudy_regularization)", hardware)
+    if last.get("images_per_second") and baseline:
+        holds, text = _accuracy(study, last)
+        return claims.checked("casestudy_accuracy", holds, f"{last['stage']}: {text}", hardware=hardware)
+    return (_missing(rows, "casestudy_accuracy", last.get("stage", "baseline"), hardware)
+            or claims.not_measurable("casestudy_accuracy", "no baseline was run", hardware))
 
 
 def run_notes(study: CaseStudy, *, smoke: bool = False, synthetic: bool = False) -> str:

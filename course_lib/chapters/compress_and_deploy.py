@@ -307,11 +307,17 @@ def claims(distillation, pruned, quantized, served, continual_rows) -> list:
     strategy). Returns Claim records for `claims.show`."""
     import pandas as pd
 
-    from course_lib.analysis import claims, statistics
-
     distillation, pruned, continual_rows = (pd.DataFrame(distillation), pd.DataFrame(pruned),
                                             pd.DataFrame(continual_rows))
     dense = pruned[pruned["method"] == "dense (teacher)"].iloc[0]
+    return [_distillation_claim(distillation, dense), _pruning_claim(pruned, dense),
+            _quantization_claim(quantized, served), _export_claim(served), _continual_claim(continual_rows)]
+
+
+def _distillation_claim(distillation, dense):
+    """Distilled against labels-only students, paired by seed; the students must also serve 1.5x the teacher."""
+    from course_lib.analysis import claims, statistics
+
     labels_only = distillation[distillation["method"] == "labels only"].sort_values("seed")
     distilled = distillation[distillation["method"] != "labels only"].sort_values("seed")
     if len(labels_only) >= 2:
@@ -324,12 +330,17 @@ def claims(distillation, pruned, quantized, served, continual_rows) -> list:
         accuracy = f"distilled minus labels only {delta:+.1f} points (1 seed: no interval)"
     faster = float(distilled["images/s@64"].mean() / dense["images/s@64"])
     # Accuracy and speed together: the rule decides the accuracy, and the student must also be 1.5x faster.
-    distillation_claim = claims.decided(
+    return claims.decided(
         "deploy_distillation", delta, interval,
         f"student {distilled['val top-1'].mean():.1%} (teacher {dense['val top-1']:.1%}), {accuracy}; "
         f"{faster:.1f}x the teacher's images/s at batch 64 (the rule asks at least 1.5x: "
         f"{'met' if faster >= 1.5 else 'missed'})",
         also=claims.HOLDS if faster >= 1.5 else claims.REFUTED)
+
+
+def _pruning_claim(pruned, dense):
+    """The fastest pruned model against the dense teacher: 10% less time and top-1 kept, both."""
+    from course_lib.analysis import claims
 
     unstructured = pruned[pruned["method"] == "unstructured L1"]
     channels = pruned[pruned["method"] == "channels L1"]
@@ -337,7 +348,7 @@ def claims(distillation, pruned, quantized, served, continual_rows) -> list:
     most_zeros = unstructured.sort_values("requested").iloc[-1] if len(unstructured) else dense
     # Speed and accuracy together: the fastest pruned model must be at least 10% faster and keep its top-1.
     quicker = fastest["ms@64"] < 0.9 * dense["ms@64"]
-    pruning_claim = claims.decided(
+    return claims.decided(
         "deploy_pruning", float(100 * (fastest["val top-1"] - dense["val top-1"])), None,
         f"dense {dense['ms@64']:.1f} ms per 64 images at top-1 {dense['val top-1']:.1%}; "
         f"{most_zeros['zero weights']:.0%} zero weights {most_zeros['ms@64']:.1f} ms (dense kernels multiply the "
@@ -346,34 +357,49 @@ def claims(distillation, pruned, quantized, served, continual_rows) -> list:
         f"10% less: {'met' if quicker else 'missed'})",
         also=claims.HOLDS if quicker else claims.REFUTED)
 
+
+def _quantization_claim(quantized, served):
+    """The fastest int8 form (eager or served) against fp32: at least 10% faster."""
+    import pandas as pd
+
+    from course_lib.analysis import claims
+
     fp32 = quantized.iloc[0]
     int8 = pd.concat([quantized[quantized.index.str.contains("int8")], served[served.index.str.contains("int8")]])
     best = int8.sort_values("ms@64").iloc[0]
-    quantization_claim = claims.checked(
+    return claims.checked(
         "deploy_quantization", best["ms@64"] < 0.9 * fp32["ms@64"],
         f"fastest int8: {best.name}, {best['ms@64']:.1f} ms vs fp32 {fp32['ms@64']:.1f} ms per 64 images, "
         f"top-1 {100 * (best['val top-1'] - fp32['val top-1']):+.1f} points (holds: at least 10% faster)")
 
+
+def _export_claim(served):
+    """Every fp32 export agrees with PyTorch, and the fastest served form beats eager."""
+    from course_lib.analysis import claims
     from course_lib.deploy.export import FP32_TOLERANCE
 
     exported = served[served.index.str.contains("fp32") & (served.index != "PyTorch eager fp32")]
     agree = bool((exported["max |logit diff|"] <= FP32_TOLERANCE).all())
     quickest = served.sort_values("ms@64").iloc[0]
     eager = served.loc["PyTorch eager fp32"]
-    export_claim = claims.checked(
+    return claims.checked(
         "deploy_export", agree and quickest["ms@64"] < eager["ms@64"],
         f"fp32 exports agree with PyTorch within {FP32_TOLERANCE:g}: {'yes' if agree else 'no'} (largest "
         f"{exported['max |logit diff|'].max():.1e}); fastest served form {quickest.name} {quickest['ms@64']:.1f} ms "
         f"vs eager {eager['ms@64']:.1f} ms per 64 images")
 
+
+def _continual_claim(continual_rows):
+    """The best cure against naive fine-tuning: at most half its forgetting, and the new classes learnt."""
+    from course_lib.analysis import claims
+
     steps = continual_rows.set_index("strategy")
     forgetting = steps["forgetting (old, points)"]
     cures = forgetting.drop(["step 1: old classes only", "step 2: naive"])
     cure, naive = cures.idxmin(), float(forgetting["step 2: naive"])
-    continual_claim = claims.checked(
+    return claims.checked(
         "continual_learning", naive > 0 and cures.min() <= naive / 2 and steps.loc[cure, "new classes"] > 0,
         f"old-class top-1 {steps['old classes'].iloc[0]:.1%} before; forgetting (points): naive {naive:.1f}, "
         + ", ".join(f"{name.removeprefix('step 2: ')} {value:.1f}" for name, value in cures.items())
         + f"; {cure.removeprefix('step 2: ')} learns the new classes to {steps.loc[cure, 'new classes']:.1%} "
         "(holds: the best cure forgets at most half of what naive fine-tuning forgets)")
-    return [distillation_claim, pruning_claim, quantization_claim, export_claim, continual_claim]

@@ -126,16 +126,27 @@ def faster_reduced_precision(speeds) -> str:
     return max(REDUCED, key=lambda name: values[name])
 
 
-def precision_advice(speeds, best: str, recommended: str) -> str:
+def precision_advice(speeds, best: str, recommended: str, matmul=None) -> str:
     """One sentence on what the measured speed-ups mean on this device: whether reduced precision helps
     (the faster one's whole interval above 1x) and what precision='auto' chose (`auto_precision.decide`
-    on the same step times)."""
+    on the same step times). `matmul`: section 1's probe (rows of dtype and speed_vs_fp32), which tells a
+    device without fast 16-bit units from one whose units this model's step does not reach."""
     row = speeds.loc[best]
     if row["high"] < 1.0:
-        return (f"On this device reduced precision does not help: bf16 runs at {speeds.loc['bf16', 'speed-up']:.2f}x "
-                f"and fp16 at {speeds.loc['fp16', 'speed-up']:.2f}x fp32's speed. The article's numbers assume an "
-                "NVIDIA GPU with tensor cores; a CPU without native bf16/fp16 matrix units emulates them, so "
-                "precision='auto' keeps fp32 here.")
+        fast_units = {} if matmul is None else {
+            r["dtype"]: r["speed_vs_fp32"] for r in (matmul.to_dict("records") if hasattr(matmul, "to_dict") else matmul)
+            if r["dtype"] in REDUCED and (r.get("speed_vs_fp32") or 0) > 1.2}
+        said = (f"On this device reduced precision does not help: bf16 runs at {speeds.loc['bf16', 'speed-up']:.2f}x "
+                f"and fp16 at {speeds.loc['fp16', 'speed-up']:.2f}x fp32's speed. ")
+        if fast_units:
+            units = ", ".join(f"{name} at {value:.1f}x" for name, value in fast_units.items())
+            return said + (f"Yet its matrix units are fast (the matmul probe of section 1 runs {units} fp32): a "
+                           "training step of this model at this size spends its time in small convolutions, "
+                           "normalisations and dtype conversions that the units do not speed up, so "
+                           "precision='auto' keeps fp32 for it. A larger model or image can change the answer "
+                           "(exercise 1).")
+        return said + ("The article's numbers assume an NVIDIA GPU with tensor cores; a CPU without native "
+                       "bf16/fp16 matrix units emulates them, so precision='auto' keeps fp32 here.")
     return (f"On this device {best} autocast runs at {row['speed-up']:.2f}x fp32's speed [{row['low']:.2f}, "
             f"{row['high']:.2f}]; precision='auto''s rule on these step times chooses {recommended!r}.")
 

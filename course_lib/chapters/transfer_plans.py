@@ -384,9 +384,15 @@ def claims(results: dict, verdict, *, source_seconds: float = 0.0, setting: str 
     noise at that label count (`transfer_verdict`); "transfer_freeze_recipe": freezing first and fine-tuning the
     backbone at a small rate is not worse than fine-tuning everything (paired by seed,
     `statistics.paired_difference`). `setting` says what was transferred. Returns Claim records."""
+    labels = max(count for count, _, _ in results)
+    return [_saved_claim(results, labels, source_seconds, setting, pretrained, hardware),
+            _beats_claim(verdict, labels, hardware), _freeze_claim(results, labels, pretrained, hardware)]
+
+
+def _saved_claim(results: dict, labels: int, source_seconds: float, setting: str, pretrained, hardware):
+    """"transfer_learning": the share of training the better pretrained strategy saves, mean and t interval."""
     from course_lib.analysis import claims, statistics
 
-    labels = max(count for count, _, _ in results)
     where = f"{labels} labels per class" + (f"; {setting}" if setting else "")
     saved = {name: training_saved(results, labels, name) for name in pretrained}
     best = max(pretrained, key=lambda name: (sum(s["epochs saved"] for s in saved[name]) / max(1, len(saved[name]))))
@@ -406,13 +412,16 @@ def claims(results: dict, verdict, *, source_seconds: float = 0.0, setting: str 
               + (f"; {others}" if others else "") + f"; {where}")
     if len(shares) >= 2:
         interval = statistics.confidence_interval(shares)
-        transfer = claims.measured("transfer_learning", interval["mean"], (interval["low"], interval["high"]),
-                                   f"{len(shares)} seeds, t interval; " + reason, hardware)
-    else:
-        transfer = claims.measured("transfer_learning", shares[0], None, "1 seed, no interval; " + reason, hardware)
+        return claims.measured("transfer_learning", interval["mean"], (interval["low"], interval["high"]),
+                               f"{len(shares)} seeds, t interval; " + reason, hardware)
+    return claims.measured("transfer_learning", shares[0], None, "1 seed, no interval; " + reason, hardware)
 
-    at = verdict.loc[labels]
-    tested = at.drop("from scratch", errors="ignore")
+
+def _beats_claim(verdict, labels: int, hardware):
+    """"transfer_beats_scratch": the best pretrained plan against from scratch, its interval the noise band."""
+    from course_lib.analysis import claims
+
+    tested = verdict.loc[labels].drop("from scratch", errors="ignore")
     lines = [f"{name} {100 * row['delta vs scratch']:+.1f} points (band ±{100 * row['noise band']:.1f})"
              for name, row in tested.iterrows() if isinstance(row.get("verdict"), str)]
     others = [f"{count}: " + ", ".join(f"{name} {row['verdict']}" for name, row in verdict.loc[count].iterrows()
@@ -425,10 +434,14 @@ def claims(results: dict, verdict, *, source_seconds: float = 0.0, setting: str 
     if len(banded):  # the best pretrained plan against from scratch, its interval the noise band
         best_plan = banded.sort_values("delta vs scratch").iloc[-1]
         delta, band = 100 * best_plan["delta vs scratch"], 100 * best_plan["noise band"]
-        beats_claim = claims.decided("transfer_beats_scratch", delta, (delta - band, delta + band),
-                                     f"{best_plan.name}, " + text, hardware=hardware)
-    else:
-        beats_claim = claims.not_measurable("transfer_beats_scratch", text, hardware)
+        return claims.decided("transfer_beats_scratch", delta, (delta - band, delta + band),
+                              f"{best_plan.name}, " + text, hardware=hardware)
+    return claims.not_measurable("transfer_beats_scratch", text, hardware)
+
+
+def _freeze_claim(results: dict, labels: int, pretrained, hardware):
+    """"transfer_freeze_recipe": freeze-then-unfreeze minus fine-tune-all, paired by seed."""
+    from course_lib.analysis import claims, statistics
 
     frozen, everything = pretrained[1], pretrained[0]
     pairs = [(results[(labels, frozen, seed)].history[-1]["val_top1"], results[(labels, everything, seed)].history[-1][
@@ -436,10 +449,8 @@ def claims(results: dict, verdict, *, source_seconds: float = 0.0, setting: str 
         and (labels, frozen, seed) in results]
     if len(pairs) >= 2:
         paired = statistics.paired_difference([100 * a for a, _ in pairs], [100 * b for _, b in pairs])
-        recipe = claims.decided(
+        return claims.decided(
             "transfer_freeze_recipe", paired["delta"], (paired["low"], paired["high"]),
             f"{frozen} minus {everything}: {paired['delta']:+.1f} points [{paired['low']:+.1f}, "
             f"{paired['high']:+.1f}] paired by seed at {labels} labels per class", hardware=hardware)
-    else:
-        recipe = claims.not_measurable("transfer_freeze_recipe", "fewer than 2 seeds: no paired interval", hardware)
-    return [transfer, beats_claim, recipe]
+    return claims.not_measurable("transfer_freeze_recipe", "fewer than 2 seeds: no paired interval", hardware)

@@ -90,7 +90,7 @@ def write_shards(source: str | os.PathLike, out_dir: str | os.PathLike, shard_co
     unreadable ones fail naming the file (bad_images=fail) or are left out (skip), so a reader's
     image count is exact. An out_dir already holding the same packing is reused unless `rebuild`."""
     from course_lib.data.cache import changed_line, content_key
-    from course_lib.data.decode import FileDecoder, decode_once
+    from course_lib.data.decode import FileDecoder
 
     if shard_count < 1:
         raise ConfigError(f"shard_count must be at least 1, got {shard_count}")
@@ -98,10 +98,10 @@ def write_shards(source: str | os.PathLike, out_dir: str | os.PathLike, shard_co
     with exclusive_build(out_dir):
         folder = ImageFolderDataset(source, bad_images=bad_images,
                                     loader=FileDecoder(decoder) if decoder else None)
-        if indices is None:
-            indices = list(range(len(folder.samples)))
-            if max_images and max_images < len(indices):
-                indices = [int(i * len(indices) / max_images) for i in range(max_images)]
+        if indices is None:  # max_images spread evenly, 0: all
+            everything = len(folder.samples)
+            indices = ([int(i * everything / max_images) for i in range(max_images)]
+                       if max_images and max_images < everything else list(range(everything)))
         key = content_key(folder, indices, f"{shard_count}|{seed}|{decoder}")
         if (out_dir / INDEX_FILE).exists() and not rebuild:
             existing = read_shard_set(out_dir)
@@ -109,16 +109,7 @@ def write_shards(source: str | os.PathLike, out_dir: str | os.PathLike, shard_co
                 return verify_shard_set(existing)
             print(changed_line("tar shards", out_dir, existing.key))
         start = now()
-        skipped = []
-        if decoder:
-            readable = []
-            for index, _, _, bad_path in decode_once(folder, indices, num_workers, keep_pixels=False):
-                if bad_path:
-                    log.warning("leaving unreadable image %s out of the shards (bad_images=skip)", bad_path)
-                    skipped.append(bad_path)
-                else:
-                    readable.append(index)
-            indices = readable
+        indices, skipped = _readable(folder, indices, num_workers) if decoder else (indices, [])
         if not indices:
             raise FileNotFoundError(f"no readable image in {source}; nothing to pack")
         order = list(indices)
@@ -139,6 +130,21 @@ def write_shards(source: str | os.PathLike, out_dir: str | os.PathLike, shard_co
         shutil.rmtree(out_dir, ignore_errors=True)
         staging.rename(out_dir)
         return read_shard_set(out_dir)
+
+
+def _readable(folder: ImageFolderDataset, indices: list[int], num_workers: int) -> tuple[list[int], list[str]]:
+    """(the indices whose files decode, the paths of those that do not), every file decoded once; an unreadable one
+    fails naming the file under bad_images=fail (the folder's loader), or is left out with a warning under skip."""
+    from course_lib.data.decode import decode_once
+
+    readable, skipped = [], []
+    for index, _, _, bad_path in decode_once(folder, indices, num_workers, keep_pixels=False):
+        if bad_path:
+            log.warning("leaving unreadable image %s out of the shards (bad_images=skip)", bad_path)
+            skipped.append(bad_path)
+        else:
+            readable.append(index)
+    return readable, skipped
 
 
 def _pack(staging: Path, folder, order: list[int], shard_count: int) -> tuple[list[str], list[int]]:

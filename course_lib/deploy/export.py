@@ -225,19 +225,9 @@ def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", 
     from course_lib import ledger
     from course_lib.data.pipeline import build_datasets
     from course_lib.models import factory
-    from course_lib.models.checkpoint import temporary_path
 
-    if export_format not in FORMATS:
-        raise ConfigError(f"--format {export_format!r} is not one of {', '.join(FORMATS)}")
-    path = Path(checkpoint_path)
-    if not path.exists():
-        raise FileNotFoundError(f"checkpoint {path} does not exist; train one with `workbook train`")
-    if repeats < 1:
-        raise ConfigError(f"--repeats must be at least 1 (timed runs per batch size), got {repeats}")
+    path, artifact = _export_paths(checkpoint_path, export_format, int8, output, repeats, force)
     suffix = "-int8" if int8 else ""
-    artifact = Path(output) if output else path.with_name(f"{path.stem}{suffix}.{export_format}")
-    refuse_overwrite(artifact, path, force)  # before any work: nothing is lost, no time is spent
-    check_artifact_path(artifact)  # a folder that cannot be written: one line, before any work
     started = time.perf_counter()
     saved = factory.load_trained(path)
     config = factory.checkpoint_config(saved, path, **{"device": "cpu", "num_workers": 0, "resume": False,
@@ -248,35 +238,8 @@ def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", 
         raise ConfigError(f"{path} was trained on classes {saved['classes']} but {bundle.source} has "
                           f"{list(bundle.classes)}; pass -p data_dir=<the folder it was trained on>")
     check_images = image_batches(bundle.val, config, bundle.device_stage, batches=1)[0]
-    served, difference = None, None
-
-    def write_and_check(temporary: Path) -> None:  # the artifact is renamed into place only once it is checked
-        nonlocal served, difference
-        if export_format == "onnx":
-            if int8:  # the fp32 intermediate has a temp name too: an existing <stem>-fp32.onnx is left alone
-                fp32_file = temporary_path(artifact.with_name(artifact.stem + "-fp32.onnx"))
-                try:
-                    export_onnx(model, check_images, fp32_file)
-                    quantize_onnx(fp32_file, temporary, image_batches(bundle.train, config, bundle.device_stage,
-                                                                      calibration_batches))
-                finally:
-                    fp32_file.unlink(missing_ok=True)
-            else:
-                export_onnx(model, check_images, temporary)
-            served = onnx_model(temporary)  # the session holds the model: the rename does not disturb it
-        else:
-            source = model
-            if int8:
-                source = quantization.quantize_int8(model, image_batches(bundle.train, config, bundle.device_stage,
-                                                                         calibration_batches))
-            export_pt2(source, check_images, temporary)
-            served = pt2_model(temporary)
-        difference = max_difference(model, served, check_images)
-        if not int8 and difference > FP32_TOLERANCE:
-            raise RuntimeError(f"the exported {export_format} model's logits differ from PyTorch's by {difference:.2e} "
-                               f"(> {FP32_TOLERANCE}); the export is wrong, do not serve it")
-
-    _written_atomically(artifact, write_and_check)
+    served, difference = _write_checked(model, export_format, int8, artifact, check_images, lambda: image_batches(
+        bundle.train, config, bundle.device_stage, calibration_batches))
     timing = dict(repeats=repeats, warmup=min(2, repeats))
     pytorch_top1 = top1(model, bundle.val, config, bundle.device_stage)
     served_top1 = top1(served, bundle.val, config, bundle.device_stage)
@@ -296,3 +259,53 @@ def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", 
                   parameters={**config.to_dict(), "format": export_format, "int8": int8, "artifact": str(artifact)},
                   metrics={k: v for k, v in report.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
     return report
+
+
+def _export_paths(checkpoint_path, export_format: str, int8: bool, output, repeats: int, force: bool) -> tuple:
+    """(checkpoint, artifact) after every check that needs no work: the format, the checkpoint, the repeats, an
+    artifact already there (`force`) and a folder that cannot be written, each in one line."""
+    if export_format not in FORMATS:
+        raise ConfigError(f"--format {export_format!r} is not one of {', '.join(FORMATS)}")
+    path = Path(checkpoint_path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint {path} does not exist; train one with `workbook train`")
+    if repeats < 1:
+        raise ConfigError(f"--repeats must be at least 1 (timed runs per batch size), got {repeats}")
+    suffix = "-int8" if int8 else ""
+    artifact = Path(output) if output else path.with_name(f"{path.stem}{suffix}.{export_format}")
+    refuse_overwrite(artifact, path, force)  # before any work: nothing is lost, no time is spent
+    check_artifact_path(artifact)  # a folder that cannot be written: one line, before any work
+    return path, artifact
+
+
+def _write_checked(model, export_format: str, int8: bool, artifact: Path, check_images, calibration) -> tuple:
+    """Export `model` to `artifact` (int8: calibrated on `calibration()`'s batches), check the served model's logits
+    against PyTorch's on `check_images` and rename it into place only once checked. (served model, max difference)."""
+    from course_lib.models.checkpoint import temporary_path
+
+    found = {}
+
+    def write_and_check(temporary: Path) -> None:
+        if export_format == "onnx":
+            if int8:  # the fp32 intermediate has a temp name too: an existing <stem>-fp32.onnx is left alone
+                fp32_file = temporary_path(artifact.with_name(artifact.stem + "-fp32.onnx"))
+                try:
+                    export_onnx(model, check_images, fp32_file)
+                    quantize_onnx(fp32_file, temporary, calibration())
+                finally:
+                    fp32_file.unlink(missing_ok=True)
+            else:
+                export_onnx(model, check_images, temporary)
+            served = onnx_model(temporary)  # the session holds the model: the rename does not disturb it
+        else:
+            source = quantization.quantize_int8(model, calibration()) if int8 else model
+            export_pt2(source, check_images, temporary)
+            served = pt2_model(temporary)
+        difference = max_difference(model, served, check_images)
+        if not int8 and difference > FP32_TOLERANCE:
+            raise RuntimeError(f"the exported {export_format} model's logits differ from PyTorch's by {difference:.2e} "
+                               f"(> {FP32_TOLERANCE}); the export is wrong, do not serve it")
+        found.update(served=served, difference=difference)
+
+    _written_atomically(artifact, write_and_check)
+    return found["served"], found["difference"]

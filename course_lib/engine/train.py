@@ -287,13 +287,7 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
         distributed, device = setup_distributed(config)
     log = print if (verbose and distributed.is_main) else _quiet
     seed_everything(config.seed)  # the same initial weights on every rank
-    if config.cudnn_benchmark:
-        # cuDNN times each convolution's algorithms on the first batch of every new shape, then keeps the
-        # fastest; it only pays when shapes repeat (fixed image_size, drop_last). Nothing to tune elsewhere.
-        torch.backends.cudnn.benchmark = device.type == "cuda"
-    apply_matmul_precision(config.matmul_precision, device)  # TF32 or exact fp32 for matmuls and convolutions
-    for skipped in devices.skipped_switches(config, device):  # what only acts on CUDA, named, never faked
-        log(f"no effect on {device.type}: {skipped}")
+    _apply_device_switches(config, device, log)
     bundle = bundle or pipeline.build_datasets(config)
     log(f"data: {bundle.source}, {bundle.pipeline}")
     sampler, train_loader, steps_per_epoch = _training_data(bundle.train, config, distributed, device,
@@ -314,10 +308,33 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
     log(f"training {config.model} on {len(bundle.train)} images ({num_classes} classes) for {config.epochs} "
         f"epoch(s) x {steps_per_epoch} steps, global batch {global_batch}, precision {precision}, "
         f"device {device} x {distributed.world_size}; {ledger.describe_hardware()}")
+    state = _run_state(config, bundle, device, precision, distributed, raw_model, log, teacher,
+                       loaders=(train_loader, sampler, val_loader), steps_per_epoch=steps_per_epoch,
+                       global_batch=global_batch)
+    _resume_or_start(state)
+    return state
+
+
+def _apply_device_switches(config: Config, device: torch.device, log) -> None:
+    """cuDNN's autotuner and the matmul precision, and a line for each switch that does nothing on `device`."""
+    if config.cudnn_benchmark:
+        # cuDNN times each convolution's algorithms on the first batch of every new shape, then keeps the
+        # fastest; it only pays when shapes repeat (fixed image_size, drop_last). Nothing to tune elsewhere.
+        torch.backends.cudnn.benchmark = device.type == "cuda"
+    apply_matmul_precision(config.matmul_precision, device)  # TF32 or exact fp32 for matmuls and convolutions
+    for skipped in devices.skipped_switches(config, device):  # what only acts on CUDA, named, never faked
+        log(f"no effect on {device.type}: {skipped}")
+
+
+def _run_state(config: Config, bundle, device, precision: str, distributed: Distributed, raw_model, log, teacher, *,
+               loaders: tuple, steps_per_epoch: int, global_batch: int) -> RunState:
+    """The RunState of a fresh run: optimizer, schedule, scaler, EMA, criterion, batch regularizers, checkpoints."""
+    train_loader, sampler, val_loader = loaders
+    num_classes = len(bundle.classes)
     # Built while every parameter is trainable, so it holds the backbone for after unfreezing.
     optimizer = freeze.scale_backbone_lr(make_optimizer(raw_model, config), raw_model, config.backbone_lr_scale)
     mixup = make_mixup(config, num_classes)
-    state = RunState(
+    return RunState(
         config=config, bundle=bundle, device=device, precision=precision, distributed=distributed,
         model=raw_model, raw_model=raw_model, optimizer=optimizer,
         scheduler=make_scheduler(optimizer, config, steps_per_epoch), scaler=grad_scaler(precision, device),
@@ -331,6 +348,12 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
         teacher=teacher.to(device) if teacher is not None else None,
         grad_norms=GradientNormLog.from_config(config) if config.grad_norm_log else None,
         swa=WeightAverager(raw_model, config.epochs, config.swa_epochs) if config.swa_epochs else None)
+
+
+def _resume_or_start(state: RunState) -> None:
+    """With `resume`, the state of output_dir/last.pt; then the validation tracker, the frozen backbone of the first
+    epochs, and the model wrapped (DDP, compile) around what trains."""
+    config, log, raw_model = state.config, state.log, state.raw_model
     if config.resume and state.checkpoints.restore(state):
         log(f"resuming from {state.checkpoints.path}: {state.start_epoch} of {config.epochs} epochs done")
     elif config.resume:
@@ -340,8 +363,7 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
         log(f"backbone frozen for epochs 1-{config.freeze_backbone_epochs}: training the head only "
             f"({factory.count_parameters(raw_model, trainable_only=True):,} of "
             f"{factory.count_parameters(raw_model):,} parameters)")
-    state.model = wrap_model(raw_model, config, distributed, device)  # after freezing: DDP sees what trains
-    return state
+    state.model = wrap_model(raw_model, config, state.distributed, state.device)  # after freezing: DDP sees what trains
 
 
 def _epoch_batches(state: RunState, timer):
@@ -370,20 +392,14 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
     budget; single process only, since DDP ranks must agree on the number of steps).
     Returns the epoch's training metrics row (all ranks together); the driver adds validation."""
     config, device, distributed = state.config, state.device, state.distributed
-    seed_epoch(state, epoch)
-    if state.freezer.maybe_unfreeze(epoch):
-        state.model = wrap_model(state.raw_model, config, distributed, device)  # a DDP that sees every parameter
-        state.log(f"epoch {epoch + 1}: backbone unfrozen, training all parameters")
-    state.model.train()
-    state.freezer.hold_batchnorm()  # a frozen backbone keeps the source's BatchNorm statistics
-    reset_peak_memory(device)
+    if stop is not None and distributed.enabled:
+        raise ValueError("train_one_epoch(stop=...) is for one process: DDP ranks must run the same steps")
+    _begin_epoch(state, epoch)
     guard = LossGuard(config.accumulation_steps, config.lr, state.precision)
     meter = EpochMeter(device, distributed.enabled, distributed.world_size)
     # A bar in a notebook or on a terminal, a plain line every 10 s when piped (`workbook train | tee`).
     bar = Progress(state.steps_per_epoch, f"epoch {epoch + 1}/{config.epochs}", unit="steps", leave=False,
                    enabled=progress and distributed.is_main)
-    if stop is not None and distributed.enabled:
-        raise ValueError("train_one_epoch(stop=...) is for one process: DDP ranks must run the same steps")
     batches = _epoch_batches(state, meter.timer)
     side = image_size_for_epoch(epoch, config.epochs, config.min_image_size, config.image_size)
     if side != config.image_size:
@@ -394,42 +410,12 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
         for micro_step in range(config.accumulation_steps):
             with region("data wait"):  # a named region for torch.profiler (notebook 14)
                 batch = next(batches)
-            images, targets = stage_batch(state.bundle, *batch, device, train=True, channels_last=config.channels_last)
-            images = resize_batch(images, side)  # a no-op at the full size
-            true_classes = targets  # MixUp makes the targets soft; accuracy counts the true class
-            if state.mixup is not None:
-                images, targets = state.mixup(images, targets)
-            if state.eraser is not None:
-                images = state.eraser(images)
-            # DDP all-reduces gradients in every backward; on all but the last micro-batch that
-            # traffic is wasted, so skip it (the gradients still add up locally).
-            sync_gradients = not distributed.enabled or micro_step == config.accumulation_steps - 1
-            criterion = (state.criterion if state.teacher is None
-                         else state.teacher.bind(images, state.criterion, state.precision))
-            loss, logits = training_step(state.model, images, targets, criterion, state.scaler,
-                                         state.precision, accumulation_steps=config.accumulation_steps,
-                                         sync_gradients=sync_gradients)
-            guard.add(loss)
-            meter.add(logits, true_classes)
-        meter.add_step(state.optimizer.param_groups[0]["lr"])  # the lr this step uses
-        state.skipped_steps += optimizer_step(state.optimizer, state.scaler, clip_norm=config.grad_clip_norm,
-                                              norm_log=state.grad_norms)
-        if state.swa is None or not state.swa.holds_lr(epoch):  # SWA's epochs keep the lr they began with
-            state.scheduler.step()
-        state.global_step += 1
-        if state.ema is not None:
-            state.ema.update(state.raw_model, step=state.global_step)
+            _micro_step(state, batch, side, micro_step, guard, meter)
+        _optimizer_step(state, epoch, meter)
         steps_done = step + 1
         last = steps_done == state.steps_per_epoch or (stop is not None and stop())
         if steps_done % SYNC_EVERY_STEPS == 0 or last:
-            # Gradient findings first: an exploding norm often comes just before the NaN loss that stops
-            # the run, and its line is the clue (vanishing or exploding: one line each, the run goes on).
-            if state.grad_norms is not None:
-                for finding in state.grad_norms.check(epoch, steps_done, state.global_step):
-                    state.log(finding)
-            losses = guard.check(epoch, steps_done)  # note: a CPU-GPU sync point
-            meter.add_losses(losses)
-            bar.set_postfix(loss=f"{losses.mean().item():.3f}", lr=f"{state.optimizer.param_groups[0]['lr']:.3g}")
+            _check_losses(state, epoch, steps_done, guard, meter, bar)
         bar.update(1)
         if last:
             break
@@ -441,6 +427,66 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
             "peak_memory_bytes": peak_memory_bytes(device), "peak_memory_kind": peak_memory_kind(device),
             "optimizer_steps": steps_done, "skipped_steps": state.skipped_steps,
             "world_size": distributed.world_size, "global_batch_size": state.global_batch}
+
+
+def _begin_epoch(state: RunState, epoch: int) -> None:
+    """The epoch's seeds, the backbone unfrozen when its epoch comes, training mode, the peak-memory counter reset."""
+    seed_epoch(state, epoch)
+    if state.freezer.maybe_unfreeze(epoch):
+        # a DDP that sees every parameter
+        state.model = wrap_model(state.raw_model, state.config, state.distributed, state.device)
+        state.log(f"epoch {epoch + 1}: backbone unfrozen, training all parameters")
+    state.model.train()
+    state.freezer.hold_batchnorm()  # a frozen backbone keeps the source's BatchNorm statistics
+    reset_peak_memory(state.device)
+
+
+def _micro_step(state: RunState, batch, side: int, micro_step: int, guard: LossGuard, meter: EpochMeter) -> None:
+    """One micro-batch: staged on the device at `side` px, mixed and erased when asked, its loss's gradients
+    added up (all-reduced under DDP only on the last micro-batch of the step)."""
+    config = state.config
+    images, targets = stage_batch(state.bundle, *batch, state.device, train=True, channels_last=config.channels_last)
+    images = resize_batch(images, side)  # a no-op at the full size
+    true_classes = targets  # MixUp makes the targets soft; accuracy counts the true class
+    if state.mixup is not None:
+        images, targets = state.mixup(images, targets)
+    if state.eraser is not None:
+        images = state.eraser(images)
+    # DDP all-reduces gradients in every backward; on all but the last micro-batch that
+    # traffic is wasted, so skip it (the gradients still add up locally).
+    sync_gradients = not state.distributed.enabled or micro_step == config.accumulation_steps - 1
+    criterion = (state.criterion if state.teacher is None
+                 else state.teacher.bind(images, state.criterion, state.precision))
+    loss, logits = training_step(state.model, images, targets, criterion, state.scaler,
+                                 state.precision, accumulation_steps=config.accumulation_steps,
+                                 sync_gradients=sync_gradients)
+    guard.add(loss)
+    meter.add(logits, true_classes)
+
+
+def _optimizer_step(state: RunState, epoch: int, meter: EpochMeter) -> None:
+    """The optimizer step over the added-up gradients (skipped and counted on an fp16 overflow), the schedule (held
+    during SWA's epochs) and the weight EMA."""
+    meter.add_step(state.optimizer.param_groups[0]["lr"])  # the lr this step uses
+    state.skipped_steps += optimizer_step(state.optimizer, state.scaler, clip_norm=state.config.grad_clip_norm,
+                                          norm_log=state.grad_norms)
+    if state.swa is None or not state.swa.holds_lr(epoch):  # SWA's epochs keep the lr they began with
+        state.scheduler.step()
+    state.global_step += 1
+    if state.ema is not None:
+        state.ema.update(state.raw_model, step=state.global_step)
+
+
+def _check_losses(state: RunState, epoch: int, steps_done: int, guard: LossGuard, meter: EpochMeter, bar) -> None:
+    """Every SYNC_EVERY_STEPS steps and at the last: the gradient-norm findings, then the losses (a CPU-GPU sync)."""
+    # Gradient findings first: an exploding norm often comes just before the NaN loss that stops
+    # the run, and its line is the clue (vanishing or exploding: one line each, the run goes on).
+    if state.grad_norms is not None:
+        for finding in state.grad_norms.check(epoch, steps_done, state.global_step):
+            state.log(finding)
+    losses = guard.check(epoch, steps_done)  # note: a CPU-GPU sync point
+    meter.add_losses(losses)
+    bar.set_postfix(loss=f"{losses.mean().item():.3f}", lr=f"{state.optimizer.param_groups[0]['lr']:.3g}")
 
 
 @torch.no_grad()
@@ -571,27 +617,12 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
         if config.monitor_interval > 0 and distributed.is_main:  # rank 0 samples its own device and process
             monitor_wall_time = time.time()
             monitor = UtilisationMonitor(config.monitor_interval, device).start()
-        stopped_early_after = None
-        for epoch in range(state.start_epoch, config.epochs):
-            if state.tracker.should_stop:  # after `epoch` epochs: no higher validation top-1 for `patience` of them
-                stopped_early_after = epoch
-                state.log(f"early stopping after epoch {epoch}: no higher validation top-1 for "
-                          f"{config.early_stopping_patience} epoch(s); best {state.tracker.best_top1:.1%} at epoch "
-                          f"{state.tracker.best_epoch}")
-                break
-            run_epoch(state, epoch, progress=progress, board=board)
+        stopped_early_after = _run_epochs(state, progress, board)
         monitoring = _finish_monitoring(state, monitor)
         if board is not None and monitor is not None:
             board.utilisation(monitor.samples, monitor_wall_time)
         result = _fit_result(state, started, monitoring, stopped_early_after, board)
-        recorder.succeeded(
-            state.history, state.precision, skipped_steps=state.skipped_steps, epochs_completed=len(state.history),
-            train_images=len(state.bundle.train), classes=list(state.bundle.classes),
-            first_epoch_seconds=state.history[0]["epoch_seconds"] if state.history else None,
-            checkpoint=str(result.checkpoint_path) if result.checkpoint_path else None, **state.tracker.summary(),
-            best_checkpoint=str(result.best_checkpoint_path) if result.best_checkpoint_path else None,
-            stopped_early_after=stopped_early_after, swa_snapshots=state.swa.snapshots if state.swa else 0,
-            **monitoring["summary"])
+        _record_success(recorder, state, result, stopped_early_after, monitoring)
         return result
     except BaseException as error:  # an interrupted run is recorded too, then the error goes on
         recorder.failed(state.history if state else [], state.precision if state else config.precision, error)
@@ -607,6 +638,32 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
             output_lock.release()
         if distributed.started_here and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _run_epochs(state: RunState, progress: bool, board: TensorBoardLog | None) -> int | None:
+    """The epochs from `state.start_epoch` on; returns the epochs done when early stopping ended the run, else None."""
+    config = state.config
+    for epoch in range(state.start_epoch, config.epochs):
+        if state.tracker.should_stop:  # after `epoch` epochs: no higher validation top-1 for `patience` of them
+            state.log(f"early stopping after epoch {epoch}: no higher validation top-1 for "
+                      f"{config.early_stopping_patience} epoch(s); best {state.tracker.best_top1:.1%} at epoch "
+                      f"{state.tracker.best_epoch}")
+            return epoch
+        run_epoch(state, epoch, progress=progress, board=board)
+    return None
+
+
+def _record_success(recorder: RunRecorder, state: RunState, result: FitResult, stopped_early_after: int | None,
+                    monitoring: dict) -> None:
+    """The finished run's ledger row: history, precision, images, classes, checkpoints, early stopping, SWA, monitor."""
+    recorder.succeeded(
+        state.history, state.precision, skipped_steps=state.skipped_steps, epochs_completed=len(state.history),
+        train_images=len(state.bundle.train), classes=list(state.bundle.classes),
+        first_epoch_seconds=state.history[0]["epoch_seconds"] if state.history else None,
+        checkpoint=str(result.checkpoint_path) if result.checkpoint_path else None, **state.tracker.summary(),
+        best_checkpoint=str(result.best_checkpoint_path) if result.best_checkpoint_path else None,
+        stopped_early_after=stopped_early_after, swa_snapshots=state.swa.snapshots if state.swa else 0,
+        **monitoring["summary"])
 
 
 def run_epoch(state: RunState, epoch: int, *, progress: bool = True, board: TensorBoardLog | None = None) -> None:

@@ -87,7 +87,13 @@ def _best_cuda_for_driver(driver: str | None) -> int | None:
 
 def recommendations(facts: dict) -> list[dict]:
     """Advice computed from the facts: each item says what to do and the measured reason."""
-    cpu, disk, gpus = facts["cpu"], facts["disk"], facts["gpus"]
+    return (_cpu_advice(facts) + _precision_advice(facts) + _link_advice(facts) + _build_advice(facts)
+            + _disk_advice(facts))
+
+
+def _cpu_advice(facts: dict) -> list[dict]:
+    """num_workers, and the article's cores and RAM per GPU."""
+    cpu, gpus = facts["cpu"], facts["gpus"]
     items = []
     gpu_count = len(gpus)
     per_gpu = max(1, gpu_count)
@@ -107,8 +113,12 @@ def recommendations(facts: dict) -> list[dict]:
             "ram", "ok" if ram_per_gpu >= ARTICLE_RAM_PER_GPU else "warn",
             f"{ram_per_gpu / GiB:.0f} GiB RAM per GPU",
             f"the article asks for >= {ARTICLE_RAM_PER_GPU / GiB:.0f} GiB per GPU"))
+    return items
 
-    # AMP: from measured speeds, per device.
+
+def _precision_advice(facts: dict) -> list[dict]:
+    """AMP and TF32, from the measured matmul speeds, per device."""
+    items = []
     for device, choice in facts.get("recommended_precision", {}).items():
         rows = {r["dtype"]: r for r in facts["matmul"] if r["device"] == device}
         fp32 = rows.get("fp32", {}).get("tflops")
@@ -125,6 +135,13 @@ def recommendations(facts: dict) -> list[dict]:
                                  "(torch.backends.cuda.matmul.allow_tf32 = True)",
                                  f"tf32 matmul measured {rows['tf32']['speed_vs_fp32']:.1f}x fp32"))
 
+    return items
+
+
+def _link_advice(facts: dict) -> list[dict]:
+    """pin_memory, the Apple-silicon device, and whether the GPU links suit DDP."""
+    gpu_count = len(facts["gpus"])
+    items = []
     mps = (facts.get("mps") or {}).get("available")
     items.append(_advice("pin_memory", "ok", "pin_memory=True" if gpu_count else "leave pin_memory=False",
                          "page-locked buffers speed host-to-GPU copies" if gpu_count else
@@ -133,7 +150,6 @@ def recommendations(facts: dict) -> list[dict]:
     if mps and not gpu_count:
         items.append(_advice("device", "ok", "device=auto trains on the Apple-silicon GPU (mps)",
                              "torch.backends.mps.is_available(); DDP, nvJPEG and torch.compile are skipped there"))
-
     ddp = facts.get("ddp_links")
     if gpu_count >= 2 and ddp:
         items.append(_advice("ddp", "ok" if ddp["suits_ddp"] else "warn",
@@ -144,8 +160,12 @@ def recommendations(facts: dict) -> list[dict]:
         items.append(_advice("ddp", "warn", "GPU links unknown", facts.get("topology_note") or "no topology"))
     else:
         items.append(_advice("ddp", "ok", "DDP not needed", f"{gpu_count} GPU(s) visible to torch"))
+    return items
 
-    # torch build vs driver.
+
+def _build_advice(facts: dict) -> list[dict]:
+    """The torch build against the driver, a CPU-only build on a GPU machine, and missing GPU architectures."""
+    items = []
     build = facts["versions"].get("cuda_runtime")
     driver = facts["versions"].get("driver")
     if build:
@@ -170,14 +190,19 @@ def recommendations(facts: dict) -> list[dict]:
     if facts.get("nvml_gpus") and not facts["torch_cuda_available"]:
         items.append(_advice("cuda", "problem", "NVML lists GPUs but torch.cuda.is_available() is False",
                              "driver/torch mismatch or CUDA_VISIBLE_DEVICES hides them"))
-    for gpu in gpus:
+    for gpu in facts["gpus"]:
         if not gpu["arch_covered"]:
             items.append(_advice(f"gpu{gpu['index']}", "problem",
                                  f"{gpu['name']} (sm_{gpu['compute_capability'].replace('.', '')}) is not in this "
                                  f"torch's architectures {facts['torch_arch_list']}: install a build that has it",
                                  "kernels would be missing or JIT-compiled"))
+    return items
 
-    # Disk: IOPS matter for many small files (the article's NVMe vs SATA point).
+
+def _disk_advice(facts: dict) -> list[dict]:
+    """Storage: IOPS matter for many small files (the article's NVMe against SATA point), free space, spinning disks."""
+    disk = facts["disk"]
+    items = []
     random_mb = disk.get("read_random_mb_per_s")
     sequential_mb = disk.get("read_sequential_mb_per_s")
     if random_mb is not None and sequential_mb:

@@ -504,81 +504,117 @@ def markdown_report(report: dict) -> str:
         cell = headline(result).replace("|", "/")
         lines.append(f"| {part['name']} | {part['status']} | {part['seconds']:.1f} | {part['budget_seconds']:.0f} | {cell} |")
     parts = {p["name"]: p for p in report["parts"] if p["status"] == "ok"}
-    if "precision" in parts:
-        p = parts["precision"]["result"]
-        s = p["summary"]
-        lines += ["", f"## {s['model']} at {s['image_size']} px, batch {s['batch_size']}: one training step on "
-                      "random images already on the GPU", "",
-                  "| variant | images/s | vs fp32 | step ms | first step s | peak GiB | vs fp32 | MFU | of peak |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for row in p["rows"]:
-            if "error" in row:
-                lines.append(f"| {row['variant']} | {row['error']} | | | | | | | |")
-                continue
-            lines.append(f"| {row['variant']} | {row['images_per_second']:.1f} | {_number(row.get('speedup_vs_fp32'), '.2f')}x | "
-                         f"{row['step_seconds'] * 1e3:.1f} | {row['first_step_seconds']:.1f} | {_gib(row['peak_memory_bytes'])} | "
-                         f"{_number(row.get('memory_vs_fp32'), '.2f')}x | {_percent(row['mfu'])} | "
-                         f"{row['mfu_dtype']} {row['peak_tflops']:.4g} TFLOP/s ({row['peak_source']}) |")
-    if "bandwidth" in parts:
-        b = parts["bandwidth"]["result"]
-        lines += ["", f"## Roofline: memory bandwidth {b['summary']['gb_per_second']:.0f} GB/s (same-device copy, "
-                      "bytes read + written, best of repeats)", "",
-                  "| dtype | peak TFLOP/s | from | ridge FLOP/byte |", "|---|---|---|---|"]
-        for row in b["rows"]:
-            lines.append(f"| {row['dtype']} | {row['peak_tflops']:.4g} | {row['peak_source']} | "
-                         f"{row['ridge_flop_per_byte']:.0f} |")
-        lines += ["", "A step whose FLOP per byte of memory traffic is below a dtype's ridge is bound by memory "
-                      "bandwidth in that dtype, above it by arithmetic."]
-    if "switches" in parts:
-        w = parts["switches"]["result"]
-        lines += ["", f"## GPU speed switches: {w['summary']['model']} at {w['summary']['image_size']} px, batch "
-                      f"{w['summary']['batch_size']}", "",
-                  "| setting | images/s | vs first row | first step s | MFU | of peak |", "|---|---|---|---|---|---|"]
-        for row in w["rows"]:
-            if "error" in row:
-                lines.append(f"| {row['variant']} | {row['error']} | | | | |")
-                continue
-            lines.append(f"| {row['variant']} | {row['images_per_second']:.1f} | {_number(row.get('speedup_vs_fp32'), '.2f')}x | "
-                         f"{row['first_step_seconds']:.1f} | {_percent(row['mfu'])} | {row['mfu_dtype']} "
-                         f"{row['peak_tflops']:.4g} TFLOP/s |")
-        lines += [""] + [f"- {note}" for note in w.get("notes", [])]
-    if "memory" in parts:
-        m = parts["memory"]["result"]
-        s = m["summary"]
-        lines += ["", f"## Training memory: {s['model']} at {s['image_size']} px, precision {s['precision']}", "",
-                  "| batch | estimated GiB | measured peak GiB | estimate / measured |", "|---|---|---|---|"]
-        for row in m["rows"]:
-            lines.append(f"| {row['batch_size']} | {_gib(row['estimated_bytes'])} | {_gib(row['measured_peak_bytes'])} | "
-                         f"{_number(row['estimate_over_measured'], '.3f')} |")
-        lines += ["", f"Largest batch that trains (real out-of-memory search, multiples of 8, up to {MAX_BATCH}): "
-                      f"**{_number(s['largest_batch'])}**; the estimate predicts {_number(s['largest_batch_estimated'])} "
-                      f"for {_gib(s['device_memory_bytes'])} GiB. {s['search_note']}".rstrip()]
-    if "decode" in parts:
-        lines += ["", "## JPEG decoding (one core per decoder; nvJPEG on the GPU)", "",
-                  "| inputs | decoder | px | images/s | MB/s | vs PIL |", "|---|---|---|---|---|---|"]
-        for row in parts["decode"]["result"]["rows"]:
-            lines.append(f"| {row['inputs']} | {row['decoder']} | {row['image_size']} | {row['images_per_second']:.0f} | "
-                         f"{row['megabytes_per_second']:.1f} | {_number(row.get('speedup_vs_pil'), '.2f')} |")
-    if "speedrun" in parts:
-        s = parts["speedrun"]["result"]["summary"]
-        subset = s.get("data_subset")
-        carried = (f"{subset.get('train_images')} training images ({subset.get('rule')})"
-                   if isinstance(subset, dict) else subset or "the whole folder")
-        lines += ["", f"## Speed-run recipe on EuroSAT ({s.get('data')}: {carried})", "",
-                  "| val top-1 | s to 90% | s to 95% | s to 97% | seconds | epochs | images/s | precision |",
-                  "|---|---|---|---|---|---|---|---|",
-                  f"| {_percent(s['val top-1'])} | {_number(s['s to 90%'], '.0f')} | {_number(s['s to 95%'], '.0f')} | "
-                  f"{_number(s['s to 97%'], '.0f')} | {s['seconds']:.0f} | {s['epochs']} | {s['images/s']:.0f} | {s['precision']} |"]
-    if "ddp" in parts:
-        lines += ["", "## DDP scaling", "", "| mode | workers | global batch | images/s | speed-up | efficiency |",
-                  "|---|---|---|---|---|---|"]
-        for row in parts["ddp"]["result"]["rows"]:
-            lines.append(f"| {row['mode']} | {row['workers']} | {row['global_batch']} | {row['images_per_second']:.0f} | "
-                         f"{row['speedup']:.2f} | {_percent(row['efficiency'])} |")
+    for name, section in _SECTIONS.items():
+        if name in parts:
+            lines += section(parts[name])
     failed = [p for p in report["parts"] if p["status"] == "failed"]
     if failed:
         lines += ["", "## Failed parts", ""] + [f"- **{p['name']}**: {p['error']}" for p in failed]
     return "\n".join(lines) + "\n"
+
+
+def _precision_section(part: dict) -> list[str]:
+    """The precision part: one training step per variant on random images already on the GPU."""
+    p = part["result"]
+    s = p["summary"]
+    lines = ["", f"## {s['model']} at {s['image_size']} px, batch {s['batch_size']}: one training step on "
+                 "random images already on the GPU", "",
+             "| variant | images/s | vs fp32 | step ms | first step s | peak GiB | vs fp32 | MFU | of peak |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in p["rows"]:
+        if "error" in row:
+            lines.append(f"| {row['variant']} | {row['error']} | | | | | | | |")
+            continue
+        lines.append(f"| {row['variant']} | {row['images_per_second']:.1f} | {_number(row.get('speedup_vs_fp32'), '.2f')}x | "
+                     f"{row['step_seconds'] * 1e3:.1f} | {row['first_step_seconds']:.1f} | {_gib(row['peak_memory_bytes'])} | "
+                     f"{_number(row.get('memory_vs_fp32'), '.2f')}x | {_percent(row['mfu'])} | "
+                     f"{row['mfu_dtype']} {row['peak_tflops']:.4g} TFLOP/s ({row['peak_source']}) |")
+    return lines
+
+
+def _bandwidth_section(part: dict) -> list[str]:
+    """The roofline part: memory bandwidth and each dtype's ridge point."""
+    b = part["result"]
+    lines = ["", f"## Roofline: memory bandwidth {b['summary']['gb_per_second']:.0f} GB/s (same-device copy, "
+                 "bytes read + written, best of repeats)", "",
+             "| dtype | peak TFLOP/s | from | ridge FLOP/byte |", "|---|---|---|---|"]
+    for row in b["rows"]:
+        lines.append(f"| {row['dtype']} | {row['peak_tflops']:.4g} | {row['peak_source']} | "
+                     f"{row['ridge_flop_per_byte']:.0f} |")
+    lines += ["", "A step whose FLOP per byte of memory traffic is below a dtype's ridge is bound by memory "
+                  "bandwidth in that dtype, above it by arithmetic."]
+    return lines
+
+
+def _switches_section(part: dict) -> list[str]:
+    """The GPU speed switches part (matmul_precision, cudnn_benchmark)."""
+    w = part["result"]
+    lines = ["", f"## GPU speed switches: {w['summary']['model']} at {w['summary']['image_size']} px, batch "
+                 f"{w['summary']['batch_size']}", "",
+             "| setting | images/s | vs first row | first step s | MFU | of peak |", "|---|---|---|---|---|---|"]
+    for row in w["rows"]:
+        if "error" in row:
+            lines.append(f"| {row['variant']} | {row['error']} | | | | |")
+            continue
+        lines.append(f"| {row['variant']} | {row['images_per_second']:.1f} | {_number(row.get('speedup_vs_fp32'), '.2f')}x | "
+                     f"{row['first_step_seconds']:.1f} | {_percent(row['mfu'])} | {row['mfu_dtype']} "
+                     f"{row['peak_tflops']:.4g} TFLOP/s |")
+    lines += [""] + [f"- {note}" for note in w.get("notes", [])]
+    return lines
+
+
+def _memory_section(part: dict) -> list[str]:
+    """The training-memory part: estimated against measured peaks, and the largest batch."""
+    m = part["result"]
+    s = m["summary"]
+    lines = ["", f"## Training memory: {s['model']} at {s['image_size']} px, precision {s['precision']}", "",
+             "| batch | estimated GiB | measured peak GiB | estimate / measured |", "|---|---|---|---|"]
+    for row in m["rows"]:
+        lines.append(f"| {row['batch_size']} | {_gib(row['estimated_bytes'])} | {_gib(row['measured_peak_bytes'])} | "
+                     f"{_number(row['estimate_over_measured'], '.3f')} |")
+    lines += ["", f"Largest batch that trains (real out-of-memory search, multiples of 8, up to {MAX_BATCH}): "
+                  f"**{_number(s['largest_batch'])}**; the estimate predicts {_number(s['largest_batch_estimated'])} "
+                  f"for {_gib(s['device_memory_bytes'])} GiB. {s['search_note']}".rstrip()]
+    return lines
+
+
+def _decode_section(part: dict) -> list[str]:
+    """The JPEG decoding part."""
+    lines = ["", "## JPEG decoding (one core per decoder; nvJPEG on the GPU)", "",
+             "| inputs | decoder | px | images/s | MB/s | vs PIL |", "|---|---|---|---|---|---|"]
+    for row in part["result"]["rows"]:
+        lines.append(f"| {row['inputs']} | {row['decoder']} | {row['image_size']} | {row['images_per_second']:.0f} | "
+                     f"{row['megabytes_per_second']:.1f} | {_number(row.get('speedup_vs_pil'), '.2f')} |")
+    return lines
+
+
+def _speedrun_section(part: dict) -> list[str]:
+    """The speed-run part on EuroSAT."""
+    s = part["result"]["summary"]
+    subset = s.get("data_subset")
+    carried = (f"{subset.get('train_images')} training images ({subset.get('rule')})"
+               if isinstance(subset, dict) else subset or "the whole folder")
+    lines = ["", f"## Speed-run recipe on EuroSAT ({s.get('data')}: {carried})", "",
+             "| val top-1 | s to 90% | s to 95% | s to 97% | seconds | epochs | images/s | precision |",
+             "|---|---|---|---|---|---|---|---|",
+             f"| {_percent(s['val top-1'])} | {_number(s['s to 90%'], '.0f')} | {_number(s['s to 95%'], '.0f')} | "
+             f"{_number(s['s to 97%'], '.0f')} | {s['seconds']:.0f} | {s['epochs']} | {s['images/s']:.0f} | {s['precision']} |"]
+    return lines
+
+
+def _ddp_section(part: dict) -> list[str]:
+    """The DDP scaling part."""
+    lines = ["", "## DDP scaling", "", "| mode | workers | global batch | images/s | speed-up | efficiency |",
+             "|---|---|---|---|---|---|"]
+    for row in part["result"]["rows"]:
+        lines.append(f"| {row['mode']} | {row['workers']} | {row['global_batch']} | {row['images_per_second']:.0f} | "
+                     f"{row['speedup']:.2f} | {_percent(row['efficiency'])} |")
+    return lines
+
+
+_SECTIONS = {"precision": _precision_section, "bandwidth": _bandwidth_section,  # in the report's order
+             "switches": _switches_section, "memory": _memory_section, "decode": _decode_section,
+             "speedrun": _speedrun_section, "ddp": _ddp_section}
 
 
 def write_report(results: list[PartResult], folder: Path, *, gpu: str, started: str, seconds: float,

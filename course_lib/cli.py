@@ -451,6 +451,9 @@ def _add_ddp(subparsers) -> None:
     _add_config_arguments(parser)
     parser.add_argument("--scaling", action="store_true",
                         help="measure step time for 1..N workers and the all-reduce share")
+    parser.add_argument("--bandwidth", action="store_true",
+                        help="time one all-reduce of 1 KiB to 256 MiB across N processes (algorithm and bus "
+                             "bandwidth, as nccl-tests reports them)")
     parser.add_argument("--threads", type=int, default=1, help="OMP threads per process (default 1)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds before the launch and all its processes are stopped (default: sized from "
@@ -460,7 +463,7 @@ def _add_ddp(subparsers) -> None:
     parser.set_defaults(func=_ddp)
 
     probe = subparsers.add_parser("ddp-probe", help="one worker of `workbook ddp --scaling` (run under torchrun)")
-    probe.add_argument("--task", choices=("scaling", "equivalence", "fail"), default="scaling")
+    probe.add_argument("--task", choices=("scaling", "equivalence", "bandwidth", "fail"), default="scaling")
     _add_config_arguments(probe)
     probe.add_argument("--steps", type=int, default=5, help="timed steps per setting (equivalence: SGD steps)")
     probe.add_argument("--warmup", type=int, default=2, help="steps thrown away before timing")
@@ -468,6 +471,8 @@ def _add_ddp(subparsers) -> None:
     probe.add_argument("--global-batch", type=int, default=0,
                        help="images per step over all workers for strong scaling; 0: batch_size x world size")
     probe.add_argument("--out", default="", help="folder for the weights file (equivalence)")
+    probe.add_argument("--max-bytes", type=int, default=0,
+                       help="largest all-reduce message (bandwidth; 0: 256 MiB)")
     probe.set_defaults(func=_ddp_probe)
 
 
@@ -476,6 +481,14 @@ def _ddp(args) -> int:
     from course_lib.engine import ddp, torchrun
 
     params = parse_assignments(args.param)
+    if args.bandwidth:
+        from course_lib.engine import allreduce
+
+        sweep = allreduce.measure(args.nproc_per_node, params, args.profile, threads_per_process=args.threads,
+                                  timeout=args.timeout)
+        print(sweep.table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        print(sweep.line())
+        return 0
     if args.scaling:
         report = ddp.measure_scaling(args.nproc_per_node, params, args.profile, timeout=args.timeout)
         print(report.table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
@@ -498,7 +511,7 @@ def _ddp_probe(args) -> int:
 
     config = make_config(args.profile, **parse_assignments(args.param))
     ddp_probe.run(args.task, config, steps=args.steps, warmup=args.warmup, profile_steps=args.profile_steps,
-                  global_batch=args.global_batch, out=args.out)
+                  global_batch=args.global_batch, out=args.out, max_bytes=args.max_bytes)
     return 0
 
 
@@ -732,8 +745,10 @@ def _reference(args) -> int:
         return 0
     made = reference.from_run(args.run_id, _given_ledger(args.path))
     for item in made:
-        print(f"wrote {reference.save(item, Path(args.to) if args.to else None)}: notebook {item.notebook}, "
-              f"{len(item.claims)} claim(s)")
+        path = reference.save(item, Path(args.to) if args.to else None)
+        beside = path.parent.name == item.profile  # `reference.target_path`: the long run stays the reference
+        print(f"wrote {path}: notebook {item.notebook}, {len(item.claims)} claim(s)"
+              + (f"; the {reference.LONG_PROFILE}-profile result beside it stays the chapter's reference" if beside else ""))
     return 0
 
 

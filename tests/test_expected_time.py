@@ -72,3 +72,18 @@ def test_every_chapter_setup_announces_its_time(capsys):
 
     ChapterSetup(profile="smoke", hardware="machine A")
     assert capsys.readouterr().out.startswith("expected time: under a minute (smoke profile)")
+
+
+def test_a_quick_pass_is_kept_beside_the_long_reference_and_its_times_are_read(tmp_path):
+    """A cpu run saved over a notebook whose reference is a `reference`-profile run goes beside it: the long
+    run stays the chapter's reference, and the cpu pass's cell times still reach the announcement."""
+    long_run = _reference(tmp_path, profile="reference", seconds=3383.0, cells={"cell0002": 3000.0})
+    quick = _reference(tmp_path, profile="cpu", seconds=389.0)
+    assert long_run == tmp_path / "machine-a" / "07.json" and quick == tmp_path / "machine-a" / "cpu" / "07.json"
+    assert reference.load(long_run).profile == "reference"  # not replaced
+    assert reference.find("07", hardware="machine A", root=tmp_path).profile == "reference"
+    assert expected_time.Timings.load("cpu", tmp_path).cells["cell0002"][0] == 250.0
+    assert expected_time.Timings.load("reference", tmp_path).cells["cell0002"][0] == 3000.0
+    # a second cpu pass replaces the first beside it; a cpu pass where no long run is kept is the reference
+    assert _reference(tmp_path, profile="cpu", seconds=400.0) == quick
+    assert _reference(tmp_path, notebook="08", profile="cpu") == tmp_path / "machine-a" / "08.json"

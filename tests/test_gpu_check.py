@@ -223,3 +223,10 @@ def test_slug():
 def test_results_folder_defaults_to_docs_results():
     folder = gpu_check.results_folder("NVIDIA L4", datetime.date(2026, 1, 2))
     assert folder.parent == Path(paths.project_root()) / "docs" / "results" and folder.name.startswith("nvidia-l4-2026-01-02")
+
+
+def test_a_failed_variant_row_keeps_the_table_shape():
+    rows = [{"variant": "fp32", "a": 1.0}, {"variant": "fp8", "error": "not supported"}]
+    lines = gpu_check._table_rows(rows, 3, lambda row: [row["variant"], f"{row['a']:.1f}", "x"])
+    assert lines == ["| fp32 | 1.0 | x |", "| fp8 | not supported | |"]
+    assert all(line.count("|") == 4 for line in lines)

@@ -111,9 +111,12 @@ def test_precision_advice_says_when_reduced_precision_does_not_help():
     probe = pd.DataFrame({"dtype": ["fp32", "fp16", "bf16"], "speed_vs_fp32": [1.0, 0.97, 7.23]})
     advice = mixed_precision.precision_advice(slow, "bf16", "off", matmul=probe)
     assert "bf16 at 7.2x" in advice and "fp16" not in advice.split("Yet")[1] and "emulates" not in advice
+    assert "chooses 'off'" in advice
+    # What precision='auto' chose is read, not assumed: a close call it settled on bf16 is said as such.
+    assert "chooses 'bf16'" in mixed_precision.precision_advice(slow, "bf16", "bf16", matmul=probe)
     fast = slow.assign(**{"speed-up": [1.0, 1.8, 1.6], "low": [1.0, 1.7, 1.5], "high": [1.0, 1.9, 1.7]})
     advice = mixed_precision.precision_advice(fast, "fp16", "fp16")
-    assert "fp16 autocast runs at 1.80x" in advice and "[1.70, 1.90]" in advice
+    assert "fp16 autocast runs at 1.80x" in advice and "[1.70, 1.90]" in advice and "chooses 'fp16'" in advice
 
 
 def test_the_gpu_switches_are_one_change_each_and_not_faked_off_cuda():

@@ -80,6 +80,10 @@ def test_03_every_compared_run_has_two_epochs_of_a_few_steps(no_real_data, profi
     assert setup.config.max_steps == (2 if profile == "smoke" else 6) and setup.seeds >= 2
     assert setup.measure_compile is (profile != "smoke")
     assert setup.accuracy_config is setup.config and setup.accuracy_data is None  # the same short runs, over seeds
+    # Section 2's runs are the comparison's seed 0: taken over, not trained again.
+    runs = {"off": "fp32 run", "bf16": "bf16 run"}
+    assert setup.reused(runs) == {("off", setup.config.seed): "fp32 run", ("bf16", setup.config.seed): "bf16 run"}
+    assert setup.config.seed == 0  # the notebook's seeds are range(seeds)
 
 
 def test_03_reference_compares_precisions_on_the_speedrun_recipe(no_real_data):
@@ -94,6 +98,7 @@ def test_03_reference_compares_precisions_on_the_speedrun_recipe(no_real_data):
     assert accurate.recipe == "speedrun" and accurate.model == "speedrun_resnet_small" and accurate.epochs == 21
     assert accurate.tta_views == 1 and accurate.max_steps == 0 and accurate.max_train_images == 0
     assert "accuracy comparison: the speedrun recipe" in setup.line() and setup.accuracy_data.line in setup.line()
+    assert setup.reused({"off": "a short run of another config"}) == {}  # the recipe trains every seed itself
 
 
 @pytest.mark.parametrize("profile", ["smoke", "cpu"])  # gpu: its setup trains on the GPU it asks for

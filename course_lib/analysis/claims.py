@@ -115,6 +115,11 @@ ARTICLE_CLAIMS: dict[str, ArticleClaim] = dict([
            "unchanged accuracy", 1.5, 2, "x", "03", no_effect=1),
     _claim("torch_compile", "A1", "7", "torch.compile raises CNN throughput by 10-30%", 10, 30, "%", "03", no_effect=0),
     _claim("ddp_efficiency", "A1", "4.4", "4-GPU DDP reaches at least 85% scaling efficiency", 85, None, "%", "05"),
+    _claim("ddp_vs_dataparallel", "A1", "4.2", "DDP (a model replica per GPU, only gradients synchronised) trains "
+           "faster than the old DataParallel on the same GPUs (read: at least 1.1x the images/s)", 1.1, None, "x",
+           "05", no_effect=1),
+    _claim("allreduce_nvlink_vs_pcie", "A1", "1.2", "between two GPUs, PCIe instead of NVLink gives several times "
+           "(read: at least 2x) less communication bandwidth", 2, None, "x", "05", no_effect=1),
     _claim("adamw_vs_sgd", "A1", "5.2", "AdamW beats SGD and is less sensitive to the learning rate and seed "
            "(accuracy of AdamW minus SGD, mean over learning rates and seeds)", 0, None, "points", "06", no_effect=0),
     _claim("regularization_remote_sensing", "A1", "5.3", "label smoothing 0.1 + MixUp 0.2 + light Random Erasing "

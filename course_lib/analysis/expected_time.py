@@ -44,7 +44,9 @@ class Timings:
 
         timings = cls(profile)
         here = ledger.describe_hardware()
-        found = reference.load_all(sorted((Path(root) if root else reference.folder()).glob("*/*.json")))
+        base = Path(root) if root else reference.folder()
+        # the chapters' references, and the quick passes kept beside a long one (`reference.target_path`)
+        found = reference.load_all(sorted(base.glob("*/*.json")) + sorted(base.glob(f"*/{profile}/*.json")))
         # this machine's reference first, then the newest: the times a reader's machine is likeliest to match
         for item in sorted(found, key=lambda item: (item.hardware == here, item.date)):
             if item.profile != profile or item.seconds is None:

@@ -137,10 +137,28 @@ def from_run(run_id: str, book=None, runs: Path | None = None) -> list[Reference
     return references
 
 
+LONG_PROFILE = "reference"  # the profile whose result a quick pass never replaces
+
+
+def target_path(reference: Reference, root: Path | None = None) -> Path:
+    """Where `save` writes `reference`: `<root>/<hardware slug>/<notebook>.json`, unless that file holds the
+    notebook's `reference`-profile result and this is a quick pass (cpu, gpu): then beside it, in
+    `<slug>/<profile>/<notebook>.json`. The long run stays the chapter's reference, and the quick pass's
+    figures and cell times are kept where `analysis.expected_time` reads them."""
+    main = (root or folder()) / hardware_slug(reference.hardware) / f"{reference.notebook}.json"
+    if reference.profile == LONG_PROFILE or not main.exists():
+        return main
+    try:
+        kept = load(main).profile
+    except ReferenceResultError:  # a damaged file is replaced, as before
+        return main
+    return main.parent / reference.profile / main.name if kept == LONG_PROFILE else main
+
+
 def save(reference: Reference, root: Path | None = None) -> Path:
-    """Write `reference` to `<root>/<hardware slug>/<notebook>.json` (replacing the one there), through
-    a temporary file renamed into place. Returns the path."""
-    target = (root or folder()) / hardware_slug(reference.hardware) / f"{reference.notebook}.json"
+    """Write `reference` where `target_path` says (replacing the one there), through a temporary file renamed
+    into place. Returns the path."""
+    target = target_path(reference, root)
     target.parent.mkdir(parents=True, exist_ok=True)
     record = {k: v for k, v in dataclasses.asdict(reference).items() if k != "path"}
     text = json.dumps(record, indent=1, ensure_ascii=False, default=str) + "\n"

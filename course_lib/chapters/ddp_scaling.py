@@ -24,9 +24,25 @@ OUTPUT_DIR = "runs/checkpoints/ddp"
 # The scaling probe per profile: timed steps per setting, thrown-away warm-up steps, profiled steps
 # (torch.profiler's all-reduce share); smoke: a check, not a measurement. The engine sweep (one
 # launch per worker count) is off in smoke.
-PROBE_CHOICES = {"smoke": {"probe_steps": 2, "warmup_steps": 1, "profile_steps": 2, "engine_sweep": False},
-                 "cpu": {"probe_steps": 5, "warmup_steps": 2, "profile_steps": 3, "engine_sweep": True},
-                 "gpu": {"probe_steps": 5, "warmup_steps": 2, "profile_steps": 3, "engine_sweep": True}}
+# The all-reduce sweep (`engine.allreduce`): its largest message and the timed repeats per size (smoke: 64 KiB,
+# a check of the launch; cpu: 1 KiB to 256 MiB, about 20 s on 2 cores).
+PROBE_CHOICES = {"smoke": {"probe_steps": 2, "warmup_steps": 1, "profile_steps": 2, "engine_sweep": False,
+                           "allreduce_max_bytes": 64 * 1024, "allreduce_repeats": 3},
+                 "cpu": {"probe_steps": 5, "warmup_steps": 2, "profile_steps": 3, "engine_sweep": True,
+                         "allreduce_max_bytes": 256 * 2 ** 20, "allreduce_repeats": 12},
+                 "gpu": {"probe_steps": 5, "warmup_steps": 2, "profile_steps": 3, "engine_sweep": True,
+                         "allreduce_max_bytes": 256 * 2 ** 20, "allreduce_repeats": 20}}
+# The NCCL variables the article names (A1 §1.2 and §4.4): what each changes, and the setting the notebook sweeps
+# against the default where NCCL runs (None: a setting between nodes, which one node cannot show).
+NCCL_SETTINGS = {
+    "NCCL_P2P_LEVEL": ("the farthest path between two GPUs over which NCCL still copies peer to peer (LOC: never; "
+                       "NVL: NVLink only; PIX, PXB, PHB, SYS: through ever more of PCIe and the CPUs); beyond it the "
+                       "data goes through host memory", {"NCCL_P2P_LEVEL": "LOC"}),
+    "NCCL_BUFFSIZE": ("bytes of each channel's buffer between two ranks (default 4 MiB): a larger buffer can keep a "
+                      "slow link busy on large messages, at the cost of GPU memory", {"NCCL_BUFFSIZE": str(16 * 2 ** 20)}),
+    "NCCL_IB_DISABLE": ("1: no InfiniBand or RoCE between nodes, TCP sockets instead (NCCL_SOCKET_IFNAME picks the "
+                        "interface); inside one node NCCL uses NVLink, PCIe or shared memory either way", None),
+}
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -42,6 +58,8 @@ class DdpSetup(ChapterSetup):
     warmup_steps: int  # thrown-away steps before the timed ones
     profile_steps: int  # steps under torch.profiler for the all-reduce share
     engine_sweep: bool  # train once per worker count through the engine
+    allreduce_max_bytes: int  # the all-reduce sweep's largest message
+    allreduce_repeats: int  # timed all-reduces per message size
 
     def with_mfu(self, table, device, precision: str):
         """`table` with an MFU column: its images_per_second times the model's training FLOPs per image,
@@ -193,3 +211,104 @@ def claims(report: ScalingReport, equivalence: dict | None = None) -> list:
                    f"{equivalence['max_abs_difference']:.1e} ({equivalence['world_size']} workers, "
                    f"{equivalence['nnodes']} node(s)), tolerance {equivalence['tolerance']:g}"))
     return rows
+
+
+def nccl_settings(default, measure) -> tuple[object, dict]:
+    """(table, reports): one row per NCCL variable the article names (`NCCL_SETTINGS`): what it changes, the
+    setting tried and the peak bus bandwidth with it against the default sweep `default` (an
+    `engine.allreduce.BandwidthReport`); `measure(env)` sweeps again with that environment. Where the default
+    did not run on NCCL, or a variable only acts between nodes, its row says so instead of a number. `reports`:
+    the variable's name -> its sweep, for those measured."""
+    import pandas as pd
+
+    rows, reports = [], {}
+    for name, (changes, setting) in NCCL_SETTINGS.items():
+        row = {"variable": name, "what it changes": changes,
+               "setting tried": ", ".join(f"{k}={v}" for k, v in (setting or {}).items()) or "-"}
+        if default.backend != "nccl":
+            row["peak bus GB/s (default)"] = f"not measurable here: {default.backend} on {default.device}, no NCCL"
+        elif setting is None:
+            row["peak bus GB/s (default)"] = "not measurable on one node"
+        else:
+            reports[name] = measure(setting)
+            row["peak bus GB/s (default)"] = f"{reports[name].peak:.1f} ({default.peak:.1f})"
+        rows.append(row)
+    return pd.DataFrame(rows), reports
+
+
+def nvlink_claim(default, without_p2p=None, worst_link: str | None = None):
+    """The article's "PCIe instead of NVLink: several times less bandwidth" (A1 §1.2), measured where NCCL ran
+    between GPUs that NVLink joins (`worst_link`: the slowest pair's link kind, `measure.topology`): the bus
+    bandwidth of the largest message with peer-to-peer copies against without them (`without_p2p`: the sweep
+    under NCCL_P2P_LEVEL=LOC), a ratio of mean times with its bootstrap interval."""
+    from course_lib.analysis import statistics
+    from course_lib.engine.allreduce import human_bytes
+
+    if default.backend != "nccl" or without_p2p is None:
+        return claim.not_measurable("allreduce_nvlink_vs_pcie", "needs 2 GPUs joined by NVLink, with NCCL; measured "
+                                    f"instead: {default.line()}")
+    if worst_link != "NV":
+        joined = worst_link or "an unknown link"
+        return claim.not_measurable("allreduce_nvlink_vs_pcie", f"the GPUs here are joined by {joined}, not NVLink: "
+                                    "nothing to compare PCIe against")
+    size = int(default.table["bytes"].max())
+    ratio = statistics.ratio_interval(without_p2p.samples[size], default.samples[size])
+    return claim.measured(
+        "allreduce_nvlink_vs_pcie", ratio["ratio"], (ratio["low"], ratio["high"]),
+        reason=f"bus bandwidth of a {human_bytes(size)} all-reduce over {default.world_size} GPUs on NVLink, "
+               f"{default.peak:.1f} GB/s, against {without_p2p.peak:.1f} GB/s with NCCL_P2P_LEVEL=LOC (through host "
+               "memory and PCIe); ratio of mean times, bootstrap interval")
+
+
+def worst_gpu_link() -> str | None:
+    """The kind of the slowest link between this machine's GPUs ("NV", "PIX" ...: `measure.topology`); None
+    without nvidia-smi's topology or with fewer than two GPUs."""
+    from course_lib.measure import topology
+
+    links, _ = topology.read_topology()
+    worst = topology.assess_ddp_links(links)["worst_link"] if links else None
+    return topology.link_kind(worst) if worst else None
+
+
+def launchers_table(report, spawned: dict, dataparallel: list[float] | None, *, nproc: int, global_batch: int):
+    """torchrun against `mp.spawn` (the same probe, `engine.spawn_launch`) and DDP against `nn.DataParallel`
+    (`engine.ddp.dataparallel_steps`, on 2 or more GPUs) at `nproc` processes or GPUs and the same global batch:
+    the median step time, images/s, and for the launchers the whole launch's seconds (start-up included)."""
+    import statistics as stats
+
+    import pandas as pd
+
+    def strong(rows) -> dict:
+        return next(row for row in rows if row["mode"] == "strong" and row["workers"] == nproc)
+
+    torchrun_row = strong(report.launch.metrics["rows"])
+    rows = [{"how": f"DDP, {nproc} processes started by torchrun", "step_seconds": torchrun_row["step_seconds"],
+             "launch_seconds": report.launch.duration_seconds}]
+    if spawned["rows"]:
+        rows.append({"how": f"DDP, {nproc} processes started by mp.spawn",
+                     "step_seconds": strong(spawned["rows"][0]["metrics"]["rows"])["step_seconds"],
+                     "launch_seconds": spawned["seconds"]})
+    rows.append({"how": f"nn.DataParallel, one process over {nproc} GPUs",
+                 "step_seconds": stats.median(dataparallel) if dataparallel else None, "launch_seconds": None})
+    table = pd.DataFrame(rows)
+    table["images_per_second"] = global_batch / table["step_seconds"]
+    return table
+
+
+def dataparallel_claim(report, dataparallel: list[float] | None, nproc: int):
+    """The article's "DDP scales better than the old DataParallel" (A1 §4.2) as images/s of DDP over DataParallel
+    on the same GPUs and global batch: DataParallel's step times over DDP's (the probe's strong-scaling row at
+    `nproc`), a ratio of means with its bootstrap interval. Not measurable without 2 or more CUDA GPUs."""
+    from course_lib.analysis import statistics
+
+    row = next(row for row in report.launch.metrics["rows"] if row["mode"] == "strong" and row["workers"] == nproc)
+    if not dataparallel or not report.device.startswith("cuda"):
+        return claim.not_measurable(
+            "ddp_vs_dataparallel", f"needs 2 or more CUDA GPUs: nn.DataParallel splits a batch across GPUs, on "
+            f"{report.device} it runs the module as it is; measured instead: DDP over {nproc} processes, "
+            f"{row['global_batch'] / row['step_seconds']:.0f} images/s")
+    ratio = statistics.ratio_interval(dataparallel, row["step_seconds_all"])
+    return claim.measured(
+        "ddp_vs_dataparallel", ratio["ratio"], (ratio["low"], ratio["high"]),
+        reason=f"{nproc} GPUs, global batch {row['global_batch']}: DataParallel's mean step time over DDP's "
+               "(random images already on the GPUs), bootstrap interval")

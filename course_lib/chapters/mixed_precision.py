@@ -128,27 +128,27 @@ def faster_reduced_precision(speeds) -> str:
 
 def precision_advice(speeds, best: str, recommended: str, matmul=None) -> str:
     """One sentence on what the measured speed-ups mean on this device: whether reduced precision helps
-    (the faster one's whole interval above 1x) and what precision='auto' chose (`auto_precision.decide`
-    on the same step times). `matmul`: section 1's probe (rows of dtype and speed_vs_fp32), which tells a
-    device without fast 16-bit units from one whose units this model's step does not reach."""
+    (the faster one's whole interval above 1x) and what precision='auto' chose (`recommended`:
+    `auto_precision.decide` on the same step times). `matmul`: section 1's probe (a DataFrame with columns
+    dtype and speed_vs_fp32), which tells a device without fast 16-bit units from one whose units this
+    model's step does not reach."""
     row = speeds.loc[best]
-    if row["high"] < 1.0:
-        fast_units = {} if matmul is None else {
-            r["dtype"]: r["speed_vs_fp32"] for r in (matmul.to_dict("records") if hasattr(matmul, "to_dict") else matmul)
-            if r["dtype"] in REDUCED and (r.get("speed_vs_fp32") or 0) > 1.2}
-        said = (f"On this device reduced precision does not help: bf16 runs at {speeds.loc['bf16', 'speed-up']:.2f}x "
-                f"and fp16 at {speeds.loc['fp16', 'speed-up']:.2f}x fp32's speed. ")
-        if fast_units:
-            units = ", ".join(f"{name} at {value:.1f}x" for name, value in fast_units.items())
-            return said + (f"Yet its matrix units are fast (the matmul probe of section 1 runs {units} fp32): a "
-                           "training step of this model at this size spends its time in small convolutions, "
-                           "normalisations and dtype conversions that the units do not speed up, so "
-                           "precision='auto' keeps fp32 for it. A larger model or image can change the answer "
-                           "(exercise 1).")
-        return said + ("The article's numbers assume an NVIDIA GPU with tensor cores; a CPU without native "
-                       "bf16/fp16 matrix units emulates them, so precision='auto' keeps fp32 here.")
-    return (f"On this device {best} autocast runs at {row['speed-up']:.2f}x fp32's speed [{row['low']:.2f}, "
-            f"{row['high']:.2f}]; precision='auto''s rule on these step times chooses {recommended!r}.")
+    chosen = f"precision='auto' chooses {recommended!r} for it"
+    if row["high"] >= 1.0:
+        return (f"On this device {best} autocast runs at {row['speed-up']:.2f}x fp32's speed [{row['low']:.2f}, "
+                f"{row['high']:.2f}]; {chosen} on these step times.")
+    said = (f"On this device reduced precision does not help: bf16 runs at {speeds.loc['bf16', 'speed-up']:.2f}x "
+            f"and fp16 at {speeds.loc['fp16', 'speed-up']:.2f}x fp32's speed. ")
+    probe = matmul[matmul["dtype"].isin(REDUCED)] if matmul is not None else None
+    fast = probe[probe["speed_vs_fp32"].fillna(0) > 1.2] if probe is not None else []
+    if len(fast):
+        units = ", ".join(f"{r.dtype} at {r.speed_vs_fp32:.1f}x" for r in fast.itertuples())
+        return said + (f"Yet its matrix units are fast (the matmul probe of section 1 runs {units} fp32): a "
+                       "training step of this model at this size spends its time in small convolutions, "
+                       f"normalisations and dtype conversions that the units do not speed up, so {chosen}. "
+                       "A larger model or image can change the answer (exercise 1).")
+    return said + ("The article's numbers assume an NVIDIA GPU with tensor cores; a CPU without native "
+                   f"bf16/fp16 matrix units emulates them, so {chosen}.")
 
 
 def accuracy_rows(runs: dict) -> list[dict]:
@@ -257,6 +257,14 @@ class PrecisionSetup(ChapterSetup):
             text += (f"\naccuracy comparison: the {accurate.recipe} recipe ({accurate.model}, {accurate.epochs} epochs "
                      f"of the whole training split, single view), {self.accuracy_data.line}")
         return text + f"\nhardware: {self.hardware}"
+
+    def reused(self, runs: dict) -> dict:
+        """Section 2's runs ({precision: FitResult}) that the accuracy comparison takes as its seed
+        `config.seed`, as {(precision, seed): FitResult}: all of them when it trains `config` itself (cpu,
+        smoke), none when it trains a recipe on other data (reference)."""
+        if self.accuracy_config is not self.config:
+            return {}
+        return {(precision, self.config.seed): result for precision, result in runs.items()}
 
 
 def setup(profile: str, *, steps_per_run: int = 0, seeds: int = 0, repeats: int = 0,

@@ -201,3 +201,27 @@ def efficiency_interval(report: ScalingReport, mode: str = "strong") -> dict | N
     scaled = [workers * single[0]["global_batch"] / seconds for seconds in single[0]["step_seconds_all"]]
     interval = statistics.ratio_interval(speeds, scaled)
     return {"efficiency": interval["ratio"], "low": interval["low"], "high": interval["high"], "workers": workers}
+
+
+def dataparallel_steps(config, gpus: int, global_batch: int, *, steps: int = 5, warmup: int = 2) -> list[float] | None:
+    """Step times of `nn.DataParallel` over the first `gpus` CUDA devices at `global_batch`, with the scaling
+    probe's harness (`StepBench`, random images already on the GPU): one process that copies the model to every
+    GPU, scatters each batch and gathers the outputs on GPU 0 every step. None without that many CUDA GPUs:
+    on a CPU DataParallel runs the module as it is, so there is nothing to compare."""
+    import torch
+
+    from course_lib.engine import auto_precision
+    from course_lib.engine.step_bench import StepBench
+    from course_lib.models.factory import build_model
+
+    if gpus < 2 or not torch.cuda.is_available() or torch.cuda.device_count() < gpus:
+        return None
+    device = torch.device("cuda", 0)
+    torch.manual_seed(config.seed)
+    model = build_model(config, num_classes=8).to(device)
+    precision = auto_precision.resolve(config.precision, model, config.image_size, 8, device,
+                                       batch_size=config.batch_size, channels_last=config.channels_last)
+    bench = StepBench(model, config.image_size, global_batch, device, 8, seed=config.seed)
+    timed = bench.variant(precision, config.channels_last,
+                          wrap=lambda replica: torch.nn.DataParallel(replica, device_ids=list(range(gpus))))
+    return timed.redraw(global_batch).time(repeats=steps, warmup=warmup).seconds

@@ -30,7 +30,7 @@ from course_lib.engine.precision import grad_scaler
 from course_lib.engine.step import optimizer_step, training_step
 from course_lib.engine.step_bench import StepBench, TimedStep
 
-TASKS = ("scaling", "equivalence", "fail")
+TASKS = ("scaling", "equivalence", "bandwidth", "fail")
 # Environment hook for tests and the notebook: this rank raises right after the rendezvous.
 FAIL_RANK_ENV = "WORKBOOK_DDP_FAIL_RANK"
 COMMUNICATION_NAMES = ("all_reduce", "allreduce")  # gloo:all_reduce, nccl:all_reduce, ncclDevKernel_AllReduce...
@@ -216,17 +216,18 @@ def _communication_share(timed: TimedStep, steps, warmup, profile_steps, with_sy
 
 @record  # writes the exception to torchrun's error file, so its summary names the rank that failed first
 def run(task: str, config, *, steps: int = 5, warmup: int = 2, profile_steps: int = 3, global_batch: int = 0,
-        out: str = "") -> None:
+        out: str = "", max_bytes: int = 0) -> None:
     """One worker of the probe (`workbook ddp-probe`, started by torchrun): "scaling" times steps for
     1..world-size workers, "equivalence" trains a few SGD steps for the DDP == one-process check,
-    "fail" raises on purpose (to test failure reports). Rank 0 writes one ledger row."""
+    "bandwidth" times all-reduces of 1 KiB to `max_bytes` (0: 256 MiB; `engine.allreduce`, `steps` timed
+    each), "fail" raises on purpose (to test failure reports). Rank 0 writes one ledger row."""
     if task not in TASKS:
         raise ConfigError(f"task {task!r} is not one of {', '.join(TASKS)}")
     world_size, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cpu")
     # The equivalence check is about arithmetic, so it runs on CPU with gloo everywhere.
-    if task == "scaling" and config.device != "cpu" and torch.cuda.is_available():
+    if task in ("scaling", "bandwidth") and config.device != "cpu" and torch.cuda.is_available():
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     started = time.perf_counter()
@@ -237,6 +238,10 @@ def run(task: str, config, *, steps: int = 5, warmup: int = 2, profile_steps: in
             raise RuntimeError(f"deliberate failure on rank {rank} ({FAIL_RANK_ENV}={fail_rank}, task={task})")
         if task == "equivalence":
             result = _equivalence_worker(config, rank, world_size, steps, Path(out or "runs/ddp_probe"))
+        elif task == "bandwidth":
+            from course_lib.engine import allreduce
+
+            result = allreduce.worker(world_size, device, max_bytes or allreduce.SIZES[-1], steps, warmup)
         else:
             worker_counts = list(range(1, world_size + 1))
             result = _scaling_worker(config, rank, world_size, device, steps, warmup, profile_steps,

@@ -68,11 +68,36 @@ def collect_facts(data_dir=None, measure: bool = True) -> dict:
     if measure:
         for row in facts["matmul"]:
             facts["recommended_precision"].setdefault(row["device"], recommended_precision(row["device"]))
+    facts["allreduce"] = allreduce_fact()
     facts["recommendations"] = recommendations(facts)
     facts["problems"] = [r["advice"] for r in facts["recommendations"] if r["severity"] == "problem"]
     facts["hardware"] = ledger.describe_hardware()
     facts["seconds"] = time.perf_counter() - start
     return facts
+
+
+def allreduce_fact(book=None) -> dict | None:
+    """The newest all-reduce sweep measured on this machine (notebook 05, `workbook ddp --bandwidth`; read from
+    the ledger, not measured here: a sweep launches processes), as plain values; None when there is none."""
+    from course_lib.engine import allreduce
+
+    report = allreduce.newest(book)
+    if report is None:
+        return None
+    return {"peak_bus_gb_per_s": report.peak, "half_peak_from_bytes": report.knee(), "backend": report.backend,
+            "world_size": report.world_size, "device": report.device, "measured_at": report.measured_at,
+            "run_id": report.run_id}
+
+
+def _allreduce_line(facts: dict) -> str:
+    from course_lib.engine.allreduce import human_bytes
+
+    found = facts.get("allreduce")
+    if not found:
+        return "  not measured on this machine yet: `workbook ddp --bandwidth` (about 20 s on 2 CPU cores)"
+    return (f"  bus bandwidth up to {found['peak_bus_gb_per_s']:.2f} GB/s over {found['world_size']} {found['backend']} "
+            f"processes on {found['device']}, half of it from {human_bytes(found['half_peak_from_bytes'])} messages on "
+            f"(measured {found['measured_at'][:16]}, run {found['run_id']})")
 
 
 def _advice(topic: str, severity: str, advice: str, reason: str) -> dict:
@@ -280,7 +305,8 @@ def format_report(facts: dict) -> str:
                              f"n={row['size']})")
             else:
                 lines.append(f"  {row['device']:<7} {row['dtype']:<5} {'-':>10}          ({row['note']})")
-    lines += ["", "Recommendations  (X = problem, ! = warning)"]
+    lines += ["", "All-reduce (notebook 05's sweep)", _allreduce_line(facts), "",
+              "Recommendations  (X = problem, ! = warning)"]
     for item in facts["recommendations"]:
         lines.append(f"{_MARK[item['severity']]}{item['topic']}: {item['advice']}  [{item['reason']}]")
     lines.append("")
@@ -297,6 +323,7 @@ def inventory_rows(facts: dict) -> list[dict]:
     rows += [(name, v.get(name)) for name in ("python", "torch", "torchvision", "timm", "cuda_runtime", "cudnn",
                                               "nccl", "driver")]
     rows.append(("GPUs visible to torch", len(facts["gpus"])))
+    rows.append(("all-reduce (newest sweep here)", _allreduce_line(facts).strip()))
     for gpu in facts["gpus"]:
         rows.append((f"cuda:{gpu['index']}", f"{gpu['name']}, {_gib(gpu['memory_bytes'])}, cc "
                      f"{gpu['compute_capability']}, arch covered: {gpu['arch_covered']}, fp16 {gpu['fp16']}, "

@@ -521,15 +521,18 @@ def _precision_section(part: dict) -> list[str]:
                  "random images already on the GPU", "",
              "| variant | images/s | vs fp32 | step ms | first step s | peak GiB | vs fp32 | MFU | of peak |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for row in p["rows"]:
-        if "error" in row:
-            lines.append(f"| {row['variant']} | {row['error']} | | | | | | | |")
-            continue
-        lines.append(f"| {row['variant']} | {row['images_per_second']:.1f} | {_number(row.get('speedup_vs_fp32'), '.2f')}x | "
-                     f"{row['step_seconds'] * 1e3:.1f} | {row['first_step_seconds']:.1f} | {_gib(row['peak_memory_bytes'])} | "
-                     f"{_number(row.get('memory_vs_fp32'), '.2f')}x | {_percent(row['mfu'])} | "
-                     f"{row['mfu_dtype']} {row['peak_tflops']:.4g} TFLOP/s ({row['peak_source']}) |")
-    return lines
+    return lines + _table_rows(p["rows"], 9, lambda row: [
+        row["variant"], f"{row['images_per_second']:.1f}", f"{_number(row.get('speedup_vs_fp32'), '.2f')}x",
+        f"{row['step_seconds'] * 1e3:.1f}", f"{row['first_step_seconds']:.1f}", _gib(row["peak_memory_bytes"]),
+        f"{_number(row.get('memory_vs_fp32'), '.2f')}x", _percent(row["mfu"]),
+        f"{row['mfu_dtype']} {row['peak_tflops']:.4g} TFLOP/s ({row['peak_source']})"])
+
+
+def _table_rows(rows: list[dict], columns: int, cells) -> list[str]:
+    """Markdown table rows of a variant part: `cells(row)` for a measured row; a failed row's error, padded
+    with empty cells to `columns`."""
+    return [f"| {row['variant']} | {row['error']} |" + " |" * (columns - 2) if "error" in row
+            else "| " + " | ".join(cells(row)) + " |" for row in rows]
 
 
 def _bandwidth_section(part: dict) -> list[str]:
@@ -552,13 +555,9 @@ def _switches_section(part: dict) -> list[str]:
     lines = ["", f"## GPU speed switches: {w['summary']['model']} at {w['summary']['image_size']} px, batch "
                  f"{w['summary']['batch_size']}", "",
              "| setting | images/s | vs first row | first step s | MFU | of peak |", "|---|---|---|---|---|---|"]
-    for row in w["rows"]:
-        if "error" in row:
-            lines.append(f"| {row['variant']} | {row['error']} | | | | |")
-            continue
-        lines.append(f"| {row['variant']} | {row['images_per_second']:.1f} | {_number(row.get('speedup_vs_fp32'), '.2f')}x | "
-                     f"{row['first_step_seconds']:.1f} | {_percent(row['mfu'])} | {row['mfu_dtype']} "
-                     f"{row['peak_tflops']:.4g} TFLOP/s |")
+    lines += _table_rows(w["rows"], 6, lambda row: [
+        row["variant"], f"{row['images_per_second']:.1f}", f"{_number(row.get('speedup_vs_fp32'), '.2f')}x",
+        f"{row['first_step_seconds']:.1f}", _percent(row["mfu"]), f"{row['mfu_dtype']} {row['peak_tflops']:.4g} TFLOP/s"])
     lines += [""] + [f"- {note}" for note in w.get("notes", [])]
     return lines
 

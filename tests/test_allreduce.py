@@ -46,7 +46,7 @@ def test_small_messages_are_latency_bound_and_large_ones_bandwidth_bound():
     # half the peak where the transfer time equals the latency: 1e-4 s x 1 GB/s = 100 kB, so from 256 KiB on
     assert report.knee() == 256 * 1024
     assert report.regime(16 * 1024) == "latency-bound" and report.regime(25 * MIB) == "bandwidth-bound"
-    assert report.samples[1024] == pytest.approx([1.024e-4 * (1 + 0.01 * k) for k in range(3)], rel=1e-2)
+    assert report.samples[1024] == pytest.approx([link()(1024) * (1 + 0.01 * k) for k in range(3)])
     assert "bus bandwidth up to 1.00 GB/s" in report.line() and "half of it from 256 KiB on" in report.line()
 
 

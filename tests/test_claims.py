@@ -10,8 +10,8 @@ from course_lib.analysis import claims
 from course_lib.chapters import regularization_study
 
 
-def test_the_registry_holds_the_articles_twenty_numeric_claims():
-    assert len(claims.ARTICLE_CLAIMS) == 20
+def test_the_registry_holds_the_articles_twenty_two_numeric_claims():
+    assert len(claims.ARTICLE_CLAIMS) == 22
     notebooks = {path.name[:2] for path in (ROOT / "notebooks").glob("*.ipynb")}
     for key, claim in claims.ARTICLE_CLAIMS.items():
         assert claim.key == key and claim.article in claims.ARTICLES
@@ -73,7 +73,7 @@ def test_show_records_every_claim_and_the_scoreboard_reads_the_newest_per_machin
                                                                                 ("machine B", "1.10x")]
     assert next(item for item in board if item["key"] == "pin_memory")["verdict"] == claims.NOT_MEASURABLE
     unmeasured = [item for item in board if item["verdict"] == claims.NOT_MEASURED]
-    assert len(unmeasured) == 18 and {item["key"] for item in unmeasured} == set(claims.ARTICLE_CLAIMS) - {
+    assert len(unmeasured) == 20 and {item["key"] for item in unmeasured} == set(claims.ARTICLE_CLAIMS) - {
         "opencv_decode", "pin_memory"}
 
 
@@ -81,17 +81,17 @@ def test_workbook_claims_prints_text_and_json(capsys):
     claims.record([claims.measured("tar_shards", 6.0, (5.5, 6.5), "warm cache", hardware="machine A")])
     assert cli.main(["claims"]) == 0
     text = capsys.readouterr().out
-    assert "[02] tar_shards (A1 §3.4): holds" in text and ("1 holds, 0 refuted, 0 not shown beyond noise, 0 not measurable here, 19 not measured yet; apart from "
+    assert "[02] tar_shards (A1 §3.4): holds" in text and ("1 holds, 0 refuted, 0 not shown beyond noise, 0 not measurable here, 21 not measured yet; apart from "
                                                                   "these, 0 demonstrated (shown, not measured)") in text
     assert cli.main(["claims", "--json"]) == 0
     board = json.loads(capsys.readouterr().out)
-    assert len(board) == 20 and {item["verdict"] for item in board} == {claims.HOLDS, claims.NOT_MEASURED}
+    assert len(board) == 22 and {item["verdict"] for item in board} == {claims.HOLDS, claims.NOT_MEASURED}
 
 
 def test_the_run_report_has_the_scoreboard():
     claims.record([claims.measured("amp_speedup", 1.1, (1.0, 1.2), hardware="machine A")])
     page = report.scoreboard_html()
-    assert "Claims scoreboard" in page and claims.NOT_SHOWN in page and page.count("<tr>") == 21
+    assert "Claims scoreboard" in page and claims.NOT_SHOWN in page and page.count("<tr>") == 23
     assert "does not hold" not in page and "smoke" not in page
 
 
@@ -134,7 +134,7 @@ def test_smoke_profile_verdicts_are_kept_apart_and_not_counted(capsys, monkeypat
     amp = [item for item in board if item["key"] == "amp_speedup"]
     assert [item["verdict"] for item in amp] == [claims.NOT_MEASURED, claims.SMOKE]
     assert claims.verdict_counts(board) == {claims.HOLDS: 1, claims.REFUTED: 0, claims.NOT_SHOWN: 0,
-                                            claims.NOT_MEASURABLE: 0, claims.DEMONSTRATED: 0, claims.NOT_MEASURED: 19}
+                                            claims.NOT_MEASURABLE: 0, claims.DEMONSTRATED: 0, claims.NOT_MEASURED: 21}
     assert cli.main(["claims"]) == 0
     text = capsys.readouterr().out
     assert "1 holds, 0 refuted" in text and "profile cpu" in text

@@ -29,7 +29,7 @@ def test_the_launchers_table_puts_spawn_beside_torchrun_at_the_same_global_batch
     assert table.loc["DDP, 2 processes started by torchrun", "images_per_second"] == pytest.approx(32 / 0.08)
     assert table.loc["DDP, 2 processes started by mp.spawn", "launch_seconds"] == 9.0
     assert table["step_seconds"].isna().iloc[-1]  # no DataParallel without GPUs
-    failed = ddp_scaling.launchers_table(fake_report(), {"rows": [], "seconds": 1.0}, [0.2, 0.2], nproc=2,
+    failed = ddp_scaling.launchers_table(fake_report(), None, [0.2, 0.2], nproc=2,
                                          global_batch=32)
     assert len(failed) == 2 and failed["images_per_second"].iloc[-1] == pytest.approx(160.0)
 

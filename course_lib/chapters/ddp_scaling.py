@@ -26,12 +26,13 @@ OUTPUT_DIR = "runs/checkpoints/ddp"
 # launch per worker count) is off in smoke.
 # The all-reduce sweep (`engine.allreduce`): its largest message and the timed repeats per size (smoke: 64 KiB,
 # a check of the launch; cpu: 1 KiB to 256 MiB, about 20 s on 2 cores).
+# spawn_compare: the probe again under mp.spawn (off in smoke: another launch, tested in tests/test_spawn_launch.py).
 PROBE_CHOICES = {"smoke": {"probe_steps": 2, "warmup_steps": 1, "profile_steps": 2, "engine_sweep": False,
-                           "allreduce_max_bytes": 64 * 1024, "allreduce_repeats": 3},
+                           "allreduce_max_bytes": 64 * 1024, "allreduce_repeats": 3, "spawn_compare": False},
                  "cpu": {"probe_steps": 5, "warmup_steps": 2, "profile_steps": 3, "engine_sweep": True,
-                         "allreduce_max_bytes": 256 * 2 ** 20, "allreduce_repeats": 12},
+                         "allreduce_max_bytes": 256 * 2 ** 20, "allreduce_repeats": 12, "spawn_compare": True},
                  "gpu": {"probe_steps": 5, "warmup_steps": 2, "profile_steps": 3, "engine_sweep": True,
-                         "allreduce_max_bytes": 256 * 2 ** 20, "allreduce_repeats": 20}}
+                         "allreduce_max_bytes": 256 * 2 ** 20, "allreduce_repeats": 20, "spawn_compare": True}}
 # The NCCL variables the article names (A1 §1.2 and §4.4): what each changes, and the setting the notebook sweeps
 # against the default where NCCL runs (None: a setting between nodes, which one node cannot show).
 NCCL_SETTINGS = {
@@ -60,6 +61,7 @@ class DdpSetup(ChapterSetup):
     engine_sweep: bool  # train once per worker count through the engine
     allreduce_max_bytes: int  # the all-reduce sweep's largest message
     allreduce_repeats: int  # timed all-reduces per message size
+    spawn_compare: bool  # run the probe again under mp.spawn
 
     def with_mfu(self, table, device, precision: str):
         """`table` with an MFU column: its images_per_second times the model's training FLOPs per image,
@@ -271,7 +273,7 @@ def worst_gpu_link() -> str | None:
 
 
 def launchers_table(report, spawned: dict, dataparallel: list[float] | None, *, nproc: int, global_batch: int):
-    """torchrun against `mp.spawn` (the same probe, `engine.spawn_launch`) and DDP against `nn.DataParallel`
+    """torchrun against `mp.spawn` (the same probe, `engine.spawn_launch`; `spawned` None: not run) and DDP against `nn.DataParallel`
     (`engine.ddp.dataparallel_steps`, on 2 or more GPUs) at `nproc` processes or GPUs and the same global batch:
     the median step time, images/s, and for the launchers the whole launch's seconds (start-up included)."""
     import statistics as stats
@@ -284,7 +286,7 @@ def launchers_table(report, spawned: dict, dataparallel: list[float] | None, *, 
     torchrun_row = strong(report.launch.metrics["rows"])
     rows = [{"how": f"DDP, {nproc} processes started by torchrun", "step_seconds": torchrun_row["step_seconds"],
              "launch_seconds": report.launch.duration_seconds}]
-    if spawned["rows"]:
+    if spawned and spawned["rows"]:
         rows.append({"how": f"DDP, {nproc} processes started by mp.spawn",
                      "step_seconds": strong(spawned["rows"][0]["metrics"]["rows"])["step_seconds"],
                      "launch_seconds": spawned["seconds"]})

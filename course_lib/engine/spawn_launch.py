@@ -22,13 +22,16 @@ import time
 
 def _worker(rank: int, world_size: int, port: int, probe_args: list[str]) -> None:
     """One spawned process: torchrun's variables for this rank, then the probe worker."""
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    from course_lib import cli
+    import runpy
 
-    code = cli.main(["ddp-probe", *probe_args])
-    if code:
-        raise SystemExit(code)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    sys.argv = ["workbook", "ddp-probe", *probe_args]
+    try:  # `python -m course_lib ddp-probe ...` in this process: the command line is the one entry point
+        runpy.run_module("course_lib", run_name="__main__")
+    except SystemExit as done:
+        if done.code:
+            raise
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -309,8 +309,7 @@ def format_report(facts: dict) -> str:
               "Recommendations  (X = problem, ! = warning)"]
     for item in facts["recommendations"]:
         lines.append(f"{_MARK[item['severity']]}{item['topic']}: {item['advice']}  [{item['reason']}]")
-    lines.append("")
-    lines.append(f"{len(facts['problems'])} problem(s); doctor took {facts['seconds']:.1f} s")
+    lines += ["", f"{len(facts['problems'])} problem(s); doctor took {facts['seconds']:.1f} s"]
     return "\n".join(lines)
 
 

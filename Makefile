@@ -20,6 +20,8 @@ endif
 BIN := $(VENV)/bin
 PROFILE ?= auto
 STAMP := $(VENV)/.installed
+# A new venv needs this much free space where it goes (scripts/check_free_space.sh says so in one line).
+VENV_MIN_FREE_GIB ?= 8
 
 .PHONY: workbook test test-fast lab docs venv clean-venv
 
@@ -36,6 +38,7 @@ NBSTRIPOUT_DIFF = sh $(abspath scripts/nbstripout_filter.sh) $(abspath $(VENV)) 
 # course_lib.measure.install_check: the torch and torchvision just installed import together (else one line
 # naming the pair and the fix, and no stamp, so the next make tries again).
 $(STAMP): pyproject.toml
+	test -x $(BIN)/python || sh scripts/check_free_space.sh $(VENV) $(VENV_MIN_FREE_GIB)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet torch torchvision --index-url $(TORCH_INDEX))

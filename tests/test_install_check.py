@@ -53,3 +53,17 @@ def test_other_errors_are_not_taken_for_a_broken_install(monkeypatch):
     monkeypatch.setattr(cli, "_main", fail)
     with pytest.raises(RuntimeError, match="a bug of the command itself"):
         cli.main(["doctor"])
+
+
+def test_make_venv_says_when_the_disk_is_too_full(tmp_path):
+    """A new venv on a nearly full disk stops before pip, in one line naming the space and the fix (a CI run
+    once died half-way through pip with `[Errno 28] No space left on device`), and creates nothing."""
+    venv = tmp_path / "deep" / "venv"
+    done = subprocess.run(["make", "venv", f"VENV={venv}", "VENV_MIN_FREE_GIB=1000000"], capture_output=True,
+                          text=True, timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.returncode != 0 and not (tmp_path / "deep").exists()
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "GiB free on the filesystem of" in errors[0] and "VENV=" in errors[0], done.stderr
+    fits = subprocess.run(["sh", "scripts/check_free_space.sh", str(venv), "0"], capture_output=True, text=True,
+                          timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert fits.returncode == 0 and fits.stderr == ""

@@ -80,7 +80,7 @@ SIZES = {
               "channel_ratios": [0.5], "memory_per_class": 4, "converged_images": None, "finetune_epochs": 1,
               "student_epochs": None},
     "cpu": {"teacher": {}, "fits": {"max_train_images": 1000, "epochs": 8}, "val_per_class": 100,
-            "compile_int8": False, "seeds": 3, "speed": {"repeats": 3, "warmup": 1}, "calibration_batches": 8,
+            "compile_int8": False, "seeds": 1, "speed": {"repeats": 3, "warmup": 1}, "calibration_batches": 8,
             "sparsities": [0.9], "channel_ratios": [0.5], "memory_per_class": 20, "converged_images": 0,
             "finetune_epochs": 6, "student_epochs": 8},
     "gpu": {"teacher": {}, "fits": {}, "val_per_class": 0, "compile_int8": True, "seeds": 3, "speed": None,
@@ -91,6 +91,8 @@ SIZES = {
 # validation images cannot decide against the 1-point margin. 5 seeds (its spread, 0.49 points, asks for 4 to
 # bring the interval inside the margin), every validation image, and students of 16 epochs: on the carve-out of
 # train (seed 0, labels only, AMD EPYC) 8 epochs gave 93.3%, 12 gave 95.0% and 16 gave 95.8%.
+# The cpu pass trains one student per method (six 8-epoch students took 9 of the 97 minutes of the whole cpu run on a
+# 2-core Intel Xeon, issue 51's 45-minute budget): it shows the method and the floor; the reference decides the claim.
 SIZES["reference"] = {**SIZES["cpu"], "seeds": 5, "val_per_class": 0, "student_epochs": 16}
 
 

@@ -62,6 +62,7 @@ class Config:
     storage: str = "files"  # files | cache (pre-decoded uint8, data_cache/predecoded) | shards (tar, data_cache/shards) | device (the cache as one uint8 tensor on the training device, batched there, no DataLoader)
     augmentation: str = "cpu"  # cpu (per image, in workers) | device (per batch, on the training device) | none
     augment_recipe: str = "light"  # light (crop + flip) | heavy (+ colour jitter) | overhead (8 symmetries of the square + shifts)
+    rotation: float = 0.0  # degrees: each training image turned by its own random angle in [-rotation, rotation] (corners reflect-filled) on top of augment_recipe; 0 = off
     download: bool = False  # allow torchvision datasets to download (needs internet)
     # --- model ---
     model: str = "resnet18"  # any timm model name
@@ -71,6 +72,7 @@ class Config:
     backbone_lr_scale: float = 1.0  # backbone learning rate as a fraction of lr (e.g. 0.1 for fine-tuning)
     # --- optimisation ---
     batch_size: int = 64  # images per step per process
+    sync_batchnorm: bool = False  # under DDP, BatchNorm statistics over every process's batch (torch.nn.SyncBatchNorm on CUDA, engine.sync_batchnorm on CPU); one process: no effect
     epochs: int = 1  # passes over the training split
     max_steps: int = 0  # optimizer steps per epoch; 0 = no cap
     accumulation_steps: int = 1  # micro-batches per optimizer step
@@ -299,6 +301,9 @@ UPPER_BOUNDS = {
 MIN_LR = 1e-12
 
 
+MAX_ROTATION = 45.0  # degrees of the `rotation` augmentation
+
+
 def _check_ranges(values: dict) -> None:
     """Raise ConfigError for the first value outside its field's range (`values` holds every field)."""
     def refuse(name: str, rule: str, fix: str = "") -> None:
@@ -340,6 +345,9 @@ def _check_rates(values: dict, refuse) -> None:
             refuse(name, f"at most {high:,}", "larger values exhaust the machine or diverge")
     if not values["output_dir"].strip():
         refuse("output_dir", "a folder", "e.g. runs/checkpoints (empty would write checkpoints into the project root)")
+    if not 0 <= values["rotation"] <= MAX_ROTATION:
+        refuse("rotation", f"0 (off) to {MAX_ROTATION:g} degrees",
+               "a small rotation is an augmentation; beyond it a tile's content leaves the frame (the overhead recipe turns by 90)")
     if values["min_lr"] > values["lr"]:
         refuse("min_lr", f"at most lr ({values['lr']!r}), where the decay ends")
     for name, meaning in (("momentum", "0 (plain SGD) up to, not including, 1"),

@@ -462,9 +462,30 @@ def _chapter_08(effect, monkeypatch):
         ["transfer_freeze_recipe"] if effect == "opposite" else [])
 
 
-CHAPTER_CASES = {"03": _chapter_03, "06": _chapter_06, "06 schedule": _chapter_06_schedule, "07": _chapter_07,
-                 "07 weights": _chapter_07_weights, "08": _chapter_08, "09": _chapter_09, "12": _chapter_12,
-                 "13": _chapter_13, "15": _chapter_15}
+def _chapter_05(effect, monkeypatch):
+    from course_lib.chapters import sync_bn_study
+
+    shift = {"none": 0.0, "opposite": -0.03}[effect]
+    rows = [{"per-process batch": batch, "sync_batchnorm": synced, "seed": seed, "global batch": 2 * batch,
+             "val top-1": 0.7 + 0.01 * seed + (shift if synced else 0.0), "step ms": 10.0}
+            for seed in range(3) for batch in (2, 32) for synced in (False, True)]
+    return [sync_bn_study.claim(rows, hardware="test machine")], ["syncbn_small_batches"]
+
+
+def _chapter_07_augmentation(effect, monkeypatch):
+    from test_augmentation_strength import strength_rows
+
+    from course_lib.chapters import augmentation_strength
+
+    # none: every level alike; opposite: augmentation widens the gap and costs validation top-1
+    gap, val = {"none": (0.0, 0.0), "opposite": (-0.05, -0.04)}[effect]
+    rows = strength_rows({"none": (0.0, 0.0), "light": (gap, val), "heavy": (gap, val)})
+    return augmentation_strength.claims(rows, hardware="test machine"), ["augmentation_prevents_overfitting"]
+
+
+CHAPTER_CASES = {"03": _chapter_03, "05": _chapter_05, "06": _chapter_06, "06 schedule": _chapter_06_schedule,
+                 "07": _chapter_07, "07 weights": _chapter_07_weights, "07 augmentation": _chapter_07_augmentation,
+                 "08": _chapter_08, "09": _chapter_09, "12": _chapter_12, "13": _chapter_13, "15": _chapter_15}
 
 
 @pytest.mark.parametrize("effect", ["none", "opposite"])

@@ -64,3 +64,20 @@ def test_pruning_and_distillation_must_hold_on_accuracy_and_speed_together(monke
     assert "rule: holds wholly above -2 points" in found[1].reason
     slow = study.claims(*_tables(channel_ms=99.0))
     assert slow[1].verdict == claims.REFUTED  # top-1 kept, but no faster
+
+
+def test_one_student_per_method_decides_nothing_but_a_missed_speed(monkeypatch):
+    """The cpu pass trains one student per method: a single pair is a point, not an interval, so the accuracy half
+    of deploy_distillation is not shown (the reference profile's five seeds decide); a student no faster than its
+    teacher still refutes it."""
+    from course_lib.analysis import claims
+
+    monkeypatch.setattr(claims, "_hardware", lambda: "test machine")
+    distillation, *rest = _tables(distilled_top1=(0.95, 0.95, 0.95))  # 17 points above labels alone
+    one_seed = [row for row in distillation if row["seed"] == 0]
+    import pandas as pd
+
+    found = study.claims(pd.DataFrame(one_seed).to_dict("records"), *rest)
+    assert found[0].verdict == claims.NOT_SHOWN and "one seed gives no interval" in found[0].reason
+    slow = [dict(row, **{"images/s@64": 600.0}) for row in one_seed]
+    assert study.claims(slow, *rest)[0].verdict == claims.REFUTED

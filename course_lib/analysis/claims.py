@@ -207,6 +207,9 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # filled per notebook belo
     _qualitative("batch_lr_scaling", "A2", "training tips", "on a single 24 GB card a batch of 64-128 is suitable, "
            "with the learning rate scaled to the batch (value: the linear rule's worst top-1 at 64-128 minus the "
            "best of a batch sweep, points)", "06"),
+    _qualitative("syncbn_small_batches", "A1", "4.3", "BatchNorm's statistics are unstable when the batch on each GPU "
+           "is small, costing accuracy (value: at the smallest per-process batch, top-1 with BatchNorm over the global "
+           "batch, SyncBatchNorm, minus with each process's own statistics, points)", "05"),
     _qualitative("schedule_over_optimizer", "A2", "training tips", "a reasonable learning-rate schedule matters more "
            "than the choice of optimizer (value: mean |top-1 change| from changing the schedule minus that from "
            "changing the optimizer, points)", "06"),
@@ -225,6 +228,11 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # filled per notebook belo
            "last weights, points)", "07"),
     _qualitative("best_checkpoint_gain", "A2", "training monitoring", "(context the notebook adds) the best validation "
            "epoch's checkpoint (best.pt) scores above the last weights on held-out images (value: points)", "07"),
+    _qualitative("augmentation_prevents_overfitting", "A2", "data augmentation", "without enough augmentation "
+           "(random crop, flip, colour jitter, small rotations) the model does well on its training images and "
+           "poorly on new ones; stronger augmentation improves generalisation (value: the training-minus-validation "
+           "top-1 gap without augmentation minus with the strongest level, points; validation top-1 must rise too)",
+           "07"),
     _qualitative("swa_gain", "Izmailov et al. 2018 (arXiv:1803.05407)", "SWA", "(context the notebook adds) averaging "
            "the weights of the last epochs (SWA) scores above the last weights, as an EMA does (value: points)", "07"),
     # notebook 08
@@ -357,6 +365,8 @@ class Rule:
 RULES: dict[str, Rule] = {
     # notebook 03
     "amp_accuracy": Rule(NON_INFERIOR, 0.5, "points", WORTH_HAVING),
+    # notebook 05
+    "syncbn_small_batches": Rule(GAIN, 0.5, "points", WORTH_HAVING),
     # notebook 06
     "schedule_over_optimizer": Rule(GAIN, 0.5, "points", WORTH_HAVING),
     # notebook 07
@@ -369,6 +379,8 @@ RULES: dict[str, Rule] = {
     "early_stopping": Rule(NON_INFERIOR, 0.5, "points", "'no accuracy cost' read as losing less than " + WORTH_HAVING),
     "best_checkpoint_gain": Rule(GAIN, 0.5, "points", WORTH_HAVING),
     "swa_gain": Rule(GAIN, 0.5, "points", WORTH_HAVING),
+    "augmentation_prevents_overfitting": Rule(GAIN, 0.5, "points", WORTH_HAVING + "; for the gap, and for the "
+                                                                    "validation top-1 alike"),
     # notebook 08
     "transfer_beats_scratch": Rule(GAIN, 0.5, "points", WORTH_HAVING),
     "transfer_freeze_recipe": Rule(NON_INFERIOR, 0.5, "points", "'not destroyed' read as losing less than "
@@ -773,10 +785,11 @@ def _reference_of(key: str, notebook: str, cache: dict) -> dict | None:
 # outside the claimed range), and inconclusive when it is "not shown beyond noise".
 ACCURACY_CLAIMS: dict[str, tuple[str, ...]] = {
     "03": ("amp_accuracy",),
+    "05": ("syncbn_small_batches",),
     "06": ("adamw_vs_sgd", "adamw_sensitivity", "batch_lr_scaling", "schedule_over_optimizer"),
     "07": ("regularization_remote_sensing", "regularization_cifar10", "mixup_remote_sensing", "ema_steady_gain",
            "too_many_tricks", "label_smoothing_alone", "label_smoothing_calibration", "early_stopping",
-           "best_checkpoint_gain", "swa_gain"),
+           "best_checkpoint_gain", "swa_gain", "augmentation_prevents_overfitting"),
     "08": ("transfer_learning", "transfer_beats_scratch", "transfer_freeze_recipe"),
     "09": ("mixup_helps_09", "imbalance_weighted_loss", "imbalance_sampler"),
     "10": ("casestudy_adamw", "casestudy_regularization", "casestudy_accuracy"),

@@ -37,6 +37,28 @@ def batch_flip_lr(images: torch.Tensor, generator: torch.Generator | None = None
     return torch.where(flip.view(-1, 1, 1, 1), images.flip(-1), images)
 
 
+def rotate(images: torch.Tensor, degrees: torch.Tensor) -> torch.Tensor:
+    """Turn image i of a float batch about its centre by `degrees[i]` (counter-clockwise, as torchvision's
+    `rotate`), all in one bilinear resampling (`affine_grid` and `grid_sample`, a spatial transformer's
+    sampler, Jaderberg et al. 2015). The corners a turn uncovers are filled by reflection, so no black
+    wedges teach the model a border that real tiles lack."""
+    angles = torch.deg2rad(degrees.to(images.device, torch.float32))
+    cos, sin, zero = torch.cos(angles), torch.sin(angles), torch.zeros_like(angles)
+    # Row i maps an output pixel's normalised (x, y) (y pointing down) to the input point it samples.
+    theta = torch.stack([torch.stack([cos, -sin, zero], 1), torch.stack([sin, cos, zero], 1)], 1).to(images.dtype)
+    grid = torch.nn.functional.affine_grid(theta, list(images.shape), align_corners=False)
+    return torch.nn.functional.grid_sample(images, grid, mode="bilinear", padding_mode="reflection",
+                                           align_corners=False)
+
+
+def batch_rotate(images: torch.Tensor, max_degrees: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Each float image turned by its own angle, uniform in [-max_degrees, max_degrees]: article 2's
+    "small rotations" (`rotate`). max_degrees 0 returns the batch untouched."""
+    if max_degrees <= 0:
+        return images
+    return rotate(images, _uniform(len(images), -max_degrees, max_degrees, generator, images.device))
+
+
 def random_crop_boxes(count: int, height: int, width: int, scale=LIGHT.scale, ratio=LIGHT.ratio,
                       generator: torch.Generator | None = None, device=None) -> torch.Tensor:
     """`count` boxes (x1, y1, x2, y2) in pixels with area fraction in `scale` and aspect ratio in
@@ -152,6 +174,8 @@ class DeviceAugment:
             images = batch_flip_lr(images, generator)
         if recipe.dihedral:
             images = overhead_augment.batch_dihedral(images, generator)
+        if recipe.rotation:
+            images = batch_rotate(images, recipe.rotation, generator)
         if recipe.translate:
             images = overhead_augment.batch_translate(images, recipe.shift_pixels(self.image_size), generator)
         images = batch_color_jitter(images, recipe.brightness, recipe.contrast, recipe.saturation, generator)

@@ -146,7 +146,7 @@ def split_transforms(config: Config, recipe: transforms.AugmentRecipe | None = N
                 on training batches and normalises evaluation batches
         none:   eval_transform for both -> float; the device stage only copies"""
     size, place = config.image_size, config.augmentation
-    recipe = recipe or transforms.RECIPES[config.augment_recipe]
+    recipe = recipe or transforms.recipe_for(config)
     if place == "device":
         augment_batch = DeviceAugment(size, recipe) if augment else batch_normalize
         named = f"{augment_batch!r}" if augment else "normalise"
@@ -162,7 +162,8 @@ def describe(config: Config, where: str = "") -> str:
     """The pipeline line the engine logs first, e.g. "decoder opencv, storage cache
     (data_cache/predecoded/train-64px-1a2b3c4d), augmentation device"."""
     return (f"decoder {config.decoder}, storage {config.storage}{f' ({where})' if where else ''}, "
-            f"augmentation {config.augmentation} ({config.augment_recipe})")
+            f"augmentation {config.augmentation} ({config.augment_recipe}"
+            f"{f', rotation {config.rotation:g} degrees' if config.rotation else ''})")
 
 
 def _shown(path: Path) -> str:

@@ -26,6 +26,7 @@ class AugmentRecipe:
     flip: bool = True  # mirror left-right with probability 0.5
     dihedral: bool = False  # one of the eight symmetries of the square per image (overhead imagery)
     translate: float = 0.0  # shift by up to this fraction of the side in x and y, reflect-padded; 0 = off
+    rotation: float = 0.0  # turn by an angle drawn uniformly from [-rotation, rotation] degrees, reflect-filled; 0 = off
     brightness: float = 0.0  # colour jitter: factor drawn from [max(0, 1 - s), 1 + s]; 0 = off
     contrast: float = 0.0  # same range rule as brightness
     saturation: float = 0.0  # same range rule as brightness
@@ -48,6 +49,13 @@ OVERHEAD = AugmentRecipe(crop=False, flip=False, dihedral=True, translate=1 / 16
 RECIPES = {"light": LIGHT, "heavy": HEAVY, "overhead": OVERHEAD}  # Config.augment_recipe names one
 
 
+def recipe_for(config) -> AugmentRecipe:
+    """The recipe a config trains with: `RECIPES[config.augment_recipe]`, with `config.rotation`'s small
+    rotations on top when it asks for them."""
+    recipe = RECIPES[config.augment_recipe]
+    return dataclasses.replace(recipe, rotation=config.rotation) if config.rotation else recipe
+
+
 class RandomDihedral:
     """One of the eight symmetries of the square for one C x H x W image (per-sample twin of
     `overhead_augment.batch_dihedral`), drawn from torch's generator (seeded per worker)."""
@@ -56,6 +64,19 @@ class RandomDihedral:
         from course_lib.data.overhead_augment import DIHEDRAL_VIEWS, dihedral
 
         return dihedral(image, int(torch.randint(DIHEDRAL_VIEWS, ())))
+
+
+class RandomRotate:
+    """Turn one C x H x W float image by an angle in [-max_degrees, max_degrees] (per-sample twin of
+    `device_augment.batch_rotate`, the same arithmetic), drawn from torch's generator."""
+
+    def __init__(self, max_degrees: float):
+        self.max_degrees = max_degrees
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        from course_lib.data.device_augment import batch_rotate
+
+        return batch_rotate(image[None], self.max_degrees)[0]
 
 
 class RandomTranslate:
@@ -86,6 +107,8 @@ def train_transform(image_size: int, recipe: AugmentRecipe = LIGHT):
     steps.append(v2.ToPureTensor())
     if recipe.dihedral:
         steps.append(RandomDihedral())
+    if recipe.rotation:
+        steps.append(RandomRotate(recipe.rotation))
     if recipe.translate:
         steps.append(RandomTranslate(recipe.shift_pixels(image_size)))
     if recipe.jitters:

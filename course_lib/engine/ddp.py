@@ -51,7 +51,9 @@ def check_equivalence(nproc: int = 2, params: dict | None = None, profile: str |
                       steps: int = 3, nnodes: int = 1, tolerance: float = 1e-5, echo=print,
                       timeout: float = 300) -> dict:
     """Train a small CNN without BatchNorm for `steps` SGD steps with DDP (nproc x nnodes workers,
-    under torchrun) and with 1 worker on the same global batches; compare the weights."""
+    under torchrun) and with 1 worker on the same global batches; compare the weights. With
+    `params={"sync_batchnorm": True}` the CNN has BatchNorm, synchronised across the workers: its
+    statistics are the global batch's, so DDP must still equal one worker (running statistics included)."""
     import torch
 
     from course_lib.engine import ddp_probe
@@ -74,8 +76,9 @@ def _initial_distance(ddp_probe, config, steps, reference) -> float:
     """How far training moved the weights: the difference above is small relative to this."""
     import torch
 
-    torch.manual_seed(ddp_probe.equivalence_settings(config, steps)["seed"])
-    start = ddp_probe.small_cnn(ddp_probe.equivalence_settings(config, steps)["num_classes"]).state_dict()
+    settings = ddp_probe.equivalence_settings(config, steps)
+    torch.manual_seed(settings["seed"])
+    start = ddp_probe.small_cnn(settings["num_classes"], batchnorm=settings["batchnorm"]).state_dict()
     return max((reference[k] - start[k]).abs().max().item() for k in reference)
 
 

@@ -36,12 +36,16 @@ FAIL_RANK_ENV = "WORKBOOK_DDP_FAIL_RANK"
 COMMUNICATION_NAMES = ("all_reduce", "allreduce")  # gloo:all_reduce, nccl:all_reduce, ncclDevKernel_AllReduce...
 
 
-def small_cnn(num_classes: int = 4, width: int = 8) -> torch.nn.Module:
-    """Two convolutions and a linear head, no BatchNorm: with BatchNorm each DDP rank normalises
-    with its own shard's statistics, so DDP would *not* equal 1-worker training."""
+def small_cnn(num_classes: int = 4, width: int = 8, batchnorm: bool = False) -> torch.nn.Module:
+    """Two convolutions and a linear head; no BatchNorm by default: with BatchNorm each DDP rank normalises
+    with its own shard's statistics, so DDP would *not* equal 1-worker training, unless the BatchNorm is
+    synchronised (`sync_batchnorm=True`: statistics over the global batch, exactly as one worker computes them)."""
+    def norm():
+        return [torch.nn.BatchNorm2d(width)] if batchnorm else []
+
     return torch.nn.Sequential(
-        torch.nn.Conv2d(3, width, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.Conv2d(width, width, 3, padding=1, stride=2), torch.nn.ReLU(),
+        torch.nn.Conv2d(3, width, 3, padding=1), *norm(), torch.nn.ReLU(),
+        torch.nn.Conv2d(width, width, 3, padding=1, stride=2), *norm(), torch.nn.ReLU(),
         torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(width, num_classes))
 
 
@@ -81,7 +85,7 @@ def sgd_steps(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor
 def equivalence_settings(config, steps: int) -> dict:
     """What both sides of the equivalence check use; global batch = config.batch_size."""
     return dict(count=max(64, 2 * steps * config.batch_size), image_size=16, num_classes=4, seed=config.seed,
-                global_batch=config.batch_size, steps=steps, lr=0.05)
+                global_batch=config.batch_size, steps=steps, lr=0.05, batchnorm=config.sync_batchnorm)
 
 
 def single_worker_weights(settings: dict) -> dict:
@@ -93,7 +97,7 @@ def single_worker_weights(settings: dict) -> dict:
                                       settings["seed"])
     batches = rank_batches(settings["count"], 1, 0, settings["global_batch"], settings["seed"])[:settings["steps"]]
     torch.manual_seed(settings["seed"])
-    model = small_cnn(settings["num_classes"])
+    model = small_cnn(settings["num_classes"], batchnorm=settings.get("batchnorm", False))
     sgd_steps(model, images, labels, batches, settings["lr"])
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -105,7 +109,12 @@ def _equivalence_worker(config, rank: int, world_size: int, steps: int, out: Pat
     images, labels = synthetic_images(settings["count"], settings["image_size"], settings["num_classes"],
                                       settings["seed"])
     torch.manual_seed(settings["seed"])  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    model = torch.nn.parallel.DistributedDataParallel(small_cnn(settings["num_classes"]))
+    model = small_cnn(settings["num_classes"], batchnorm=settings["batchnorm"])
+    if settings["batchnorm"]:  # sync_batchnorm: what the engine does under DDP (`engine.sync_batchnorm`)
+        from course_lib.engine import sync_batchnorm
+
+        model = sync_batchnorm.convert(model, torch.device("cpu"))
+    model = torch.nn.parallel.DistributedDataParallel(model)
     batches = rank_batches(settings["count"], world_size, rank, settings["global_batch"] // world_size,
                            settings["seed"])[:steps]
     sgd_steps(model, images, labels, batches, settings["lr"])

@@ -303,6 +303,7 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
     raw_model = (model if model is not None else factory.build_model(config, num_classes, bundle.classes)).to(
         device, memory_format=torch.channels_last if config.channels_last else torch.preserve_format)
     refuse_one_value_batch_norm(raw_model, config)
+    raw_model = _synced_batchnorm(raw_model, config, distributed, device, log)
     precision = auto_precision.resolve(config.precision, raw_model, config.image_size, num_classes, device,
                                        batch_size=config.batch_size, channels_last=config.channels_last, log=log)
     log(f"training {config.model} on {len(bundle.train)} images ({num_classes} classes) for {config.epochs} "
@@ -313,6 +314,22 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
                        global_batch=global_batch)
     _resume_or_start(state)
     return state
+
+
+def _synced_batchnorm(raw_model: torch.nn.Module, config: Config, distributed: Distributed, device, log):
+    """sync_batchnorm=True under DDP: every BatchNorm layer normalised over the global batch
+    (`engine.sync_batchnorm`); with one process there is nothing to synchronise, and the log says so."""
+    if not config.sync_batchnorm:
+        return raw_model
+    if not distributed.enabled:
+        log("sync_batchnorm: one process, so each BatchNorm layer already sees the whole batch")
+        return raw_model
+    from course_lib.engine import sync_batchnorm
+
+    raw_model = sync_batchnorm.convert(raw_model, device)
+    log(f"sync_batchnorm: {sync_batchnorm.count_synced(raw_model)} BatchNorm layers normalise over the global batch "
+        f"of {distributed.world_size} processes")
+    return raw_model
 
 
 def _apply_device_switches(config: Config, device: torch.device, log) -> None:

@@ -246,12 +246,19 @@ BOOKKEEPING_FIELDS = ("output_dir", "resume", "num_workers", "pin_memory", "pref
                       "tensorboard")
 
 
+# Config fields added after checkpoints were first cached under digests, with the value that trains as before: at
+# that value a field is left out, so a new field does not orphan every model a reader has already trained.
+LATER_FIELDS = {"rotation": 0.0, "sync_batchnorm": False}
+
+
 def config_digest(values: dict, ignore=BOOKKEEPING_FIELDS) -> str:
     """A 12-hex-digit SHA-1 of `values` (a Config's `to_dict()` plus anything else that decides
-    the weights, e.g. the class list), without the `ignore` fields: the name under which a
-    checkpoint can be found again and reused instead of retrained while the digest matches."""
+    the weights, e.g. the class list), without the `ignore` fields (and `LATER_FIELDS` at their old
+    behaviour): the name under which a checkpoint can be found again and reused instead of retrained
+    while the digest matches."""
     import hashlib
     import json
 
-    kept = {key: value for key, value in values.items() if key not in ignore}
+    kept = {key: value for key, value in values.items()
+            if key not in ignore and not (key in LATER_FIELDS and value == LATER_FIELDS[key])}
     return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -1,0 +1,216 @@
+"""Notebook 07 section 8: augmentation strength against overfitting (issue 47, point 1). Article 2's data
+augmentation section lists random crops, flips, colour jitter and small rotations, and warns that too little
+augmentation overfits. The section trains one model at three strengths over the same seeds, on a small training
+set where overfitting shows, and scores every epoch on the training images themselves (not augmented, in eval
+mode) and on validation images: the gap between the two is what augmentation is for. This module holds the
+levels, the per-profile sizes, the tables, the plot and the claim; the notebook holds the loop.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from course_lib.chapters.setup import sizes
+from course_lib.config import Config, ConfigError
+
+HEAVY_ROTATION = 15.0  # degrees: article 2's "small rotations"
+# Each level is Config values over the section's base config. none: no augmentation at all (the training images
+# as the evaluation sees them); light: the engine's default, a random resized crop of 60-100% of the area and a
+# mirror; heavy: all of the article's list, the crop, the mirror, colour jitter of 0.4 and turns of up to 15 degrees.
+LEVELS: dict[str, dict] = {
+    "none": {"augmentation": "none"},
+    "light": {"augmentation": "device", "augment_recipe": "light", "rotation": 0.0},
+    "heavy": {"augmentation": "device", "augment_recipe": "heavy", "rotation": HEAVY_ROTATION},
+}
+# Per profile: training images per run (a low-data regime named as such: overfitting shows within minutes),
+# epochs, seeds, validation images per class scoring every epoch (0: all), and training images scored per epoch
+# (0: all). cpu: 3 levels x 3 seeds of 12 epochs on 1,000 tiles, about 2 minutes on 2 cores; reference: 48
+# epochs, 5 seeds, every validation image.
+SIZES = {
+    "smoke": dict(images=64, epochs=2, seeds=2, val_per_class=4),
+    "cpu": dict(images=1000, epochs=12, seeds=3, val_per_class=40),
+    "gpu": dict(images=2000, epochs=30, seeds=3, val_per_class=0),
+    "reference": dict(images=1000, epochs=48, seeds=5, val_per_class=0),
+}
+
+
+@dataclasses.dataclass
+class StrengthStudy:
+    """The section's base config, its levels and seeds, and the validation images per class."""
+
+    config: Config
+    levels: list[str]
+    seeds: list[int]
+    val_per_class: int
+
+    def config_for(self, level: str, seed: int) -> Config:
+        """The base config at `level`, trained with `seed` (which also draws the training images)."""
+        return self.config.replace(seed=seed, **LEVELS[level])
+
+    def bundle_for(self, config: Config):
+        """`config`'s datasets, validation cut to `val_per_class` images per class (the same for every run)."""
+        from course_lib.data import class_split, pipeline
+
+        data = pipeline.build_datasets(config)
+        if self.val_per_class:
+            data = class_split.subset_bundle(data, data.classes, val_per_class=self.val_per_class)
+        return data
+
+    def describe(self) -> str:
+        return (f"{self.config.model} at {self.config.image_size} px, {self.config.epochs} epochs on "
+                f"{self.config.max_train_images or 'all'} training images, levels {', '.join(self.levels)}, "
+                f"seeds {', '.join(map(str, self.seeds))}")
+
+
+def select_levels(choice: str) -> list[str]:
+    """"all" or comma-separated names of `LEVELS`, in the order given; "none" must be among them (every gap
+    is compared with training without augmentation)."""
+    names = list(LEVELS) if choice.strip() == "all" else [n.strip() for n in choice.split(",") if n.strip()]
+    unknown = [name for name in names if name not in LEVELS]
+    if unknown or "none" not in names or len(names) < 2:
+        raise ConfigError(f"augmentation_levels={choice!r}: use all, or at least two of {', '.join(LEVELS)} "
+                          "with none among them (the comparison is against no augmentation)")
+    return names
+
+
+def study(config: Config, profile: str, levels: str = "all", epochs: int = 0, seeds: int = 0) -> StrengthStudy:
+    """The section's study on `config` (notebook 07's: its model, batch, learning rate and data), with the
+    profile's sizes (`SIZES`; `epochs` and `seeds` 0: the profile's). A resident split (storage=device) becomes
+    the pre-decoded cache: no augmentation has to run somewhere, and only the cache serves both."""
+    chosen = sizes(SIZES, profile)
+    count = seeds or chosen["seeds"]
+    if count < 2:
+        raise ConfigError(f"seeds={count}: the paired interval needs at least 2 seeds")
+    base = config.replace(max_train_images=chosen["images"], epochs=epochs or chosen["epochs"],
+                          storage="cache" if config.storage == "device" else config.storage,
+                          mixup_alpha=0.0, cutmix_alpha=0.0, random_erasing=0.0, label_smoothing=0.0, ema_decay=0.0)
+    return StrengthStudy(base, select_levels(levels), list(range(config.seed, config.seed + count)),
+                         chosen["val_per_class"])
+
+
+def curves(rows: list[dict]):
+    """Mean and spread over seeds, per level and epoch, of the training and validation top-1 (percent) and of
+    their gap (training minus validation: what the model knows of its training images and not of new ones)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    frame["gap"] = frame["train top-1"] - frame["val top-1"]
+    table = frame.groupby(["level", "epoch"])[["train top-1", "val top-1", "gap"]].agg(["mean", "std"])
+    table.columns = [f"{metric} {stat}" for metric, stat in table.columns]
+    return (100 * table).reset_index().assign(epoch=lambda t: t["epoch"].astype(int))
+
+
+def payoff_epoch(table, level: str, against: str = "none") -> int | None:
+    """The first epoch from which `level`'s mean validation top-1 stays at or above `against`'s to the end:
+    where the stronger augmentation starts to pay off (None: not within the run)."""
+    mine = table[table["level"] == level].set_index("epoch")["val top-1 mean"]
+    theirs = table[table["level"] == against].set_index("epoch")["val top-1 mean"]
+    ahead = (mine >= theirs).reindex(sorted(mine.index))
+    behind = [epoch for epoch, above in ahead.items() if not above]
+    last_behind = max(behind) if behind else 0
+    return None if last_behind == max(ahead.index) else last_behind + 1
+
+
+def final_table(rows: list[dict]):
+    """One row per level at the last epoch: training and validation top-1, the gap, each a mean with its t
+    interval over seeds, the gap's paired difference with no augmentation, and where the level pays off."""
+    import pandas as pd
+
+    from course_lib.analysis import statistics
+
+    frame = _last_epoch(rows)
+    table = curves(rows)
+    out = []
+    for level, group in frame.groupby("level", sort=False):
+        gap = statistics.confidence_interval(group["gap"]) if len(group) > 1 else None
+        row = {"level": level, "seeds": len(group), "train top-1 %": group["train top-1"].mean(),
+               "val top-1 %": group["val top-1"].mean(), "gap (points)": group["gap"].mean(),
+               "gap low": gap and gap["low"], "gap high": gap and gap["high"]}
+        if level != "none":
+            less = _gap_reduction(frame, level)
+            row.update({"gap below none": less and less["delta"], "low": less and less["low"],
+                        "high": less and less["high"], "pays off from epoch": payoff_epoch(table, level)})
+        out.append(row)
+    return pd.DataFrame(out).set_index("level").round(2)
+
+
+def _last_epoch(rows: list[dict]):
+    """The rows of each run's last epoch, in points, with the gap."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    frame = frame[frame["epoch"] == frame.groupby(["level", "seed"])["epoch"].transform("max")].copy()
+    frame[["train top-1", "val top-1"]] *= 100
+    frame["gap"] = frame["train top-1"] - frame["val top-1"]
+    return frame
+
+
+def _paired_gain(frame, level: str, metric: str) -> dict | None:
+    """`level`'s `metric` minus no augmentation's, paired by seed, in points (None: fewer than 2 seeds)."""
+    from course_lib.analysis import statistics
+
+    none = frame[frame["level"] == "none"].set_index("seed")[metric]
+    mine = frame[frame["level"] == level].set_index("seed")[metric]
+    seeds = sorted(set(none.index) & set(mine.index))
+    if len(seeds) < 2:
+        return None
+    return statistics.paired_difference([mine[s] for s in seeds], [none[s] for s in seeds])
+
+
+def _gap_reduction(frame, level: str) -> dict | None:
+    """The gap without augmentation minus `level`'s, paired by seed, in points (None: fewer than 2 seeds)."""
+    gain = _paired_gain(frame, level, "gap")
+    if gain is None:
+        return None
+    return {**gain, "delta": -gain["delta"], "low": -gain["high"], "high": -gain["low"]}
+
+
+def plot_curves(table, title: str = ""):
+    """Validation top-1 (solid) and training top-1 (dashed) against epochs, one colour per level; right: the gap."""
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    for index, (level, group) in enumerate(table.groupby("level", sort=False)):
+        colour = f"C{index}"
+        left.plot(group["epoch"], group["val top-1 mean"], "o-", color=colour, label=f"{level}: validation")
+        left.plot(group["epoch"], group["train top-1 mean"], "--", color=colour, label=f"{level}: training images")
+        right.errorbar(group["epoch"], group["gap mean"], yerr=group["gap std"].fillna(0), color=colour, marker="o",
+                       capsize=2, label=level)
+    left.set(xlabel="epoch", ylabel="top-1 %", title="top-1 (mean over seeds)")
+    right.set(xlabel="epoch", ylabel="training minus validation top-1 (points)", title="the gap (mean, std over seeds)")
+    right.axhline(0, color="grey", linewidth=0.8)
+    left.legend(fontsize=7)
+    right.legend(fontsize=8)
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    return figure
+
+
+def claims(rows: list[dict], hardware: str | None = None) -> list:
+    """augmentation_prevents_overfitting: the training-minus-validation gap without augmentation minus the gap
+    with the strongest level that ran, at the last epoch, paired by seed (its rule: `analysis.claims.RULES`)."""
+    from course_lib.analysis import claims as claim_records
+
+    frame = _last_epoch(rows)
+    strongest = [level for level in reversed(LEVELS) if level != "none" and level in set(frame["level"])]
+    if not strongest:
+        return [claim_records.not_measurable("augmentation_prevents_overfitting", "no augmented level ran",
+                                             hardware=hardware)]
+    level = strongest[0]
+    less = _gap_reduction(frame, level)
+    gaps = frame.groupby("level")["gap"].mean()
+    tops = frame.groupby("level")["val top-1"].mean()
+    text = (f"gap without augmentation {gaps['none']:.1f} points, with {level} {gaps[level]:.1f} (validation top-1 "
+            f"{tops['none']:.1f}% and {tops[level]:.1f}%)")
+    if less is None:
+        delta = float(gaps["none"] - gaps[level])
+        return [claim_records.decided("augmentation_prevents_overfitting", delta, None,
+                                      f"{text}; one seed: no interval", hardware=hardware)]
+    # The article's second half: generalisation improves, so the validation top-1 must rise by the same rule.
+    rule = claim_records.RULES["augmentation_prevents_overfitting"]
+    gain = _paired_gain(frame, level, "val top-1")
+    better = claim_records.decide(rule, gain["low"], gain["high"])
+    return [claim_records.decided(
+        "augmentation_prevents_overfitting", less["delta"], (less["low"], less["high"]),
+        f"{text}; the gap shrinks by {less['delta']:+.1f} points [{less['low']:+.1f}, {less['high']:+.1f}] and "
+        f"validation top-1 moves {gain['delta']:+.1f} [{gain['low']:+.1f}, {gain['high']:+.1f}] ({better}), over "
+        f"{less['runs']} seeds, paired", hardware=hardware, also=better)]

@@ -191,25 +191,25 @@ def test_accuracy_verdicts_are_counted_per_notebook_newest_first_smoke_left_out(
     claims.record([claims.checked("adamw_sensitivity", True, "4 steps", hardware="machine A")])
     monkeypatch.delenv(ledger_module.PROFILE_ENV)
     counts = claims.accuracy_counts(claims.scoreboard())
-    assert list(counts) == ["03", "06", "07", "08", "09", "10", "12", "13", "15"]
+    assert list(counts) == ["03", "05", "06", "07", "08", "09", "10", "12", "13", "15"]
     # 06: the newer machine B run (holds) counts, not machine A's older inconclusive one; the smoke
     # check of adamw_sensitivity is left out, so that claim is not measured yet (nor are the batch and
     # schedule claims).
     assert counts["06"] == {claims.CONCLUSIVE: 1, claims.INCONCLUSIVE: 0, claims.NOT_MEASURABLE: 0,
                             claims.NOT_MEASURED: 3, "total": 4}
     assert counts["07"] == {claims.CONCLUSIVE: 1, claims.INCONCLUSIVE: 1, claims.NOT_MEASURABLE: 1,
-                            claims.NOT_MEASURED: 7, "total": 10}
+                            claims.NOT_MEASURED: 8, "total": 11}
     assert counts["13"][claims.NOT_MEASURED] == counts["13"]["total"] == 3
     text = claims.format_accuracy_counts(counts)
-    assert text.splitlines()[1] == "06: 1 of 4 accuracy verdicts conclusive (3 not measured yet)"
-    assert ("07: 1 of 10 accuracy verdicts conclusive (1 inconclusive, 1 not measurable here, 7 not measured yet)"
+    assert text.splitlines()[2] == "06: 1 of 4 accuracy verdicts conclusive (3 not measured yet)"
+    assert ("07: 1 of 11 accuracy verdicts conclusive (1 inconclusive, 1 not measurable here, 8 not measured yet)"
             in text)
     assert cli.main(["claims"]) == 0
     shown = capsys.readouterr().out
     assert "accuracy verdicts per notebook (yours):\n    03: 0 of 1" in shown
     assert "\n    06: 1 of 4 accuracy verdicts conclusive" in shown
     assert "(reference" not in shown  # no reference result in this test's folder
-    assert "Conclusive accuracy verdicts per notebook (yours): 03: 0 of 1; 06: 1 of 4; 07: 1 of 10;" in \
+    assert "Conclusive accuracy verdicts per notebook (yours): 03: 0 of 1; 05: 0 of 1; 06: 1 of 4; 07: 1 of 11;" in \
         report.scoreboard_html()
     with pytest.raises(ValueError, match="count 'yours'"):
         claims.accuracy_counts([], whose="mine")
@@ -229,13 +229,14 @@ def test_the_references_accuracy_verdicts_are_counted_apart_from_the_readers(tmp
     theirs = claims.accuracy_counts(board, whose="reference", root=tmp_path)
     assert (yours["06"][claims.CONCLUSIVE], yours["06"][claims.NOT_MEASURED]) == (1, 3)
     assert (theirs["06"][claims.CONCLUSIVE], theirs["06"][claims.INCONCLUSIVE]) == (1, 1)
-    assert theirs["07"][claims.NOT_MEASURED] == theirs["07"]["total"] == 10
-    assert claims.accuracy_counts_table(theirs).splitlines()[3] == "| 06 | 1 | 1 | 0 | 2 | 4 |"
+    assert theirs["07"][claims.NOT_MEASURED] == theirs["07"]["total"] == 11
+    assert claims.accuracy_counts_table(theirs).splitlines()[4] == "| 06 | 1 | 1 | 0 | 2 | 4 |"
     table = claims.accuracy_results_table(tmp_path).splitlines()
     assert table[2].startswith("| 03 | `amp_accuracy` | - | - | not in the reference | no reference")
-    assert table[3].startswith("| 06 | `adamw_vs_sgd` | +7.00 points | [+1.70 points, +12.30 points] | holds | AdamW")
-    assert table[5].startswith("| 06 | `batch_lr_scaling` | - | - | not in the reference | -")
-    assert table[7].startswith("| 07 | `regularization_remote_sensing` | - | - | not in the reference | no reference")
+    assert table[3].startswith("| 05 | `syncbn_small_batches` | - | - | not in the reference | no reference")
+    assert table[4].startswith("| 06 | `adamw_vs_sgd` | +7.00 points | [+1.70 points, +12.30 points] | holds | AdamW")
+    assert table[6].startswith("| 06 | `batch_lr_scaling` | - | - | not in the reference | -")
+    assert table[8].startswith("| 07 | `regularization_remote_sensing` | - | - | not in the reference | no reference")
     monkeypatch.setattr(reference, "folder", lambda: tmp_path)
     assert cli.main(["reference", "table"]) == 0
     shown = capsys.readouterr().out

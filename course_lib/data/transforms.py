@@ -68,13 +68,13 @@ class RandomDihedral:
 
 class RandomRotate:
     """Turn one C x H x W float image by an angle in [-max_degrees, max_degrees] (per-sample twin of
-    `device_augment.batch_rotate`, the same arithmetic), drawn from torch's generator."""
+    `rotation.batch_rotate`, the same arithmetic), drawn from torch's generator."""
 
     def __init__(self, max_degrees: float):
         self.max_degrees = max_degrees
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
-        from course_lib.data.device_augment import batch_rotate
+        from course_lib.data.rotation import batch_rotate
 
         return batch_rotate(image[None], self.max_degrees)[0]
 

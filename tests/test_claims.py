@@ -5,7 +5,7 @@ import json
 import pytest
 from conftest import ROOT
 
-from course_lib import cli, ledger, report
+from course_lib import cli, ledger, paths, report
 from course_lib.analysis import claims
 from course_lib.chapters import regularization_study
 
@@ -470,7 +470,8 @@ def _chapter_05(effect, monkeypatch):
     rows = [{"per-process batch": batch, "sync_batchnorm": synced, "seed": seed, "global batch": 2 * batch,
              "val top-1": 0.7 + 0.01 * seed + (shift if synced else 0.0), "step ms": 10.0}
             for seed in range(3) for batch in (2, 32) for synced in (False, True)]
-    return [sync_bn_study.claim(rows, hardware="test machine")], ["syncbn_small_batches"]
+    real = paths.DataChoice({"dataset": "imagefolder", "data_dir": "eurosat"}, "eurosat", "a test", False)
+    return [sync_bn_study.claim(rows, real, hardware="test machine")], ["syncbn_small_batches"]
 
 
 def _chapter_07_augmentation(effect, monkeypatch):

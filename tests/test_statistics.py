@@ -48,6 +48,20 @@ def test_ratio_interval_contains_the_ratio_of_means():
     assert 1.85 < result["low"] and result["high"] < 2.15
 
 
+def test_stratified_ratio_interval_resamples_within_each_part_only():
+    # Parts of very different sizes with little noise inside each: the total's ratio is tight, although the
+    # values pooled across parts spread widely (an unstratified bootstrap would mix the parts up).
+    slow = [[10.0, 10.2], [20.0, 20.4], [5.0, 5.1]]
+    fast = [[5.0, 5.1], [10.0, 10.2], [5.0, 5.05]]
+    result = statistics.stratified_ratio_interval(slow, fast)
+    assert result["ratio"] == pytest.approx(sum(map(sum, slow)) / sum(map(sum, fast)))
+    assert result["low"] <= result["ratio"] <= result["high"] and result["high"] - result["low"] < 0.05
+    constant = statistics.stratified_ratio_interval([[2.0, 2.0], [4.0, 4.0]], [[1.0, 1.0], [2.0, 2.0]])
+    assert constant["low"] == pytest.approx(2.0) and constant["high"] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="at least 2 repeats"):
+        statistics.stratified_ratio_interval([[1.0]], [[1.0, 2.0]])
+
+
 def test_wilson_interval_matches_the_closed_form():
     low, high = statistics.binomial_interval(90, 100)
     z, p, n = 1.959964, 0.9, 100

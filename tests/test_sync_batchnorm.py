@@ -3,6 +3,7 @@ workbook's `CpuSyncBatchNorm` on CPU, and notebook 05's section 7 (its table and
 import pytest
 import torch
 
+from course_lib import paths
 from course_lib.chapters import sync_bn_study
 from course_lib.config import ConfigError, make_config
 from course_lib.engine import ddp, ddp_probe, sync_batchnorm
@@ -84,6 +85,8 @@ def test_the_sections_plan_table_and_claim():
     launches, batches, seeds = sync_bn_study.plan(config, "cpu")
     assert batches == [2, 4, 8, 32] and seeds == [0] and launches.model == "speedrun_resnet_tiny"
     assert sync_bn_study.plan(config, "cpu", "2, 16")[1] == [2, 16]
+    real = paths.DataChoice({"dataset": "imagefolder", "data_dir": "/tmp/eurosat"}, "eurosat", "a test", False)
+    assert sync_bn_study.plan(config, "cpu", "", real)[0].data_dir == "/tmp/eurosat"
     assert sync_bn_study.plan(config, "cpu", "none")[1] == []
     for bad in ("two", "0,4"):
         with pytest.raises(ConfigError, match="sync_bn_batches"):
@@ -103,8 +106,10 @@ def test_the_sections_plan_table_and_claim():
     table = sync_bn_study.table(rows(0.03))
     assert table.loc[2, "synced minus own (points)"] == pytest.approx(3.0)
     assert table.loc[32, "step time synced / own"] == pytest.approx(1.3)
-    assert sync_bn_study.claim(rows(0.03), hardware="test").verdict == claims.HOLDS
-    assert sync_bn_study.claim(rows(0.0), hardware="test").verdict == claims.REFUTED
-    assert sync_bn_study.claim(rows(-0.03), hardware="test").verdict == claims.REFUTED
-    one = sync_bn_study.claim(rows(0.03, seeds=(0,)), hardware="test")
-    assert one.verdict == claims.NOT_SHOWN and "one seed" in one.reason
+    assert sync_bn_study.claim(rows(0.03), real, hardware="test").verdict == claims.HOLDS
+    assert sync_bn_study.claim(rows(0.0), real, hardware="test").verdict == claims.REFUTED
+    assert sync_bn_study.claim(rows(-0.03), real, hardware="test").verdict == claims.REFUTED
+    one = sync_bn_study.claim(rows(0.03, seeds=(0,)), real, hardware="test")
+    assert one.verdict == claims.NOT_SHOWN and "one seed" in one.reason and "eurosat" in one.reason
+    generated = sync_bn_study.claim(rows(0.03), paths.choose_data("cpu", find_real=False), hardware="test")
+    assert generated.verdict == claims.NOT_MEASURABLE and "generated" in generated.reason

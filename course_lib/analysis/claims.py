@@ -266,6 +266,8 @@ QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # filled per notebook belo
     _qualitative("casestudy_regularization", "A1", "6", "stage 4: pretrained weights + label smoothing + MixUp reach "
            "93.8% (60 epochs)", "10"),
     _qualitative("casestudy_accuracy", "A1", "6", "overall: +5 points of top-1 (88.6% -> 93.8%) besides 1/16 of the time", "10"),
+    _qualitative("optimisation_order", "A1", "6.5", "the order matters: fix the data pipeline and utilisation before "
+           "the model and the training strategy (value: extra training time of the same stages, model first)", "10"),
     # notebook 11
     _qualitative("compile_static_control_flow", "A1", "7", "torch.compile: data-dependent control flow breaks the graph; "
            "make it static (value: graph breaks of a Python if)", "11"),
@@ -391,6 +393,9 @@ RULES: dict[str, Rule] = {
                                                          "points among 10"),
     "imbalance_sampler": Rule(GAIN, 1.0, "points", "1 point of macro-F1: about one class's F1 moving 10 points "
                                                    "among 10"),
+    # notebook 10
+    "optimisation_order": Rule(GAIN, 5.0, "%", "5% of the stages' training time: less is within what load on a "
+                                               "shared machine changes between runs"),
     # notebook 12
     "bigger_model_not_better": Rule(AT_MOST, 1.0, "points", "'much better' is the claim's own 1 point, each pair"),
     # notebook 13

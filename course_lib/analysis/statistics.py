@@ -270,6 +270,29 @@ def ratio_interval(values, baseline, level: float = 0.95, draws: int = 2000, see
     return {"ratio": ratio, "low": min(low, ratio), "high": max(high, ratio)}
 
 
+def stratified_ratio_interval(groups, baseline_groups, level: float = 0.95, draws: int = 2000, seed: int = 0) -> dict:
+    """sum(groups) / sum(baseline_groups) for totals made of fixed parts (the same stages timed in two orders, a few
+    epochs each), with a percentile bootstrap that resamples within each part only (scipy.stats.bootstrap draws
+    every sample on its own): the parts are the design, the repeats inside a part are the noise. Each part needs
+    at least 2 values. Returns ratio, low and high."""
+    from scipy import stats
+
+    parts = [np.asarray(list(g), dtype=np.float64) for g in (*groups, *baseline_groups)]
+    if min(len(part) for part in parts) < 2:
+        raise ValueError("a stratified ratio interval needs at least 2 repeats in every part")
+    _check_level(level)
+    split = len(groups)
+
+    def total_ratio(*samples, axis=-1):
+        return sum(x.sum(axis=axis) for x in samples[:split]) / sum(x.sum(axis=axis) for x in samples[split:])
+
+    ratio = float(total_ratio(*parts))
+    result = stats.bootstrap(parts, total_ratio, n_resamples=draws, confidence_level=level, method="percentile",
+                             random_state=np.random.default_rng(seed), vectorized=True)
+    low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+    return {"ratio": ratio, "low": min(low, ratio), "high": max(high, ratio)}
+
+
 def binomial_interval(correct: int, total: int, level: float = 0.95) -> tuple[float, float]:
     """Wilson score interval of an accuracy of `correct` out of `total` images (scipy's binomtest):
     how far the accuracy could move on another validation set of the same size."""

@@ -386,6 +386,16 @@ class CaseStudy:
             self.config, self.world_size = config, processes
         return row
 
+    def restart(self, label: str = "model-first") -> "CaseStudy":
+        """A second study from this one's baseline (its run, seeds and noise band shared, nothing else kept), for
+        the same stages in another order (`chapters.optimisation_order`); recorded under `<study_id>-<label>`."""
+        baseline = next(row for row in self.rows if row["stage"] == "baseline")
+        return dataclasses.replace(
+            self, config=self.config_of["baseline"], world_size=1, study_id=f"{self.study_id}-{label}",
+            rows=[baseline], results={"baseline": self.results.get("baseline")},
+            baseline_top1s=list(self.baseline_top1s), baseline_rates=list(self.baseline_rates),
+            bundles=self.bundles, config_of={"baseline": self.config_of["baseline"]})
+
     def skip(self, stage: str, reason: str) -> dict:
         """A stage that cannot run here: a row saying why (recorded too, status 'skipped')."""
         row = {"stage": stage, "change": reason, "world_size": None, "kept": False, "note": reason}

@@ -3,7 +3,9 @@ point 2). Article 1 (section 4.3) warns that BatchNorm's statistics are unstable
 small, that gradient accumulation does not fix it, and that a too-small per-GPU batch costs accuracy. Under DDP
 `sync_batchnorm=True` computes the statistics over every process's images (`engine.sync_batchnorm`). The notebook
 launches the same run under torchrun at several per-process batches, once with each process's own statistics and
-once synchronised, and this module holds the sizes, the table and the claim.
+once synchronised, and this module holds the sizes, the data, the table and the claim. Unlike the rest of notebook
+05 (timing on the profile's own images), this section judges accuracy, so it reads real images where the run finds
+them (`paths.choose_data`); on generated images its claim is not measurable.
 """
 from __future__ import annotations
 
@@ -24,14 +26,16 @@ SIZES = {
 }
 
 
-def plan(config: Config, profile: str, batches: str = "") -> tuple[Config, list[int], list[int]]:
+def plan(config: Config, profile: str, batches: str = "", data=None) -> tuple[Config, list[int], list[int]]:
     """(the launches' config, the per-process batches, the seeds) for `profile`; `batches`: comma-separated
-    per-process batches instead of the profile's ("": the profile's; "none": no launch)."""
+    per-process batches instead of the profile's ("": the profile's; "none": no launch). `data`: a
+    `paths.DataChoice` whose images the launches train and score (None: `config`'s own)."""
     from course_lib.config import ConfigError
 
     chosen = sizes(SIZES, profile)
+    config = config.replace(**chosen["config"], **(data.overrides if data is not None else {}))
     if batches.strip() == "none":
-        return config.replace(**chosen["config"]), [], list(range(chosen["seeds"]))
+        return config, [], list(range(chosen["seeds"]))
     try:
         picked = [int(part) for part in batches.split(",") if part.strip()] or list(chosen["batches"])
     except ValueError:
@@ -39,7 +43,7 @@ def plan(config: Config, profile: str, batches: str = "") -> tuple[Config, list[
                           "\"\" for the profile's or none") from None
     if min(picked) < 1:
         raise ConfigError(f"sync_bn_batches={batches!r}: every per-process batch must be at least 1")
-    return config.replace(**chosen["config"]), picked, list(range(chosen["seeds"]))
+    return config, picked, list(range(chosen["seeds"]))
 
 
 def row(launched, per_process: int, synced: bool, seed: int) -> dict:
@@ -68,13 +72,17 @@ def table(rows: list[dict]):
     return out.round(3)
 
 
-def claim(rows: list[dict], hardware: str | None = None):
+def claim(rows: list[dict], data, hardware: str | None = None):
     """syncbn_small_batches: at the smallest per-process batch, top-1 synchronised minus each process's own,
-    paired by seed (its rule: `analysis.claims.RULES`); one seed gives no interval, so no verdict."""
+    paired by seed (its rule: `analysis.claims.RULES`), on `data` (a `paths.DataChoice`: generated images decide
+    nothing about the article's accuracy); one seed gives no interval, so no verdict."""
     import pandas as pd
 
     from course_lib.analysis import claims, statistics
 
+    if data.synthetic:
+        return claims.not_measurable("syncbn_small_batches", f"trained on generated {data.name} images, not real "
+                                     "ones; rerun where real data is found (workbook data get eurosat)", hardware)
     frame = pd.DataFrame(rows)
     smallest = int(frame["per-process batch"].min())
     part = frame[frame["per-process batch"] == smallest].pivot_table(index="seed", columns="sync_batchnorm",
@@ -82,7 +90,7 @@ def claim(rows: list[dict], hardware: str | None = None):
     if True not in part.columns or False not in part.columns:
         return claims.not_measurable("syncbn_small_batches", "a setting did not run", hardware=hardware)
     part = part.dropna()
-    text = (f"per-process batch {smallest} (global {smallest * int(frame['global batch'].min() // smallest)}): "
+    text = (f"{data.name}, per-process batch {smallest} (global {int(frame['global batch'].min())}): "
             f"synced {100 * part[True].mean():.1f}%, own statistics {100 * part[False].mean():.1f}%")
     if len(part) < 2:
         return claims.checked("syncbn_small_batches", None, f"{text}; one seed gives no interval (the gpu profile's "

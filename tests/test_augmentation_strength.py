@@ -144,6 +144,9 @@ def test_the_claim_holds_only_when_the_gap_shrinks_and_validation_rises():
     assert verdict(0.0, 0.0).verdict == claims.REFUTED  # no change at all: wholly below the half point
     rows = strength_rows({"none": (0.0, 0.0)})
     assert augmentation_strength.claims(rows)[0].verdict == claims.NOT_MEASURABLE
+    [one] = augmentation_strength.claims(strength_rows({"none": (0.0, 0.0), "heavy": (-0.10, 0.03)}, seeds=(0,)),
+                                         hardware="test machine")
+    assert one.verdict == claims.NOT_SHOWN and "one seed" in one.reason and one.measured == pytest.approx(10.0, abs=0.01)
 
 
 def test_a_new_field_at_its_old_behaviour_keeps_the_digest_of_models_already_trained():

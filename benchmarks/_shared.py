@@ -1,5 +1,5 @@
 """What the benchmark scripts share: the command-line arguments every one takes (profile, config
-overrides, results folder) and the skip, with its reason, when no real EuroSAT folder is found."""
+overrides, results folder) and the skip, with its reason, when no real EuroSAT (or Imagenette) folder is found."""
 from __future__ import annotations
 
 import argparse
@@ -30,6 +30,16 @@ def eurosat_or_skip(why: str) -> Path | None:
     if folder is None:
         print(f"skipped: no EuroSAT in {paths.DATA_ENV}, data_cache/eurosat/ or ../shared/datasets/eurosat_rgb "
               f"(`{paths.GET_REAL_DATA}` fetches it); {why}")
+    return folder
+
+
+def imagenette_or_skip(why: str) -> Path | None:
+    """data_cache/imagenette/ where `workbook data get imagenette` lays it out (`paths.imagenette_dir`), or None
+    after printing one line saying the benchmark is skipped, how to get the data, and why it needs it."""
+    folder = paths.imagenette_dir()
+    if folder is None:
+        print(f"skipped: no Imagenette in {paths.CACHE_DIR}/imagenette/ (`{paths.GET_IMAGENETTE}` fetches it, or "
+              f"give -p data_dir=FOLDER with train/ valid/ test/); {why}")
     return folder
 
 

@@ -114,6 +114,7 @@ def headline_table(root: Path | None = None) -> str:
                      f"{data['parameters'].get('model', 'resnet18')})",
                      _where(data),
                      "EuroSAT `train` (speed, not accuracy)"))
+    rows.append(_imagenette_row(root))
     from course_lib.analysis import claims
 
     counts = claims.accuracy_counts(whose="reference", root=root / REFERENCES)
@@ -131,6 +132,26 @@ def headline_table(root: Path | None = None) -> str:
     lines = ["| result | measured | hardware | scored on |", "|---|---|---|---|"]
     lines += [f"| {what} | {value} | {hardware} | {split} |" for what, value, hardware, split in rows]
     return "\n".join(lines)
+
+
+def _imagenette_row(root: Path) -> tuple[str, str, str, str]:
+    """The headline's Imagenette row: benchmarks/bench_imagenette.py's result when it ran on Imagenette (top-1 and
+    top-5 on the official val, the gap to the leaderboard), else what it takes to measure it."""
+    from course_lib.analysis import imagenette
+
+    what = f"imagenette recipe against fast.ai's leaderboard ({imagenette.leaderboard_line()})"
+    path = root / RESULTS / f"{imagenette.RESULT_STEM}.json"
+    run = json.loads(path.read_text()) if path.is_file() else {}
+    if not run.get("on_imagenette"):
+        return (what, "not measured yet: no run on Imagenette committed", "-",
+                f"Imagenette's official val, after `{paths.GET_IMAGENETTE}` and benchmarks/bench_imagenette.py "
+                "(5 runs of a ResNet-50: a GPU's job)")
+    summary, gap, config = run["summary"], run["gap"], run["config"]
+    shift = f" [{gap['low']:+.2f}, {gap['high']:+.2f}]" if gap.get("low") is not None else ""
+    return (what, f"top-1 {_interval(summary['test_top1'], 100, unit='%')}; top-5 "
+                  f"{_interval(summary['test_top5'], 100, unit='%')}; {gap['points']:+.2f} points{shift} from it",
+            _where(run), f"Imagenette's official val ({summary['runs']} runs, mean [95% interval]; "
+                         f"{config['image_size']} px, {config['epochs']} epochs; tuned on `valid`)")
 
 
 def benchmark_body(stem: str, root: Path | None = None) -> str:

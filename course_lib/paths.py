@@ -269,6 +269,19 @@ def eurosat_dir() -> Path | None:
     return found.folder if found is not None else None
 
 
+GET_IMAGENETTE = "workbook data get imagenette"  # the command that lays Imagenette out in data_cache/imagenette/
+
+
+def imagenette_dir() -> Path | None:
+    """data_cache/imagenette/ when `workbook data get imagenette` has laid it out there (train/ and test/, the
+    official val, which the leaderboard scores), else None; WORKBOOK_DATA=none hides it as it hides all real data.
+    Only that folder: a WORKBOOK_DATA folder names the data of every run, not Imagenette."""
+    if os.environ.get(DATA_ENV, "").strip().lower() == NO_REAL_DATA:
+        return None
+    folder = project_root() / CACHE_DIR / "imagenette"
+    return folder if (folder / "train").is_dir() and (folder / "test").is_dir() else None
+
+
 def choose_data(profile: str | None, data_dir: str | None = None, dataset: str | None = None, *,
                 find_real: bool = True) -> DataChoice:
     """The one rule for "which data does this run use", for `workbook train`, `data info`, `speedrun`

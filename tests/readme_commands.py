@@ -79,6 +79,12 @@ COMMANDS = [
                   "python benchmarks/bench_speedrun.py --profile smoke --recipe best --seeds 1 --validation-from train "
                   "-p image_size=64 -p min_image_size=32 -p epochs=2 --out runs/bench/best-choice/64px-40-epochs",
                   r"^\| 0 \| "),
+    ReadmeCommand("workbook data get imagenette", skip=DOWNLOAD),
+    ReadmeCommand(".venv/bin/python benchmarks/bench_imagenette.py",
+                  "python benchmarks/bench_imagenette.py --profile smoke --seeds 2 --out runs/bench", r"^\| 1 \| "),
+    ReadmeCommand(".venv/bin/python benchmarks/bench_imagenette.py -p image_size=128",
+                  "python benchmarks/bench_imagenette.py --profile smoke --seeds 2 -p image_size=128 --out runs/bench",
+                  r"^\| 1 \| "),
     ReadmeCommand("workbook eval runs/checkpoints/last.pt --split val",
                   "workbook eval runs/checkpoints/last.pt --split val", r"^saved "),
     ReadmeCommand("workbook eval CHECKPOINT -p device=cpu -p batch_size=256 --json",

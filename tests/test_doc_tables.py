@@ -109,6 +109,21 @@ def test_the_headline_table_names_the_best_recipes_record_with_its_epochs_and_se
     assert f"({run['summary']['runs']} seeds" in row
 
 
+def test_the_headline_says_where_the_imagenette_recipe_stands_once_it_ran_on_imagenette(project):
+    def row():
+        return next(line for line in doc_tables.headline_table(project).splitlines() if line.startswith("| imagenette"))
+
+    assert "not measured yet" in row() and "workbook data get imagenette" in row()
+    interval = {"mean": 0.88, "low": 0.87, "high": 0.89, "runs": 5}
+    run = {"on_imagenette": True, "hardware": "NVIDIA H100", "load_average_before": 0.1, "load_average_after": 1.0,
+           "started": "2026-12-07 10:00", "config": {"image_size": 160, "epochs": 5},
+           "summary": {"runs": 5, "test_top1": interval, "test_top5": {**interval, "mean": 0.99, "high": 1.0}},
+           "gap": {"points": 0.57, "low": -0.43, "high": 1.57, "runs": 5}}
+    (project / "benchmarks" / "results" / "imagenette.json").write_text(json.dumps(run))
+    assert "top-1 88.00% [87.00, 89.00]; top-5 99.00% [87.00, 100.00]; +0.57 points [-0.43, +1.57]" in row()
+    assert "NVIDIA H100, load 0.1-1.0, 2026-12-07 10:00" in row() and "(5 runs, mean [95% interval]; 160 px" in row()
+
+
 def test_the_headline_refuses_a_race_that_was_not_scored_on_the_held_out_split(project):
     results = project / "benchmarks" / "results" / "speedrun_best.json"
     run = json.loads(results.read_text())

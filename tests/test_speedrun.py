@@ -150,6 +150,24 @@ def test_the_seed_summary_keeps_tta_apart_and_gives_t_intervals():
     assert "1 view" in lines and "8 views (TTA)" in lines and "reached by 2 of 3" in lines
 
 
+def test_the_seed_summary_gives_top5_beside_top1_on_both_splits_and_a_race_keeps_it(tmp_path):
+    results = _seeded([0.97, 0.96, 0.98], [0.97, 0.98, 0.99], [100.0, 110.0, 120.0], [80.0, None, 90.0])
+    for result, top5 in zip(results, (0.99, 1.0, 0.995)):
+        result.val_top5, result.test_top1, result.test_top5 = top5, result.val_top1 - 0.01, top5 - 0.01
+    summary = race.seed_summary(results, target=0.8743)
+    assert summary["top5"]["mean"] == pytest.approx(0.995) and summary["top5"]["high"] <= 1.0
+    assert summary["test_top5"]["mean"] == pytest.approx(0.985) and summary["test_top5"]["runs"] == 3
+    lines = "\n".join(race.summary_lines(summary))
+    assert "final top-5, 8 views" in lines and "test split top-5, 8 views" in lines and "seconds to 87.43%" in lines
+    assert race.seed_summary(results[:1])["top5"]["low"] is None  # one run: its value, no interval
+    # a race on the committed sample (it has a test split) scores top-5 on validation and test alike
+    from course_lib.config import make_config
+
+    config = make_config("smoke", max_steps=1, output_dir=str(tmp_path / "ck"))
+    result = race.race(config, progress=False, verbose=False, record=False)
+    assert result.val_top1 <= result.val_top5 <= 1.0 and result.test_top1 <= result.test_top5 <= 1.0
+
+
 def test_the_speedrun_command_runs_to_its_summary_line(tmp_path, monkeypatch, capsys):
     from course_lib import cli
 

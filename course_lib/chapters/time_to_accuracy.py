@@ -1,7 +1,8 @@
 """Notebook 12's race and ablation: the speed-run recipe against the workbook's default recipe and a
 naive loop, each for the same wall-clock budget, then the recipe with one ingredient taken out at a
 time, over several seeds (each change paired by seed against the full recipe,
-`analysis.statistics.compare_variants`).
+`analysis.statistics.compare_variants`); and section 5, the `imagenette` recipe raced under fast.ai's Imagenette
+leaderboard rules (`imagenette_plan`, the claim in `analysis.imagenette`).
 The race itself is `engine.speedrun.race`; this module holds what only the notebook needs.
 """
 from __future__ import annotations
@@ -48,13 +49,26 @@ SMOKE_SIZES = dict(image_size=32, max_train_images=128, max_steps=2, epochs=2, b
 # None the recipe's; validation images per class, 0: all; batch, 0: the recipe's, with the learning rate scaled
 # to it; epochs, 0: the recipe's). cpu measures what each ingredient changes, not the final figure: 3 short epochs
 # of at most 2,000 images at batch 64 (about 110 steps on EuroSAT), a fixed 100 images per class.
+# Section 5, the Imagenette recipe against fastai's leaderboard (`imagenette_plan`): where it races ("imagenette":
+# data_cache/imagenette/ when `workbook data get imagenette` has put it there; "sample": the committed sample, a check
+# that the section runs), how many runs (seeds 0..runs-1; 0: not run here, for the reason `why`) and its Config
+# values over the recipe's. The leaderboard averages 5 runs; on the cpu profile they are left out (`imagenette_seeds`
+# asks for them), the smoke check trains the smoke profile's tiny net for two steps.
+IMAGENETTE_SMOKE = dict(model="test_resnet", image_size=32, batch_size=16, epochs=1, max_steps=2, max_train_images=128,
+                        precision="off")
+IMAGENETTE_CPU_WHY = ("5 runs of resnet50d (23.5 M parameters) at 160 px for 5 epochs are over 200,000 training "
+                      "images, hours on a few CPU cores; the gpu profile races them, `imagenette_seeds=5` asks for "
+                      "them here, and benchmarks/bench_imagenette.py runs them anywhere")
 SIZES = {
     "smoke": dict(config=SMOKE_SIZES, budget=5.0, rivals=0.0, seeds=1, cuda=False, first=2, leaves_out={},
-                  ablation=dict(images=None, validation=0, batch=0, epochs=1)),
+                  ablation=dict(images=None, validation=0, batch=0, epochs=1),
+                  imagenette=dict(on="sample", runs=1, config=IMAGENETTE_SMOKE, why="")),
     "cpu": dict(config={}, budget=300.0, rivals=60.0, seeds=3, cuda=False, first=0, leaves_out=CPU_LEAVES_OUT,
-                ablation=dict(images=2000, validation=100, batch=64, epochs=3)),
+                ablation=dict(images=2000, validation=100, batch=64, epochs=3),
+                imagenette=dict(on="imagenette", runs=0, config={}, why=IMAGENETTE_CPU_WHY)),
     "gpu": dict(config={}, budget=120.0, rivals=0.0, seeds=3, cuda=True, first=0, leaves_out={},
-                ablation=dict(images=None, validation=0, batch=0, epochs=0)),
+                ablation=dict(images=None, validation=0, batch=0, epochs=0),
+                imagenette=dict(on="imagenette", runs=5, config={}, why="")),
 }
 
 
@@ -358,3 +372,81 @@ def claims(racers: list, budget_seconds: float, target_seconds: float = 600.0,
         f"{default.label} ({speed.images_per_second / max(default.images_per_second, 1e-9):.1f}x; cached uint8 data, "
         "augmentation on whole batches, no workers, a small net)", hardware=hardware))
     return found
+
+
+@dataclasses.dataclass
+class ImagenettePlan:
+    """What section 5 races: the Imagenette recipe's config (None: not run here), the seeds, whether the data is
+    Imagenette itself (not the committed sample's check), and one line saying which, or why not."""
+
+    config: Config | None
+    seeds: list[int]
+    on_imagenette: bool
+    line: str
+
+
+def imagenette_plan(setup: RaceSetup, runs: int = -1) -> ImagenettePlan:
+    """Section 5 in this profile (`SIZES[profile]["imagenette"]`): `runs` seeds of `RECIPES["imagenette"]` (-1: the
+    profile's number) on data_cache/imagenette/, or the smoke check on the committed sample, or nothing, with the
+    reason: the profile leaves it out, or no Imagenette is here (and the one command that gets it)."""
+    from course_lib import paths
+    from course_lib.analysis import imagenette
+    from course_lib.config import SAMPLE_DATA_DIR, make_config
+
+    chosen = sizes(SIZES, setup.profile)["imagenette"]
+    runs = chosen["runs"] if runs < 0 else runs
+    if runs == 0:
+        return ImagenettePlan(None, [], False, f"not run here: {chosen['why'] or 'imagenette_seeds=0'}")
+    if chosen["on"] == "sample":
+        config = make_config(setup.profile, recipe="imagenette", data_dir=SAMPLE_DATA_DIR, **chosen["config"])
+        return ImagenettePlan(config, list(range(runs)), False, "the imagenette recipe on the committed sample, "
+                              f"{config.model} for {config.max_steps} steps: a check that this section runs, not "
+                              "Imagenette")
+    folder = paths.imagenette_dir()
+    if folder is None:
+        return ImagenettePlan(None, [], False, f"not run here: no Imagenette in {paths.CACHE_DIR}/imagenette/ "
+                              f"(`{paths.GET_IMAGENETTE}` fetches it)")
+    config = make_config(setup.profile, recipe="imagenette", data_dir=str(folder), **chosen["config"])
+    return ImagenettePlan(config, list(range(runs)), True, f"the imagenette recipe ({config.model}, "
+                          f"{config.image_size} px, {config.epochs} epochs), {runs} run(s) on {folder}, scored on "
+                          f"{imagenette.OFFICIAL_VAL}")
+
+
+def imagenette_table(results: list, device: str = "cpu"):
+    """One row per run of section 5 (top-1 and top-5 on the official val and on `valid`, seconds, images/s and
+    MFU), then the mean over the runs with its 95% t interval (`speedrun.seed_summary`), as fractions."""
+    import pandas as pd
+
+    rows = [{"run": f"seed {r.config.seed}", "official val top-1": r.test_top1, "official val top-5": r.test_top5,
+             "valid top-1": r.val_top1, "seconds": r.seconds, "images/s": r.images_per_second,
+             "MFU": mfu(r, r.images_per_second, device)} for r in results]
+    if len(results) > 1:
+        summary = speedrun.seed_summary(results)
+        for name, key in (("mean", "mean"), ("95% low", "low"), ("95% high", "high")):
+            rows.append({"run": name, "official val top-1": summary["test_top1"][key],
+                         "official val top-5": summary["test_top5"][key], "valid top-1": summary["top1"][key],
+                         "seconds": summary["seconds"][key], "images/s": summary["images_per_second"][key]})
+    return rounded(pd.DataFrame(rows).set_index("run")) if rows else pd.DataFrame()
+
+
+def imagenette_line(plan: ImagenettePlan, results: list, hardware: str) -> str:
+    """Where the recipe stands against the leaderboard (`analysis.imagenette.gap_line`), or the plan's line."""
+    from course_lib.analysis import imagenette
+
+    if not plan.on_imagenette or not results:
+        return plan.line
+    return imagenette.gap_line(speedrun.seed_summary(results), plan.config, hardware)
+
+
+def imagenette_claim(plan: ImagenettePlan, results: list, hardware: str):
+    """The claim `imagenette_leaderboard` from section 5's runs on Imagenette (`analysis.imagenette.claim`); without
+    them, from benchmarks/bench_imagenette.py's results when that ran on Imagenette (uvadlc's habit: an expensive
+    result is loaded when present), else not measurable with the plan's reason."""
+    from course_lib.analysis import imagenette
+
+    if plan.on_imagenette and results:
+        return imagenette.claim(speedrun.seed_summary(results), plan.config, hardware)
+    saved = imagenette.saved_claim()
+    if saved is not None:
+        return saved
+    return imagenette.claim(None, plan.config, hardware, why_not=plan.line.removeprefix("not run here: "))

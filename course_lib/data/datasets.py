@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from course_lib.config import Config, ConfigError, make_config, resolve_profile
+from course_lib.config import RECIPES, Config, ConfigError, make_config, resolve_profile
 from course_lib.data.device_augment import DeviceStage
 from course_lib.data.images import (
     BadImageError,
@@ -207,6 +207,9 @@ def config_with_data(profile: str | None, *overlays, find_real: bool = True, **v
     `data info`, `speedrun`, `ddp` and the notebooks build their configs here, so they agree on the data."""
     given = {name: value for name, value in values.items()
              if value is not None and not (name in ("dataset", "data_dir") and value == "")}
+    # A recipe that names its data (imagenette) is the reader's word for it, as a data_dir parameter would be.
+    named = RECIPES.get(given.get("recipe") or "", {})
+    given.update({name: named[name] for name in ("dataset", "data_dir") if name in named and name not in given})
     choice = choose_data(resolve_profile(profile), given.get("data_dir"), given.get("dataset"), find_real=find_real)
     return make_config(profile, *overlays, **{**choice.overrides, **given}), choice
 

@@ -558,3 +558,15 @@ def test_one_foreign_claim_row_or_reference_file_is_left_out_in_one_line(tmp_pat
     assert "03.json cannot be read (wrong type for claims)" in err and "04.json cannot be read (it holds a JSON " \
                                                                        "list, not an object)" in err
     assert cli.main(["reference", "list"]) == 0
+
+
+def test_the_registry_is_data_and_a_wrong_entry_names_the_file_and_the_fields():
+    import tomllib
+
+    with open(claims.REGISTRY, "rb") as file:
+        data = tomllib.load(file)
+    assert list(data["numeric"]) == list(claims.ARTICLE_CLAIMS) and list(data["rules"]) == list(claims.RULES)
+    assert set(claims.RULES) <= set(claims.QUALITATIVE_CLAIMS)
+    assert claims.WORTH_HAVING in claims.RULES["swa_gain"].why and "{" not in "".join(r.why for r in claims.RULES.values())
+    with pytest.raises(ValueError, match=r"claims_registry.toml: claim typo has fields \['article', 'sectoin'\]"):
+        claims._article_claims({"typo": {"article": "A1", "sectoin": "1"}})

@@ -1,7 +1,8 @@
 """Every number the two source articles assert, and one record for "claimed vs. measured".
 
-`ARTICLE_CLAIMS` holds the articles' 20 numeric claims (article, section, the claimed value or range,
-its unit, and the notebook that measures it). A notebook turns a measurement into a `Claim` with
+`ARTICLE_CLAIMS` holds the articles' numeric claims (article, section, the claimed value or range,
+its unit, and the notebook that measures it), `QUALITATIVE_CLAIMS` those without a number and `RULES` how an
+interval decides them; all three are read from the data file `claims_registry.toml` beside this module. A notebook turns a measurement into a `Claim` with
 `measured(key, value, interval)` (the verdict comes from comparing the interval with the claimed
 range) or `not_measurable(key, reason)`, and `show([...])` writes each claim to the ledger and returns
 the table. `scoreboard()` reads the newest measurement of every claim per machine back from the ledger
@@ -33,7 +34,9 @@ newest measurements or for the committed reference results; `workbook claims` an
 from __future__ import annotations
 
 import math
+import tomllib
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 
 HOLDS, REFUTED, NOT_SHOWN, NOT_MEASURABLE = "holds", "refuted", "not shown beyond noise", "not measurable here"
 # Shown, not measured: a check that holds by construction (the engine's scheduler against its own formula,
@@ -85,252 +88,31 @@ class ArticleClaim:
         return f"<= {format_value(self.high, self.unit)}"
 
 
-def _claim(key, article, section, statement, low, high, unit, notebook, no_effect=None):
-    return key, ArticleClaim(key, article, section, statement, low, high, unit, notebook, no_effect)
+# The claims themselves are data: `claims_registry.toml` beside this module holds the articles' numeric claims
+# (ARTICLE_CLAIMS, in the order the first article makes them), the qualitative ones per notebook
+# (QUALITATIVE_CLAIMS: the same Claim shape, without a claimed range; `checked` or `decided` gives their verdicts)
+# and the rules that decide the latter (RULES, below). A new claim is a new table there.
+REGISTRY = Path(__file__).with_name("claims_registry.toml")
+CLAIM_FIELDS = {"article", "section", "statement", "low", "high", "unit", "notebook", "no_effect"}
 
 
-# The articles' numeric claims, in the order the first article makes them. Where an article gives one
-# number ("about 2x"), the range is that number +-25%: "about" is not a point.
-ARTICLE_CLAIMS: dict[str, ArticleClaim] = dict([
-    _claim("gpu_starved_utilisation", "A1", "1.1", "a data-starved GPU is busy only 30-50% of the time", 30, 50,
-           "%", "02"),
-    _claim("cpu_cores_per_gpu", "A1", "1.1", "one training GPU needs at least 16 physical CPU cores", 16, None,
-           "cores", "02"),
-    _claim("nvme_vs_sata", "A1", "1.1", "SATA SSD -> NVMe SSD cuts an epoch's data-reading time by about 60%",
-           45, 75, "%", "02", no_effect=0),
-    _claim("resnet50_amp_memory", "A1", "1.3", "ResNet-50, 224 px, batch 256, mixed precision needs 12-16 GB",
-           12, 16, "GB", "01"),
-    _claim("dataloader_tuning", "A1", "3", "tuning the DataLoader alone made training about 3x faster", 2.25, 3.75,
-           "x", "02", no_effect=1),
-    _claim("num_workers_knee", "A1", "3.1", "throughput stops growing at about half the physical cores "
-           "(8-16 workers on 32 cores)", 0.25, 0.5, "of the cores", "02"),
-    _claim("pin_memory", "A1", "3.1", "pin_memory=True raises throughput by 5-15%", 5, 15, "%", "02", no_effect=0),
-    _claim("opencv_decode", "A1", "3.2", "OpenCV imdecode decodes JPEG about 2x faster than PIL", 1.5, 2.5,
-           "x", "02", no_effect=1),
-    _claim("tar_shards", "A1", "3.4", "tar shards read 5-10x faster than loose files (hundreds/s -> 2-3 thousand/s)",
-           5, 10, "x", "02", no_effect=1),
-    _claim("amp_speedup", "A1", "4.1", "mixed precision trains 1.5-3x faster", 1.5, 3, "x", "03", no_effect=1),
-    _claim("amp_memory", "A1", "4.1", "mixed precision needs about half the memory", 0.4, 0.6, "x", "03", no_effect=1),
-    _claim("amp_second_article", "A2", "mixed precision", "mixed precision trains 1.5-2x faster at almost "
-           "unchanged accuracy", 1.5, 2, "x", "03", no_effect=1),
-    _claim("torch_compile", "A1", "7", "torch.compile raises CNN throughput by 10-30%", 10, 30, "%", "03", no_effect=0),
-    _claim("ddp_efficiency", "A1", "4.4", "4-GPU DDP reaches at least 85% scaling efficiency", 85, None, "%", "05"),
-    _claim("ddp_vs_dataparallel", "A1", "4.2", "DDP (a model replica per GPU, only gradients synchronised) trains "
-           "faster than the old DataParallel on the same GPUs (read: at least 1.1x the images/s)", 1.1, None, "x",
-           "05", no_effect=1),
-    _claim("allreduce_nvlink_vs_pcie", "A1", "1.2", "between two GPUs, PCIe instead of NVLink gives several times "
-           "(read: at least 2x) less communication bandwidth", 2, None, "x", "05", no_effect=1),
-    _claim("adamw_vs_sgd", "A1", "5.2", "AdamW beats SGD and is less sensitive to the learning rate and seed "
-           "(accuracy of AdamW minus SGD, mean over learning rates and seeds)", 0, None, "points", "06", no_effect=0),
-    _claim("regularization_remote_sensing", "A1", "5.3", "label smoothing 0.1 + MixUp 0.2 + light Random Erasing "
-           "add about 1.5 points on a remote-sensing set", 1.0, 2.0, "points", "07", no_effect=0),
-    _claim("regularization_cifar10", "A1", "5.3", "the same combination adds about 0.8 points on CIFAR-10",
-           0.5, 1.1, "points", "07", no_effect=0),
-    _claim("mixup_remote_sensing", "A1", "6.4", "MixUp helps remote-sensing images more than others (gain on "
-           "remote sensing minus gain on a non-remote-sensing control)", 0, None, "points", "07", no_effect=0),
-    _claim("transfer_learning", "A1", "5.4", "fine-tuning pretrained weights reaches from-scratch accuracy with "
-           "about 80% less training", 60, 100, "%", "08", no_effect=0),
-    _claim("case_study_speedup", "A1", "6", "the four stages cut total training time to about 1/16", 12, 20,
-           "x", "10", no_effect=1),
-])
-
-def _qualitative(key, article, section, statement, notebook):
-    """A claim without a number: no claimed range, no unit; its verdict comes from `checked`."""
-    return _claim(key, article, section, statement, None, None, "", notebook)
+def _article_claims(table: dict) -> dict[str, ArticleClaim]:
+    """{key: ArticleClaim} of one section of the registry, each entry's fields checked by name."""
+    found = {}
+    for key, entry in table.items():
+        unknown = set(entry) - CLAIM_FIELDS
+        if unknown or not {"article", "section", "statement", "notebook"} <= set(entry):
+            raise ValueError(f"{REGISTRY.name}: claim {key} has fields {sorted(entry)}; allowed: "
+                             f"{sorted(CLAIM_FIELDS)}, article, section, statement and notebook required")
+        found[key] = ArticleClaim(key, entry["article"], str(entry["section"]), entry["statement"], entry.get("low"),
+                                  entry.get("high"), entry.get("unit", ""), entry["notebook"], entry.get("no_effect"))
+    return found
 
 
-# Claims the articles make without a number (or that the notebooks add as context): the same Claim
-# shape, shown in each notebook's table, listed after the numeric ones by `scoreboard`. Each notebook
-# adds its own under its marker; `checked(key, holds, reason)` gives their verdicts.
-QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = dict([  # filled per notebook below
-    # notebook 00
-    _qualitative("cuda_available", "A1", "2", "torch.cuda.is_available() is True on a GPU server", "00"),
-    _qualitative("cpu_gpu_same_matmul", "A1", "2", "the CPU and the GPU give the same matmul result (check a new "
-           "driver this way)", "00"),
-    _qualitative("gpu_much_faster", "A1", "2", "the GPU multiplies matrices tens to hundreds of times faster than the CPU "
-           "(value: GPU / CPU GFLOP/s)", "00"),
-    _qualitative("wheel_ships_cuda_runtime", "A1", "2", "the torch wheel ships its own CUDA runtime (no separate toolkit "
-           "needed)", "00"),
-    # notebook 01
-    _qualitative("batch_doubling_memory", "A1", "1.3", "doubling the batch (ResNet-50, 256 -> 512) adds 30-40% memory "
-           "(value: the growth in %)", "01"),
-    _qualitative("amp_memory_estimate", "A1", "4.1", "mixed precision roughly halves ResNet-50's training memory "
-           "(the workbook's estimate; notebook 03 measures it)", "01"),
-    _qualitative("card_24gb_batch256", "A1", "1.3", "on a 24 GB card (RTX 4090) ResNet-50 with mixed precision "
-           "only goes up to about batch 256", "01"),
-    _qualitative("cores_and_ram_per_gpu", "A1", "1.1", "a GPU server should have >= 16 physical CPU cores and >= 64 GB "
-           "RAM per GPU (does this machine?)", "01"),
-    _qualitative("workers_half_the_cores", "A1", "3.1", "num_workers: start at half the physical cores", "01"),
-    _qualitative("random_reads_slower", "A1", "1.1", "IOPS matter: small random reads are far slower than sequential "
-           "ones (value: random / sequential MB/s)", "01"),
-    _qualitative("tensor_cores_fp16", "A1", "4.1", "tensor cores make fp16/bf16 matmuls faster than fp32 (value: the "
-           "best reduced-precision speed-up)", "01"),
-    # notebook 02
-    _qualitative("predecoded_cache", "A1", "3.2", "decoding once into a pixel cache saves decoding every epoch, at a "
-           "price in disk space", "02"),
-    _qualitative("device_augmentation", "A1", "3.3", "augmenting per batch on the device takes load off the CPU "
-           "workers (more loader images/s)", "02"),
-    # notebook 03
-    _qualitative("amp_accuracy", "A1", "6", "mixed precision leaves accuracy unchanged (88.5% with and without AMP in "
-           "its remote-sensing run)", "03"),
-    _qualitative("channels_last", "A1", "4.1", "channels_last memory format speeds up convolutions with AMP (context the "
-           "notebook adds: PyTorch's advice for convnets, not quantified by the articles)", "03"),
-    _qualitative("compile_first_run", "A1", "7", "torch.compile's first compile takes tens of seconds to minutes: switch it "
-           "on for the final run, not while experimenting", "03"),
-    # notebook 04
-    _qualitative("accumulation_equals_big_batch", "A1", "4.3", "N micro-batches with the loss divided by N give the big "
-           "batch's gradient (value: max relative difference, no BatchNorm)", "04"),
-    _qualitative("forgetting_one_over_n", "A1", "4.3", "without the 1/N the accumulated gradient is N times too large "
-           "(value: the largest relative error)", "04"),
-    _qualitative("batchnorm_caveat", "A1", "4.3", "with BatchNorm, accumulation does not reproduce the big batch: each "
-           "micro-batch has its own statistics", "04"),
-    _qualitative("accumulation_memory", "A1", "4.3", "accumulation reaches a bigger effective batch without the memory "
-           "of a bigger batch (value: accumulated / one-batch peak)", "04"),
-    _qualitative("accumulation_cost", "A1", "4.3", "(not discussed by the article) accumulation costs speed: small "
-           "micro-batches use the hardware less (value: images/s at the most micro-batches / at one)", "04"),
-    # notebook 05
-    _qualitative("ddp_article_example", "A1", "4.4", "1 GPU 100 min, 4 GPUs 35 min per epoch is about 71% scaling "
-           "efficiency: low", "05"),
-    _qualitative("ddp_communication_share", "A1", "4.4", "act (larger batch, less frequent communication, a better "
-           "network) when gradient communication takes more than 15% of a step (torch.profiler)", "05"),
-    _qualitative("ddp_stage3_speedup", "A1", "6", "stage 3: 4 GPUs with DDP gave about 2.5x over single-GPU AMP", "05"),
-    _qualitative("ddp_equivalence", "A1", "4.4", "DDP only averages gradients: N workers train like 1 worker with the global "
-           "batch (context the notebook adds)", "05"),
-    # notebook 06
-    _qualitative("warmup_cosine", "A1", "5.2", "SGD: lr 0.1 at batch 256, 5 epochs of linear warm-up, cosine decay to "
-           "0.001 (and A2: warm up from a small learning rate, decay it late)", "06"),
-    _qualitative("lr_sweep", "A1", "5.2", "first run a small learning-rate sweep to find the largest initial learning "
-           "rate that still converges", "06"),
-    _qualitative("adamw_lr_range", "A1", "5.2", "AdamW: sweep the initial learning rate between 3e-4 and 1e-3", "06"),
-    _qualitative("adamw_sensitivity", "A1", "5.2", "AdamW is less sensitive to its hyper-parameters than SGD (spread of "
-           "accuracy over learning rates and seeds)", "06"),
-    _qualitative("batch_lr_scaling", "A2", "training tips", "on a single 24 GB card a batch of 64-128 is suitable, "
-           "with the learning rate scaled to the batch (value: the linear rule's worst top-1 at 64-128 minus the "
-           "best of a batch sweep, points)", "06"),
-    _qualitative("syncbn_small_batches", "A1", "4.3", "BatchNorm's statistics are unstable when the batch on each GPU "
-           "is small, costing accuracy (value: at the smallest per-process batch, top-1 with BatchNorm over the global "
-           "batch, SyncBatchNorm, minus with each process's own statistics, points)", "05"),
-    _qualitative("schedule_over_optimizer", "A2", "training tips", "a reasonable learning-rate schedule matters more "
-           "than the choice of optimizer (value: mean |top-1 change| from changing the schedule minus that from "
-           "changing the optimizer, points)", "06"),
-    # notebook 07
-    _qualitative("ema_steady_gain", "A1", "5.3", "an EMA of the weights gives a steady gain (evaluate EMA and raw weights "
-           "on the validation set, keep the better)", "07"),
-    _qualitative("combo_training_time", "A1", "5.3", "the combination adds almost no training time (the augmentation runs "
-           "on the device)", "07"),
-    _qualitative("too_many_tricks", "A1", "5.3", "combining too many tricks can add noise instead of accuracy", "07"),
-    _qualitative("label_smoothing_alone", "A1", "5.3", "label smoothing 0.1 on its own raises accuracy (one ingredient of "
-           "the combination)", "07"),
-    _qualitative("label_smoothing_calibration", "A1", "5.3", "label smoothing changes calibration (ECE; the article does "
-           "not discuss it: context)", "07"),
-    _qualitative("early_stopping", "A2", "training monitoring", "use early stopping: stop when validation accuracy no "
-           "longer improves, saving epochs at no accuracy cost (value: best.pt of the stopped run minus the full run's "
-           "last weights, points)", "07"),
-    _qualitative("best_checkpoint_gain", "A2", "training monitoring", "(context the notebook adds) the best validation "
-           "epoch's checkpoint (best.pt) scores above the last weights on held-out images (value: points)", "07"),
-    _qualitative("augmentation_prevents_overfitting", "A2", "data augmentation", "without enough augmentation "
-           "(random crop, flip, colour jitter, small rotations) the model does well on its training images and "
-           "poorly on new ones; stronger augmentation improves generalisation (value: the training-minus-validation "
-           "top-1 gap without augmentation minus with the strongest level, points; validation top-1 must rise too)",
-           "07"),
-    _qualitative("swa_gain", "Izmailov et al. 2018 (arXiv:1803.05407)", "SWA", "(context the notebook adds) averaging "
-           "the weights of the last epochs (SWA) scores above the last weights, as an EMA does (value: points)", "07"),
-    # notebook 08
-    _qualitative("transfer_beats_scratch", "A1", "5.4", "fine-tuning pretrained weights beats training from scratch "
-           "(93.5% against 92% on the article's inspection task)", "08"),
-    _qualitative("transfer_freeze_recipe", "A1", "5.4", "train the new head on a frozen backbone first, then fine-tune "
-           "everything at 1e-4 or less so the pretrained features are not destroyed", "08"),
-    # notebook 09
-    _qualitative("top1_top5_metrics", "A2", "evaluation", "top-1 and top-5 accuracy are the standard evaluation metrics "
-           "(value: top-1 with its binomial interval)", "09"),
-    _qualitative("classes_differ", "A2", "evaluation", "some classes score much higher than others (value: best minus "
-           "worst recall)", "09"),
-    _qualitative("confusion_pairs", "A2", "evaluation", "the confusion matrix shows which classes the model mixes up "
-           "(value: the top pair's share of its true class)", "09"),
-    _qualitative("mixup_helps_09", "A1", "6.4", "MixUp helps remote-sensing images (unclear class boundaries): one "
-           "seed, image-by-image (value: top-1 gain)", "09"),
-    _qualitative("few_samples_low_recall", "A2", "evaluation", "a class scores low because it has too few training "
-           "images (on a long-tailed cut, value: Spearman correlation of training images and recall per class)", "09"),
-    _qualitative("imbalance_weighted_loss", "A2", "evaluation", "(context the notebook adds) weighting the loss by "
-           "inverse class frequency raises macro-F1 on a long-tailed split (value: macro-F1 change)", "09"),
-    _qualitative("imbalance_sampler", "A2", "evaluation", "(context the notebook adds) a class-balanced sampler raises "
-           "macro-F1 on a long-tailed split (value: macro-F1 change)", "09"),
-    # notebook 10
-    _qualitative("casestudy_dataloader", "A1", "6", "stage 1: the DataLoader fix (workers, pinned memory, prefetch) cut "
-           "the epoch from 40 to 26 min (1.54x), GPU utilisation 40% -> 85%", "10"),
-    _qualitative("casestudy_amp", "A1", "6", "stage 2: mixed precision halved the epoch (26 -> 13 min) and the memory "
-           "(39 -> 23 GB) at unchanged accuracy (88.6% -> 88.5%)", "10"),
-    _qualitative("casestudy_ddp", "A1", "6", "stage 3: DDP on 4 GPUs, about 2.5x over single-GPU mixed precision", "10"),
-    _qualitative("casestudy_adamw", "A1", "6", "stage 3: AdamW 2e-4 with warm-up and cosine decay lifts top-1 to 91.2% "
-           "(100 epochs)", "10"),
-    _qualitative("casestudy_regularization", "A1", "6", "stage 4: pretrained weights + label smoothing + MixUp reach "
-           "93.8% (60 epochs)", "10"),
-    _qualitative("casestudy_accuracy", "A1", "6", "overall: +5 points of top-1 (88.6% -> 93.8%) besides 1/16 of the time", "10"),
-    _qualitative("optimisation_order", "A1", "6.5", "the order matters: fix the data pipeline and utilisation before "
-           "the model and the training strategy (value: extra training time of the same stages, model first)", "10"),
-    # notebook 11
-    _qualitative("compile_static_control_flow", "A1", "7", "torch.compile: data-dependent control flow breaks the graph; "
-           "make it static (value: graph breaks of a Python if)", "11"),
-    _qualitative("compile_first_call_slow", "A1", "7", "torch.compile: the first compile takes tens of seconds to minutes "
-           "(value: seconds of the first compiled call)", "11"),
-    _qualitative("preflight_catches_errors", "A1", "7", "5-10 steps on a tiny subset catch most low-level errors before "
-           "the real run (value: broken setups caught)", "11"),
-    _qualitative("set_epoch_reshuffles", "A1", "4.4", "call sampler.set_epoch(epoch) every epoch, else the shuffle order "
-           "repeats", "11"),
-    _qualitative("driver_matches_cuda", "A1", "2.1", "the driver must match the CUDA torch was built for (CUDA 12 needs "
-           "driver >= 525)", "11"),
-    _qualitative("container_gpu_access", "A1", "2.2", "a container reaches the GPU only when started with --gpus on "
-           "a host with the NVIDIA Container Toolkit; under WSL2 the Windows driver provides it (otherwise: 'GPU access "
-           "blocked by the operating system')", "11"),
-    _qualitative("workers0_starves", "A1", "6", "with num_workers=0 the GPU waits for data (40% utilisation in the case "
-           "study; value: data-wait fraction at num_workers=0)", "11"),
-    # notebook 12
-    _qualitative("eurosat_finetuned_reference", "Helber et al. 2019 (EuroSAT)", "abstract", "an ImageNet-pretrained, "
-           "fine-tuned ResNet-50 reaches 98.57% on EuroSAT RGB; does the speed-run recipe match it from scratch?", "12"),
-    _qualitative("eurosat_scratch_reference", "EuroSAT from-scratch results", "best known", "the best from-scratch "
-           "EuroSAT figure we know of is 97.23%", "12"),
-    _qualitative("speedrun_97_in_10_minutes", "workbook target", "notebook 12", "97% on EuroSAT within 10 minutes on "
-           "2 CPU cores, decoding included", "12"),
-    _qualitative("airbench_pipeline", "airbench (Jordan 2024, arXiv:2404.00498)", "CIFAR-10, A100", "cached uint8 data, "
-           "whole-batch tensor augmentation and no DataLoader workers make the fastest pipeline", "12"),
-    _qualitative("bigger_model_not_better", "A1", "5.1", "a bigger model is not always better: ResNet-101 or "
-           "EfficientNet-B5 is rarely much better than ResNet-50 or B3 at several times the cost (value: pairs of one "
-           "family, the bigger model's top-1 gain paired by seed; much better: over 1 point)", "12"),
-    _qualitative("vit_overfits_small_data", "A1", "5.1", "ViT and Swin overfit small datasets (value: the ViT's "
-           "validation-minus-training loss gap minus resnet18's, paired by seed)", "12"),
-    # A figure with a unit: the gap in points (analysis/imagenette.py decides it from the t interval over the runs).
-    _claim("imagenette_leaderboard", "fastai Imagenette leaderboard (github.com/fastai/imagenette)", "128 px, 5 epochs",
-           "the leaderboard's best 5-epoch top-1 at 128 px is 87.43% (a 5-run mean, random weights, no TTA); does "
-           "the workbook's `imagenette` recipe reach it? (value: its mean top-1 on Imagenette's official val minus "
-           "87.43%, points)", None, None, "points", "12"),
-    # notebook 13
-    _qualitative("deploy_distillation", "A2", "model compression and acceleration", "a big model's knowledge taught to "
-           "a small one: the small model keeps good accuracy and infers much faster", "13"),
-    _qualitative("deploy_pruning", "A2", "model compression and acceleration", "pruning makes a trained model faster for "
-           "production", "13"),
-    _qualitative("deploy_quantization", "A2", "model compression and acceleration", "quantization makes a trained model "
-           "faster for production", "13"),
-    _qualitative("deploy_export", "A2", "model compression and acceleration", "a trained model needs optimising before "
-           "it goes into production", "13"),
-    _qualitative("continual_learning", "A2", "continual learning", "continual learning lets a model recognise new "
-           "classes without forgetting the old ones", "13"),
-    # notebook 14
-    _qualitative("untuned_utilisation", "A1", "6", "before tuning, the case study's GPU was busy only 30-50% of the "
-           "time (value: NVML SM utilisation %, mean over an untuned epoch)", "14"),
-    _qualitative("tuned_utilisation", "A1", "6", "after tuning the input pipeline the GPU was busy about 85% of the time "
-           "(75-95%; value: NVML SM utilisation %, mean over the tuned epoch)", "14"),
-    _qualitative("data_wait_stand_in", "A1", "1", "find the bottleneck first: the profile shows the data wait, and the "
-           "change it points to (storage=cache) removes it (value: points of the epoch's data-wait share removed)", "14"),
-    _qualitative("watch_gradient_norms", "A2", "training monitoring", "watch the gradient norms during training: "
-           "the log names vanishing or exploding gradients and stays quiet on a healthy run", "14"),
-    # notebook 15
-    _qualitative("label_finder_finds_flips", "A2", "data cleaning", "spot-check the labels: wrong labels can be "
-           "found (confident learning on out-of-fold probabilities finds most of 5% planted flips, and most of what "
-           "it flags was planted; value: recall)", "15"),
-    _qualitative("cleaning_recovers_accuracy", "A2", "data cleaning", "fixing or dropping bad samples raises "
-           "accuracy (value: top-1 change from dropping the flagged images, against training on the noisy labels, "
-           "points)", "15"),
-])
+with open(REGISTRY, "rb") as _file:
+    _REGISTRY = tomllib.load(_file)
+ARTICLE_CLAIMS: dict[str, ArticleClaim] = _article_claims(_REGISTRY["numeric"])
+QUALITATIVE_CLAIMS: dict[str, ArticleClaim] = _article_claims(_REGISTRY["qualitative"])
 
 
 # How an interval decides a qualitative claim (issue 51): one rule per claim, its margin in its unit, and the
@@ -370,47 +152,12 @@ class Rule:
 
 
 RULES: dict[str, Rule] = {
-    # notebook 03
-    "amp_accuracy": Rule(NON_INFERIOR, 0.5, "points", WORTH_HAVING),
-    # notebook 05
-    "syncbn_small_batches": Rule(GAIN, 0.5, "points", WORTH_HAVING),
-    # notebook 06
-    "schedule_over_optimizer": Rule(GAIN, 0.5, "points", WORTH_HAVING),
-    # notebook 07
-    "ema_steady_gain": Rule(GAIN, 0.5, "points", WORTH_HAVING + "; in every run with an EMA"),
-    "combo_training_time": Rule(AT_MOST, 10.0, "%", "'almost no training time' read as at most +10% per image"),
-    "too_many_tricks": Rule(LOSS, 0.5, "points", WORTH_HAVING + "; everything minus the article's combination"),
-    "label_smoothing_alone": Rule(GAIN, 0.5, "points", WORTH_HAVING),
-    "label_smoothing_calibration": Rule(CHANGE, 1.0, "points", "1 point of ECE: a smaller change does not show in "
-                                                               "a 15-bin reliability diagram"),
-    "early_stopping": Rule(NON_INFERIOR, 0.5, "points", "'no accuracy cost' read as losing less than " + WORTH_HAVING),
-    "best_checkpoint_gain": Rule(GAIN, 0.5, "points", WORTH_HAVING),
-    "swa_gain": Rule(GAIN, 0.5, "points", WORTH_HAVING),
-    "augmentation_prevents_overfitting": Rule(GAIN, 0.5, "points", WORTH_HAVING + "; for the gap, and for the "
-                                                                    "validation top-1 alike"),
-    # notebook 08
-    "transfer_beats_scratch": Rule(GAIN, 0.5, "points", WORTH_HAVING),
-    "transfer_freeze_recipe": Rule(NON_INFERIOR, 0.5, "points", "'not destroyed' read as losing less than "
-                                                                + WORTH_HAVING),
-    # notebook 09
-    "mixup_helps_09": Rule(GAIN, 0.5, "points", WORTH_HAVING),
-    "imbalance_weighted_loss": Rule(GAIN, 1.0, "points", "1 point of macro-F1: about one class's F1 moving 10 "
-                                                         "points among 10"),
-    "imbalance_sampler": Rule(GAIN, 1.0, "points", "1 point of macro-F1: about one class's F1 moving 10 points "
-                                                   "among 10"),
-    # notebook 10
-    "optimisation_order": Rule(GAIN, 5.0, "%", "5% of the stages' training time: less is within what load on a "
-                                               "shared machine changes between runs"),
-    # notebook 12
-    "bigger_model_not_better": Rule(AT_MOST, 1.0, "points", "'much better' is the claim's own 1 point, each pair"),
-    # notebook 13
-    "deploy_distillation": Rule(NON_INFERIOR, 1.0, "points", "'keeps good accuracy' read as losing less than 1 "
-                                                             "point against the same student trained on labels"),
-    "deploy_pruning": Rule(NON_INFERIOR, 2.0, "points", "'ready for production' read as within 2 points of the "
-                                                        "unpruned model"),
-    # notebook 15
-    "cleaning_recovers_accuracy": Rule(GAIN, 0.5, "points", WORTH_HAVING),
-}
+    key: Rule(entry["kind"], float(entry["margin"]), entry["unit"],
+              entry["why"].replace("{worth_having}", WORTH_HAVING))
+    for key, entry in _REGISTRY["rules"].items()}
+_wrong = {key: rule.kind for key, rule in RULES.items() if rule.kind not in RULE_KINDS or key not in QUALITATIVE_CLAIMS}
+if _wrong:
+    raise ValueError(f"{REGISTRY.name}: rules with an unknown kind or no qualitative claim: {_wrong}")
 
 
 def decide(rule: Rule, low: float, high: float) -> str:

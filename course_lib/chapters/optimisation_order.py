@@ -5,11 +5,11 @@ stages ran in the article's order; the notebook runs them again from the same ba
 
 Both orders end with the same changes, so they reach the same accuracy in expectation; what the order changes is
 the time the stages on the way cost, because a model stage run before the pipeline fixes trains at the slow
-pipeline's speed. The measure is the stages' training time, each epoch's images over its measured images/s (the
-stage's start-up and validation left out: they do not depend on the order), compared as the ratio of the two
-totals, with a bootstrap interval that resamples each stage's epochs (`statistics.stratified_ratio_interval`). DDP stays out
-of both orders (the article puts it after single-device tuning, a claim of its own, `casestudy_ddp`); so does the
-workbook's fastest recipe, which is no article stage.
+pipeline's speed. The measure is the stages' training time, each epoch's images over its measured images/s
+(the stage's start-up and validation left out: they do not depend on the order), compared as the ratio of the two
+totals, with a bootstrap interval that resamples each stage's epochs (`statistics.stratified_ratio_interval`).
+DDP stays out of both orders (the article puts it after single-device tuning, a claim of its own, `casestudy_ddp`);
+so does the workbook's fastest recipe, which is no article stage.
 """
 from __future__ import annotations
 

@@ -44,6 +44,12 @@ def unknown_name(kind: str, name: str, valid, where: str = "") -> str:
     return f"unknown {kind} {name!r}{where}; valid names: {', '.join(valid)}"
 
 
+# optimizer=muon's default learning rate: airbench94_muon trains its conv kernels with Muon at 0.24 per step at
+# batch 2000; scaled linearly to the speed-run recipe's batch of 128 (0.24 x 128 / 2000), which keeps the summed
+# step over an epoch (the integral of the schedule) about where airbench's is. A starting point, not a measurement.
+MUON_LR = 0.015
+
+
 class ConfigError(WorkbookError, ValueError):
     """A configuration value or name that cannot be used; the message says the fix."""
 
@@ -76,14 +82,17 @@ class Config:
     epochs: int = 1  # passes over the training split
     max_steps: int = 0  # optimizer steps per epoch; 0 = no cap
     accumulation_steps: int = 1  # micro-batches per optimizer step
-    optimizer: str = "sgd"  # sgd | adamw
+    optimizer: str = "sgd"  # sgd | adamw | muon (Muon on the conv kernels but the stem at muon_lr, SGD on the rest at lr; engine/muon.py)
     lr: float = 0.1  # peak learning rate (after warmup)
+    muon_lr: float = MUON_LR  # peak learning rate of optimizer=muon's orthogonalised steps (spectral norm per step; airbench94_muon's 0.24 at batch 2000, scaled to batch 128), on the same schedule as lr
     momentum: float = 0.9  # SGD momentum
     weight_decay: float = 5e-4  # decoupled for AdamW, L2 for SGD
     warmup_epochs: float = 0.0  # epochs of linear warmup before the decay (onecycle: its rising phase)
     lr_schedule: str = "cosine"  # after warmup: cosine (to min_lr) | linear (straight to min_lr) | constant (lr throughout) | step (x0.1 at 50% and 75% of the steps after warmup) | onecycle (torch's OneCycleLR: cosine up from lr/25, then down to lr/25e4; SGD momentum cycles 0.95-0.85)
     min_lr: float = 0.0  # learning rate at the end of the cosine or linear decay
     grad_clip_norm: float = 0.0  # max global gradient L2 norm; 0 = no clipping
+    lookahead_steps: int = 0  # optimizer steps between Lookahead's syncs (slow weights move lookahead_alpha towards the fast ones, which restart from them; engine/lookahead.py); 0 = off
+    lookahead_alpha: float = 0.5  # fraction of the way the slow weights move to the fast ones at each Lookahead sync, above 0 up to 1
     # --- regularisation ---
     label_smoothing: float = 0.0  # eps, 0-1: target = (1 - eps) on the true class + eps / classes on every class
     mixup_alpha: float = 0.0  # Beta(alpha, alpha) for MixUp; 0 = off
@@ -292,7 +301,7 @@ _CHOICES = {
     "storage": STORAGE_NAMES,
     "augmentation": AUGMENTATION_PLACES,
     "augment_recipe": ("light", "heavy", "overhead"),  # data.transforms.RECIPES
-    "optimizer": ("sgd", "adamw"),
+    "optimizer": ("sgd", "adamw", "muon"),  # engine.schedule.make_optimizer
     "lr_schedule": ("cosine", "linear", "constant", "step", "onecycle"),  # engine.schedule.SCHEDULES
     "precision": ("off", "fp16", "bf16", "auto"),
     "class_balance": CLASS_BALANCE_NAMES,
@@ -317,6 +326,7 @@ UPPER_BOUNDS = {
     "num_workers": 128, "prefetch_factor": 64, "max_train_images": 1_000_000_000, "freeze_backbone_epochs": 10_000,
     "warmup_epochs": 10_000, "weight_decay": 1.0, "grad_clip_norm": 1e6, "mixup_alpha": 100.0,
     "cutmix_alpha": 100.0, "backbone_lr_scale": 100.0, "early_stopping_patience": 10_000,
+    "lookahead_steps": 10_000_000,
 }
 # Below this a learning rate moves no float32 weight at all (the smallest step that changes 1.0 is
 # 6e-8 of it; 1e-12 leaves a wide margin and refuses lr=5e-324).
@@ -334,7 +344,7 @@ def _check_ranges(values: dict) -> None:
     for name in FIELD_NAMES:  # NaN passes every comparison below, and inf every lower bound
         if _TYPES[name] is float and not math.isfinite(values[name]):
             refuse(name, "a finite number")
-    for check in (_check_sizes, _check_rates, _check_switches):
+    for check in (_check_sizes, _check_rates, _check_switches, _check_optimizer_ingredients):
         check(values, refuse)
 
 
@@ -410,6 +420,17 @@ def _check_switches(values: dict, refuse) -> None:
     if values["class_balance"] != "none" and values["storage"] == "shards":
         refuse("class_balance", "none with storage=shards",
                "a tar stream gives no labels up front to count; use storage=cache or files")
+
+
+def _check_optimizer_ingredients(values: dict, refuse) -> None:
+    """Muon's learning rate and Lookahead's period and step fraction."""
+    if values["muon_lr"] < MIN_LR:
+        refuse("muon_lr", f"at least {MIN_LR:g}", f"e.g. {MUON_LR:g} at batch 128")
+    if values["lookahead_steps"] < 0:
+        refuse("lookahead_steps", "0 (off) or more optimizer steps", "e.g. 5")
+    if not 0 < values["lookahead_alpha"] <= 1:
+        refuse("lookahead_alpha", "above 0 up to 1 (the fraction of the way to the fast weights)",
+               "1 keeps the fast weights as they are, 0.5 is the paper's")
 
 
 def check_values(values: dict) -> dict:

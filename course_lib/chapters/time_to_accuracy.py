@@ -34,6 +34,11 @@ ABLATIONS: dict[str, dict] = {
     "batch 128, learning rate scaled with it (vs 64)": {
         "batch_size": 64, "lr": RECIPES["speedrun"]["lr"] * 64 / RECIPES["speedrun"]["batch_size"]},
     "small residual net (vs resnet18)": {"model": "resnet18"},
+    # Candidates from the CIFAR-10 record-holders (issue 48), not adopted: a row named "+ ..." turns one ON over the
+    # recipe. Muon (airbench94_muon) on the conv kernels but the stem, the rest on the recipe's SGD; Lookahead
+    # (Zhang et al. 2019; airbench's earlier records) every 5 steps half-way, the paper's k and alpha.
+    "+ Muon (conv weights)": {"optimizer": "muon"},
+    "+ Lookahead (k=5, alpha=0.5)": {"lookahead_steps": 5, "lookahead_alpha": 0.5},
 }
 # What the cpu profile's `ingredients="auto"` leaves out, and why (`ingredients=all` runs them).
 CPU_LEAVES_OUT = {"small residual net (vs resnet18)": "resnet18 is a slow net on 2 cores",
@@ -142,7 +147,9 @@ def ablation_config(setup: RaceSetup, epochs: int = 0, images: int = -1, validat
     images = profile_images if images < 0 else images
     validation = chosen["validation"] if validation < 0 else validation
     batch = chosen["batch"]
-    small_batch = dict(batch_size=batch, lr=recipe.lr * batch / recipe.batch_size) if batch else {}
+    # Both learning rates scale with the batch (muon_lr is used by the Muon row only).
+    small_batch = dict(batch_size=batch, lr=recipe.lr * batch / recipe.batch_size,
+                       muon_lr=recipe.muon_lr * batch / recipe.batch_size) if batch else {}
     epochs = epochs or chosen["epochs"] or recipe.epochs
     return recipe.replace(epochs=epochs, max_train_images=images, validation_from="train", **small_batch), validation
 
@@ -194,12 +201,18 @@ def ablate(config: Config, seeds: list[int], ingredients: list[str] | None = Non
         for seed in seeds:
             bar.set_postfix_str(f"{ingredient}, seed {seed}")
             variant = config.replace(**changes, seed=seed)
-            results.append(speedrun.race(variant, label=f"without {ingredient}" if changes else ingredient,
+            results.append(speedrun.race(variant, label=run_label(ingredient, changes),
                                          bundle=own, progress=progress, verbose=False))
             bar.update()
         out.append(Ablation(ingredient, changes, results))
     bar.close()
     return out
+
+
+def run_label(ingredient: str, changes: dict) -> str:
+    """A run's label: "without X" for an ingredient taken out, the name itself for the full recipe and for a
+    candidate turned on ("+ Muon (conv weights)")."""
+    return f"without {ingredient}" if changes and not ingredient.startswith("+") else ingredient
 
 
 def rounded(table):

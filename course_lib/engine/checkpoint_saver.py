@@ -1,4 +1,4 @@
-"""Checkpointing a run: after every epoch rank 0 writes `output_dir/last.pt` (model, EMA, optimizer,
+"""Checkpointing a run: after every epoch rank 0 writes `output_dir/last.pt` (model, EMA, Lookahead's slow weights, optimizer,
 scheduler, GradScaler, counters, config, classes, history) through `models.checkpoint`, which
 writes atomically and reads with `torch.load(weights_only=True)`; `resume=True` restores all of
 it, so with the per-epoch seeding in `train` a resumed run ends with the uninterrupted weights.
@@ -92,6 +92,7 @@ class CheckpointSaver:
             state.ema.module.load_state_dict(saved["ema"])
         if state.swa is not None and saved.get("swa") is not None:
             state.swa.load_state_dict(saved["swa"])
+        _restore_lookahead(state, saved)
         state.start_epoch, state.global_step = saved["epoch"], saved["global_step"]
         state.skipped_steps, state.history = saved.get("skipped_steps", 0), list(saved.get("history", []))
         self.written = self.path
@@ -106,7 +107,8 @@ class CheckpointSaver:
         rank (they hold the same weights) and write nothing: last.pt stays the last good one."""
         weights = {"model": state.raw_model.state_dict(),
                    "ema": state.ema.module.state_dict() if state.ema is not None else None,
-                   "swa": state.swa.state_dict() if state.swa is not None else None}
+                   "swa": state.swa.state_dict() if state.swa is not None else None,
+                   "lookahead": state.lookahead.state_dict() if state.lookahead is not None else None}
         bad = checkpoint.first_non_finite(weights)
         if bad is not None:
             name, count, size = bad
@@ -164,6 +166,17 @@ class CheckpointSaver:
         if not self.path.exists():
             return
         self._link(self.path, self.path.with_name(checkpoint.PREVIOUS_NAME))
+
+
+def _restore_lookahead(state, saved: dict) -> None:
+    """Lookahead's slow weights from the checkpoint; one saved without them (written before the field existed)
+    starts them from the restored weights, as a fresh run starts them from its first."""
+    if state.lookahead is None:
+        return
+    if saved.get("lookahead") is not None:
+        state.lookahead.load_state_dict(saved["lookahead"])
+    else:
+        state.lookahead.reset(state.raw_model)
 
 
 def _cosine_lengths(scheduler) -> dict:

@@ -1,5 +1,6 @@
-"""Optimizers and learning-rate schedules: SGD with momentum or AdamW (Loshchilov & Hutter 2019,
-"Decoupled Weight Decay Regularization", arXiv:1711.05101), linear warmup (Goyal et al. 2017,
+"""Optimizers and learning-rate schedules: SGD with momentum, AdamW (Loshchilov & Hutter 2019,
+"Decoupled Weight Decay Regularization", arXiv:1711.05101) or Muon on the conv kernels with SGD on the rest
+(`engine/muon.py`; every group follows the schedule in proportion to its own peak), linear warmup (Goyal et al. 2017,
 "Accurate, Large Minibatch SGD", arXiv:1706.02677) then `Config.lr_schedule`: cosine decay
 (Loshchilov & Hutter 2017, "SGDR", arXiv:1608.03983), linear decay to the floor (airbench's
 schedule, arXiv:2404.00498), a constant rate (the control), steps of x0.1 (He et al. 2016,
@@ -15,14 +16,20 @@ import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, MultiStepLR, OneCycleLR, SequentialLR
 
 from course_lib.config import Config, ConfigError
+from course_lib.engine.muon import Muon, muon_parameters
+
+OPTIMIZERS = ("sgd", "adamw", "muon")  # Config.optimizer's values
 
 
 def make_optimizer(model: torch.nn.Module, config: Config) -> torch.optim.Optimizer:
-    """SGD (heavy-ball momentum, L2 weight decay) or AdamW (decoupled weight decay).
-    Biases and normalization weights get no weight decay: shrinking them only hurts."""
+    """SGD (heavy-ball momentum, L2 weight decay), AdamW (decoupled weight decay), or Muon: the conv kernels but
+    the stem orthogonalised at `muon_lr` with Nesterov momentum `momentum` and no weight decay (their norm is held
+    fixed instead), everything else SGD as above (`engine.muon.Muon`). Biases and normalization weights get no
+    weight decay: shrinking them only hurts. Group 0 is always the decayed group at `lr` (the engine logs its lr)."""
+    orthogonalised = {id(p) for p in muon_parameters(model)} if config.optimizer == "muon" else set()
     decay, no_decay = [], []
     for parameter in model.parameters():
-        if parameter.requires_grad:
+        if parameter.requires_grad and id(parameter) not in orthogonalised:
             (no_decay if parameter.ndim <= 1 else decay).append(parameter)
     groups = [{"params": decay, "weight_decay": config.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
@@ -30,7 +37,11 @@ def make_optimizer(model: torch.nn.Module, config: Config) -> torch.optim.Optimi
         return torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum)
     if config.optimizer == "adamw":
         return torch.optim.AdamW(groups, lr=config.lr)
-    raise ConfigError(f"optimizer={config.optimizer!r} is not one of sgd, adamw")
+    if config.optimizer == "muon":
+        kernels = [p for p in model.parameters() if id(p) in orthogonalised]
+        return Muon(groups + [{"params": kernels, "muon": True, "lr": config.muon_lr, "weight_decay": 0.0}],
+                    lr=config.lr, momentum=config.momentum)
+    raise ConfigError(f"optimizer={config.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
 
 
 def steps_per_epoch(images: int, config: Config, world_size: int = 1) -> int:
@@ -74,7 +85,9 @@ def make_scheduler(optimizer: torch.optim.Optimizer, config: Config, steps_per_e
     step (not every epoch)."""
     total_steps, warmup_steps = _phases(config, steps_per_epoch)
     if config.lr_schedule == "onecycle":
-        return OneCycleLR(optimizer, max_lr=config.lr, total_steps=total_steps,
+        # OneCycleLR sets every group's rate from max_lr: Muon's kernels peak at their own muon_lr.
+        peaks = [config.muon_lr if group.get("muon") else config.lr for group in optimizer.param_groups]
+        return OneCycleLR(optimizer, max_lr=peaks, total_steps=total_steps,
                           pct_start=_onecycle_rise(config, total_steps, warmup_steps), anneal_strategy="cos",
                           div_factor=ONECYCLE_DIV, final_div_factor=ONECYCLE_FINAL_DIV)
     decay_steps = max(1, total_steps - warmup_steps)

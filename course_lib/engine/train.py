@@ -13,7 +13,7 @@ After each epoch's validation the driver tracks the best epoch (`early_stopping.
 `save_best` keeps its checkpoint as best.pt, `early_stopping_patience` ends the run), and in the last
 `swa_epochs` epochs it adds a snapshot to the weight average (`swa.WeightAverager`), scored at the end.
 Each switch lives in a module named after it: `mixup.py`, `random_erasing.py`, `label_smoothing.py`,
-`ema.py`, `swa.py`, `freeze.py`, `precision.py`, `schedule.py`, `distillation.py`, `data/class_balance.py`
+`ema.py`, `swa.py`, `lookahead.py`, `muon.py`, `freeze.py`, `precision.py`, `schedule.py`, `distillation.py`, `data/class_balance.py`
 (class_balance); the bookkeeping in small classes: `early_stopping.ValidationTracker`,
 `loss_guard.LossGuard`, `epoch_meter.EpochMeter`, `freeze.BackboneFreezer`,
 `checkpoint_saver.CheckpointSaver`, `run_record.RunRecorder`; monitoring is two switches:
@@ -47,6 +47,7 @@ from course_lib.engine.checkpoint_saver import CheckpointSaver
 from course_lib.engine.distributed import Distributed, setup_distributed
 from course_lib.engine.early_stopping import ValidationTracker
 from course_lib.engine.ema import make_ema
+from course_lib.engine.lookahead import Lookahead
 from course_lib.engine.epoch_meter import EpochMeter, correct_counts
 from course_lib.engine.grad_norm import LOG_FILE, GradientNormLog
 from course_lib.engine.label_smoothing import make_criterion
@@ -139,6 +140,7 @@ class RunState:
     grad_norms: GradientNormLog | None = None  # the gradient-norm log and its detectors; None = grad_norm_log off
     tracker: ValidationTracker = dataclasses.field(default_factory=ValidationTracker)  # best epoch, early stopping
     swa: WeightAverager | None = None  # the weight average of the last swa_epochs epochs; None = swa_epochs 0
+    lookahead: Lookahead | None = None  # Lookahead's slow weights; None = lookahead_steps 0
 
 
 def seed_everything(seed: int) -> None:
@@ -364,7 +366,8 @@ def _run_state(config: Config, bundle, device, precision: str, distributed: Dist
         checkpoints=CheckpointSaver(config.output_dir, distributed.is_main), log=log,
         teacher=teacher.to(device) if teacher is not None else None,
         grad_norms=GradientNormLog.from_config(config) if config.grad_norm_log else None,
-        swa=WeightAverager(raw_model, config.epochs, config.swa_epochs) if config.swa_epochs else None)
+        swa=WeightAverager(raw_model, config.epochs, config.swa_epochs) if config.swa_epochs else None,
+        lookahead=Lookahead(raw_model, config.lookahead_steps, config.lookahead_alpha) if config.lookahead_steps else None)
 
 
 def _resume_or_start(state: RunState) -> None:
@@ -430,7 +433,8 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
             _micro_step(state, batch, side, micro_step, guard, meter)
         _optimizer_step(state, epoch, meter)
         steps_done = step + 1
-        last = steps_done == state.steps_per_epoch or (stop is not None and stop())
+        stopped = stop is not None and stop()
+        last = steps_done == state.steps_per_epoch or stopped
         if steps_done % SYNC_EVERY_STEPS == 0 or last:
             _check_losses(state, epoch, steps_done, guard, meter, bar)
         bar.update(1)
@@ -439,6 +443,8 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
     bar.close()
     meter.stop()
     batches.close()  # shut down this epoch's workers before validating
+    if state.lookahead is not None and (epoch + 1 == config.epochs or stopped):
+        state.lookahead.finish(state.raw_model)  # training ends: evaluate and keep the slow weights
     state.step_log += meter.step_rows(epoch, state.global_step - steps_done, config.accumulation_steps)
     return {"epoch": epoch + 1, "lr": state.optimizer.param_groups[0]["lr"], **meter.row(),
             "peak_memory_bytes": peak_memory_bytes(device), "peak_memory_kind": peak_memory_kind(device),
@@ -483,13 +489,15 @@ def _micro_step(state: RunState, batch, side: int, micro_step: int, guard: LossG
 
 def _optimizer_step(state: RunState, epoch: int, meter: EpochMeter) -> None:
     """The optimizer step over the added-up gradients (skipped and counted on an fp16 overflow), the schedule (held
-    during SWA's epochs) and the weight EMA."""
+    during SWA's epochs), Lookahead's sync every lookahead_steps steps and the weight EMA."""
     meter.add_step(state.optimizer.param_groups[0]["lr"])  # the lr this step uses
     state.skipped_steps += optimizer_step(state.optimizer, state.scaler, clip_norm=state.config.grad_clip_norm,
                                           norm_log=state.grad_norms)
     if state.swa is None or not state.swa.holds_lr(epoch):  # SWA's epochs keep the lr they began with
         state.scheduler.step()
     state.global_step += 1
+    if state.lookahead is not None:  # before the EMA, which then averages what the model holds after a sync
+        state.lookahead.step(state.raw_model, state.global_step)
     if state.ema is not None:
         state.ema.update(state.raw_model, step=state.global_step)
 

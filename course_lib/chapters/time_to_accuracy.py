@@ -34,6 +34,13 @@ ABLATIONS: dict[str, dict] = {
     "batch 128, learning rate scaled with it (vs 64)": {
         "batch_size": 64, "lr": RECIPES["speedrun"]["lr"] * 64 / RECIPES["speedrun"]["batch_size"]},
     "small residual net (vs resnet18)": {"model": "resnet18"},
+    # Candidates from the CIFAR-10 record-holders (issue 48), each turned on over the recipe, not yet adopted: "+"
+    # rows add, the others take out. The whitened stem: airbench's first conv from the patch covariance, frozen;
+    # selective TTA: hiverge's views only for the least-confident quarter of each batch (the seconds show what it
+    # saves); ReLU: Page's ResNet-9 activation against the recipe's GELU (airbench's).
+    "+ whitened stem": {"whiten_stem": True},
+    "+ selective TTA (least-confident quarter)": {"tta_selective": 0.25},
+    "ReLU (vs GELU)": {"activation": "relu"},
 }
 # What the cpu profile's `ingredients="auto"` leaves out, and why (`ingredients=all` runs them).
 CPU_LEAVES_OUT = {"small residual net (vs resnet18)": "resnet18 is a slow net on 2 cores",

@@ -76,6 +76,8 @@ class Config:
     checkpoint: str = ""  # path of a workbook checkpoint to start from; "" = none
     freeze_backbone_epochs: int = 0  # epochs at the start that train only the classifier head
     backbone_lr_scale: float = 1.0  # backbone learning rate as a fraction of lr (e.g. 0.1 for fine-tuning)
+    whiten_stem: bool = False  # the first conv's filters set, then frozen, from the eigenvectors of the patch covariance of 5,000 training images, each scaled by 1/sqrt(eigenvalue + 5e-4), as +v and -v (airbench's whitening layer, models/whitening.py); false = random init
+    activation: str = ""  # "" (the model's own: GELU in the speedrun_resnet nets) | relu | gelu: the speedrun_resnet nets' activation (other models refuse it)
     # --- optimisation ---
     batch_size: int = 64  # images per step per process
     sync_batchnorm: bool = False  # under DDP, BatchNorm statistics over every process's batch (torch.nn.SyncBatchNorm on CUDA, engine.sync_batchnorm on CPU); one process: no effect
@@ -100,6 +102,7 @@ class Config:
     random_erasing: float = 0.0  # probability of erasing a random box per image
     ema_decay: float = 0.0  # weight EMA decay per step; 0 = off
     tta_views: int = 1  # test-time augmentation: predictions averaged over 1 (off), 2 (mirror) .. 8 (all symmetries) views
+    tta_selective: float = 0.0  # fraction 0-1 of each validation batch (rounded down), its least confident images by single-view top softmax, that gets the tta_views views; the rest keep one view (hiverge's cifar10-speedrun: 0.25); 0 = every image (as 1); no effect at tta_views=1
     class_balance: str = "none"  # none | weighted_loss (cross-entropy weighted by inverse class frequency, N / (classes x n_c)) | sampler (training images drawn with replacement, each class equally often)
     # --- choosing and averaging weights ---
     save_best: bool = False  # also keep output_dir/best.pt: the checkpoint of the epoch with the highest validation top-1
@@ -305,7 +308,10 @@ _CHOICES = {
     "lr_schedule": ("cosine", "linear", "constant", "step", "onecycle"),  # engine.schedule.SCHEDULES
     "precision": ("off", "fp16", "bf16", "auto"),
     "class_balance": CLASS_BALANCE_NAMES,
+    "activation": ("", "relu", "gelu"),  # models.speedrun.ACTIVATIONS; "" = the model's own
 }
+# The models that take `activation` (models/speedrun.py registers them; this module is a leaf and names them).
+ACTIVATION_MODELS = ("speedrun_resnet", "speedrun_resnet_small", "speedrun_resnet_tiny")
 
 
 # Sizes in pixels a run can take: under 8 px the convolutions have nothing left to look at; over
@@ -391,6 +397,8 @@ def _check_rates(values: dict, refuse) -> None:
         refuse("random_erasing", "a probability from 0 to 1")
     if not 1 <= values["tta_views"] <= 8:
         refuse("tta_views", "1 (off) to 8 (every symmetry of the square)")
+    if not 0 <= values["tta_selective"] <= 1:
+        refuse("tta_selective", "a fraction from 0 to 1 (0 and 1: every image gets tta_views views)")
 
 
 def _check_switches(values: dict, refuse) -> None:
@@ -417,6 +425,12 @@ def _check_switches(values: dict, refuse) -> None:
     if values["class_balance"] == "weighted_loss" and (values["mixup_alpha"] or values["cutmix_alpha"]):
         refuse("class_balance", "none or sampler with mixup_alpha or cutmix_alpha above 0",
                "mixed targets have no single class to weight; use class_balance=sampler")
+    if values["activation"] and values["model"] not in ACTIVATION_MODELS:
+        refuse("activation", f"\"\" with model={values['model']} (it builds its own activation)",
+               f"relu and gelu apply to {', '.join(ACTIVATION_MODELS)}")
+    if values["whiten_stem"] and (values["pretrained"] or values["checkpoint"]):
+        refuse("whiten_stem", "false with pretrained or checkpoint weights",
+               "whitening sets the first conv from the data and would overwrite the weights you start from")
     if values["class_balance"] != "none" and values["storage"] == "shards":
         refuse("class_balance", "none with storage=shards",
                "a tar stream gives no labels up front to count; use storage=cache or files")
@@ -442,7 +456,8 @@ def check_values(values: dict) -> dict:
     checked = {name: _check_type(name, value) for name, value in values.items()}
     for name, choices in _CHOICES.items():
         if name in checked and checked[name] not in choices:
-            raise ConfigError(f"{name}={checked[name]!r} is not one of {', '.join(choices)}")
+            shown = ", ".join(choice or '""' for choice in choices)  # "" reads as a value, not as nothing
+            raise ConfigError(f"{name}={checked[name]!r} is not one of {shown}")
     device = checked.get("device")
     if device is not None and not (device in ("auto", "cpu", "cuda", "mps") or device.startswith("cuda:")):
         raise ConfigError(f"device={device!r} is not one of auto, cpu, cuda, cuda:N, mps")

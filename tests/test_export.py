@@ -103,6 +103,7 @@ def _without(path, entry, folder):
 @pytest.mark.parametrize("command", ["eval", "export"])
 @pytest.mark.parametrize("arguments, message", [
     (["-p", "model=resnet18"], "-p model=resnet18 does not fit .*which holds a test_resnet; drop -p model="),
+    (["-p", "activation=relu"], "-p activation=relu does not fit .*which holds activation=''; drop -p activation="),
     (["-p", "dataset=digits"], "trained on classes .* but sklearn.datasets.load_digits has .*"),
     ("no-classes", "has no 'classes' entry, so its model and data cannot be rebuilt; use a checkpoint written by"),
     ("no-config", "has no 'config' entry"),

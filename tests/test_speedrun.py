@@ -192,3 +192,33 @@ def test_a_budget_that_is_no_number_of_seconds_is_one_line_before_any_data(tmp_p
     code = cli.main(["speedrun", "--profile", "smoke", "--no-progress", "--budget-seconds", budget])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--budget-seconds must be a finite number of seconds, 0 or more" in err[0]
+
+
+def _activations(model) -> set:
+    return {type(module).__name__ for module in model.modules() if isinstance(module, (torch.nn.GELU, torch.nn.ReLU))}
+
+
+@pytest.mark.parametrize("activation, expected", [("", {"GELU"}), ("gelu", {"GELU"}), ("relu", {"ReLU"})])
+def test_the_activation_field_sets_every_activation_of_the_net(activation, expected):
+    model = factory.build_model(make_config("smoke", model="speedrun_resnet_tiny", activation=activation), 3)
+    assert _activations(model) == expected
+    assert sum(isinstance(m, (torch.nn.GELU, torch.nn.ReLU)) for m in model.modules()) == 1 + 3 * 3  # stem, 3 groups x 3
+
+
+def test_the_default_activation_is_unchanged_and_the_weights_fit_either_way():
+    from course_lib.config import ACTIVATION_MODELS
+
+    assert make_config("smoke").activation == ""
+    assert all(timm.is_model(name) for name in ACTIVATION_MODELS)
+    relu = factory.build_model(make_config("smoke", model="speedrun_resnet_tiny", activation="relu"), 3)
+    relu.load_state_dict(timm.create_model("speedrun_resnet_tiny", num_classes=3).state_dict())  # no new weights
+
+
+def test_a_model_that_builds_its_own_activation_refuses_the_field_in_one_line():
+    from course_lib.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"activation must be \"\" with model=resnet18") as error:
+        make_config("smoke", model="resnet18", activation="relu")
+    assert "speedrun_resnet_tiny" in str(error.value) and "\n" not in str(error.value)
+    with pytest.raises(ConfigError, match="activation='swish' is not one of \"\", relu, gelu"):
+        make_config("smoke", model="speedrun_resnet_tiny", activation="swish")

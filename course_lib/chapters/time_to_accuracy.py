@@ -34,11 +34,17 @@ ABLATIONS: dict[str, dict] = {
     "batch 128, learning rate scaled with it (vs 64)": {
         "batch_size": 64, "lr": RECIPES["speedrun"]["lr"] * 64 / RECIPES["speedrun"]["batch_size"]},
     "small residual net (vs resnet18)": {"model": "resnet18"},
-    # Candidates from the CIFAR-10 record-holders (issue 48), not adopted: a row named "+ ..." turns one ON over the
-    # recipe. Muon (airbench94_muon) on the conv kernels but the stem, the rest on the recipe's SGD; Lookahead
-    # (Zhang et al. 2019; airbench's earlier records) every 5 steps half-way, the paper's k and alpha.
+    # Candidates from the CIFAR-10 record-holders (issue 48), each turned on over the recipe, not yet adopted: "+"
+    # rows add, the others take out. Muon (airbench94_muon) on the conv kernels but the stem, the rest on the recipe's
+    # SGD; Lookahead (Zhang et al. 2019; airbench's earlier records) every 5 steps half-way, the paper's k and alpha;
+    # the whitened stem: airbench's first conv from the patch covariance, frozen; selective TTA: hiverge's views only
+    # for the least-confident quarter of each batch (the seconds show what it saves); ReLU: Page's ResNet-9 activation
+    # against the recipe's GELU (airbench's).
     "+ Muon (conv weights)": {"optimizer": "muon"},
     "+ Lookahead (k=5, alpha=0.5)": {"lookahead_steps": 5, "lookahead_alpha": 0.5},
+    "+ whitened stem": {"whiten_stem": True},
+    "+ selective TTA (least-confident quarter)": {"tta_selective": 0.25},
+    "ReLU (vs GELU)": {"activation": "relu"},
 }
 # What the cpu profile's `ingredients="auto"` leaves out, and why (`ingredients=all` runs them).
 CPU_LEAVES_OUT = {"small residual net (vs resnet18)": "resnet18 is a slow net on 2 cores",

@@ -31,7 +31,7 @@ MAY_CHANGE_ON_RESUME = frozenset({
     "resume", "output_dir", "checkpoint", "pretrained", "download",  # the starting weights come from last.pt
     "data_dir", "device", "decoder", "storage", "bad_images", "recipe",  # recipe: its values are compared
     "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "compile", "channels_last",
-    "tta_views",  # evaluation only
+    "tta_views", "tta_selective",  # evaluation only
     "save_best", "early_stopping_patience",  # which epoch is kept and when the run ends, not what a step learns
 })
 

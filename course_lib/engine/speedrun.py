@@ -142,13 +142,14 @@ def race(config: Config, *, budget_seconds: float | None = None, label: str = ""
                 f" ({row['optimizer_steps']} of its {state.steps_per_epoch} steps)"
             state.log(f"budget of {budget_seconds:.0f} s spent in epoch {epoch + 1} of {config.epochs}{done}")
             break
-    final = train.validate(_weights(state), state, views=config.tta_views)
+    final = train.validate(_weights(state), state, views=config.tta_views, selective=config.tta_selective)
     test = {}
     if state.bundle.test is not None and len(state.bundle.test):
         with clock.paused():
             test_state = dataclasses.replace(state, val_loader=train.validation_loader(state.bundle.test, config,
                                                                                       state.distributed, state.device))
-            test = train.validate(_weights(state), test_state, views=config.tta_views)
+            test = train.validate(_weights(state), test_state, views=config.tta_views,
+                                  selective=config.tta_selective)
     result = RaceResult(label or config.recipe or config.model, config, curve, setup_seconds, clock.seconds(),
                         final["top1"], test.get("top1"), state.precision,
                         curve[-1]["images_per_second"] if curve else 0.0, state.bundle.num_classes,

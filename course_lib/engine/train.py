@@ -305,6 +305,7 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
     raw_model = (model if model is not None else factory.build_model(config, num_classes, bundle.classes)).to(
         device, memory_format=torch.channels_last if config.channels_last else torch.preserve_format)
     refuse_one_value_batch_norm(raw_model, config)
+    _whiten_stem(raw_model, config, bundle, device, log)  # before the optimizer: the frozen filters stay out of it
     raw_model = _synced_batchnorm(raw_model, config, distributed, device, log)
     precision = auto_precision.resolve(config.precision, raw_model, config.image_size, num_classes, device,
                                        batch_size=config.batch_size, channels_last=config.channels_last, log=log)
@@ -316,6 +317,49 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
                        global_batch=global_batch)
     _resume_or_start(state)
     return state
+
+
+WHITENING_IMAGES = 5000  # training images whose patches whiten the stem (airbench94_muon.py takes 5,000 of CIFAR-10's 50,000)
+
+
+def _whiten_stem(raw_model: torch.nn.Module, config: Config, bundle, device: torch.device, log) -> None:
+    """whiten_stem=True: the first conv's filters from the patch covariance of up to WHITENING_IMAGES training
+    images, then frozen (`models.whitening`). The images are a fixed draw from the seed, so every rank computes
+    the same filters (DDP also broadcasts rank 0's); the time is inside a race's clock, as airbench counts it."""
+    if not config.whiten_stem:
+        return
+    from course_lib.models import whitening
+
+    done = whitening.whiten_first_conv(raw_model, _whitening_batches(bundle, config, device))
+    log(f"whiten_stem: {done['filters']} filters of {done['layer']} from the patches of {done['images']} training "
+        "images, frozen")
+
+
+def _whitening_batches(bundle, config: Config, device: torch.device):
+    """Batches of up to WHITENING_IMAGES training images drawn from (seed), normalised as the model sees them at
+    evaluation (`device_stage(train=False)`; a split whose loader augments gives augmented images). A stream
+    gives its first images."""
+    from torch.utils.data import Subset
+
+    from course_lib.data.loaders import make_loader
+    from course_lib.data.resident import ResidentSplit
+
+    dataset = bundle.train
+    if not isinstance(dataset, torch.utils.data.IterableDataset):
+        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(config.seed))
+        chosen = order[:WHITENING_IMAGES]
+        if isinstance(dataset, ResidentSplit):  # already on the device: cut batches there, no loader
+            for start in range(0, len(chosen), config.batch_size):
+                rows = chosen[start:start + config.batch_size].to(dataset.images.device)
+                yield bundle.device_stage(dataset.images.index_select(0, rows), device, train=False)
+            return
+        dataset = Subset(dataset, chosen.tolist())
+    seen = 0
+    for images, _ in make_loader(dataset, config, train=False, drop_last=False):
+        yield bundle.device_stage(images, device, train=False)[:WHITENING_IMAGES - seen]
+        seen += len(images)
+        if seen >= WHITENING_IMAGES:
+            return
 
 
 def _synced_batchnorm(raw_model: torch.nn.Module, config: Config, distributed: Distributed, device, log):
@@ -515,13 +559,15 @@ def _check_losses(state: RunState, epoch: int, steps_done: int, guard: LossGuard
 
 
 @torch.no_grad()
-def validate(model: torch.nn.Module, state: RunState, views: int = 1) -> dict:
+def validate(model: torch.nn.Module, state: RunState, views: int = 1, selective: float = 0.0) -> dict:
     """Mean cross-entropy, top-1 and top-5 accuracy of `model` over the validation split (every
     rank scores its part; the sums are all-reduced under DDP). `views` > 1 is test-time
     augmentation: the softmax is averaged over that many symmetries of the square
-    (`data.overhead_augment.dihedral_views`) and the loss is that average's cross-entropy."""
+    (`data.overhead_augment.dihedral_views`) and the loss is that average's cross-entropy;
+    0 < `selective` < 1 gives the views only to that fraction of each batch, its least confident
+    images (`engine.selective_tta`; each rank chooses among its own images)."""
     from course_lib.data.loaders import batches
-    from course_lib.data.overhead_augment import dihedral_views
+    from course_lib.engine.selective_tta import tta_probabilities
 
     model.eval()
     device = state.device
@@ -533,8 +579,7 @@ def validate(model: torch.nn.Module, state: RunState, views: int = 1) -> dict:
             if views == 1:
                 logits = model(images)
             else:  # log of the mean probability: cross_entropy of it is the averaged prediction's loss
-                logits = (sum(torch.softmax(model(view).float(), dim=1) for view in dihedral_views(images, views))
-                          / views).log()
+                logits = tta_probabilities(model, images, views, selective).log()
         loss = F.cross_entropy(logits.float(), targets, reduction="sum")
         top1, top5 = correct_counts(logits, targets)
         totals += torch.stack([loss.double(), top1.double(), top5.double(),
@@ -709,7 +754,8 @@ def run_epoch(state: RunState, epoch: int, *, progress: bool = True, board: Tens
     last = epoch + 1 == config.epochs or state.tracker.should_stop
     if state.val_loader is not None and last and config.tta_views > 1:  # the recipe's final prediction
         weights = state.ema.module if state.ema is not None else state.model
-        row.update(_columns("val_tta", validate(weights, state, views=config.tta_views)))
+        tta = validate(weights, state, views=config.tta_views, selective=config.tta_selective)
+        row.update(_columns("val_tta", tta))
     if last and state.swa is not None and state.swa.snapshots:
         row.update(_finish_swa(state))
     row["skipped_images"] = skipped_images(state)

@@ -248,7 +248,8 @@ BOOKKEEPING_FIELDS = ("output_dir", "resume", "num_workers", "pin_memory", "pref
 
 # Config fields added after checkpoints were first cached under digests, with the value that trains as before: at
 # that value a field is left out, so a new field does not orphan every model a reader has already trained.
-LATER_FIELDS = {"rotation": 0.0, "sync_batchnorm": False, "muon_lr": 0.015, "lookahead_steps": 0, "lookahead_alpha": 0.5}
+LATER_FIELDS = {"rotation": 0.0, "sync_batchnorm": False, "muon_lr": 0.015, "lookahead_steps": 0,
+                "lookahead_alpha": 0.5, "whiten_stem": False, "activation": "", "tta_selective": 0.0}
 
 
 def config_digest(values: dict, ignore=BOOKKEEPING_FIELDS) -> str:

@@ -25,10 +25,17 @@ def build_model(config: Config, num_classes: int, classes: list[str] | None = No
         hint = f"similar names: {', '.join(similar)}" if similar else "see timm.list_models()"
         raise ConfigError(f"unknown timm model {config.model!r}; {hint}")
     # A checkpoint overwrites every backbone weight, so ImageNet weights would be downloaded for nothing.
-    model = create_model(config.model, num_classes, pretrained=config.pretrained and not config.checkpoint)
+    model = create_model(config.model, num_classes, pretrained=config.pretrained and not config.checkpoint,
+                         **architecture_options(config))
     if config.checkpoint:
         load_backbone(model, paths.resolve_path(config.checkpoint), classes, config.model)
     return model
+
+
+def architecture_options(config: Config) -> dict:
+    """The keyword arguments of `timm.create_model` that Config fields choose: `activation` for the workbook's
+    speedrun_resnet nets ("" leaves every model its own; config.py refuses it for the others)."""
+    return {"activation": config.activation} if config.activation else {}
 
 
 def model_from_checkpoint(path: str | os.PathLike, map_location="cpu", use_ema: bool = False) -> torch.nn.Module:
@@ -42,9 +49,10 @@ def model_from_checkpoint(path: str | os.PathLike, map_location="cpu", use_ema: 
     return model.to(map_location).eval()
 
 
-# Fields that decide the shapes of a checkpoint's tensors: evaluation and export take them from the
-# checkpoint, so `-p model=...` there would only build a model the weights cannot fill.
-ARCHITECTURE_FIELDS = ("model",)
+# Fields that decide what a checkpoint's tensors compute: evaluation and export take them from the checkpoint, so
+# `-p model=...` there would only build a model the weights cannot fill, and `-p activation=...` one they fit but
+# that computes something else.
+ARCHITECTURE_FIELDS = ("model", "activation")
 
 
 def load_trained(path: str | os.PathLike, map_location="cpu") -> dict:
@@ -67,7 +75,8 @@ def checkpoint_config(state: dict, path: str | os.PathLike, **overrides) -> Conf
     stored = {key: value for key, value in state["config"].items() if key in FIELD_NAMES}
     for name in ARCHITECTURE_FIELDS:
         if name in overrides and overrides[name] is not None and overrides[name] != stored.get(name):
-            raise ConfigError(f"-p {name}={overrides[name]} does not fit {path}, which holds a {stored.get(name)}; "
+            holds = f"a {stored.get(name)}" if name == "model" else f"{name}={stored.get(name)!r}"
+            raise ConfigError(f"-p {name}={overrides[name]} does not fit {path}, which holds {holds}; "
                               f"drop -p {name}= (the model comes from the checkpoint)")
     return make_config(None, **{**stored, "checkpoint": "", "pretrained": False,
                                 **{key: value for key, value in overrides.items() if value is not None}})
@@ -83,14 +92,14 @@ def load_weights(model: torch.nn.Module, state_dict: dict, path: str | os.PathLi
                                           "use the checkpoint with the model it was trained as") from None
 
 
-def create_model(model_name: str, num_classes: int, pretrained: bool = False) -> torch.nn.Module:
-    """`timm.create_model` with `num_classes` outputs. With `pretrained`, timm loads the ImageNet
-    weights from the Hugging Face cache or hub and gives the model a freshly initialised head;
-    when it cannot, this raises a one-line hub.PretrainedWeightsError saying how to fix it."""
+def create_model(model_name: str, num_classes: int, pretrained: bool = False, **options) -> torch.nn.Module:
+    """`timm.create_model` with `num_classes` outputs (and `options`, `architecture_options`). With `pretrained`,
+    timm loads the ImageNet weights from the Hugging Face cache or hub and gives the model a freshly initialised
+    head; when it cannot, this raises a one-line hub.PretrainedWeightsError saying how to fix it."""
     import timm
 
     if not pretrained:
-        return timm.create_model(model_name, num_classes=num_classes)
+        return timm.create_model(model_name, num_classes=num_classes, **options)
     if hub.weights_repository(model_name) is None:
         raise hub.PretrainedWeightsError(f"timm has no pretrained weights for {model_name}; pick a name from "
                                      "timm.list_models(pretrained=True) or set pretrained=false")
@@ -99,7 +108,7 @@ def create_model(model_name: str, num_classes: int, pretrained: bool = False) ->
         raise hub._unavailable(model_name, f"{hub.weights_repository(model_name)} is not in the Hugging Face cache and "
                                        "the hub cannot be reached")
     try:
-        return timm.create_model(model_name, pretrained=True, num_classes=num_classes)
+        return timm.create_model(model_name, pretrained=True, num_classes=num_classes, **options)
     except Exception as error:  # hub errors come in many types (LocalEntryNotFoundError, HTTPError, ...)
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise hub._unavailable(model_name, f"{type(error).__name__}: {first_line[:120]}") from None

@@ -10,7 +10,8 @@
 Registered with timm, so `timm.create_model("speedrun_resnet", num_classes=10)` and every notebook
 can use it; `speedrun_resnet_small` halves the widths, and `speedrun_resnet_tiny` (notebook 13's
 distillation student) halves them again. Widths (64, 128, 256): 1,941,066 parameters
-with 10 classes (`tests/test_speedrun.py` checks the number).
+with 10 classes (`tests/test_speedrun.py` checks the number). `activation="relu"` (Config.activation)
+puts ReLU where GELU is, as in Page's ResNet-9; airbench94 uses GELU.
 """
 from __future__ import annotations
 
@@ -19,19 +20,20 @@ from timm.models import register_model
 from torch import nn
 
 LOGIT_SCALE = 1 / 8  # airbench divides the logits so that the first steps do not saturate the softmax
+ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}  # Config.activation's names; gelu is the default
 
 
-def _conv_bn(in_channels: int, out_channels: int) -> list[nn.Module]:
+def _conv_bn(in_channels: int, out_channels: int, activation: str = "gelu") -> list[nn.Module]:
     return [nn.Conv2d(in_channels, out_channels, 3, padding=1, bias=False), nn.BatchNorm2d(out_channels),
-            nn.GELU()]
+            ACTIVATIONS[activation]()]
 
 
 class ResidualBlock(nn.Module):
-    """Two 3x3 conv + BatchNorm + GELU, added to the input (He et al. 2016, arXiv:1512.03385)."""
+    """Two 3x3 conv + BatchNorm + GELU (or `activation`), added to the input (He et al. 2016, arXiv:1512.03385)."""
 
-    def __init__(self, channels: int):
+    def __init__(self, channels: int, activation: str = "gelu"):
         super().__init__()
-        self.layers = nn.Sequential(*_conv_bn(channels, channels), *_conv_bn(channels, channels))
+        self.layers = nn.Sequential(*_conv_bn(channels, channels, activation), *_conv_bn(channels, channels, activation))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.layers(x)
@@ -41,13 +43,13 @@ class ConvGroup(nn.Module):
     """Widen, halve the resolution (max-pool after the conv, as airbench does: the conv sees the
     full resolution), normalise, then one residual block."""
 
-    def __init__(self, in_channels: int, out_channels: int):
+    def __init__(self, in_channels: int, out_channels: int, activation: str = "gelu"):
         super().__init__()
         self.widen = nn.Conv2d(in_channels, out_channels, 3, padding=1, bias=False)
         self.pool = nn.MaxPool2d(2)
         self.norm = nn.BatchNorm2d(out_channels)
-        self.activation = nn.GELU()
-        self.block = ResidualBlock(out_channels)
+        self.activation = ACTIVATIONS[activation]()
+        self.block = ResidualBlock(out_channels, activation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.block(self.activation(self.norm(self.pool(self.widen(x)))))
@@ -58,13 +60,15 @@ class SpeedrunResNet(nn.Module):
     `get_classifier`, `reset_classifier`), so transfer learning and freezing work unchanged."""
 
     def __init__(self, num_classes: int = 1000, in_chans: int = 3, widths=(64, 128, 256), stem_width: int = 32,
-                 drop_rate: float = 0.0, **kwargs):
+                 drop_rate: float = 0.0, activation: str = "gelu", **kwargs):
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation={activation!r} is not one of {', '.join(ACTIVATIONS)}")
         self.num_classes, self.num_features = num_classes, widths[-1]
         self.stem = nn.Sequential(nn.Conv2d(in_chans, stem_width, 2, stride=2, bias=False),
-                                  nn.BatchNorm2d(stem_width), nn.GELU())
+                                  nn.BatchNorm2d(stem_width), ACTIVATIONS[activation]())
         channels = [stem_width, *widths]
-        self.groups = nn.Sequential(*[ConvGroup(a, b) for a, b in zip(channels, channels[1:])])
+        self.groups = nn.Sequential(*[ConvGroup(a, b, activation) for a, b in zip(channels, channels[1:])])
         self.drop = nn.Dropout(drop_rate)
         self.fc = nn.Linear(self.num_features, num_classes) if num_classes else nn.Identity()
 

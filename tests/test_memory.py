@@ -75,7 +75,11 @@ def test_probe_optimizer_is_the_training_one():
 
 
 def test_estimate_within_25_percent_of_measured_peak_on_cpu():
-    rows = memory.compare_estimate_and_peak("test_resnet", 32, [2, 8], optimizer="sgd")
+    # Batches where the activations outweigh a CPU's fixed temporaries: on a 2-core AMD EPYC a step also holds about
+    # 5 MB that no shape explains (oneDNN's scratch and weight copies; resnet18 at 32 px measured 1.44x its
+    # estimate there), so test_resnet at 32 px, batch 2 read 0.51 while an Intel Xeon read about 1.0. At 64 px,
+    # batches 8 and 32: 0.91 and 0.99 on that EPYC.
+    rows = memory.compare_estimate_and_peak("test_resnet", 64, [8, 32], optimizer="sgd")
     for row in rows:
         assert row["estimate_over_measured"] == pytest.approx(1.0, abs=0.25), row
 

@@ -21,7 +21,8 @@ import torch
 # The quintic's coefficients (airbench94_muon, the Muon repository): chosen to raise small singular values
 # fast, so after 5 steps they land in a band around 1 (about 0.7-1.2) rather than exactly on 1. 5 steps: the Muon
 # repository's default; airbench94_muon calls it with 3, cheaper (on 2 CPU cores in fp32, 5 steps over the small
-# speed-run net's kernels took about 40 ms per optimizer step on one thread, a training step at batch 128 about 50 ms).
+# speed-run net's kernels took about 40 ms per optimizer step on one thread, a training step at batch 128 about 50 ms;
+# one rough timing on a 2-core AMD EPYC shared with other work, not a measurement: notebook 12's ablation times it).
 NEWTON_SCHULZ_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 NEWTON_SCHULZ_STEPS = 5
 

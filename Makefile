@@ -54,13 +54,19 @@ venv: $(STAMP)
 workbook: $(STAMP)
 	$(BIN)/workbook run --profile $(PROFILE)
 
+# The suite in TEST_WORKERS pytest-xdist processes (2: one per core of the 2-core machines it is measured on);
+# --dist loadfile keeps each test file in one process, in order (the README's commands build on each other in
+# their scratch project). TEST_WORKERS=0 runs it all in this one process.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 
-# Everything but the slow kinds (pytest markers in pyproject.toml): no notebook runs, no browser, no torchrun.
-FAST_MARKERS := not notebook and not browser and not torchrun
+# Everything but the slow kinds (pytest markers in pyproject.toml): no notebook runs, no browser, no torchrun,
+# no unit test of a second or more.
+FAST_MARKERS := not notebook and not browser and not torchrun and not slow
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "$(FAST_MARKERS)"
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "$(FAST_MARKERS)"
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/

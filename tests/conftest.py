@@ -173,20 +173,48 @@ def assert_equal_states(first, second):
 
 
 # --- where the time of a test run goes (issue 46): per file and per kind, printed after every run --------------
-SLOW_KINDS = ("notebook", "browser", "torchrun")  # the markers of pyproject.toml; anything else is "unit"
-_kind_of: dict[str, str] = {}
+SLOW_KINDS = ("notebook", "browser", "torchrun", "slow")  # the markers of pyproject.toml; anything else is "unit"
 _seconds_by_file: dict[str, float] = {}
 _seconds_by_kind: dict[str, float] = {}
 _tests_by_kind: dict[str, int] = {}
+_budget_lines: list[str] = []
+_calibration_key = pytest.StashKey[float]()  # this machine's time_budget.calibrate(), taken as the run starts
 
 
-def kind_of_test(item) -> str:
-    """The slow kind a test belongs to (its first marker of `SLOW_KINDS`), else "unit"."""
-    return next((kind for kind in SLOW_KINDS if item.get_closest_marker(kind)), "unit")
+def kind_of_test(keywords) -> str:
+    """The slow kind a test belongs to (its first marker of `SLOW_KINDS`), else "unit". `keywords`: a test item's
+    or its report's keywords (a report under pytest-xdist reaches the controlling process without the item)."""
+    return next((kind for kind in SLOW_KINDS if kind in keywords), "unit")
+
+
+@pytest.fixture(scope="session")
+def notebooks_home(tmp_path_factory) -> Path:
+    """The notebooks/ folder the chapter, solution and rehearsal tests execute from. In one process, the checkout's.
+    In a pytest-xdist process (`make test`: --dist loadfile, so tests/test_notebooks.py and tests/test_solutions.py
+    may run at once in two), a copy inside a project of that process's own: every other top-level entry of the
+    checkout linked, its own runs/ and data_cache/. A kernel finds its project from its working folder (the
+    notebook's, `paths.project_root`), so a chapter and its solution running at once never share a checkpoint
+    folder's run lock, a cache being built or a cached model."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return ROOT / "notebooks"
+    project = tmp_path_factory.mktemp("checkout")
+    for entry in ROOT.iterdir():
+        if entry.name not in {"notebooks", "runs", "data_cache", ".git"}:
+            (project / entry.name).symlink_to(entry)
+    shutil.copytree(ROOT / "notebooks", project / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    return project / "notebooks"
+
+
+def pytest_configure(config):
+    """In a pytest-xdist worker, torch and the processes it starts (kernels, `workbook` commands, torchrun) get
+    one thread each: two workers with torch's default of one thread per core would each spin on every core, and
+    the same suite took four times as long."""
+    if hasattr(config, "workerinput"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(items):
-    _kind_of.update({item.nodeid: kind_of_test(item) for item in items})
     # Every CUDA-only test carries the one `cuda` mark (its reason as the mark's `reason=`): without a GPU
     # it is skipped with that reason, and a GPU machine runs exactly these with `pytest -m cuda`.
     if not torch.cuda.is_available():
@@ -197,11 +225,10 @@ def pytest_collection_modifyitems(items):
 
 def pytest_runtest_logreport(report):
     """Setup, call and teardown all count: a fixture that executes a notebook is part of the test's time."""
-    kind = _kind_of.get(report.nodeid, "unit")
-    _seconds_by_file[report.nodeid.split("::")[0]] = _seconds_by_file.get(report.nodeid.split("::")[0], 0.0) \
-        + report.duration
+    kind, name = kind_of_test(report.keywords), report.nodeid.split("::")[0]
+    _seconds_by_file[name] = _seconds_by_file.get(name, 0.0) + report.duration
     _seconds_by_kind[kind] = _seconds_by_kind.get(kind, 0.0) + report.duration
-    if report.when == "call":
+    if report.when == "call" or (report.when == "setup" and report.skipped):
         _tests_by_kind[kind] = _tests_by_kind.get(kind, 0) + 1
 
 
@@ -216,7 +243,36 @@ def time_table(by_kind: dict, tests: dict, by_file: dict, files: int = 12) -> li
     return lines
 
 
+def _controlling(config) -> bool:
+    """Whether this process runs the session (not a pytest-xdist worker)."""
+    return not hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session):
+    if _controlling(session.config) and not session.config.option.collectonly:
+        import time_budget
+
+        session.config.stash[_calibration_key] = time_budget.calibrate()
+
+
+def pytest_sessionfinish(session):
+    """The time budget per kind (tests/time_budget.py): a kind past it fails the run, unless WORKBOOK_TEST_BUDGET=off."""
+    if not _controlling(session.config) or _calibration_key not in session.config.stash or not _seconds_by_kind:
+        return
+    import time_budget
+
+    workers = getattr(session.config.option, "numprocesses", None) or 1
+    lines, failed = time_budget.check(_seconds_by_kind, _tests_by_kind, time_budget.load(),
+                                      session.config.stash[_calibration_key], workers)
+    _budget_lines[:] = lines
+    if failed and time_budget.enforced() and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        _budget_lines.append(f"a kind of test went past its time budget: the run fails ({time_budget.OFF_ENV}=off "
+                             "only prints; after a deliberate change, measure again and update tests/time_budget.json)")
+
+
+
 def pytest_terminal_summary(terminalreporter):
-    if _seconds_by_kind:
-        for line in time_table(_seconds_by_kind, _tests_by_kind, _seconds_by_file):
-            terminalreporter.write_line(line)
+    for line in [*(time_table(_seconds_by_kind, _tests_by_kind, _seconds_by_file) if _seconds_by_kind else []),
+                 *_budget_lines]:
+        terminalreporter.write_line(line)

@@ -9,6 +9,7 @@ from course_lib import cli
 from course_lib.measure import advise, flops, memory, peak
 
 
+@pytest.mark.slow
 def test_each_card_is_the_estimator_and_the_datasheet():
     found = advise.advise("resnet18", 64, 64, "bf16", "sgd", num_classes=10, mfu=0.5)
     assert [item.card for item in found] == [card for card, _, _ in advise.CARDS]
@@ -24,6 +25,7 @@ def test_each_card_is_the_estimator_and_the_datasheet():
     assert found[-1].largest_batch > found[0].largest_batch  # 141 GiB holds more than 24 GiB
 
 
+@pytest.mark.slow
 def test_a_step_too_large_for_the_small_cards_fits_only_the_large_ones():
     found = {item.card: item for item in advise.advise("resnet50", 1024, 224, "off", "adamw")}
     assert not found["RTX 3090"].fits and found["RTX 3090"].largest_batch < 1024
@@ -31,6 +33,7 @@ def test_a_step_too_large_for_the_small_cards_fits_only_the_large_ones():
     assert found["H100 SXM"].peak_tflops == peak.DATASHEET_TFLOPS["H100 SXM"]["fp32"]
 
 
+@pytest.mark.slow
 def test_the_command_prints_the_table_and_refuses_bad_input_in_one_line(capsys):
     assert cli.main(["advise", "--model", "resnet18", "--batch-size", "32", "--image-size", "64", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)

@@ -126,6 +126,7 @@ def test_the_overall_accuracy_claim_compares_only_runs_of_one_budget(monkeypatch
     assert {c.key: c for c in casestudy.claims(study)}["casestudy_accuracy"].verdict == claims.HOLDS
 
 
+@pytest.mark.slow
 def test_case_study_runs_records_and_tabulates(config):
     bundle = pipeline.build_datasets(config)
     study = casestudy.CaseStudy(casestudy.baseline_config(config), profile="smoke", bundle=bundle)

@@ -30,6 +30,7 @@ class Payload:
         return (print, ("this would run on load",))
 
 
+@pytest.mark.slow
 def test_checkpoint_holding_an_arbitrary_pickled_object_is_refused(tmp_path):
     path = tmp_path / "evil.pt"
     torch.save({"model": {}, "extra": Payload()}, path)
@@ -108,6 +109,7 @@ def test_the_next_save_removes_temp_files_of_killed_saves(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["last.pt", alive.name, other_host_recent.name])
 
 
+@pytest.mark.slow
 def test_a_save_killed_midway_leaves_a_temp_file_that_the_next_save_clears(tmp_path):
     """kill -9 during torch.save: no finally runs, so the next save must clear it."""
     script = ("import os, sys, torch\n"
@@ -152,6 +154,7 @@ def test_a_file_that_is_not_a_checkpoint_says_what_it_is(tmp_path, kind):
     assert "pickled objects" not in message
 
 
+@pytest.mark.slow
 def test_cli_names_a_git_lfs_pointer_in_one_line(tmp_path):
     path = tmp_path / "model.pt"
     path.write_bytes(BROKEN_FILES["lfs-pointer"][0])

@@ -47,6 +47,7 @@ def test_flipped_images_in_both_directions():
         comparison.flipped_images(before, after, "sideways")
 
 
+@pytest.mark.slow
 def test_compare_reports_deltas_intervals_and_flips():
     before, after = _evaluation("before", BEFORE), _evaluation("after", AFTER)
     result = comparison.compare(before, after, draws=500)
@@ -74,6 +75,7 @@ def test_identical_evaluations_have_zero_width_intervals():
     assert result.significant("f1").empty
 
 
+@pytest.mark.slow
 def test_bootstrap_interval_covers_the_true_delta_about_95_percent_of_the_time():
     """A known case: model A is right on each image with probability 0.70, model B with 0.80,
     independently, so every class's true recall delta is 0.10. Over 200 simulated validation sets

@@ -116,6 +116,7 @@ def resolved_versions(result: subprocess.CompletedProcess) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("name", CONTAINERS)
+@pytest.mark.slow
 def test_pip_resolves_the_projects_dependencies_against_each_base_images_pins(name):
     """The real check that a label comparison could not make: the NGC image's torch (2.10) under every
     requirement of what its `make venv` installs, Python included; the CPU image with every extra."""
@@ -129,6 +130,7 @@ def test_pip_resolves_the_projects_dependencies_against_each_base_images_pins(na
     assert "torchao" not in versions or "compress" in extras_of(name)
 
 
+@pytest.mark.slow
 def test_the_resolution_fails_on_a_planted_impossible_pin_and_on_torchao_in_the_ngc_image():
     ngc = pins_of("Dockerfile").read_text()
     planted = resolve(re.sub(r"^torch==.*$", "torch==2.3.0", ngc, flags=re.M), extras_of("Dockerfile"))

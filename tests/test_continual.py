@@ -71,6 +71,7 @@ def test_widen_head_keeps_the_old_classes_rows():
     assert wider(images).shape == (2, 5) and model.get_classifier().out_features == 3
 
 
+@pytest.mark.slow
 def test_rehearsal_and_lwf_keep_more_of_the_old_classes_than_naive_fine_tuning(tmp_path):
     """A small fixed task (scikit-learn's digits, 5 old + 5 new classes, timm's test_resnet at 16 px):
     naive fine-tuning on the new classes forgets the old ones; the balanced rehearsal memory and

@@ -153,6 +153,7 @@ print(outcomes)
 """
 
 
+@pytest.mark.slow
 def test_damaged_pngs_never_crash_the_torchvision_decoder(tmp_path):
     """torchvision's PNG decoder took the process down (SIGSEGV, exit 139) on any libpng error, such as
     one flipped IDAT byte, so bad_images=skip could not help. Every byte of four kinds of PNG is damaged

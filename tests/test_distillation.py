@@ -79,6 +79,7 @@ def test_bad_settings_are_refused():
         distillation_loss(torch.zeros(1, 2), torch.zeros(1, 2), 0.0)
 
 
+@pytest.mark.slow
 def test_fit_with_a_teacher_moves_the_student_towards_it(tmp_path):
     """With weight 1 the student learns only from the teacher: its predictions agree with the teacher's
     more after training than before."""
@@ -93,6 +94,7 @@ def test_fit_with_a_teacher_moves_the_student_towards_it(tmp_path):
     assert distance < 0.5
 
 
+@pytest.mark.slow
 def test_a_good_teacher_makes_a_better_student_than_labels_alone(tmp_path):
     """A small fixed task where distillation must pay: scikit-learn's digits, a 99% teacher
     (speedrun_resnet_small on the whole training split), and timm's test_resnet as the student on

@@ -2,6 +2,7 @@
 the workbook's pieces (issue 50, point 11), on a generated ImageFolder in place of "my_dataset"."""
 import re
 
+import pytest
 from conftest import ROOT
 
 from course_lib import cli
@@ -13,6 +14,7 @@ def python_blocks(page: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", (ROOT / "docs" / page).read_text(), flags=re.S)
 
 
+@pytest.mark.slow
 def test_your_own_data_loop_trains_on_an_image_folder(tmp_path, monkeypatch, capsys):
     (loop,) = [block for block in python_blocks("your_own_data.md") if "for epoch in range(epochs)" in block]
     assert len(loop.strip().splitlines()) <= 40  # a loop a reader takes in at a glance
@@ -33,6 +35,7 @@ def test_your_own_data_loop_trains_on_an_image_folder(tmp_path, monkeypatch, cap
     assert list((tmp_path / "data_cache" / "predecoded").iterdir())  # the cache was built, once
 
 
+@pytest.mark.slow
 def test_the_hosted_install_cell_runs_offline_on_a_runtime_with_torch_preinstalled(tmp_path):
     """Issue 50 point 12: docs/hosted_notebooks.md's install cell, as far as it goes without the network. The
     runtime is a fresh venv whose preinstalled packages are this test's own (a .pth file, as Colab and Kaggle

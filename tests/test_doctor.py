@@ -5,6 +5,8 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
+
 from course_lib import cli
 from course_lib.measure import doctor
 
@@ -19,6 +21,7 @@ def _fake_nvidia_smi(folder: Path, topology_fixture: str) -> None:
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
 
 
+@pytest.mark.slow
 def test_doctor_json_keys_and_types(tmp_path, capsys, monkeypatch):
     data = tmp_path / "data"
     data.mkdir()

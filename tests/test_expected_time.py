@@ -48,6 +48,7 @@ def test_a_quick_profile_says_under_a_minute(profile, capsys):
     assert capsys.readouterr().out.strip() == f"expected time: under a minute ({profile} profile)"
 
 
+@pytest.mark.slow
 def test_in_a_kernel_the_first_line_and_the_long_cell_are_announced(tmp_path):
     """Executed as papermill executes a notebook (nbclient sends no cell id, so each cell is found by its code):
     the setup cell's first line names the notebook's time, the long cell's output starts with its time, a short

@@ -292,6 +292,7 @@ def _parent(root, widget):
                 None)
 
 
+@pytest.mark.slow
 def test_a_rendered_notebook_shows_a_picture_of_the_explorer_not_a_blank_widget(tmp_path):
     """nbconvert (the run report's HTML) skips a widget whose state was not saved, as papermill's is
     not: the explorer's display carries a PNG of its matrix, which the HTML shows instead."""

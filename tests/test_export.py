@@ -15,6 +15,7 @@ def model():
     return timm.create_model("test_resnet", num_classes=4).eval()
 
 
+@pytest.mark.slow
 def test_onnx_round_trip_matches_pytorch(model, tmp_path):
     images = torch.randn(3, 3, 32, 32)
     served = export.onnx_model(export.export_onnx(model, images, tmp_path / "m.onnx"))
@@ -22,6 +23,7 @@ def test_onnx_round_trip_matches_pytorch(model, tmp_path):
     assert served(torch.randn(1, 3, 32, 32)).shape == (1, 4)  # the batch dimension is dynamic
 
 
+@pytest.mark.slow
 def test_pt2_round_trip_matches_pytorch(model, tmp_path):
     images = torch.randn(3, 3, 32, 32)
     served = export.pt2_model(export.export_pt2(model, images, tmp_path / "m.pt2"))
@@ -35,6 +37,7 @@ def test_a_wrong_model_is_caught_by_the_check(model, tmp_path):
     assert export.max_difference(model, other, images) > export.FP32_TOLERANCE
 
 
+@pytest.mark.slow
 def test_workbook_export_on_a_workbook_train_checkpoint(tmp_path, capsys):
     out = tmp_path / "run"
     assert cli.main(["train", "--profile", "smoke", "-p", f"output_dir={out}", "-p", "max_steps=2"]) == 0
@@ -55,6 +58,7 @@ def test_export_refuses_a_missing_checkpoint_in_one_line(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_export_never_writes_over_the_checkpoint_or_an_existing_file(tmp_path, capsys):
     """Issue 30 point 2: `--output ck/last.pt` replaced the checkpoint with ONNX and exited 0, and
     --int8 overwrote, then deleted, an existing <stem>-fp32.onnx."""

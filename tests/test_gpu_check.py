@@ -80,6 +80,7 @@ def _part(name, run, budget=5.0, skip=None):
     return gpu_check.Part(name, run, budget, (lambda: skip))
 
 
+@pytest.mark.slow
 def test_a_failing_or_overrunning_part_is_recorded_and_the_rest_still_run(monkeypatch):
     monkeypatch.setattr(gpu_check, "REPORT_RESERVE_SECONDS", 0)
 
@@ -104,6 +105,7 @@ def test_a_failing_or_overrunning_part_is_recorded_and_the_rest_still_run(monkey
     assert any("fails failed" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_parts_share_the_total_budget(monkeypatch):
     monkeypatch.setattr(gpu_check, "REPORT_RESERVE_SECONDS", 0)
     now = [0.0]  # a fake clock: the first part "takes" 95 of the 100 seconds
@@ -132,6 +134,7 @@ def tiny_results():
             "memory": gpu_check.memory_part(batch_sizes=(2, 4, 8), precision="off", max_batch=16, **TINY)}
 
 
+@pytest.mark.slow
 def test_precision_part_on_cpu_compares_the_variants(tiny_results):
     result = tiny_results["precision"]
     rows = {row["variant"]: row for row in result["rows"]}
@@ -196,6 +199,7 @@ def test_speedrun_and_ddp_say_why_they_skip(monkeypatch):
     assert gpu_check.ddp_skip_reason() is None
 
 
+@pytest.mark.slow
 def test_the_report_is_json_and_markdown_in_a_folder_per_gpu_and_day(tmp_path, monkeypatch, tiny_results):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
     parts = [_part("precision", lambda b: tiny_results["precision"]), _part("memory", lambda b: tiny_results["memory"]),

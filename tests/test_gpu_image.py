@@ -29,6 +29,7 @@ def test_the_blocker_refuses_what_the_image_lacks(tmp_path, package):
     assert probe.stdout.strip() == "None"  # as on a machine without it: optional imports see it absent
 
 
+@pytest.mark.slow
 def test_gpu_checks_import_graph_loads_with_the_images_packages(tmp_path):
     code = ("import course_lib.measure.gpu_check, course_lib.cli, course_lib.engine.speedrun, course_lib.engine.ddp, "
             "course_lib.measure.doctor, course_lib.measure.bench; "
@@ -41,6 +42,7 @@ def test_gpu_checks_import_graph_loads_with_the_images_packages(tmp_path):
     assert help_text.returncode == 0 and "--cpu-dry-run" in help_text.stdout, help_text.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_the_cpu_dry_run_of_gpu_check_runs_every_part_under_the_blocker(tmp_path):
     """Every part's code, at tiny sizes; the speed-run part on the committed sample (WORKBOOK_DATA)."""
     result = under_the_image(["-m", "course_lib", "gpu-check", "--cpu-dry-run", "--out-root", str(tmp_path)], tmp_path,
@@ -59,6 +61,7 @@ def test_the_cpu_dry_run_of_gpu_check_runs_every_part_under_the_blocker(tmp_path
     assert text.startswith("# gpu-check on cpu dry run") and "## Roofline" in text
 
 
+@pytest.mark.slow
 def test_the_runbook_script_finds_the_carried_eurosat_subset(tmp_path):
     """scripts/gpu_check.sh on a machine without CUDA: the one line, with the project on PYTHONPATH."""
     environment = {k: v for k, v in os.environ.items() if k not in ("WORKBOOK_DATA", "PYTHONPATH")}

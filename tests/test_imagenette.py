@@ -136,6 +136,7 @@ def test_no_verdict_without_runs_on_imagenette_under_the_rules():
     assert rules.verdict == claims.NOT_MEASURABLE and "test-time augmentation" in rules.reason
 
 
+@pytest.mark.slow
 def test_notebook_12s_section_5_per_profile(tmp_path, monkeypatch):
     from course_lib.chapters import time_to_accuracy
 

@@ -15,6 +15,7 @@ def test_the_torchvision_line_built_for_a_torch(torch_version, line):
     assert install_check.matching_torchvision(torch_version) == line
 
 
+@pytest.mark.slow
 def test_the_installed_pair_imports_together():
     assert install_check.torch_pair_problem() is None
 
@@ -27,6 +28,7 @@ def _broken_torchvision(folder):
     return {**os.environ, "PYTHONPATH": str(folder)}
 
 
+@pytest.mark.slow
 def test_a_mismatched_pair_is_one_line_from_doctor(tmp_path):
     done = subprocess.run([sys.executable, "-m", "course_lib", "doctor", "--no-measure"], capture_output=True,
                           text=True, env=_broken_torchvision(tmp_path), timeout=600)
@@ -37,6 +39,7 @@ def test_a_mismatched_pair_is_one_line_from_doctor(tmp_path):
     assert "operator torchvision::nms does not exist" in lines[0] and "make clean-venv && make venv" in lines[0]
 
 
+@pytest.mark.slow
 def test_make_venvs_check_fails_on_a_mismatched_pair(tmp_path):
     done = subprocess.run([sys.executable, "-m", "course_lib.measure.install_check"], capture_output=True,
                           text=True, env=_broken_torchvision(tmp_path), timeout=600)
@@ -44,6 +47,7 @@ def test_make_venvs_check_fails_on_a_mismatched_pair(tmp_path):
     assert subprocess.run([sys.executable, "-m", "course_lib.measure.install_check"], timeout=600).returncode == 0
 
 
+@pytest.mark.slow
 def test_other_errors_are_not_taken_for_a_broken_install(monkeypatch):
     from course_lib import cli
 

@@ -48,6 +48,7 @@ def _write_rows(args):
         book.record("bench", f"w{worker}", metrics={"index": index})
 
 
+@pytest.mark.slow
 def test_concurrent_writers_lose_nothing(tmp_path):
     path = tmp_path / "shared.sqlite"
     ledger.Ledger(path)
@@ -200,6 +201,7 @@ def test_when_even_the_unsaved_file_cannot_be_written_the_row_is_printed(tmp_pat
     assert len(err) == 1 and '"name": "last-resort"' in err[0] and '"top1": 0.7' in err[0]
 
 
+@pytest.mark.slow
 def test_workbook_train_with_a_damaged_ledger_loses_nothing_and_prints_no_traceback(tmp_path):
     """Either the engine refuses at start (ledger.check_writable: one line, exit 2, nothing
     trained) or it trains and keeps the row beside the ledger (one warning line, exit 0); never
@@ -260,6 +262,7 @@ def test_a_full_disk_is_told_apart_from_damage(tmp_path, monkeypatch, capsys, sq
     assert [row["name"] for row in ledger.Ledger(path).rows()] == ["before"]  # the full disk damaged nothing
 
 
+@pytest.mark.slow
 def test_a_locked_ledger_says_so_within_seconds_then_waits(tmp_path, monkeypatch, capsys):
     import threading
     import time

@@ -69,6 +69,7 @@ def _train_arguments(folder, tmp_path, bad_images, num_workers=1):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_workbook_train_names_a_workers_bad_image_in_one_line_and_in_the_ledger(run_folder_with_corrupt_file,
                                                                                 tmp_path, capsys):
     from course_lib import cli, ledger
@@ -81,6 +82,7 @@ def test_workbook_train_names_a_workers_bad_image_in_one_line_and_in_the_ledger(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_skipped_images_are_counted_across_workers_printed_and_recorded(run_folder_with_corrupt_file, tmp_path,
                                                                         capsys):
     from course_lib import cli, ledger
@@ -168,6 +170,7 @@ def test_data_wait_timer_speeds():
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("bad_images", ["fail", "skip"])
+@pytest.mark.slow
 def test_a_damaged_png_with_decoder_torchvision_in_2_workers_is_one_line_or_a_counted_skip(tmp_path, capsys,
                                                                                            bad_images):
     """Issue 30 point 3: libpng's error crashed the worker (SIGSEGV): a 64-line traceback with 2 workers,

@@ -106,6 +106,7 @@ def test_with_optimizer_changes_only_the_state():
     assert adamw.total_bytes - sgd.total_bytes == adamw.optimizer_state_bytes - sgd.optimizer_state_bytes
 
 
+@pytest.mark.slow
 def test_find_largest_batch_against_fake_oom():
     def step(batch_size):
         if batch_size > 12:
@@ -138,6 +139,7 @@ def test_find_largest_batch_on_a_real_model_leaves_it_usable():
     assert probe.peak_bytes(search.largest_batch) <= cap  # and it still trains
 
 
+@pytest.mark.slow
 def test_an_image_size_that_cannot_fit_is_refused_before_the_first_step_naming_one_that_does(tmp_path, capsys,
                                                                                               monkeypatch):
     import re

@@ -151,6 +151,7 @@ def test_most_confused_classes_picks_the_confused_sub_block():
 
 
 @pytest.mark.parametrize("max_classes", [30, None])
+@pytest.mark.slow
 def test_hundred_class_figure_stays_within_size_limits(max_classes):
     import matplotlib.pyplot as plt
     from PIL import Image

@@ -48,6 +48,7 @@ def test_each_notebook_chooses_its_data_through_the_function_tested_here_and_pri
 
 
 @pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.slow
 def test_00_shows_the_synthetic_data_it_fell_back_to(no_real_data, profile):
     setup = setup_check.setup(profile, image_size=32)
     assert setup.data.synthetic and setup.config.dataset == "landcover-synth"
@@ -152,6 +153,7 @@ def test_07_every_epoch_has_steps_on_the_synthetic_data(no_real_data, profile):
 
 
 @pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.slow
 def test_08_source_and_label_counts_fit_the_smallest_class(no_real_data, profile):
     setup = transfer_plans.setup(profile, image_size=32)
     assert setup.plan.synthetic and setup.data.synthetic
@@ -190,6 +192,7 @@ def test_09_trains_on_the_synthetic_data(no_real_data, profile):
 
 
 @pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.slow
 def test_10_generates_its_landcover_synth_and_trains_on_it(no_real_data, profile):
     setup = casestudy.setup(profile, source_image_size=32, image_size=32)
     config, bundle = setup.config, setup.bundle

@@ -60,6 +60,7 @@ def test_every_notebook_carries_the_metadata_a_jupyterlab_save_keeps():
 
 @pytest.mark.parametrize("path", [NOTEBOOKS[0], NOTEBOOKS[7], ROOT / "notebooks" / "solutions" / NOTEBOOKS[7].name],
                          ids=lambda path: path.parent.name + "/" + path.stem)
+@pytest.mark.slow
 def test_a_jupyterlab_save_leaves_the_committed_notebook_unchanged(path):
     """What JupyterLab writes on Run All and save (outputs, execution counts, the running kernel's spec and its
     language_info), passed through the git filter of the Makefile, gives the committed file back byte for byte:
@@ -217,7 +218,8 @@ def _speed_tables_without_mfu(notebook) -> list[list[str]]:
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_runs_in_smoke_profile(path, tmp_path, capfd):
+def test_runs_in_smoke_profile(path, tmp_path, capfd, notebooks_home):
+    path = notebooks_home / path.name  # the checkout's, or this pytest-xdist process's own copy (tests/conftest.py)
     before = set(path.parent.rglob("*"))
     result = runner.execute_notebook(path, tmp_path / path.name, {"profile": "smoke"})
     assert result.status == "ok", f"{path.name} failed: {result.error}"

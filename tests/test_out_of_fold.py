@@ -22,6 +22,7 @@ def test_relabelled_serves_its_own_labels():
         out_of_fold.Relabelled(data, [4, 1], [0])
 
 
+@pytest.mark.slow
 def test_out_of_fold_probabilities_come_from_models_that_did_not_see_the_image(tmp_path):
     data = TensorImages(120, 3, 16)  # the class sets the image's mean: learnable
     targets = np.asarray(data.targets)
@@ -37,6 +38,7 @@ def test_out_of_fold_probabilities_come_from_models_that_did_not_see_the_image(t
         out_of_fold.out_of_fold_probabilities(config, TensorImages(9, 3, 16), np.arange(9) % 3, 3, folds=5)
 
 
+@pytest.mark.slow
 def test_scan_labels_from_the_command_line():
     output = io.StringIO()
     with contextlib.redirect_stdout(output):

@@ -1,10 +1,12 @@
 """The install files agree: environment.yml names the same packages as pyproject.toml, and the
 Makefile and CI call what the README says."""
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import tomllib
 import yaml
 from conftest import ROOT
@@ -37,7 +39,7 @@ def test_console_script_and_make_targets():
     assert "make test" in first_block
 
 
-SLOW_MARKERS = ("notebook", "browser", "torchrun")
+SLOW_MARKERS = ("notebook", "browser", "torchrun", "slow")
 
 
 def _collected(*args) -> set[str]:
@@ -48,6 +50,7 @@ def _collected(*args) -> set[str]:
     return {line.split("::", 1)[1].split("[")[0] for line in done.stdout.splitlines() if "::" in line}
 
 
+@pytest.mark.slow
 def test_make_test_fast_skips_the_registered_slow_markers():
     """The three slow kinds are registered markers (unknown ones fail, --strict-markers), `make test-fast`
     deselects exactly them, and they reach the tests that run notebooks, a browser or torchrun."""
@@ -56,13 +59,14 @@ def test_make_test_fast_skips_the_registered_slow_markers():
     assert "--strict-markers" in pytest_options["addopts"]
     makefile = (ROOT / "Makefile").read_text()
     assert "FAST_MARKERS := " + " and ".join(f"not {name}" for name in SLOW_MARKERS) in makefile
-    assert 'test-fast: $(STAMP)\n\t$(BIN)/python -m pytest -m "$(FAST_MARKERS)"' in makefile
+    assert 'test-fast: $(STAMP)\n\t$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "$(FAST_MARKERS)"' in makefile
     assert "make test-fast" in (ROOT / "README.md").read_text()
     torchrun = _collected("-m", "torchrun", "tests/test_torchrun.py", "tests/test_ddp.py")
     assert "test_launcher_names_the_failing_rank_with_its_last_lines" in torchrun
     assert "test_two_worker_ddp_equals_one_worker_training_on_gloo" in torchrun
     assert "test_the_rank_log_stream_sorts_lines_by_rank_and_shows_them_as_they_arrive" not in torchrun  # no processes
     assert _collected("-m", "notebook", "tests/test_notebooks.py") == {"test_runs_in_smoke_profile"}
+    assert "test_each_readme_command_runs_to_its_last_line" in _collected("-m", "slow", "tests/test_readme_commands.py")
 
 
 CUDA_ONLY_TESTS = {"test_every_decoder_gives_pils_pixels_within_jpeg_tolerance",  # its nvjpeg cases
@@ -71,6 +75,7 @@ CUDA_ONLY_TESTS = {"test_every_decoder_gives_pils_pixels_within_jpeg_tolerance",
                    "test_on_cuda_the_snapshot_is_written_for_memory_viz"}
 
 
+@pytest.mark.slow
 def test_pytest_m_cuda_collects_every_cuda_only_test_and_nothing_else():
     """One mark, `cuda`, names the CUDA-only tests (a GPU run is `pytest -m cuda`); no test skips on CUDA's
     absence any other way, so none can hide from that run."""
@@ -118,6 +123,7 @@ def test_make_venv_installs_nbstripout_as_the_notebooks_git_filter(tmp_path):
     assert "nbstripout" in {_name(r) for r in dev}
 
 
+@pytest.mark.slow
 def test_the_committed_notebooks_are_what_the_filter_would_commit(tmp_path):
     """The clean filter `make venv` sets (nbstripout --keep-id) changes nothing a committed notebook says:
     no output, count or volatile metadata to strip and every cell id kept, so installing the filter
@@ -140,6 +146,7 @@ def test_the_committed_notebooks_are_what_the_filter_would_commit(tmp_path):
             f"{path.name} has outputs or metadata to strip"
 
 
+@pytest.mark.slow
 def test_with_the_filter_a_saved_notebooks_outputs_stay_out_of_the_commit(tmp_path):
     """The filter as `make venv` sets it, in a scratch repository: a notebook saved with outputs (as
     JupyterLab does) is staged without them, with its cell ids kept, while the working file keeps them."""
@@ -166,6 +173,7 @@ def test_with_the_filter_a_saved_notebooks_outputs_stay_out_of_the_commit(tmp_pa
     assert nbformat.read(str(tmp_path / "00_saved.ipynb"), as_version=4).cells[0].outputs  # the working file keeps them
 
 
+@pytest.mark.slow
 def test_after_clean_venv_git_diff_and_add_still_work(tmp_path):
     """Issue 50 point 8: the filter `make venv` sets names the venv; once `make clean-venv` removed it, git
     diff, status and add go on, the notebook taken as it is with one line saying so; with the venv the
@@ -221,3 +229,70 @@ def test_every_run_ends_with_where_its_time_went():
     assert lines[2].split()[:2] == ["unit", "30.0"]
     assert lines[3] == "the 2 slowest test files:" and lines[4].endswith("tests/test_notebooks.py")
     assert lines[5].endswith("tests/test_b.py") and len(lines) == 6
+
+
+BUDGET = {"machine": "a 2-core test machine", "workers": 2, "calibration_seconds": 0.5,
+          "kinds": {"unit": {"seconds": 100.0, "tests": 1000}, "notebook": {"seconds": 400.0, "tests": 40}}}
+
+
+def test_a_kind_past_one_and_a_half_times_its_budget_fails_the_run():
+    """Issue 46: the budget per kind, scaled by this machine's calibration time, fails a kind past 1.5x."""
+    import time_budget
+
+    lines, failed = time_budget.check({"unit": 140.0, "notebook": 700.0}, {"unit": 1000, "notebook": 40}, BUDGET,
+                                      seconds_here=0.5, workers=2)
+    assert failed and "OVER: 1.75x its budget" in lines[2] and lines[1].split()[:2] == ["unit", "140.0"]
+    assert "ok: 1.40x its budget" in lines[1]
+
+
+def test_a_slower_machine_gets_a_proportionally_larger_budget():
+    import time_budget
+
+    lines, failed = time_budget.check({"unit": 250.0, "notebook": 1000.0}, {"unit": 1000, "notebook": 40}, BUDGET,
+                                      seconds_here=1.0, workers=2)  # half as fast: 200 s and 800 s allowed
+    assert not failed and "x 2.00" in lines[0]
+    assert lines[1].split()[:5] == ["unit", "250.0", "s", "of", "200.0"] and "ok: 1.25x" in lines[1]
+
+
+def test_a_partial_run_or_another_worker_count_is_not_checked():
+    import time_budget
+
+    lines, failed = time_budget.check({"unit": 120.0, "notebook": 9000.0}, {"unit": 1000, "notebook": 3}, BUDGET,
+                                      seconds_here=0.5, workers=2)
+    assert not failed and "not checked: 3 of its 40 tests ran" in lines[2]
+    lines, failed = time_budget.check({"unit": 900.0}, {"unit": 1000}, BUDGET, seconds_here=0.5, workers=1)
+    assert not failed and lines[1] == "  not checked: this run has 1 worker(s), the budget was measured with 2"
+
+
+def test_the_committed_budget_names_its_machine_and_every_kind():
+    import time_budget
+    from conftest import SLOW_KINDS
+
+    budget = time_budget.load()
+    assert set(budget["kinds"]) == {*SLOW_KINDS, "unit"} and "core" in budget["machine"] and budget["workers"] >= 1
+    assert all(kind["seconds"] > 0 and kind["tests"] > 0 for kind in budget["kinds"].values())
+    assert budget["calibration_seconds"] > 0
+
+
+@pytest.mark.slow
+def test_the_calibration_is_a_fixed_workload_timed_by_its_fastest_repeat():
+    import time_budget
+
+    first, second = time_budget.calibrate(repeats=2), time_budget.calibrate(repeats=2)
+    assert 0 < first < 30 and 0 < second < 30
+
+
+def test_make_test_runs_two_processes_a_file_to_each_and_the_notebooks_from_their_own_projects(notebooks_home):
+    """`make test` runs two pytest-xdist processes, each test file in one of them, in order (the README's commands
+    build on each other); the chapters and solutions run from each process's own copy of the project."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert "TEST_WORKERS ?= 2" in makefile and "-n $(TEST_WORKERS) --dist loadfile" in makefile
+    assert "test: $(STAMP)\n\t$(BIN)/python -m pytest $(PYTEST_PARALLEL)\n" in makefile
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        assert notebooks_home == ROOT / "notebooks"
+    else:
+        project = notebooks_home.parent
+        assert project != ROOT and (project / "course_lib").resolve() == ROOT / "course_lib"
+        assert not (project / "runs").is_symlink() and not (project / "data_cache").is_symlink()
+        assert sorted(p.name for p in notebooks_home.glob("*.ipynb")) == \
+            sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))

@@ -92,6 +92,7 @@ def test_a_workbook_data_value_that_is_not_a_folder_is_one_line(project, monkeyp
     assert "none" in message
 
 
+@pytest.mark.slow
 def test_a_bad_workbook_data_stops_the_cli_with_one_line(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), LEDGER_ENV: str(tmp_path / "ledger.sqlite"),
            paths.DATA_ENV: str(tmp_path / "missing")}
@@ -168,6 +169,7 @@ def test_outside_any_project_the_root_is_the_project_the_package_came_from(tmp_p
     assert paths.project_root() == project
 
 
+@pytest.mark.slow
 def test_the_cli_finds_the_committed_sample_from_another_folder(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), LEDGER_ENV: str(tmp_path / "ledger.sqlite")}
     process = subprocess.run([sys.executable, "-m", "course_lib", "data", "info", "--profile", "smoke"],

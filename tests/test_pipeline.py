@@ -53,6 +53,7 @@ VAL_TYPES = {"files": datasets.ImageFolderDataset, "cache": cache.PreDecodedData
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("augmentation", ["cpu", "device", "none"])
 @pytest.mark.parametrize("storage", ["files", "cache", "shards"])
+@pytest.mark.slow
 def test_each_switch_builds_its_datasets_and_batch_types(storage, augmentation):
     setting = config(storage=storage, augmentation=augmentation, decoder="opencv")
     bundle = pipeline.build_datasets(setting)
@@ -89,6 +90,7 @@ def test_device_stage_augments_uint8_to_normalised_images_of_image_size():
     assert (per_channel.min(1).values >= low - 1e-5).all() and (per_channel.max(1).values <= high + 1e-5).all()
 
 
+@pytest.mark.slow
 def test_the_same_training_files_whatever_the_storage():
     files = pipeline.build_datasets(config(storage="files"))
     chosen = {files.train.dataset.samples[i][0] for i in files.train.indices}
@@ -101,6 +103,7 @@ def test_the_same_training_files_whatever_the_storage():
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 def test_cache_and_shards_are_reused_on_a_second_build(cache_root):
     for storage in ("cache", "shards"):
         pipeline.build_datasets(config(storage=storage))
@@ -126,6 +129,7 @@ def folder_with_bad_file(tmp_path):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("storage", ["cache", "shards"])
+@pytest.mark.slow
 def test_bad_images_and_max_train_images_work_with_cache_and_shards(folder_with_bad_file, storage):
     base = dict(dataset="imagefolder", data_dir=str(folder_with_bad_file), storage=storage, batch_size=4)
     with pytest.raises(BadImageError, match="road_bad.jpg.*bad_images=skip"):
@@ -208,6 +212,7 @@ def test_digits_with_device_augmentation_is_only_normalised_on_the_device():
     torch.testing.assert_close(out, bundle.device_stage(batch, CPU, train=False))  # no random crop or flip
 
 
+@pytest.mark.slow
 def test_build_datasets_trains_with_the_light_recipe_on_either_side():
     from torchvision.transforms import v2
 
@@ -219,6 +224,7 @@ def test_build_datasets_trains_with_the_light_recipe_on_either_side():
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_real_eurosat_cache_holds_max_train_images(eurosat_dir, cache_root):
     setting = make_config("smoke", dataset="imagefolder", data_dir=str(eurosat_dir), storage="cache",
                           max_train_images=200, image_size=32, num_workers=1)

@@ -1,5 +1,7 @@
 import io
 
+import pytest
+
 from course_lib.instruments import progress
 
 
@@ -112,6 +114,7 @@ def test_track_over_an_iterable_without_a_length():
     assert stream.getvalue().splitlines()[-1] == "stream: 3, 0 s, done"
 
 
+@pytest.mark.slow
 def test_a_notebooks_saved_bars_are_text_not_widgets(tmp_path):
     """Issue 50 point 4: a reopened notebook showed 108 "Error displaying widget: model not found" (the
     bars' widgets, whose state the file lacks). Executed in a real kernel, each bar's output ends as its

@@ -18,6 +18,7 @@ def trained(tmp_path_factory):
     return train.fit(config, bundle=bundle, progress=False, verbose=False).model, config, bundle
 
 
+@pytest.mark.slow
 def test_int8_is_within_one_point_of_fp32_on_the_sample(trained):
     model, config, bundle = trained
     int8 = quantization.quantize_int8(model, export.image_batches(bundle.train, config, bundle.device_stage, 4))
@@ -45,6 +46,7 @@ def test_calibration_needs_a_batch(trained):
         quantization.quantize_int8(trained[0], [])
 
 
+@pytest.mark.slow
 def test_without_torchao_int8_is_one_line_and_fp32_still_exports_and_loads(trained, monkeypatch, tmp_path):
     """torchao is the optional 'compress' extra the NGC containers leave out: the PT2E int8 flow says so in one
     line, notebook 13's quantization table keeps fp32 and bf16, and an fp32 .pt2 loads without it."""

@@ -120,6 +120,7 @@ def _marks(command) -> list:
 
 @pytest.mark.parametrize("command", [pytest.param(c, marks=_marks(c)) for c in COMMANDS],
                          ids=[c.shown[:60] for c in COMMANDS])
+@pytest.mark.slow
 def test_each_readme_command_runs_to_its_last_line(command, scratch_project):
     if command.skip:
         pytest.skip(command.skip)

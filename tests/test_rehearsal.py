@@ -7,7 +7,6 @@ import os
 
 import nbformat
 import pytest
-from conftest import ROOT
 
 from course_lib import devices, runner
 from course_lib.config import PROFILES, REHEARSAL_ENV, REHEARSAL_SWITCHES, make_config
@@ -62,8 +61,8 @@ def test_the_engine_logs_what_it_skips(capsys):
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("stem", REHEARSED)
-def test_notebook_rehearses_the_gpu_profile(stem, tmp_path):
-    (path,) = (ROOT / "notebooks").glob(f"{stem}.ipynb")
+def test_notebook_rehearses_the_gpu_profile(stem, tmp_path, notebooks_home):
+    (path,) = notebooks_home.glob(f"{stem}.ipynb")
     result = runner.execute_notebook(path, tmp_path / path.name, {"profile": "rehearsal"})
     assert result.status == "ok", f"{path.name} failed in the rehearsal: {result.error}"
     executed = nbformat.read(str(tmp_path / path.name), as_version=4)

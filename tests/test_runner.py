@@ -57,6 +57,7 @@ def test_bad_parameter_runs_nothing(book, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_run_continues_past_a_failure(book, tmp_path, isolated_ledger):
     out, results = runner.run_workbook("smoke", assignments=["repeats=4"], out_dir=tmp_path / "out",
                                        notebooks_folder=book, stream=io.StringIO())
@@ -78,6 +79,7 @@ def test_run_continues_past_a_failure(book, tmp_path, isolated_ledger):
     assert ledger.RUN_ID_ENV not in os.environ and ledger.PROFILE_ENV not in os.environ
 
 
+@pytest.mark.slow
 def test_cli_exit_code_names_the_failure(book, tmp_path, monkeypatch, capsys):
     from course_lib import cli
 
@@ -388,6 +390,7 @@ def ctrl_c_raises():
     signal.signal(signal.SIGINT, previous)
 
 
+@pytest.mark.slow
 def test_ctrl_c_leaves_an_index_of_what_ran_and_marks_the_interrupted_notebook(tmp_path, isolated_ledger, capsys,
                                                                                ctrl_c_raises):
 
@@ -492,6 +495,7 @@ def _assert_reported_as_interrupted(out, results, isolated_ledger, reason):
 
 
 @pytest.mark.parametrize("name, exit_code", [("SIGTERM", 143), ("SIGHUP", 129)])
+@pytest.mark.slow
 def test_sigterm_and_sighup_mark_the_run_interrupted_not_running(tmp_path, isolated_ledger, name, exit_code):
     out = tmp_path / "out"
     folder = _stopping_book(tmp_path, f"os.kill(os.getppid(), signal.{name})")
@@ -501,6 +505,7 @@ def test_sigterm_and_sighup_mark_the_run_interrupted_not_running(tmp_path, isola
     _assert_reported_as_interrupted(out, caught.value.results, isolated_ledger, f"stopped by {name}")
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_while_the_report_is_written_is_noted_not_a_traceback(tmp_path, isolated_ledger,
                                                                              monkeypatch, ctrl_c_raises):
     import os
@@ -538,6 +543,7 @@ def test_only_with_no_numbers_is_refused_in_one_line(book, monkeypatch, capsys):
         assert error.count("\n") == 1 and "names no notebook; give numbers like 00,03" in error
 
 
+@pytest.mark.slow
 def test_a_full_disk_in_the_html_step_keeps_the_finished_notebook(tmp_path, isolated_ledger, monkeypatch, capsys):
     import errno
 
@@ -608,6 +614,7 @@ def test_no_silence_warning_with_silence_zero(tmp_path):
     assert "warning" not in stream.getvalue()
 
 
+@pytest.mark.slow
 def test_workbook_run_warns_about_a_silent_cell_but_not_a_talking_one(tmp_path, capfd):
     """Real kernels: a cell that sleeps 9 s without output is named (threshold 4 s); a cell that prints
     every 0.3 s for as long is not, so the watch sees the kernel's output messages (`watching_engine`).

@@ -60,9 +60,10 @@ def test_each_chapter_points_to_its_solutions():
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", RUNS, ids=[p.stem for p in SOLUTIONS])
-def test_solutions_run_in_smoke_profile(path, tmp_path):
-    before = set((ROOT / "notebooks").rglob("*"))
+def test_solutions_run_in_smoke_profile(path, tmp_path, notebooks_home):
+    path = notebooks_home / "solutions" / path.name  # the checkout's, or this pytest-xdist process's own copy
+    before = set(notebooks_home.rglob("*"))
     result = runner.execute_notebook(path, tmp_path / path.name, {"profile": "smoke"})
     assert result.status == "ok", f"{path.name} failed: {result.error}"
-    stray = sorted(str(p.relative_to(ROOT)) for p in set((ROOT / "notebooks").rglob("*")) - before)
+    stray = sorted(str(p.relative_to(notebooks_home.parent)) for p in set(notebooks_home.rglob("*")) - before)
     assert not stray, f"{path.name} wrote into notebooks/: {stray[:5]}"

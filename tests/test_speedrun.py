@@ -14,6 +14,7 @@ from course_lib.engine import speedrun as race
 from course_lib.models import factory, speedrun
 
 
+@pytest.mark.slow
 def test_building_by_name_registers_it_without_importing_the_module_first():
     """A fresh interpreter that only asks the factory for the model by name (as `workbook train` does)."""
     import subprocess
@@ -168,6 +169,7 @@ def test_the_seed_summary_gives_top5_beside_top1_on_both_splits_and_a_race_keeps
     assert result.val_top1 <= result.val_top5 <= 1.0 and result.test_top1 <= result.test_top5 <= 1.0
 
 
+@pytest.mark.slow
 def test_the_speedrun_command_runs_to_its_summary_line(tmp_path, monkeypatch, capsys):
     from course_lib import cli
 

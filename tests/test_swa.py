@@ -76,6 +76,7 @@ def test_fit_averages_the_last_epochs_and_scores_the_average(tmp_path, monkeypat
     assert metrics["swa_snapshots"] == 2 and metrics["swa_val_top1"] == final["swa_val_top1"]
 
 
+@pytest.mark.slow
 def test_a_run_resumed_inside_the_averaged_epochs_ends_with_the_same_average(tmp_path):
     config = tiny_config(tmp_path, epochs=4, swa_epochs=2, max_steps=3, output_dir=str(tmp_path / "whole"))
     whole = train.fit(config, bundle=bundle(), progress=False, verbose=False)

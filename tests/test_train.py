@@ -182,6 +182,7 @@ def test_engine_accumulation_matches_big_batch_for_a_model_without_batchnorm(tmp
 
 # --- resume ------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_resume_after_a_mid_epoch_kill_ends_with_the_uninterrupted_weights(tmp_path):
     # Real images with random-crop/flip augmentation, so the random streams must line up too.
     config = make_config("smoke", model="test_resnet", batch_size=16, epochs=3, max_steps=3, max_train_images=64,

@@ -84,6 +84,7 @@ def test_verdict_beats_only_beyond_seed_noise():
     assert agreeing.loc[(10, "fine-tune all"), "verdict"] == "within seed noise"
 
 
+@pytest.mark.slow
 def test_label_grid_trains_every_strategy_label_count_and_seed(tmp_path):
     whole = DataBundle(TensorImages(60, 5), TensorImages(20, 5, seed=1), None, SOURCE_CLASSES, "tensors")
     whole.train.classes = whole.val.classes = SOURCE_CLASSES

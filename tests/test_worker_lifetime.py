@@ -34,6 +34,7 @@ PARENT = textwrap.dedent("""
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 @pytest.mark.parametrize("mode, survives", [("guarded", False), ("unguarded", True)])
+@pytest.mark.slow
 def test_a_child_with_the_parent_death_signal_ends_with_its_sigkilled_parent(mode, survives):
     parent = subprocess.Popen([sys.executable, "-c", PARENT, CHILD, mode], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})

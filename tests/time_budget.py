@@ -1,0 +1,73 @@
+"""The suite's time budget per kind of test (issue 46), checked at the end of every whole run.
+
+`tests/time_budget.json` holds, per kind (`notebook`, `browser`, `torchrun`, `unit`), the seconds its tests took
+(setup, call and teardown summed, as `conftest.time_table` prints them) in one measured run on a named machine, with
+the seconds that machine took for `calibrate()`'s fixed workload. A run on another machine scales the budget by its
+own `calibrate()` time: a machine half as fast gets twice the seconds. A kind fails when it takes more than
+`MARGIN` times its scaled budget. Only a run that executed (nearly) all of a kind's tests, with as many pytest-xdist
+workers as the budget was measured with, is checked: `pytest tests/test_x.py` says "not checked" and why.
+`WORKBOOK_TEST_BUDGET=off` prints the table without failing (for a machine known to be loaded).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+BUDGET_FILE = Path(__file__).with_name("time_budget.json")
+MARGIN = 1.5  # a kind fails past 1.5x its budget scaled to this machine
+COMPLETE = 0.9  # a kind is checked when at least 90% of the tests its budget counted ran
+OFF_ENV = "WORKBOOK_TEST_BUDGET"
+
+
+def calibrate(repeats: int = 3) -> float:
+    """Seconds for a fixed piece of the suite's kind of work, the fastest of `repeats`: a pure-Python loop (the
+    interpreter's speed: imports, papermill, pandas) and a small convolution's forward and backward passes on the
+    CPU (torch's speed with its default threads, as the tests train)."""
+    import torch
+
+    torch.manual_seed(0)
+    layer = torch.nn.Conv2d(3, 32, 3, padding=1)
+    images = torch.randn(32, 3, 32, 32)
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        sum(i * i for i in range(1_200_000))
+        for _ in range(40):
+            layer(images).square().mean().backward()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def load(path: Path = BUDGET_FILE) -> dict:
+    return json.loads(path.read_text())
+
+
+def check(by_kind: dict, tests: dict, budget: dict, seconds_here: float, workers: int) -> tuple[list[str], bool]:
+    """(the lines of the budget table, whether a checked kind went past `MARGIN` times its scaled budget).
+
+    `by_kind`/`tests`: this run's seconds and tests per kind; `seconds_here`: this machine's `calibrate()`."""
+    scale = seconds_here / budget["calibration_seconds"]
+    lines = [f"time budget (tests/time_budget.json: {budget['machine']}, {budget['workers']} worker(s); this "
+             f"machine's calibration took {seconds_here:.3f} s, {scale:.2f}x its, so each budget x {scale:.2f}; a kind "
+             f"fails past {MARGIN:g}x):"]
+    if workers != budget["workers"]:
+        return lines + [f"  not checked: this run has {workers} worker(s), the budget was measured with "
+                        f"{budget['workers']}"], False
+    failed = False
+    for kind, recorded in budget["kinds"].items():
+        allowed, took, ran = recorded["seconds"] * scale, by_kind.get(kind, 0.0), tests.get(kind, 0)
+        if ran < COMPLETE * recorded["tests"]:
+            verdict = f"not checked: {ran} of its {recorded['tests']} tests ran"
+        elif took > MARGIN * allowed:
+            verdict, failed = f"OVER: {took / allowed:.2f}x its budget", True
+        else:
+            verdict = f"ok: {took / allowed:.2f}x its budget"
+        lines.append(f"  {kind:<9} {took:8.1f} s of {allowed:8.1f} s  {verdict}")
+    return lines, failed
+
+
+def enforced() -> bool:
+    """Whether an over-budget kind fails the run (`WORKBOOK_TEST_BUDGET=off` only prints)."""
+    return os.environ.get(OFF_ENV, "").strip().lower() != "off"

@@ -1,3 +1,4 @@
+import gc
 import os
 import shutil
 from pathlib import Path
@@ -205,6 +206,18 @@ def notebooks_home(tmp_path_factory) -> Path:
     return project / "notebooks"
 
 
+@pytest.fixture(autouse=True)
+def collect_what_kernels_left(request):
+    """After a test of a slow kind (it started kernels or processes), collect garbage now. nbclient leaves asyncio
+    tasks behind, whose finalizer logs "Task exception was never retrieved" with a traceback; Python 3.11 formats
+    a traceback with `ast.parse`. Collected later, inside another test's `ast.parse`, that nested parse broke the
+    outer one ("SystemError: AST constructor recursion depth mismatch", tests/test_layout.py in a pytest-xdist
+    process that had run notebooks before it)."""
+    yield
+    if kind_of_test(request.node.keywords) != "unit":
+        gc.collect()
+
+
 def pytest_configure(config):
     """In a pytest-xdist worker, torch and the processes it starts (kernels, `workbook` commands, torchrun) get
     one thread each: two workers with torch's default of one thread per core would each spin on every core, and
@@ -269,7 +282,6 @@ def pytest_sessionfinish(session):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         _budget_lines.append(f"a kind of test went past its time budget: the run fails ({time_budget.OFF_ENV}=off "
                              "only prints; after a deliberate change, measure again and update tests/time_budget.json)")
-
 
 
 def pytest_terminal_summary(terminalreporter):

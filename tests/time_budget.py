@@ -1,6 +1,6 @@
 """The suite's time budget per kind of test (issue 46), checked at the end of every whole run.
 
-`tests/time_budget.json` holds, per kind (`notebook`, `browser`, `torchrun`, `unit`), the seconds its tests took
+`tests/time_budget.json` holds, per kind (`notebook`, `browser`, `torchrun`, `slow`, `unit`), the seconds its tests took
 (setup, call and teardown summed, as `conftest.time_table` prints them) in one measured run on a named machine, with
 the seconds that machine took for `calibrate()`'s fixed workload. A run on another machine scales the budget by its
 own `calibrate()` time: a machine half as fast gets twice the seconds. A kind fails when it takes more than

@@ -206,6 +206,11 @@ def notebooks_home(tmp_path_factory) -> Path:
     return project / "notebooks"
 
 
+def _controlling(config) -> bool:
+    """Whether this process runs the session (not a pytest-xdist worker)."""
+    return not hasattr(config, "workerinput")
+
+
 @pytest.fixture(autouse=True)
 def collect_what_kernels_left(request):
     """After a test of a slow kind (it started kernels or processes), collect garbage now. nbclient leaves asyncio
@@ -222,7 +227,7 @@ def pytest_configure(config):
     """In a pytest-xdist worker, torch and the processes it starts (kernels, `workbook` commands, torchrun) get
     one thread each: two workers with torch's default of one thread per core would each spin on every core, and
     the same suite took four times as long."""
-    if hasattr(config, "workerinput"):
+    if not _controlling(config):
         os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)
 
@@ -254,11 +259,6 @@ def time_table(by_kind: dict, tests: dict, by_file: dict, files: int = 12) -> li
     lines.append(f"the {min(files, len(by_file))} slowest test files:")
     lines += [f"  {seconds:8.1f} s  {name}" for name, seconds in sorted(by_file.items(), key=lambda item: -item[1])[:files]]
     return lines
-
-
-def _controlling(config) -> bool:
-    """Whether this process runs the session (not a pytest-xdist worker)."""
-    return not hasattr(config, "workerinput")
 
 
 def pytest_sessionstart(session):

@@ -1,11 +1,14 @@
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from course_lib import ledger
-from course_lib.analysis import claims
+from course_lib.analysis import claims, statistics
 from course_lib.chapters import casestudy
 from course_lib.config import RECIPES, ConfigError, make_config
 from course_lib.data import pipeline
+from course_lib.engine import train
 
 
 @pytest.fixture
@@ -126,19 +129,58 @@ def test_the_overall_accuracy_claim_compares_only_runs_of_one_budget(monkeypatch
     assert {c.key: c for c in casestudy.claims(study)}["casestudy_accuracy"].verdict == claims.HOLDS
 
 
+def _fitted(bundle, config, rates, top1, precision="off"):
+    """A FitResult as train.fit returns it, one history row per epoch (no model: record reads only the numbers)."""
+    history = [{"images_per_second": rate, "epoch_seconds": 1.0, "val_top1": top1, "train_loss": 1.0}
+               for rate in rates]
+    return train.FitResult(model=None, history=history, classes=bundle.classes, config=config, checkpoint_path=None,
+                           precision=precision, duration_seconds=2.0)
+
+
+def test_record_makes_the_row_records_it_and_carries_only_a_kept_config_forward(config):
+    bundle = SimpleNamespace(train=list(range(600)), val=list(range(200)), classes=list("abcdefgh"))
+    study = casestudy.CaseStudy(casestudy.baseline_config(config), profile="smoke", bundle=bundle)
+    baseline = study.record("baseline", study.config, _fitted(bundle, study.config, [99.0, 100.0, 101.0], 0.5), {})
+    assert baseline["kept"] and (baseline["train_images"], baseline["val_images"]) == (600, 200)
+    assert baseline["wall_seconds"] == 2.0 and baseline["epoch_rates"] == [99.0, 100.0, 101.0]
+    assert study.baseline_top1s == [0.5] and study.baseline_rates == [99.0, 100.0, 101.0] and study.num_classes == 8
+    slower = study.config.replace(num_workers=1)
+    row = study.record("data_loader", slower, _fitted(bundle, slower, [79.0, 80.0, 81.0], 0.5), {"num_workers": 1})
+    assert not row["kept"] and study.config.num_workers == 0  # not kept: the next stage starts without it
+    faster = study.config.replace(precision="bf16")
+    row = study.record("amp", faster, _fitted(bundle, faster, [199.0, 200.0, 201.0], 0.5, "bf16"), {"precision": "bf16"})
+    assert row["kept"] and row["precision"] == "bf16" and row["change"] == "precision=bf16"
+    assert study.config is faster and study.config_of["amp"] is faster and study.world_size == 1
+    rows = ledger.Ledger().rows(kind=casestudy.LEDGER_KIND)
+    assert [r["name"] for r in rows] == ["amp", "data_loader", "baseline"]
+    assert rows[0]["parameters"]["changes"] == {"precision": "bf16"} and rows[0]["parameters"]["world_size"] == 1
+    study.record_seed(_fitted(bundle, study.config_of["baseline"], [100.0], 0.52))
+    assert study.baseline_top1s == [0.5, 0.52] and len(study.baseline_rates) == 4 and study.accuracy_band() > 0
+    with pytest.raises(ConfigError, match="unknown stage"):
+        study.record("turbo", study.config, None, {})
+
+
+def _fit_and_record(study, stage, changes):
+    """A stage as notebook 10 trains it: `changes` on the kept config, train.fit, then the study's record."""
+    config = study.config.replace(**changes)
+    return study.record(stage, config, train.fit(config, bundle=study.bundle_for(config), verbose=False), changes)
+
+
 @pytest.mark.slow
 def test_case_study_runs_records_and_tabulates(config):
     bundle = pipeline.build_datasets(config)
     study = casestudy.CaseStudy(casestudy.baseline_config(config), profile="smoke", bundle=bundle)
-    baseline = study.run("baseline")
+    baseline = _fit_and_record(study, "baseline", {})
     assert baseline["kept"] and baseline["speedup_vs_baseline"] == pytest.approx(1.0)
     assert baseline["full_epoch_seconds"] == pytest.approx(len(bundle.train) / baseline["images_per_second"])
     # every epoch's speed reaches the ledger: a DDP stage (known only from the ledger) gets its noise from it
     assert ledger.Ledger().rows(kind="train")[0]["metrics"]["epoch_images_per_second"] == baseline["epoch_rates"]
     study.skip("ddp", "skipped: test")
-    study.run("regularization", **casestudy.stage_changes("regularization", study.config, device="cpu"))
+    _fit_and_record(study, "regularization", casestudy.stage_changes("regularization", study.config, device="cpu"))
     assert study.config.mixup_alpha == 0.3  # kept changes carry forward
-    noise = study.repeat_baseline([1], echo=None)
+    first = study.config_of["baseline"]
+    study.record_seed(train.fit(first.replace(seed=1), bundle=study.bundle_for(first), verbose=False))
+    noise = statistics.seed_noise(study.baseline_top1s)
     assert noise["runs"] == 2 and len(study.baseline_top1s) == 2 and study.accuracy_band() > 0
     table = study.table()
     assert list(table.index) == ["baseline", "ddp", "regularization"]
@@ -164,8 +206,6 @@ def test_case_study_runs_records_and_tabulates(config):
     assert found[3].reason == "skipped: test" and "data_loader was not run" in found[1].reason
     assert found[5].verdict in (claims.HOLDS, claims.REFUTED, claims.NOT_SHOWN) and "points vs the baseline" in found[5].reason
     assert set(table["top1_vs_baseline_seeds"].dropna()) <= {"higher", "lower", "within noise"}
-    with pytest.raises(ConfigError, match="unknown stage"):
-        study.run("turbo")
 
 
 def test_previous_studies_empty_ledger():
@@ -208,22 +248,23 @@ def test_run_notes_name_the_stages_not_kept():
     assert "not kept on this hardware: ddp" in notes and "SYNTHETIC" in notes and "Smoke" in notes
 
 
-def test_a_ddp_stage_records_the_precision_its_workers_resolved(config, monkeypatch, tmp_path):
+def test_a_ddp_stage_records_the_precision_its_workers_resolved(config, tmp_path):
     """precision=auto is resolved by the torchrun workers: the stage's row (and its MFU) takes the
-    precision their ledger row names. Before, the row kept "auto" and the table's MFU raised."""
+    precision their ledger row names. Before, the row kept "auto" and the table's MFU raised. A kept
+    DDP stage carries its processes into the next stage."""
     from course_lib.engine import torchrun
 
     metrics = {"images_per_second": 120.0, "epoch_images_per_second": [118.0, 122.0], "val_top1": 0.5}
     launched = torchrun.LaunchResult(run_id="test", commands=[], returncode=0, world_size=2, nnodes=1,
                                      duration_seconds=1.0, lines=[], rank_lines={}, failures=[], log_dir=tmp_path,
                                      rows=[{"metrics": metrics, "parameters": {"precision_used": "bf16"}}])
-    monkeypatch.setattr(torchrun, "launch", lambda *args, **kwargs: launched)
     study = casestudy.CaseStudy(casestudy.baseline_config(config).replace(precision="auto"), profile="cpu")
     study.rows = [{**_row("baseline", 100.0, rates=[99.0, 100.0, 101.0]), "speedup_vs_baseline": 1.0,
                    "world_size": 1, "precision": "off"}]
     study.num_classes = 8
-    row = study.run("ddp", world_size=2)
-    assert row["precision"] == "bf16" and row["world_size"] == 2
+    row = study.record("ddp", study.config, launched, {})
+    assert row["precision"] == "bf16" and row["world_size"] == 2 and row["change"] == "2 processes"
+    assert row["kept"] and study.world_size == 2
     assert study.table().loc["ddp", "MFU"] > 0
 
 

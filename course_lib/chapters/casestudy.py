@@ -1,7 +1,8 @@
 """The article's staged remote-sensing case study (its section 6), re-run on the real data every run
 finds (`paths.choose_data`: EuroSAT when present; landcover-synth otherwise): the same model at every stage, one change
-per stage, each measured with the workbook's engine (`train.fit`, or `torchrun.launch` for several
-processes) and recorded in the ledger; a last stage runs the workbook's fastest recipe.
+per stage (`stage_changes`), each trained in the notebook's own cells with the workbook's engine (`train.fit`, or
+`torchrun.launch` for several processes) and recorded here (`CaseStudy.record`: its row, kept or not, the ledger);
+a last stage runs the workbook's fastest recipe.
 
 Stages follow the article's order: data pipeline, then mixed precision, then DDP, then the
 training recipe (AdamW, warmup and cosine decay, Loshchilov & Hutter 2019, arXiv:1711.05101),
@@ -246,22 +247,24 @@ def _describe(changes: dict) -> str:
 
 @dataclasses.dataclass
 class CaseStudy:
-    """Runs the stages in order, carrying the kept changes forward, and records each stage.
+    """The stages' bookkeeping: the notebook trains each stage on top of the kept config, the study
+    records it and carries the kept changes forward.
 
         study = CaseStudy(baseline_config(config), profile="cpu", bundle=bundle)
-        study.run("baseline"); study.run("data_loader", num_workers=1, pin_memory=True)
+        changes = {"num_workers": 1, "pin_memory": True}
+        tuned = study.config.replace(**changes)
+        study.record("data_loader", tuned, train.fit(tuned, bundle=study.bundle_for(tuned)), changes)
         study.table()
     """
 
     config: Config  # the configuration the next stage starts from
     profile: str  # smoke | cpu | gpu (resolved): DDP workers rebuild their config from it
-    bundle: object = None  # a data.DataBundle shared by the single-process stages (None: built per run)
-    world_size: int = 1  # processes the next stage trains with (DDP kept: more than 1)
+    bundle: object = None  # a data.DataBundle shared by the single-process stages (None: `bundle_for` builds one)
+    world_size: int = 1  # processes the next stage trains with (DDP kept: more than 1, torchrun.launch)
     study_id: str = dataclasses.field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-")
                                       + secrets.token_hex(2))
     notebook: str = "10_case_study"
     rows: list[dict] = dataclasses.field(default_factory=list)
-    results: dict = dataclasses.field(default_factory=dict)  # stage -> FitResult (single process)
     train_images: int | None = None  # images per full epoch, to turn images/s into epoch time
     num_classes: int | None = None  # of the bundle, for the FLOPs count behind MFU
     flops_per_image: float | None = None  # training FLOPs per image of the study's model (MFU)
@@ -281,23 +284,12 @@ class CaseStudy:
             self.bundles[key] = pipeline.build_datasets(config)
         return self.bundles[key]
 
-    def repeat_baseline(self, seeds, echo=print) -> dict:
-        """Train the baseline again with each of `seeds` (its first run counts too): the seed-noise
-        band every stage's top-1 is read against. Returns statistics.seed_noise of the top-1s."""
-        from course_lib.analysis import statistics
-        from course_lib.engine import train
-
-        baseline = next(r for r in self.rows if r["stage"] == "baseline")
-        config = self.config_of["baseline"]
-        for seed in seeds:
-            result = train.fit(config.replace(seed=seed), bundle=self.bundle_for(config), progress=True, verbose=False)
-            self.baseline_top1s.append(result.final["val_top1"])
-            self.baseline_rates.extend(row["images_per_second"] for row in result.history)
-            if echo:
-                echo(f"baseline, seed {seed}: val top-1 {self.baseline_top1s[-1]:.1%}")
-        noise = statistics.seed_noise(self.baseline_top1s)
-        baseline["val_top1_seeds"] = len(self.baseline_top1s)
-        return noise
+    def record_seed(self, result) -> None:
+        """Count one more baseline run (`train.fit` of the baseline's config with another seed; the first run
+        counts too) in the seed-noise band every stage's top-1 is read against, and its epochs' images/s
+        in the baseline's timings."""
+        self.baseline_top1s.append(result.final["val_top1"])
+        self.baseline_rates.extend(row["images_per_second"] for row in result.history)
 
     def accuracy_band(self, z: float = 2.0) -> float | None:
         """Half-width of the band a stage's single-seed top-1 stays within around the baseline seeds'
@@ -337,43 +329,34 @@ class CaseStudy:
         std = math.sqrt(sum((value - mean) ** 2 for value in self.baseline_top1s) / (len(self.baseline_top1s) - 1))
         return statistics.seeds_needed(top1 - mean, std * math.sqrt(2))
 
-    def run(self, stage: str, *, world_size: int | None = None, note: str = "", echo=print, **changes) -> dict:
-        """Train the stage with `changes` on top of the kept configuration (and `world_size`
-        processes for the DDP stage), record it and return its row."""
-        from course_lib.engine import train
+    def record(self, stage: str, config: Config, result, changes: dict, note: str = "") -> dict:
+        """Record a stage the notebook trained with `config` (`changes` on top of the kept `self.config`):
+        `result` is train.fit's FitResult, or torchrun.launch's LaunchResult for several processes. Makes
+        the stage's row, decides whether it is kept (`_decide`), records it in the ledger, carries a kept
+        stage's config and processes into the next stage, and returns the row."""
+        from course_lib.engine import torchrun
 
         if stage not in ARTICLE_STAGES:
             raise ConfigError(f"unknown stage {stage!r}; stages: {', '.join(STAGE_NAMES)}")
-        config = self.config.replace(**changes)
         self.config_of[stage] = config
-        processes = world_size or self.world_size
-        started = time.perf_counter()
-        if processes > 1:
-            from course_lib.engine import torchrun
-
-            launched = torchrun.launch(processes, config, self.profile, echo=echo)
-            metrics = dict(launched.metrics)
+        if isinstance(result, torchrun.LaunchResult):
+            metrics = dict(result.metrics)
             rates = metrics.get("epoch_images_per_second") or (
                 [metrics["images_per_second"]] if metrics.get("images_per_second") else [])
             # The workers resolve precision=auto themselves: their ledger row says what they trained in.
-            precision_used = launched.parameters.get("precision_used") or config.precision
+            precision_used = result.parameters.get("precision_used") or config.precision
         else:
-            # A bar per epoch (tqdm.auto: a widget in a notebook) instead of log lines: stages take minutes.
             bundle = self.bundle_for(config)
-            result = train.fit(config, bundle=bundle, progress=True, verbose=False)
-            self.results[stage] = result
-            metrics = dict(result.history[-1])
-            metrics["val_images"] = len(bundle.val) if bundle.val is not None else None
-            metrics["train_images"] = len(bundle.train)
+            metrics = {**result.final, "val_images": len(bundle.val) if bundle.val is not None else None,
+                       "train_images": len(bundle.train)}
             rates = [row["images_per_second"] for row in result.history]
             precision_used = result.precision
             if self.train_images is None:
                 self.train_images, self.num_classes = len(bundle.train), len(bundle.classes)
             if stage == "baseline" and not self.baseline_top1s:
-                self.baseline_top1s.append(metrics["val_top1"])
-                self.baseline_rates.extend(rates)
-        row = self._row(stage, config, processes, metrics, precision_used, changes, note,
-                        time.perf_counter() - started)
+                self.record_seed(result)
+        processes = result.world_size
+        row = self._row(stage, config, processes, metrics, precision_used, changes, note, result.duration_seconds)
         row["epoch_rates"] = rates
         self._decide(row)
         self.rows.append(row)
@@ -392,8 +375,7 @@ class CaseStudy:
         baseline = next(row for row in self.rows if row["stage"] == "baseline")
         return dataclasses.replace(
             self, config=self.config_of["baseline"], world_size=1, study_id=f"{self.study_id}-{label}",
-            rows=[baseline], results={"baseline": self.results.get("baseline")},
-            baseline_top1s=list(self.baseline_top1s), baseline_rates=list(self.baseline_rates),
+            rows=[baseline], baseline_top1s=list(self.baseline_top1s), baseline_rates=list(self.baseline_rates),
             bundles=self.bundles, config_of={"baseline": self.config_of["baseline"]})
 
     def skip(self, stage: str, reason: str) -> dict:

@@ -7,7 +7,7 @@ from conftest import ROOT
 
 from course_lib import cli, ledger, paths, report
 from course_lib.analysis import claims
-from course_lib.chapters import regularization_study
+from course_lib.chapters import regularization_study, weight_choice
 
 
 def test_the_registry_holds_the_articles_twenty_two_numeric_claims():
@@ -355,11 +355,11 @@ def _chapter_07(effect, monkeypatch):
 
 
 def _chapter_07_weights(effect, monkeypatch):
-    from test_regularization_study import weight_runs
+    from test_weight_choice import weight_runs
 
     gain = {"none": 0.0, "opposite": -3.0}[effect]
     choice = weight_runs({"EMA": gain, "SWA": gain, "best.pt": gain, "early": gain})
-    return regularization_study.weight_choice_claims(choice), ["best_checkpoint_gain", "swa_gain"] + (
+    return weight_choice.claims(choice), ["best_checkpoint_gain", "swa_gain"] + (
         ["early_stopping"] if effect == "opposite" else [])
 
 

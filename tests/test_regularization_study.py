@@ -1,4 +1,6 @@
 """Notebook 07's study (`chapters.regularization_study`): the variants, the seeds, scoring raw and EMA weights, the summary with intervals and paired verdicts, the article's claims, the CIFAR-10 control."""
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -8,6 +10,7 @@ from course_lib.analysis import calibration, statistics
 from course_lib.chapters import regularization_study
 from course_lib.config import ConfigError, make_config
 from course_lib.data import pipeline
+from course_lib.engine import train
 
 
 def test_select_variants_keeps_run_order_and_always_the_baseline():
@@ -115,7 +118,20 @@ def test_score_run_gives_raw_and_ema_rows_and_marks_the_kept_weights():
     assert [(r["weights"], r["kept"]) for r in regularization_study.score_run("baseline", alone, dataset)] == [("raw", True)]
 
 
-def test_fit_variant_trains_without_the_engines_validation_and_scores_once(tmp_path):
+def _run_variants(config, bundle, names, seeds, data="landcover-synth"):
+    """Notebook 07's section 2 loop: every variant of `names` once per seed, the engine's validation off, each
+    run scored once on `bundle.val`, gathered into a Study."""
+    rows = []
+    for seed in seeds:
+        for name in names:
+            result = train.fit(regularization_study.variant_config(config, name, 0.5, seed),
+                               bundle=dataclasses.replace(bundle, val=None), progress=False, verbose=False)
+            assert "val_top1" not in result.history[-1]  # the engine did not validate: the study scores once
+            rows += regularization_study.score_run(name, result, bundle.val, bundle.device_stage)
+    return regularization_study.Study.from_runs(rows, config, bundle, data, result.model, 1.0)
+
+
+def test_a_variant_trains_without_the_engines_validation_and_scores_once(tmp_path):
     previous = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model: a second thread only adds hand-off cost on a busy CPU
     try:
@@ -127,7 +143,8 @@ def test_fit_variant_trains_without_the_engines_validation_and_scores_once(tmp_p
 def _fit_and_score(tmp_path):
     config = make_config("smoke", model="test_resnet", max_steps=1, batch_size=8, output_dir=str(tmp_path))
     bundle = pipeline.build_datasets(config)
-    result = regularization_study.fit_variant(config, "article_combo_ema", 0.5, bundle)
+    result = train.fit(regularization_study.variant_config(config, "article_combo_ema", 0.5),
+                       bundle=dataclasses.replace(bundle, val=None), progress=False, verbose=False)
     assert "val_top1" not in result.history[-1] and result.ema_model is not None
     assert (tmp_path / "07_article_combo_ema" / "last.pt").exists()
     assert result.config.mixup_alpha == 0.2 and result.config.ema_decay == 0.5
@@ -332,7 +349,7 @@ def test_data_name():
 
 
 def test_cifar10_control_without_the_data_gives_the_reason(tmp_path):
-    reason = regularization_study.cifar10_control(make_config("smoke"), [0, 1], 0.5, folder=str(tmp_path))
+    reason = regularization_study.cifar10_control(make_config("smoke"), folder=str(tmp_path))
     assert isinstance(reason, str) and "not on this machine" in reason and "download" in reason
     assert regularization_study.find_cifar10(str(tmp_path)) is None
 
@@ -370,11 +387,11 @@ def test_cifar10_control_reads_a_cifar10_folder_without_downloading(tmp_path, mo
     torch.set_num_threads(1)
     try:
         config = make_config("smoke", max_steps=1, batch_size=8, max_train_images=32, output_dir=str(tmp_path / "out"))
-        control = regularization_study.cifar10_control(config, [0, 1], 0.5, folder=str(tmp_path / "cifar"),
-                                                       progress=False)
+        found = regularization_study.cifar10_control(config, folder=str(tmp_path / "cifar"))
+        assert isinstance(found, tuple), found
+        control = _run_variants(*found, regularization_study.CONTROL_VARIANTS, [0, 1], data="CIFAR-10")
     finally:
         torch.set_num_threads(previous)
-    assert isinstance(control, regularization_study.Study), control
     assert control.data == "CIFAR-10" and control.config.image_size == 32 and control.config.dataset == "cifar10"
     assert sorted(set(control.runs["trick"])) == sorted(regularization_study.CONTROL_VARIANTS)
     assert control.seeds == [0, 1] and control.val_images == 10  # 10% of the 100 training images
@@ -397,79 +414,19 @@ def test_cifar10_control_reads_the_folder_that_data_get_writes(tmp_path, monkeyp
     try:
         config = regularization_study.study_config("smoke", max_steps=1, batch_size=8,
                                                    output_dir=str(tmp_path / "out"))
-        control = regularization_study.cifar10_control(config, [0, 1], 0.5, progress=False)
+        found = regularization_study.cifar10_control(config)
+        assert isinstance(found, tuple), found
+        control = _run_variants(*found, regularization_study.CONTROL_VARIANTS, [0, 1], data="CIFAR-10")
     finally:
         torch.set_num_threads(previous)
-    assert isinstance(control, regularization_study.Study), control
     assert control.config.dataset == "imagefolder" and control.config.storage == "cache"  # the study's own path
     assert control.val_images == 10  # valid/, the fixed carve-out, not a split drawn from train
 
 
 def test_cifar10_control_with_corrupted_files_gives_the_reason(tmp_path):
     _fake_cifar10(tmp_path)  # torchvision's real md5 sums do not match these files
-    reason = regularization_study.cifar10_control(make_config("smoke"), [0, 1], 0.5, folder=str(tmp_path))
+    reason = regularization_study.cifar10_control(make_config("smoke"), folder=str(tmp_path))
     assert isinstance(reason, str) and "CIFAR-10 not found" in reason
-
-
-# --- section 7: which weights to keep ----------------------------------------------------------
-
-def weight_runs(gains, stopped=(4, None, 5), epochs_trained=(5, 6, 6)):
-    """A WeightChoice with three seeds: the full run's last weights at 60/61/62 %, each other weight
-    `gains[weights]` points above them; the early-stopping run's best.pt likewise ("early")."""
-    rows = []
-    for seed in range(3):
-        last = 60.0 + seed
-        for weights in ("last", "EMA", "SWA", "best.pt"):
-            rows.append({"run": "full", "weights": weights, "seed": seed, "top-1 %": last + gains.get(weights, 0.0)
-                         + (0.1 * seed if weights != "last" else 0.0), "loss": 1.0, "epochs trained": 6,
-                         "best epoch": 5, "stopped after": None, "train s": 1.0})
-        for weights in ("last", "best.pt"):
-            rows.append({"run": "early stopping", "weights": weights, "seed": seed,
-                         "top-1 %": last + gains["early"] + 0.1 * seed, "loss": 1.0,
-                         "epochs trained": epochs_trained[seed], "best epoch": 3, "stopped after": stopped[seed],
-                         "train s": 1.0})
-    config = make_config("smoke", epochs=6)
-    return regularization_study.WeightChoice(pd.DataFrame(rows), config, 2, 2, 100, 1.0)
-
-
-def test_weight_choice_claims_follow_the_paired_intervals():
-    choice = weight_runs({"EMA": 0.5, "SWA": 2.0, "best.pt": -2.0, "early": 0.0})
-    found = {claim.key: claim for claim in regularization_study.weight_choice_claims(choice)}
-    assert found["swa_gain"].verdict == "holds" and found["swa_gain"].measured == pytest.approx(2.1)
-    assert found["best_checkpoint_gain"].verdict == "refuted"
-    assert found["early_stopping"].verdict == "holds"  # stopped on 2 of 3 seeds, not lower beyond noise
-    assert "2 of 3 seeds" in found["early_stopping"].reason
-    table = choice.table()
-    assert table.loc[("full", "SWA"), "verdict"] == "higher" and table.loc[("full", "SWA"), "stopped early"] == "0 of 3"
-    assert table.loc[("early stopping", "best.pt"), "epochs trained"] == pytest.approx(17 / 3)
-
-
-def test_early_stopping_that_never_stopped_is_not_shown_and_a_loss_refutes_it():
-    never = weight_runs({"early": 0.0}, stopped=(None, None, None), epochs_trained=(6, 6, 6))
-    assert regularization_study.weight_choice_claims(never)[0].verdict == "not shown beyond noise"
-    worse = weight_runs({"early": -3.0})
-    assert regularization_study.weight_choice_claims(worse)[0].verdict == "refuted"
-
-
-def test_swa_epochs_for_and_the_validation_halves():
-    assert [regularization_study.swa_epochs_for(e) for e in (2, 3, 6, 8, 40)] == [1, 1, 2, 2, 10]
-    choosing, held_out = regularization_study.split_validation(_Numbered(10))
-    assert len(choosing) == len(held_out) == 5 and not set(choosing.indices) & set(held_out.indices)
-    capped = regularization_study.split_validation(_Numbered(10), limit=2)
-    assert [len(part) for part in capped] == [2, 2]
-
-
-class _Numbered(torch.utils.data.Dataset):
-    classes = ["a"]
-
-    def __init__(self, count):
-        self.targets = [0] * count
-
-    def __len__(self):
-        return len(self.targets)
-
-    def __getitem__(self, index):
-        return torch.zeros(3, 2, 2, dtype=torch.uint8), 0
 
 
 def test_the_reference_trains_the_cpu_study_longer_over_five_seeds():

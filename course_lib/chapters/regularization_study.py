@@ -1,20 +1,19 @@
-"""Regularization tricks compared one at a time (notebook 07): each variant is a set of Config
-overrides for the same baseline run, and every variant is trained over the same seeds
-(`run_study`), so each gets a confidence interval and a paired comparison with the baseline
-(`summarize`, through `statistics.compare_variants`); `score` measures a trained model on a split
-(top-1, cross-entropy, calibration error). `claims` turns a study and its CIFAR-10 control
-(`cifar10_control`) into the article's claims.
+"""Regularization tricks compared one at a time (notebook 07): each variant is a set of Config overrides for
+the same baseline run (`VARIANTS`, `variant_config`), which the notebook trains over the same seeds; each run is
+scored here (`score_run`: top-1, cross-entropy, calibration error), and the `Study` of all runs gets an interval
+per variant and a paired comparison with the baseline (`summarize`, through `statistics.compare_variants`);
+`claims` turns it and its CIFAR-10 control (`cifar10_control`) into the article's claims.
 
 The tricks themselves run inside the engine (`train.fit`): label smoothing (Szegedy et al. 2016,
 arXiv:1512.00567), MixUp (Zhang et al. 2018, arXiv:1710.09412) and CutMix (Yun et al. 2019,
 arXiv:1905.04899) through timm's `Mixup`, Random Erasing (Zhong et al. 2020, arXiv:1708.04896)
 and a weight EMA (Polyak & Juditsky 1992) through timm's `ModelEmaV3`. Calibration error as in
 Guo et al., "On Calibration of Modern Neural Networks", ICML 2017 (`calibration.expected_calibration_error`).
+Section 7, which weights to keep, is `weight_choice`.
 """
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 
 from course_lib import paths
@@ -22,8 +21,7 @@ from course_lib.analysis import claims as claim_records
 from course_lib.analysis import statistics
 from course_lib.analysis.statistics import _scores
 from course_lib.chapters.setup import ChapterSetup, sizes
-from course_lib.config import Config, ConfigError, make_config, profile_entry, resolve_profile
-from course_lib.instruments.progress import Progress
+from course_lib.config import Config, ConfigError, make_config, resolve_profile
 
 # The article's "safe combination": label smoothing 0.1 + MixUp alpha 0.2 + light Random Erasing.
 # "Light" is read as erasing a box in a quarter of the images (timm's usual probability).
@@ -169,29 +167,23 @@ def ema_decay_for(total_steps: int, horizon_fraction: float = 0.1) -> float:
     return 1.0 - 1.0 / horizon
 
 
-def variant_config(config, name: str, ema_decay: float, seed: int | None = None):
-    """The baseline `config` with variant `name`'s overrides and its own output_dir
-    (`<output_dir>/07_<name>`, plus `_seed<N>` when `seed` is given: fit writes `last.pt`
-    there, so runs must not share one)."""
+def switches(name: str, ema_decay: float) -> dict:
+    """Variant `name`'s Config values over the baseline (`VARIANTS`), with `ema_decay` for the EMA placeholder."""
     if name not in VARIANTS:
         raise ConfigError(f"unknown variant {name!r}; valid variants: {', '.join(VARIANTS)}")
-    overrides = {key: (ema_decay if value == EMA_PLACEHOLDER else value) for key, value in VARIANTS[name].items()}
+    return {key: (ema_decay if value == EMA_PLACEHOLDER else value) for key, value in VARIANTS[name].items()}
+
+
+def variant_config(config, name: str, ema_decay: float, seed: int | None = None):
+    """The baseline `config` with variant `name`'s `switches` and its own output_dir
+    (`<output_dir>/07_<name>`, plus `_seed<N>` when `seed` is given: fit writes `last.pt`
+    there, so runs must not share one)."""
+    overrides = switches(name, ema_decay)
     folder = f"{config.output_dir.rstrip('/')}/07_{name}"
     if seed is not None:
         overrides["seed"] = seed
         folder += f"_seed{seed}"
     return config.replace(**overrides, output_dir=folder)
-
-
-def fit_variant(config, name: str, ema_decay: float, bundle, seed: int | None = None, **fit_options):
-    """Train variant `name` (`variant_config`) on `bundle` with `train.fit`. The engine's
-    per-epoch validation is switched off (the bundle is passed without its val split): the
-    notebook scores every run once with `score_run`, which also needs the probabilities for ECE."""
-    from course_lib.engine import train
-
-    fit_options = {"progress": True, "verbose": False, **fit_options}  # a bar per epoch, no log lines
-    return train.fit(variant_config(config, name, ema_decay, seed), bundle=dataclasses.replace(bundle, val=None),
-                     **fit_options)
 
 
 def score(model, dataset, config, bins: int = 15, device_stage=None) -> dict:
@@ -267,36 +259,21 @@ class Study:
                 f"{self.train_images} {self.data} images, {len(self.seeds)} seeds, scored on {self.val_images} "
                 f"validation images")
 
+    @classmethod
+    def from_runs(cls, rows: list[dict], config: Config, bundle, data: str, model, seconds: float) -> Study:
+        """The study of `score_run`'s rows, every run trained on `bundle.train` and scored on `bundle.val`; its
+        training FLOPs per image (for MFU) counted on `model`, the network of one of its runs."""
+        import pandas as pd
+
+        from course_lib.measure import flops
+
+        return cls(pd.DataFrame(rows), config, data, len(bundle.train), len(bundle.val),
+                   flops.training_flops_per_image(model, config.image_size), seconds)
+
     def top1_points(self, weights: str = "raw"):
         """Validation top-1 in percent, one column per trick, one row per seed."""
         chosen = self.runs[self.runs["weights"] == weights]
         return chosen.pivot(index="seed", columns="trick", values="val top-1") * 100
-
-
-def run_study(config: Config, names: list[str], seeds: list[int], ema_decay: float, bundle, *, data: str,
-              progress: bool = True) -> Study:
-    """Train every variant of `names` once per seed and score each run on `bundle.val`. Seed by
-    seed, every variant in turn: a change in the machine's load during the study then spreads
-    over all variants instead of landing on one."""
-    import pandas as pd
-
-    from course_lib.measure import flops
-
-    started = time.perf_counter()
-    rows, flops_per_image = [], None
-    pending = [(seed, name) for seed in seeds for name in names]
-    bar = Progress(len(pending), f"runs on {data}", unit="fits", enabled=progress)
-    for seed, name in pending:
-        bar.set_postfix_str(f"{name}, seed {seed}")
-        # the engine's transient per-epoch bar under the study's: a fit can outlast a minute on a busy machine
-        result = fit_variant(config, name, ema_decay, bundle, seed=seed, progress=progress)
-        rows += score_run(name, result, bundle.val, bundle.device_stage)
-        if flops_per_image is None:
-            flops_per_image = flops.training_flops_per_image(result.model, config.image_size)
-        bar.update()
-    bar.close()
-    return Study(pd.DataFrame(rows), config, data, len(bundle.train), len(bundle.val), flops_per_image,
-                 time.perf_counter() - started)
 
 
 def summarize(study: Study):
@@ -398,12 +375,11 @@ def find_cifar10(folder: str = "") -> tuple[Path, str] | None:
     return None
 
 
-def cifar10_control(config: Config, seeds: list[int], ema_decay: float, folder: str = "",
-                    progress: bool = True) -> Study | str:
-    """The same study on CIFAR-10 (real photographs, not remote sensing: the control the claims
-    need), for `CONTROL_VARIANTS` at 32 px: read from `workbook data get cifar10`'s image folder (on
-    the study's own data path), or with `torchvision.datasets.CIFAR10(download=False)`; or, when the
-    data is not on this machine, the reason as a string."""
+def cifar10_control(config: Config, folder: str = "") -> tuple[Config, object] | str:
+    """The study's `config` and datasets on CIFAR-10 (real photographs, not remote sensing: the control the
+    claims need; the notebook trains `CONTROL_VARIANTS` on them) at 32 px: read from `workbook data get
+    cifar10`'s image folder (on the study's own data path), or with `torchvision.datasets.CIFAR10(download=False)`;
+    or, when the data is not on this machine, the reason as a string."""
     from course_lib.data import pipeline
 
     found = find_cifar10(folder)
@@ -420,10 +396,9 @@ def cifar10_control(config: Config, seeds: list[int], ema_decay: float, folder: 
     control = config.replace(data_dir=str(root), image_size=CONTROL_IMAGE_SIZE, download=False,
                              output_dir=f"{config.output_dir.rstrip('/')}/07_cifar10", **read)
     try:
-        bundle = pipeline.build_datasets(control)
+        return control, pipeline.build_datasets(control)
     except FileNotFoundError as error:  # present but incomplete or corrupted (torchvision checks md5 sums)
         return str(error)
-    return run_study(control, list(CONTROL_VARIANTS), seeds, ema_decay, bundle, data="CIFAR-10", progress=progress)
 
 
 def data_name(source: str) -> str:
@@ -443,15 +418,13 @@ _VERDICT_WORDS = {1: "better than the baseline beyond noise", -1: "worse than th
                   0: "within noise"}
 
 
-def _interval_text(row, unit: str = "points") -> str:
+def interval_text(row, unit: str = "points") -> str:
     """A paired difference and its interval; when it is within noise, the power calculation too
     (`statistics.power_note`: how many seeds would settle it)."""
-    from course_lib.analysis import statistics
-
     return f"{row['delta']:+.2f} {unit} [{row['low']:+.2f}, {row['high']:+.2f}]" + statistics.power_note(row, unit)
 
 
-def _paired(values, baseline) -> dict:
+def paired_over_seeds(values, baseline) -> dict:
     """Paired difference over the seeds both ran (NaN-free), or None with fewer than 2."""
     common = values.dropna().index.intersection(baseline.dropna().index)
     return statistics.paired_difference(values[common], baseline[common]) if len(common) >= 2 else None
@@ -463,11 +436,11 @@ def _combo_claim(key: str, study: Study | str, evidence: bool, why_not: str):
     points = study.top1_points()
     if "article_combo" not in points:
         return claim_records.not_measurable(key, "article_combo was not run (variants parameter)")
-    paired = _paired(points["article_combo"], points["baseline"])
+    paired = paired_over_seeds(points["article_combo"], points["baseline"])
     if paired is None:
         return claim_records.not_measurable(key, f"fewer than 2 seeds ran both variants on {study.data}")
     text = (f"article_combo - baseline top-1 on {study.data}, paired over {paired['runs']} seeds, 95% t interval: "
-            f"{_interval_text(paired)} ({_VERDICT_WORDS[paired['beyond']]}); {study.describe()}")
+            f"{interval_text(paired)} ({_VERDICT_WORDS[paired['beyond']]}); {study.describe()}")
     if not evidence:
         return claim_records.not_measurable(key, f"{why_not}; measured there for context: {text}")
     return claim_records.measured(key, paired["delta"], (paired["low"], paired["high"]), reason=text)
@@ -485,13 +458,13 @@ def _mixup_claim(study: Study, control: Study | str, remote_sensing: bool):
         if "mixup" not in points:
             return claim_records.not_measurable(key, f"mixup was not run on {part.data} (variants parameter)")
         gains.append(points["mixup"] - points["baseline"])
-    paired = _paired(*gains)
+    paired = paired_over_seeds(*gains)
     if paired is None:
         return claim_records.not_measurable(key, "fewer than 2 seeds ran on both datasets")
     return claim_records.measured(
         key, paired["delta"], (paired["low"], paired["high"]),
         reason=(f"MixUp's gain on {study.data} ({gains[0].mean():+.2f} points) minus its gain on {control.data} "
-                f"({gains[1].mean():+.2f}), per seed, 95% t interval: {_interval_text(paired)}"))
+                f"({gains[1].mean():+.2f}), per seed, 95% t interval: {interval_text(paired)}"))
 
 
 def _ema_claim(study: Study):
@@ -542,11 +515,11 @@ def _difference_claim(key: str, study: Study, variant: str, reference: str, what
     if not {variant, reference} <= set(runs["trick"]):
         return claim_records.not_measurable(key, f"{variant} or {reference} was not run (variants parameter)")
     values = runs.pivot(index="seed", columns="trick", values=metric) * 100
-    paired = _paired(values[variant], values[reference])
+    paired = paired_over_seeds(values[variant], values[reference])
     return claim_records.decided(
         key, paired["delta"], (paired["low"], paired["high"]),
         f"{variant} - {reference} {what}, paired over {paired['runs']} seeds, 95% t interval: "
-        f"{_interval_text(paired)}; {study.describe()}")
+        f"{interval_text(paired)}; {study.describe()}")
 
 
 def claims(study: Study, control: Study | str, remote_sensing: bool) -> list:
@@ -569,171 +542,3 @@ def claims(study: Study, control: Study | str, remote_sensing: bool) -> list:
                           metric="ECE"),
     ]
 
-
-# --- section 7: which weights to keep: last, EMA, SWA, best.pt, and early stopping ---------------
-
-# Values over the study's config. cpu: the speed-run's smallest net at 32 px in fp32 (precision=auto
-# would time bf16 before each short run), trained on 400 images of a 2,000-image cache (notebook 09
-# section 9 reads the same cache), so that two runs per seed over 3 seeds stay within about 25 s on
-# 2 cores; the engine validates every epoch here (best.pt and early stopping read it), on part of the
-# validation split.
-WEIGHT_CHOICE_PROFILES: dict[str, dict] = {
-    "smoke": {"epochs": 3},
-    "cpu": {"model": "speedrun_resnet_tiny", "image_size": 32, "batch_size": 32, "epochs": 6,
-            "max_train_images": 2000, "lr": 0.05, "warmup_epochs": 0.5, "precision": "off"},
-    "gpu": {"model": "speedrun_resnet", "image_size": 64, "batch_size": 128, "epochs": 10, "max_train_images": 5000,
-            "lr": 0.2, "warmup_epochs": 1.0, "storage": "cache", "augmentation": "device", "num_workers": 0},
-}
-# The reference runs this section at the cpu pass's sizes (`profile_entry`), over the reference's 5 seeds: its
-# runs are not converged, and its verdicts are not the reference's evidence (docs/results.md).
-# Validation images in each half (choosing, held out) per profile; absent: half the split each. The cpu
-# profile's 400 keep the per-epoch validation a small share of a run (400 images: +-2.5 points binomial).
-VALIDATION_HALF = {"cpu": 400}
-WEIGHT_CHOICE_TRAIN_IMAGES = {"cpu": 400}  # training images of each run (a seeded choice); absent: all
-EARLY_STOPPING_PATIENCE = 2  # epochs without a higher validation top-1
-SWA_SHARE = 0.25  # the last quarter of the epochs averaged (Izmailov et al. 2018 start SWA at 75% of the budget)
-WEIGHTS_ORDER = ("last", "EMA", "SWA", "best.pt")
-
-
-def swa_epochs_for(epochs: int) -> int:
-    """SWA over the last `SWA_SHARE` of the epochs: at least 1, at most epochs - 1."""
-    return min(epochs - 1, max(1, round(SWA_SHARE * epochs)))
-
-
-def split_validation(dataset, seed: int = 0, limit: int = 0) -> tuple:
-    """(choosing, held out): a seeded random half of the validation split for the engine to choose on
-    (best.pt, early stopping), and the other half to score every kept weight on, so that choosing by
-    validation does not flatter the chosen weights; `limit` > 0 caps each half at that many images."""
-    import numpy as np
-
-    from course_lib.data.datasets import TransformedSubset
-
-    order = np.random.default_rng(seed).permutation(len(dataset))
-    half = len(dataset) // 2 if not limit else min(limit, len(dataset) // 2)
-    return (TransformedSubset(dataset, sorted(order[:half].tolist())),
-            TransformedSubset(dataset, sorted(order[half:2 * half].tolist())))
-
-
-@dataclasses.dataclass
-class WeightChoice:
-    """Per seed, a full run (EMA, SWA over its last epochs, best.pt) and an early-stopping run, every
-    kept weight scored on the held-out half of the validation split."""
-
-    runs: object  # DataFrame: run, weights, seed, top-1 %, loss, epochs trained, best epoch, stopped after, train s
-    config: Config
-    swa_epochs: int
-    patience: int
-    held_out_images: int
-    seconds: float
-
-    def table(self):
-        """Mean over seeds per run and weights: top-1 %, the paired difference with the full run's last
-        weights (points, t interval over seeds), epochs trained, best epoch."""
-        import pandas as pd
-
-        runs = self.runs
-        reference = runs[(runs["run"] == "full") & (runs["weights"] == "last")].set_index("seed")["top-1 %"]
-        rows = []
-        for (run, weights), group in runs.groupby(["run", "weights"], sort=False):
-            values = group.set_index("seed")["top-1 %"]
-            row = {"run": run, "weights": weights, "seeds": len(values), "top-1 %": values.mean(),
-                   "epochs trained": group["epochs trained"].mean(), "best epoch": group["best epoch"].mean(),
-                   "stopped early": f"{int(group['stopped after'].notna().sum())} of {len(group)}"}
-            if not (run == "full" and weights == "last"):
-                paired = _paired(values, reference)
-                if paired is not None:
-                    row.update({"vs last (points)": paired["delta"], "low": paired["low"], "high": paired["high"],
-                                "verdict": {1: "higher", -1: "lower", 0: "within noise"}[paired["beyond"]]})
-            rows.append(row)
-        return pd.DataFrame(rows).set_index(["run", "weights"])
-
-    def describe(self) -> str:
-        config = self.config
-        return (f"{config.model} at {config.image_size} px, {config.epochs} epochs planned, SWA over the last "
-                f"{self.swa_epochs}, patience {self.patience}, {len(set(self.runs['seed']))} seeds; scored on "
-                f"{self.held_out_images} held-out validation images")
-
-
-def weight_choice_study(setup: StudySetup, profile: str, progress: bool = True) -> WeightChoice:
-    """Per seed of the study: the full run (ema_decay for its length, swa_epochs = `swa_epochs_for`,
-    save_best) and the same run with early_stopping_patience = EARLY_STOPPING_PATIENCE and save_best;
-    the engine chooses on half of the validation split (`split_validation`), every weight is scored on
-    the other half."""
-    import pandas as pd
-
-    from course_lib.data import pipeline
-    from course_lib.data.datasets import TransformedSubset, limit_indices
-    from course_lib.engine import train
-    from course_lib.engine.schedule import steps_per_epoch
-    from course_lib.models import factory
-
-    started = time.perf_counter()
-    config = setup.config.replace(**profile_entry(WEIGHT_CHOICE_PROFILES, resolve_profile(profile), {}))
-    bundle = pipeline.build_datasets(config)
-    kept = limit_indices(len(bundle.train), profile_entry(WEIGHT_CHOICE_TRAIN_IMAGES, resolve_profile(profile), 0), seed=0)
-    if kept is not None:
-        bundle = dataclasses.replace(bundle, train=TransformedSubset(bundle.train, kept))
-    if len(bundle.train) < config.batch_size:
-        config = config.replace(batch_size=max(1, len(bundle.train) // 2))
-    choosing, held_out = split_validation(bundle.val, limit=profile_entry(VALIDATION_HALF, resolve_profile(profile), 0))
-    steps = steps_per_epoch(len(bundle.train), config)
-    swa_epochs = swa_epochs_for(config.epochs)
-    plans = {"full": {"ema_decay": ema_decay_for(steps * config.epochs), "swa_epochs": swa_epochs, "save_best": True},
-             "early stopping": {"early_stopping_patience": EARLY_STOPPING_PATIENCE, "save_best": True}}
-    rows = []
-    for seed in setup.seeds:
-        for run, switches in plans.items():
-            folder = f"{config.output_dir.rstrip('/')}/07_weights_{run.replace(' ', '_')}_seed{seed}"
-            result = train.fit(config.replace(seed=seed, output_dir=folder, **switches),
-                               bundle=dataclasses.replace(bundle, val=choosing), progress=progress, verbose=False)
-            kept = {"last": result.model, "EMA": result.ema_model, "SWA": result.swa_model,
-                    "best.pt": factory.model_from_checkpoint(result.best_checkpoint_path)}
-            for weights in WEIGHTS_ORDER:
-                if kept[weights] is None:
-                    continue
-                scores = score(kept[weights], held_out, result.config, device_stage=bundle.device_stage)
-                rows.append({"run": run, "weights": weights, "seed": seed, "top-1 %": scores["top1"] * 100,
-                             "loss": scores["loss"], "epochs trained": len(result.history),
-                             "best epoch": result.best_epoch, "stopped after": result.stopped_early_after,
-                             "train s": training_speed(result.history)["train_seconds"]})
-    return WeightChoice(pd.DataFrame(rows), config, swa_epochs, EARLY_STOPPING_PATIENCE, len(held_out),
-                        time.perf_counter() - started)
-
-
-def weight_choice_claims(choice: WeightChoice) -> list:
-    """"Use early stopping": the early-stopping run's best.pt against the full run's last weights,
-    paired by seed (holds when it stopped early on some seed and is not lower beyond noise; refuted
-    when lower beyond noise; not shown when it never stopped, so nothing was saved). best.pt and
-    SWA against the last weights of the same full runs: higher beyond noise holds, lower refutes."""
-    runs = choice.runs
-    points = runs.pivot_table(index="seed", columns=["run", "weights"], values="top-1 %")
-    last = points[("full", "last")]
-    found = []
-    early = runs[(runs["run"] == "early stopping") & (runs["weights"] == "best.pt")]
-    paired = _paired(points[("early stopping", "best.pt")], last)
-    stopped = int(early["stopped after"].notna().sum())
-    planned = choice.config.epochs
-    saved = 1 - early["epochs trained"].mean() / planned
-    if paired is None:
-        found.append(claim_records.not_measurable("early_stopping", "fewer than 2 seeds"))
-    else:
-        # Nothing saved (it never stopped) shows nothing about early stopping, whatever the accuracy says.
-        found.append(claim_records.decided(
-            "early_stopping", paired["delta"], (paired["low"], paired["high"]),
-            f"stopped early on {stopped} of {len(early)} seeds, {saved:.0%} of the {planned} planned epochs "
-            f"saved; best.pt of the stopped run - last weights of the full run {_interval_text(paired)} "
-            f"(paired over seeds, 95% t); {choice.describe()}",
-            also=claim_records.HOLDS if stopped else claim_records.NOT_SHOWN))
-    for key, weights in (("best_checkpoint_gain", "best.pt"), ("swa_gain", "SWA")):
-        if ("full", weights) not in points:
-            found.append(claim_records.not_measurable(key, f"the full runs kept no {weights} weights"))
-            continue
-        paired = _paired(points[("full", weights)], last)
-        if paired is None:
-            found.append(claim_records.not_measurable(key, "fewer than 2 seeds"))
-            continue
-        found.append(claim_records.decided(
-            key, paired["delta"], (paired["low"], paired["high"]),
-            f"{weights} - last weights of the same full runs {_interval_text(paired)} (paired over seeds, "
-            f"95% t); {choice.describe()}"))
-    return found

@@ -134,39 +134,6 @@ def test_the_first_log_lines_name_the_data_pipeline_then_the_run(tmp_path, capsy
     assert lines[1].startswith("training test_resnet on 64 images (4 classes)")
 
 
-class StreamOfTensors(torch.utils.data.IterableDataset):
-    """A stream with a length (like tar shards): yields `count` images, counting what was read."""
-
-    def __init__(self, count, length=None):
-        self.images, self.length, self.reads = TensorImages(count), count if length is None else length, 0
-
-    def __len__(self):
-        return self.length
-
-    def __iter__(self):
-        for index in range(len(self.images)):
-            self.reads += 1
-            yield self.images[index]
-
-
-@pytest.mark.parametrize("accumulation_steps, expected_steps", [(1, 4), (2, 2)])
-def test_a_stream_with_a_length_trains_for_len_over_the_batch(tmp_path, accumulation_steps, expected_steps):
-    stream = StreamOfTensors(72)  # 72 // (16 x accumulation_steps) steps; the rest is not read
-    bundle = DataBundle(stream, TensorImages(16, seed=1), None, CLASSES, "stream")
-    config = tiny_config(tmp_path, epochs=2, accumulation_steps=accumulation_steps)
-    assert train.prepare(config, bundle, verbose=False).sampler is None  # the stream splits itself
-    result = train.fit(config, bundle=bundle, progress=False, verbose=False)
-    assert [row["optimizer_steps"] for row in result.history] == [expected_steps] * 2
-    assert len(result.step_log) == 2 * expected_steps
-    assert stream.reads == 2 * 64  # two epochs of 64 images, each a fresh pass over the stream
-
-
-def test_a_stream_shorter_than_its_length_is_a_one_line_error(tmp_path):
-    bundle = DataBundle(StreamOfTensors(40, length=64), TensorImages(16), None, CLASSES, "short stream")
-    with pytest.raises(ConfigError, match="ended after 2 batches of 16; its length \\(64\\) promised 4"):
-        train.fit(tiny_config(tmp_path), bundle=bundle, progress=False, verbose=False)
-
-
 # --- gradient accumulation (unit tests: test_accumulation.py) ---
 
 def test_engine_accumulation_matches_big_batch_for_a_model_without_batchnorm(tmp_path):

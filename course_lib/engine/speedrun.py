@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from course_lib import ledger
 from course_lib.config import Config, ConfigError
+from course_lib.data.batches import validation_batches
 from course_lib.engine import train
 
 MILESTONES = (0.90, 0.95, 0.97)  # validation top-1 levels whose time the tables report
@@ -146,8 +147,8 @@ def race(config: Config, *, budget_seconds: float | None = None, label: str = ""
     test = {}
     if state.bundle.test is not None and len(state.bundle.test):
         with clock.paused():
-            test_state = dataclasses.replace(state, val_loader=train.validation_loader(state.bundle.test, config,
-                                                                                      state.distributed, state.device))
+            test_state = dataclasses.replace(state, val_loader=validation_batches(state.bundle.test, config,
+                                                                                  state.distributed, state.device))
             test = train.validate(_weights(state), test_state, views=config.tta_views,
                                   selective=config.tta_selective)
     result = RaceResult(label or config.recipe or config.model, config, curve, setup_seconds, clock.seconds(),

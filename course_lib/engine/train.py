@@ -2,7 +2,7 @@
 and `torchrun --nproc-per-node N -m course_lib train -p name=value ...`.
 
 `fit` is a short driver over three seams, in the shape of timm's train.py:
-- `prepare(config, bundle)` builds a `RunState`: loaders, model (wrapped in DDP and/or
+- `prepare(config, bundle)` builds a `RunState`: loaders (`data.batches`), model (wrapped in DDP and/or
   torch.compile), optimizer, schedule, GradScaler, EMA, criterion and batch regularizers, and
   restores the last checkpoint when resuming;
 - `train_one_epoch(state, epoch)` is the loop, in view (nanoGPT style, no callbacks): fetch, the
@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from course_lib import devices, ledger, paths
 from course_lib.config import Config, ConfigError
 from course_lib.data import datasets, pipeline
+from course_lib.data.batches import loss_weights, training_batches, validation_batches, whitening_batches
 from course_lib.engine import auto_precision, freeze
 from course_lib.engine.checkpoint_saver import CheckpointSaver
 from course_lib.engine.distributed import Distributed, setup_distributed
@@ -190,81 +191,12 @@ def wrap_model(raw_model: torch.nn.Module, config: Config, distributed: Distribu
     return model
 
 
-def _training_data(dataset, config: Config, distributed: Distributed, device: torch.device, num_classes: int):
-    """(sampler or None, loader, optimizer steps per epoch) for the training split; class_balance=sampler
-    draws its images class-balanced (`data.class_balance`)."""
-    from torch.utils.data import DistributedSampler
-
-    from course_lib.data import class_balance
-    from course_lib.data.loaders import make_loader
-    from course_lib.data.resident import ResidentBatches, ResidentSplit
-
-    balanced = config.class_balance == "sampler"
-    if isinstance(dataset, ResidentSplit):  # storage=device: batches cut on the device, no DataLoader
-        weights = class_balance.sample_weights(dataset.targets, num_classes) if balanced else None
-        batches = ResidentBatches(dataset, config.batch_size, device, shuffle=True, drop_last=True,
-                                  seed=config.seed, rank=distributed.rank, world_size=distributed.world_size,
-                                  sample_weights=weights)
-        return batches, batches, _capped(len(batches) // config.accumulation_steps, config)
-    if isinstance(dataset, torch.utils.data.IterableDataset):
-        if config.class_balance != "none":
-            raise ConfigError(f"class_balance={config.class_balance} needs the training labels up front, and "
-                              f"{type(dataset).__name__} is a stream; use storage=cache or files")
-        # A stream (tar shards) splits itself across ranks and workers: no sampler, and its len()
-        # is what this rank's part yields. Its order comes from the stream's own shuffling, not
-        # from (seed, epoch), so resuming such a run is not guaranteed to be exact.
-        loader = make_loader(dataset, config, train=True)
-        return None, loader, _capped(len(dataset) // (config.batch_size * config.accumulation_steps), config)
-    # DistributedSampler even for one process, because its order depends only on (seed, epoch),
-    # which is what makes resuming exact; the class-balanced sampler draws the same way.
-    if balanced:
-        sampler = class_balance.ClassBalancedSampler(class_balance.training_targets(dataset), num_classes,
-                                                     num_replicas=distributed.world_size, rank=distributed.rank,
-                                                     seed=config.seed)
-    else:
-        sampler = DistributedSampler(dataset, num_replicas=distributed.world_size, rank=distributed.rank,
-                                     shuffle=True, seed=config.seed, drop_last=True)
-    loader = make_loader(dataset, config, train=True, sampler=sampler)
-    return sampler, loader, _capped(len(loader) // config.accumulation_steps, config)
-
-
-def _capped(steps: int, config: Config) -> int:
-    return min(steps, config.max_steps) if config.max_steps else steps
-
-
-def validation_loader(dataset, config: Config, distributed: Distributed, device: torch.device | None = None):
-    from torch.utils.data import Subset
-
-    from course_lib.data.loaders import make_loader
-    from course_lib.data.resident import ResidentBatches, ResidentSplit
-
-    if dataset is None:
-        return None
-    if isinstance(dataset, ResidentSplit):
-        return ResidentBatches(dataset, config.batch_size, device or dataset.images.device, shuffle=False, drop_last=False,
-                               rank=distributed.rank, world_size=distributed.world_size) if len(dataset) else None
-    if isinstance(dataset, torch.utils.data.IterableDataset):  # a stream splits itself across ranks
-        return make_loader(dataset, config, train=False)
-    if not len(dataset):
-        return None
-    # Each rank evaluates every world_size-th image: no padding, no duplicates.
-    part = Subset(dataset, range(distributed.rank, len(dataset), distributed.world_size))
-    return make_loader(part, config, train=False)
+# Notebook 07 still calls this name (to score the training images as evaluation sees them).
+validation_loader = validation_batches
 
 
 def _quiet(*args, **kwargs) -> None:
     pass
-
-
-def loss_weights(dataset, config: Config, num_classes: int, device: torch.device) -> torch.Tensor | None:
-    """class_balance=weighted_loss: the inverse-frequency class weights of the training split
-    (`data.class_balance.class_weights`) on `device`; None otherwise."""
-    from course_lib.data import class_balance
-
-    if config.class_balance != "weighted_loss":
-        return None
-    counts = class_balance.class_counts(class_balance.training_targets(dataset), num_classes)
-    return class_balance.class_weights(counts).to(device)
 
 
 def refuse_choosing_without_validation(config: Config, val_loader) -> None:
@@ -292,14 +224,14 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
     _apply_device_switches(config, device, log)
     bundle = bundle or pipeline.build_datasets(config)
     log(f"data: {bundle.source}, {bundle.pipeline}")
-    sampler, train_loader, steps_per_epoch = _training_data(bundle.train, config, distributed, device,
-                                                            len(bundle.classes))
+    sampler, train_loader, steps_per_epoch = training_batches(bundle.train, config, distributed, device,
+                                                              len(bundle.classes))
     global_batch = config.batch_size * config.accumulation_steps * distributed.world_size
     if steps_per_epoch < 1:
         raise ConfigError(f"the training split has {len(bundle.train)} images, fewer than one optimizer step "
                           f"({global_batch} = batch_size x accumulation_steps x processes); "
                           "lower batch_size or accumulation_steps")
-    val_loader = validation_loader(bundle.val, config, distributed, device)
+    val_loader = validation_batches(bundle.val, config, distributed, device)
     refuse_choosing_without_validation(config, val_loader)
     num_classes = len(bundle.classes)
     raw_model = (model if model is not None else factory.build_model(config, num_classes, bundle.classes)).to(
@@ -330,36 +262,9 @@ def _whiten_stem(raw_model: torch.nn.Module, config: Config, bundle, device: tor
         return
     from course_lib.models import whitening
 
-    done = whitening.whiten_first_conv(raw_model, _whitening_batches(bundle, config, device))
+    done = whitening.whiten_first_conv(raw_model, whitening_batches(bundle, config, device, WHITENING_IMAGES))
     log(f"whiten_stem: {done['filters']} filters of {done['layer']} from the patches of {done['images']} training "
         "images, frozen")
-
-
-def _whitening_batches(bundle, config: Config, device: torch.device):
-    """Batches of up to WHITENING_IMAGES training images drawn from (seed), normalised as the model sees them at
-    evaluation (`device_stage(train=False)`; a split whose loader augments gives augmented images). A stream
-    gives its first images."""
-    from torch.utils.data import Subset
-
-    from course_lib.data.loaders import make_loader
-    from course_lib.data.resident import ResidentSplit
-
-    dataset = bundle.train
-    if not isinstance(dataset, torch.utils.data.IterableDataset):
-        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(config.seed))
-        chosen = order[:WHITENING_IMAGES]
-        if isinstance(dataset, ResidentSplit):  # already on the device: cut batches there, no loader
-            for start in range(0, len(chosen), config.batch_size):
-                rows = chosen[start:start + config.batch_size].to(dataset.images.device)
-                yield bundle.device_stage(dataset.images.index_select(0, rows), device, train=False)
-            return
-        dataset = Subset(dataset, chosen.tolist())
-    seen = 0
-    for images, _ in make_loader(dataset, config, train=False, drop_last=False):
-        yield bundle.device_stage(images, device, train=False)[:WHITENING_IMAGES - seen]
-        seen += len(images)
-        if seen >= WHITENING_IMAGES:
-            return
 
 
 def _synced_batchnorm(raw_model: torch.nn.Module, config: Config, distributed: Distributed, device, log):

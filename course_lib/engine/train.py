@@ -191,10 +191,6 @@ def wrap_model(raw_model: torch.nn.Module, config: Config, distributed: Distribu
     return model
 
 
-# Notebook 07 still calls this name (to score the training images as evaluation sees them).
-validation_loader = validation_batches
-
-
 def _quiet(*args, **kwargs) -> None:
     pass
 

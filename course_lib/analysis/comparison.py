@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from course_lib import ledger
+from course_lib import ledger, machine
 from course_lib.analysis import confusion, statistics
 from course_lib.analysis.evaluation import Evaluation
 from course_lib.analysis.metrics import per_class_table
@@ -331,7 +331,7 @@ def _without_run_ids(value, run_ids):
 def _context(row: dict) -> dict:
     """What produced a row besides its parameters: profile, commit, machine and torch."""
     return {"profile": row.get("profile"), "git_commit": row.get("git_commit"),
-            "hardware": ledger.describe_hardware(row["hardware"]) if row.get("hardware") else None,
+            "hardware": machine.describe_hardware(row["hardware"]) if row.get("hardware") else None,
             "torch": (row.get("versions") or {}).get("torch")}
 
 
@@ -442,7 +442,7 @@ class RunRecord:
 
     def label(self) -> str:
         first = next((row for row in self.rows if row.get("hardware")), {})
-        where = f"{ledger.describe_hardware(first['hardware'])}" if first else "no ledger rows"
+        where = f"{machine.describe_hardware(first['hardware'])}" if first else "no ledger rows"
         return (f"run {self.run_id} (profile {self.profile or first.get('profile') or '?'}, "
                 f"commit {first.get('git_commit') or '?'}, {where})")
 

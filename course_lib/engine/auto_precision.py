@@ -116,7 +116,7 @@ def _key(model: torch.nn.Module, image_size: int, device, batch_size: int, chann
 
 def _machine_key(key: tuple) -> str:
     """`key` with what makes a decision this machine's: the CPU or GPU model and torch's version."""
-    from course_lib.ledger import cpu_model
+    from course_lib.machine import cpu_model
 
     device = torch.device(key[0])
     hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()

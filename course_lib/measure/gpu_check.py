@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from course_lib import devices, ledger, paths
+from course_lib import devices, machine, paths
 from course_lib.engine.step_bench import StepBench
 from course_lib.measure import flops, memory
 
@@ -621,7 +621,7 @@ def write_report(results: list[PartResult], folder: Path, *, gpu: str, started: 
     """gpu_check.json (everything, tracebacks included) and README.md (the tables) in `folder`."""
     from course_lib.measure.inventory import versions
 
-    report = {"gpu": gpu, "hardware": ledger.describe_hardware(), "versions": versions(), "started": started,
+    report = {"gpu": gpu, "hardware": machine.describe_hardware(), "versions": versions(), "started": started,
               "seconds": seconds, "total_budget_seconds": total_budget_seconds,
               "parts": [dataclasses.asdict(r) for r in results]}
     folder.mkdir(parents=True, exist_ok=True)

@@ -586,12 +586,12 @@ def _add_compare(subparsers) -> None:
 
 
 def _compare(args) -> int:
-    from course_lib.analysis import comparison
+    from course_lib.analysis import comparison, run_comparison
 
-    kind, before, after = comparison.resolve_pair(args.before, args.after, args.split)
+    kind, before, after = run_comparison.resolve_pair(args.before, args.after, args.split)
     if kind in ("run", "row"):
         try:
-            changes = (comparison.compare_runs if kind == "run" else comparison.compare_rows)(
+            changes = (run_comparison.compare_runs if kind == "run" else run_comparison.compare_rows)(
                 before, after, level=args.level, draws=args.draws)
         except ValueError as error:
             raise WorkbookError(str(error)) from None

@@ -376,12 +376,12 @@ def _add_train(subparsers) -> None:
 
 def _train(args) -> int:
     from course_lib.engine import train
-    from course_lib.measure import memory
+    from course_lib.measure import memory_fit
 
     config, choice = run_config(args.profile, parse_assignments(args.param))
     if int(os.environ.get("RANK", "0")) == 0:
         print(choice.line, flush=True)
-    memory.check_fits(config)  # here, not in the engine: the estimator lives in measure (layering)
+    memory_fit.check_fits(config)  # here, not in the engine: the estimator lives in measure (layering)
     try:
         result = train.fit(config, progress=not args.no_progress)
     except train.NonFiniteLossError as error:

@@ -116,10 +116,10 @@ def largest_batch_for(config: Config, train_images: int, time_cap: int = 0,
     """(largest batch, which bound set it, training bytes per image): the smallest of `time_cap` (0:
     none), the split (at least `MIN_STEPS_PER_EPOCH` steps per epoch) and memory (the engine's
     estimate of one training step on the meta device, `measure.memory`: shapes only, no step run,
-    within `memory.FIT_MARGIN` of the device's free memory)."""
+    within `memory_fit.FIT_MARGIN` of the device's free memory)."""
     from course_lib.config import ConfigError
     from course_lib.devices import resolve_device
-    from course_lib.measure import memory
+    from course_lib.measure import memory, memory_fit
     from course_lib.models import factory
 
     if time_cap and time_cap < SMALLEST_BATCH:
@@ -129,10 +129,10 @@ def largest_batch_for(config: Config, train_images: int, time_cap: int = 0,
                                                config.image_size, optimizer="sgd", device="meta")
     per_image = max(1, estimate.activation_bytes_per_image + 3 * config.image_size ** 2 * 4)
     fixed = estimate.total_bytes - per_image * config.batch_size
-    free = memory.free_bytes(resolve_device(config.device))
+    free = memory_fit.free_bytes(resolve_device(config.device))
     bounds = {"the split": train_images // MIN_STEPS_PER_EPOCH}
     if free is not None:
-        bounds["memory"] = int((memory.FIT_MARGIN * free - fixed) // per_image)
+        bounds["memory"] = int((memory_fit.FIT_MARGIN * free - fixed) // per_image)
     if time_cap:
         bounds["the profile's time cap"] = time_cap
     bound = min(bounds, key=bounds.get)
@@ -142,7 +142,7 @@ def largest_batch_for(config: Config, train_images: int, time_cap: int = 0,
                           f"{largest}: give max_train_images of {SMALLEST_BATCH * MIN_STEPS_PER_EPOCH} or more")
     text = "; ".join(f"{name} {value:,}" for name, value in bounds.items())
     return largest, (f"the top is set by {bound} ({text}: split = at least {MIN_STEPS_PER_EPOCH} steps per epoch, "
-                     f"memory = {per_image / 2**20:.2f} MiB per image in {memory.FIT_MARGIN:.0%} of the free memory)"), per_image
+                     f"memory = {per_image / 2**20:.2f} MiB per image in {memory_fit.FIT_MARGIN:.0%} of the free memory)"), per_image
 
 
 def batch_sizes(largest: int, smallest: int = SMALLEST_BATCH) -> list[int]:

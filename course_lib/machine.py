@@ -1,8 +1,5 @@
-"""Machine identity: the git commit, the versions that decide speed (python, torch, CUDA, cuDNN,
-driver, timm), the CPU's model and a short hardware summary, with the one-line description printed
-next to every absolute number. The ledger stores them with every row; the full inventory is
-`course_lib.measure.inventory`.
-"""
+"""Machine identity, stored with every ledger row: the git commit, the versions that decide speed, the CPU
+model, a hardware summary and its one line printed beside every number (the full inventory: `measure.inventory`)."""
 from __future__ import annotations
 
 import functools

@@ -1,14 +1,8 @@
-"""Notebook 06, sections 5-6 (issue 27, point 5): batch size against learning rate, and schedule against
-optimizer. The second article: "on a single 24 GB card a batch of 64-128 is suitable", and "a reasonable
-learning-rate schedule matters more than the choice of optimizer".
-
-A batch sweep with the learning rate scaled linearly (Goyal et al. 2017, arXiv:1706.02677) or by the square
-root (Krizhevsky 2014, arXiv:1404.5997), each size checked against the sweep's best beyond seed noise
-(`scaling_table`); and schedule x optimizer, whose "the schedule matters more" test compares the top-1 change
-from swapping the schedule with that from swapping the optimizer, seed by seed (`schedule_vs_optimizer`).
-Both studies start from the learning rates section 4 tuned (`chapters.optimizer_study`: the grid's best per
-optimizer at its batch B0) and train on real data when present (`paths.choose_data`; smoke stays on the
-committed sample), on the in-memory path.
+"""Notebook 06, sections 5-6 (issue 27, point 5), the second article's "a batch of 64-128 on a 24 GB card" and
+"the schedule matters more than the optimizer": a batch sweep with the learning rate scaled linearly (Goyal et al.
+2017, arXiv:1706.02677) or by the square root (Krizhevsky 2014, arXiv:1404.5997), each size checked against the
+sweep's best beyond seed noise (`scaling_table`); and schedule x optimizer, tested seed by seed
+(`schedule_vs_optimizer`). Both start from the learning rates `chapters.optimizer_study` tuned, on the in-memory path.
 """
 from __future__ import annotations
 

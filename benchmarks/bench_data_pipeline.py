@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _shared import ROOT, write  # noqa: E402 (puts the project on sys.path)
 
-from course_lib import devices, ledger, paths  # noqa: E402
+from course_lib import devices, machine, paths  # noqa: E402
 from course_lib.config import make_config  # noqa: E402
 from course_lib.data import (
     cache,
@@ -304,8 +304,8 @@ def main(argv=None) -> int:
          "measured": f"{loader_only:.1f}x", "met": "yes" if loader_only >= 3 else "no"},
     ]
     results = {
-        "hardware": ledger.describe_hardware(), "hardware_detail": ledger.hardware_summary(),
-        "versions": ledger.runtime_versions(), "usable_cores": devices.usable_cores(), "quick": quick,
+        "hardware": machine.describe_hardware(), "hardware_detail": machine.hardware_summary(),
+        "versions": machine.runtime_versions(), "usable_cores": devices.usable_cores(), "quick": quick,
         "started": started, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "seconds": time.perf_counter() - start, "load_before": load_before,
         "load_after": [round(x, 2) for x in os.getloadavg()],

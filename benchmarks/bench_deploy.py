@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from _shared import argument_parser, write  # noqa: E402
-from course_lib import ledger  # noqa: E402
+from course_lib import machine  # noqa: E402
 from course_lib.chapters import compress_and_deploy as study  # noqa: E402
 from course_lib.config import parse_assignments  # noqa: E402
 from course_lib.engine.cached_fit import cached_fit  # noqa: E402
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     setup = study.setup(args.profile, **parse_assignments(args.param))
     config, data, bundle = setup.config, setup.data, setup.bundle
     print(data.line, flush=True)
-    hardware, started, load_before = ledger.describe_hardware(), time.strftime("%Y-%m-%d %H:%M"), os.getloadavg()[0]
+    hardware, started, load_before = machine.describe_hardware(), time.strftime("%Y-%m-%d %H:%M"), os.getloadavg()[0]
     where = bundle.source if data.real else f"{bundle.source} (synthetic: no real data here)"
     print(f"{setup.teacher.model} on {where}; {hardware}; load average {load_before:.1f}", flush=True)
     quiet = dict(progress=False, verbose=False)
@@ -79,7 +79,7 @@ def _write(rows, out: Path, hardware, where, how, started, load_before, config, 
     isa = [name for name, present in cpu_isa().items() if present]
     record = {"hardware": hardware, "isa": isa, "started": started, "load_average_before": load_before,
               "load_average_after": os.getloadavg()[0], "data": where, "teacher": how, "rows": table,
-              "config": config.to_dict(), "versions": ledger.runtime_versions(), "complete": complete}
+              "config": config.to_dict(), "versions": machine.runtime_versions(), "complete": complete}
     out.mkdir(parents=True, exist_ok=True)
     write(out / "deploy.json", json.dumps(record, indent=2, default=str))
     lines = ["# After training: accuracy, size and CPU latency\n",

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from _shared import argument_parser, write  # noqa: E402
-from course_lib import devices, ledger
+from course_lib import devices, ledger, machine
 from course_lib.config import make_config, parse_assignments  # noqa: E402
 from course_lib.data.datasets import DataBundle  # noqa: E402
 from course_lib.data.loaders import make_loader  # noqa: E402
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     # The engine's own ledger rows go to a scratch ledger; this benchmark records one row below.
     real_ledger = ledger.default_path()
     os.environ[ledger.LEDGER_ENV] = str(workdir / "scratch.sqlite")
-    hardware_line = ledger.describe_hardware()
+    hardware_line = machine.describe_hardware()
     load_before = os.getloadavg()[0]
     print(f"engine vs hand-written loop: {config.model} {config.image_size}px batch {config.batch_size} "
           f"x {config.max_steps} steps, precision {precision}, channels_last {config.channels_last}, "
@@ -183,7 +183,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     suffix = "_quick" if args.quick else ""
     write(out / f"engine{suffix}.json", json.dumps(
-        {"hardware": hardware_line, "versions": ledger.runtime_versions(), "parameters": parameters,
+        {"hardware": hardware_line, "versions": machine.runtime_versions(), "parameters": parameters,
          "pairs": pairs, "summary": summary, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
         indent=2, default=str))
     mfu = f"{utilization['mfu']:.1%}" if utilization["mfu"] is not None else "n/a"

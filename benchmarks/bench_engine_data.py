@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from _shared import argument_parser, eurosat_or_skip, write  # noqa: E402
-from course_lib import devices, ledger  # noqa: E402
+from course_lib import devices, ledger, machine  # noqa: E402
 from course_lib.config import make_config, parse_assignments  # noqa: E402
 from course_lib.data import datasets, pipeline  # noqa: E402
 from course_lib.engine import auto_precision, train  # noqa: E402
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     base = base.replace(precision=precision)  # every run trains in the same, measured precision
     real_ledger = ledger.default_path()
     os.environ[ledger.LEDGER_ENV] = str(workdir / "scratch.sqlite")  # the engine's rows: scratch
-    hardware = ledger.describe_hardware()
+    hardware = machine.describe_hardware()
     load_before = os.getloadavg()[0]
     started = time.strftime("%Y-%m-%d %H:%M")
     print(f"engine x data pipeline on {eurosat}: {base.model} {base.image_size}px batch {base.batch_size}, "
@@ -226,7 +226,7 @@ def main(argv=None) -> int:
                   "device": str(device), "profile": args.profile, "data": str(eurosat)}
     results = {"hardware": hardware, "started": started, "parameters": parameters, "summary": summary, "rows": rows,
                "load_average_before": load_before, "load_average_after": os.getloadavg()[0],
-               "versions": ledger.runtime_versions(), "quick": args.quick}
+               "versions": machine.runtime_versions(), "quick": args.quick}
     os.environ[ledger.LEDGER_ENV] = str(real_ledger)  # this benchmark's own row goes to the real ledger
     ledger.record("bench", "engine_data", parameters=parameters,
                   metrics={k: v for k, v in summary.items() if isinstance(v, (int, float, bool))})

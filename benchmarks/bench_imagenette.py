@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from _shared import argument_parser, imagenette_or_skip, write  # noqa: E402 (puts the project on sys.path)
-from course_lib import ledger  # noqa: E402
+from course_lib import machine  # noqa: E402
 from course_lib.analysis import claims, imagenette  # noqa: E402
 from course_lib.chapters.time_to_accuracy import IMAGENETTE_SMOKE  # noqa: E402
 from course_lib.config import SAMPLE_DATA_DIR, make_config, parse_assignments, resolve_profile  # noqa: E402
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
             return 0
         given["data_dir"] = str(folder)
     config = make_config(args.profile, {"smoke": IMAGENETTE_SMOKE}, **{"recipe": args.recipe, **given})
-    hardware, load_before, started = ledger.describe_hardware(), os.getloadavg()[0], time.strftime("%Y-%m-%d %H:%M")
+    hardware, load_before, started = machine.describe_hardware(), os.getloadavg()[0], time.strftime("%Y-%m-%d %H:%M")
     print(f"{args.recipe}: {config.model} at {config.image_size} px, {config.epochs} epochs, {args.seeds} run(s) on "
           f"{config.data_dir}; {hardware}; load average {load_before:.1f}", flush=True)
     results = race(config, args.seeds)
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
               "summary": summary, "claim": {"verdict": claim.verdict, "reason": claim.reason},
               "seeds": [{"seed": r.config.seed, **r.row(), "val top-5": r.val_top5, "test top-5": r.test_top5,
                          "curve": r.curve} for r in results],
-              "config": config.to_dict(), "versions": ledger.runtime_versions()}
+              "config": config.to_dict(), "versions": machine.runtime_versions()}
     out, stem = Path(args.out), imagenette.RESULT_STEM + ("" if args.recipe == "imagenette" else f"_{args.recipe}")
     out.mkdir(parents=True, exist_ok=True)
     write(out / f"{stem}.json", json.dumps(record, indent=2, default=str))

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from _shared import ROOT, argument_parser, eurosat_or_skip, write  # noqa: E402 (puts the project on sys.path)
-from course_lib import ledger  # noqa: E402
+from course_lib import machine  # noqa: E402
 from course_lib.config import make_config, parse_assignments  # noqa: E402
 from course_lib.data import cache  # noqa: E402
 from course_lib.engine import speedrun  # noqa: E402
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     config = make_config(args.profile, **{**data, "recipe": args.recipe, "validation_from": args.validation_from,
                                           **parse_assignments(args.param)})
     load_before, started = os.getloadavg()[0], time.strftime("%Y-%m-%d %H:%M")
-    hardware = ledger.describe_hardware()
+    hardware = machine.describe_hardware()
     print(f"{args.recipe}: {config.model}, {config.epochs} epochs, {args.seeds} seed(s), budget "
           f"{args.budget or 'none'}, validation from {config.validation_from}; {hardware}; load average "
           f"{load_before:.1f}", flush=True)
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     record = {"recipe": args.recipe, "hardware": hardware, "started": started, "load_average_before": load_before,
               "load_average_after": os.getloadavg()[0], "budget_seconds": args.budget, "split": split,
               "summary": summary, "seeds": [{"seed": r.config.seed, **r.row(), "curve": r.curve} for r in results],
-              "config": config.to_dict(), "versions": ledger.runtime_versions()}
+              "config": config.to_dict(), "versions": machine.runtime_versions()}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write(out / f"speedrun_{args.recipe}.json", json.dumps(record, indent=2, default=str))

@@ -304,12 +304,12 @@ def _labels_config(args):
 
 
 def _scan_labels(args, config) -> int:
-    from course_lib import ledger
+    from course_lib import machine
     from course_lib.analysis import label_issues
     from course_lib.engine import out_of_fold
 
     print(f"labels: {args.folds} {config.model} models ({config.epochs} epochs each) on the training split of "
-          f"{args.folder}; {ledger.describe_hardware()}", flush=True)
+          f"{args.folder}; {machine.describe_hardware()}", flush=True)
     bundle, targets, probabilities, flagged, names = out_of_fold.scan_labels(config, args.folds,
                                                                             progress=not args.no_progress)
     from course_lib.data.scan import printable  # class and file names may hold control characters
@@ -376,12 +376,12 @@ def _add_train(subparsers) -> None:
 
 def _train(args) -> int:
     from course_lib.engine import train
-    from course_lib.measure import memory
+    from course_lib.measure import memory_fit
 
     config, choice = run_config(args.profile, parse_assignments(args.param))
     if int(os.environ.get("RANK", "0")) == 0:
         print(choice.line, flush=True)
-    memory.check_fits(config)  # here, not in the engine: the estimator lives in measure (layering)
+    memory_fit.check_fits(config)  # here, not in the engine: the estimator lives in measure (layering)
     try:
         result = train.fit(config, progress=not args.no_progress)
     except train.NonFiniteLossError as error:
@@ -415,7 +415,7 @@ def _add_speedrun(subparsers) -> None:
 
 
 def _speedrun(args) -> int:
-    from course_lib import ledger
+    from course_lib import machine
     from course_lib.config import ConfigError
     from course_lib.engine import speedrun
 
@@ -424,7 +424,7 @@ def _speedrun(args) -> int:
     config, choice = run_config(args.profile, parse_assignments(args.param), recipe=args.recipe)
     print(choice.line, flush=True)
     print(f"recipe {args.recipe}: {config.model} at {config.image_size} px, {config.epochs} epochs, data "
-          f"{config.data_dir or config.dataset}; {ledger.describe_hardware()}", flush=True)
+          f"{config.data_dir or config.dataset}; {machine.describe_hardware()}", flush=True)
     seeds = [config.seed + offset for offset in range(args.seeds)]
     results = speedrun.race_seeds(config, seeds, budget_seconds=args.budget_seconds, progress=not args.no_progress,
                                   on_epoch=lambda seed, point: print(f"seed {seed} {speedrun.format_point(point)}",
@@ -537,7 +537,7 @@ def _add_eval(subparsers) -> None:
 def _eval(args) -> int:
     from course_lib.analysis import confusion, evaluation
     from course_lib.data.scan import printable
-    from course_lib.ledger import describe_hardware
+    from course_lib.machine import describe_hardware
 
     result = evaluation.evaluate(args.checkpoint, args.split, name=args.name, out_dir=args.out,
                                  weights="ema" if args.ema else "model", tta_views=args.tta,
@@ -586,12 +586,12 @@ def _add_compare(subparsers) -> None:
 
 
 def _compare(args) -> int:
-    from course_lib.analysis import comparison
+    from course_lib.analysis import comparison, run_comparison
 
-    kind, before, after = comparison.resolve_pair(args.before, args.after, args.split)
+    kind, before, after = run_comparison.resolve_pair(args.before, args.after, args.split)
     if kind in ("run", "row"):
         try:
-            changes = (comparison.compare_runs if kind == "run" else comparison.compare_rows)(
+            changes = (run_comparison.compare_runs if kind == "run" else run_comparison.compare_rows)(
                 before, after, level=args.level, draws=args.draws)
         except ValueError as error:
             raise WorkbookError(str(error)) from None

@@ -199,18 +199,8 @@ REHEARSAL_ENV = "WORKBOOK_REHEARSAL"
 # `-p recipe=speedrun -p tta_views=1` shows what test-time augmentation was worth. Notebook 12
 # measures every ingredient; the values and their reasons are in docs/time_to_accuracy.md.
 RECIPES: dict[str, dict] = {
-    # The fastest road to 97% on EuroSAT found on 2 CPU cores: a small residual net (airbench-style),
-    # the whole split pre-decoded and resident as one uint8 tensor (storage=device: no DataLoader),
-    # progressive resizing from 32 px (the first epochs cost a quarter), the symmetries of the square
-    # on the device, label smoothing, SGD with a short warm-up and linear decay over 21 epochs,
-    # channels_last, precision from a measured step; 8-view test-time augmentation, reported apart.
-    # decoder=torchvision: the clock includes decoding, and libjpeg-turbo through torchvision.io decoded
-    # EuroSAT's 64 px JPEGs about 4x faster than PIL in one process (0.74 s against 3.03 s for 6,000
-    # tiles, Intel Xeon, 2 cores), which takes about 9 s off the race's setup (notebook 02 times decoders).
-    # lr_schedule=linear (airbench's decay straight to zero): 97.04/97.09/97.04% against cosine's
-    # 97.04/96.83/96.67% on the carve-out, seeds 0-2 paired (Intel Xeon, 2 cores); then 21 epochs
-    # instead of 18 (the time linear decay saved): 97.30/97.09/97.30% against 97.04/97.09/97.04%.
-    # Chosen on a fixed carve-out of train (validation_from=train), so EuroSAT's valid split stays held out.
+    # The fastest road to 97% on EuroSAT on 2 CPU cores (an airbench-style net on the resident, pre-decoded split),
+    # each value chosen on a carve-out of train: the measurements are in docs/time_to_accuracy.md, "The speed-run recipe".
     "speedrun": dict(model="speedrun_resnet_small", image_size=64, min_image_size=32, max_train_images=0, max_steps=0,
                      storage="device", augmentation="device", augment_recipe="overhead", num_workers=0,
                      decoder="torchvision",
@@ -218,32 +208,15 @@ RECIPES: dict[str, dict] = {
                      warmup_epochs=1.0, lr_schedule="linear", min_lr=0.0, label_smoothing=0.1, precision="auto", channels_last=True,
                      tta_views=8),
 }
-# The most accurate recipe from scratch: the speed-run recipe's pipeline and schedule (each ingredient chosen on the
-# carve-out, above) with the wider net for 60 epochs, on tiles upsampled to 80 px (the 2x2 patchify stem then leaves
-# 40 px maps instead of 32; progressive resizing from 40 px). On the carve-out, seed 0 (AMD EPYC, 2 cores): 64 px 40
-# epochs 98.04% (1 view) / 98.57% (8 views) in 510 s; 64 px 60 epochs 98.31 / 98.52% in 739 s; 80 px 40 epochs 98.41 /
-# 98.62% in 759 s; 80 px 60 epochs (a later, slower machine) 98.57 / 98.73%, taken. No weight EMA: 0.99-0.998 per step
-# scored 0.05-1.1 points below the last weights in the speed-run's runs (docs/time_to_accuracy.md). Its earlier forms:
-# storage=cache, cosine, EMA 0.999, 64 px throughout, 97.73% in one 1,795 s run; 64 px 40 epochs, 98.40% over 3 seeds
-# on valid (8 views); 80 px 40 epochs, 98.43%.
+# The most accurate recipe from scratch: the speed-run's pipeline and schedule with the 4x wider net, 60 epochs on tiles
+# upsampled to 80 px (40 px maps after the 2x2 stem); the runs that chose it: docs/time_to_accuracy.md, "The record from scratch".
 RECIPES["best"] = {**RECIPES["speedrun"], "model": "speedrun_resnet", "epochs": 60, "image_size": 80,
                    "min_image_size": 40}
 # Where `workbook data get imagenette` lays Imagenette out (paths.CACHE_DIR/imagenette, relative to the project
 # root; this module is a leaf and names it itself).
 IMAGENETTE_DATA_DIR = "data_cache/imagenette"
-# The ImageNet-style path (issue 47 point 7): Imagenette, fast.ai's 10 easy ImageNet classes, under the rules of its
-# leaderboard (github.com/fastai/imagenette): random weights (pretrained off), no inference-time tricks (tta_views=1),
-# a fixed number of epochs. 5 epochs: the leaderboard's 5-epoch row is the comparison (87.43% at 128 px, a 5-run
-# mean, analysis/imagenette.py). 160 px: the side of the 160 px download, 1.56x the pixels of that row's 128 px
-# (`-p image_size=128` runs the row's own size). resnet50d: timm's ResNet-D (He et al. 2019, "Bag of Tricks": a
-# 3-conv stem, average-pool downsampling, each block's last BatchNorm zero-initialised), the design fastai's xresnet50
-# follows, which the leaderboard's entries train (`-p model=resnetblur50d` adds anti-aliased downsampling, nearest to
-# the 87.43% entry's MaxBlurPool). AdamW at 3e-3 per 64 images with weight decay 0.01 (fastai's default, decoupled),
-# 1 epoch of linear warm-up then cosine decay to 0, label smoothing 0.1, crop and flip: close to fastai's
-# train_imagenette (Ranger at 8e-3, batch 64, flat then cosine; this engine has neither Ranger nor that schedule).
-# Not yet tuned: no Imagenette was on the machine it was written on; tune it on `valid` (a fixed tenth of the
-# official train), which the reported figure, on the official val (our test/), never sees. The profile keeps
-# deciding workers, device, precision switches and where augmentation runs.
+# The ImageNet-style path (issue 47 point 7): Imagenette under its leaderboard's rules (random weights, no TTA, 5 epochs),
+# close to fastai's train_imagenette, not yet tuned; each value's why: docs/time_to_accuracy.md, "The ImageNet-style path".
 RECIPES["imagenette"] = dict(dataset="imagefolder", data_dir=IMAGENETTE_DATA_DIR, validation_from="folder",
                              max_train_images=0, max_steps=0, model="resnet50d", pretrained=False, image_size=160,
                              min_image_size=0, augment_recipe="light", batch_size=64, epochs=5, optimizer="adamw",

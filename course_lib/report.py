@@ -14,7 +14,7 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
-from course_lib import ledger, paths
+from course_lib import ledger, machine, paths
 from course_lib.config import WorkbookError
 
 STATUS_COLOURS = {"ok": "#1a7f37", "failed": "#cf222e", "interrupted": "#bc4c00", "not run": "#6e7781"}
@@ -293,8 +293,8 @@ def write_index(out_dir: Path, run_id: str, profile: str, results: list[dict], n
                      + "<td></td>" * 5 + "</tr>")
     hardware = next((row["hardware"] for row in ledger_rows if row.get("hardware")), None)
     scoreboard = scoreboard_html()
-    versions = next((row["versions"] for row in ledger_rows if row.get("versions")), None) or ledger.runtime_versions()
-    commit = next((row["git_commit"] for row in ledger_rows if row.get("git_commit")), None) or ledger.git_commit()
+    versions = next((row["versions"] for row in ledger_rows if row.get("versions")), None) or machine.runtime_versions()
+    commit = next((row["git_commit"] for row in ledger_rows if row.get("git_commit")), None) or machine.git_commit()
     note = {"running": "<p><b>Running</b>: this page is rewritten after every notebook.</p>",
             "interrupted": "<p><b>Interrupted</b> (Ctrl-C): the notebooks below the interrupted one did not run."
                            "</p>"}.get(state, "")
@@ -304,7 +304,7 @@ def write_index(out_dir: Path, run_id: str, profile: str, results: list[dict], n
 td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}}
 details table{{font-size:12px}}</style></head><body>
 <h1>Workbook run {html.escape(run_id)}</h1>
-<p>Profile <b>{html.escape(profile)}</b> on {html.escape(ledger.describe_hardware(hardware))};
+<p>Profile <b>{html.escape(profile)}</b> on {html.escape(machine.describe_hardware(hardware))};
 torch {html.escape(str(versions.get('torch')))}; commit {html.escape(str(commit))}.
 Headline numbers come from the ledger rows each notebook wrote (<code>workbook ledger --run {html.escape(run_id)}</code>);
 every images/s figure was measured on the hardware named here.</p>

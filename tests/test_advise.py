@@ -6,7 +6,7 @@ import pytest
 import timm
 
 from course_lib import cli
-from course_lib.measure import advise, flops, memory, peak
+from course_lib.measure import advise, flops, memory, memory_fit, peak
 
 
 @pytest.mark.slow
@@ -16,7 +16,7 @@ def test_each_card_is_the_estimator_and_the_datasheet():
     estimate = memory.estimate_training_memory("resnet18", 64, 64, "bf16", "sgd", device="meta", num_classes=10)
     per_image = flops.training_flops_per_image(timm.create_model("resnet18", num_classes=10), 64)
     for item, (card, row, gib) in zip(found, advise.CARDS):
-        budget = memory.FIT_MARGIN * gib * 2**30
+        budget = memory_fit.FIT_MARGIN * gib * 2**30
         assert item.estimated_gib == pytest.approx(estimate.total_bytes / 2**30)
         assert item.fits == (estimate.total_bytes <= budget) and item.fits  # a small model fits every card
         assert item.largest_batch == memory.largest_batch_within(estimate, int(budget)) > 64

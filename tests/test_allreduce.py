@@ -4,7 +4,7 @@ doctor`'s line, and a real two-process sweep on gloo."""
 import pandas as pd
 import pytest
 
-from course_lib import ledger
+from course_lib import ledger, machine
 from course_lib.analysis import claims
 from course_lib.chapters import ddp_scaling
 from course_lib.engine import allreduce
@@ -102,7 +102,7 @@ def test_the_nvlink_claim_is_measured_only_between_gpus_that_nvlink_joins():
 
 def test_doctor_reports_this_machines_newest_sweep_and_how_to_make_one(monkeypatch):
     here = {"name": "machine A"}  # this machine's line; every recorded row was measured on machine A
-    monkeypatch.setattr(ledger, "describe_hardware", lambda hardware=None: "machine A" if hardware else here["name"])
+    monkeypatch.setattr(machine, "describe_hardware", lambda hardware=None: "machine A" if hardware else here["name"])
     assert doctor.allreduce_fact() is None
     assert "`workbook ddp --bandwidth`" in doctor._allreduce_line({"allreduce": None})
     ledger.record("ddp", "bandwidth", metrics=sweep_metrics(link()))

@@ -413,14 +413,14 @@ def _chapter_06(effect, monkeypatch):
 
 
 def _chapter_06_schedule(effect, monkeypatch):
-    from test_optimizer_study import schedule_frame
+    from test_scaling_study import schedule_frame
 
-    from course_lib.chapters import optimizer_study
+    from course_lib.chapters import scaling_study
 
     def accuracy(config):  # the optimizer moves top-1 when the effect is opposite, the schedule never does
         return 0.6 + 0.001 * config.seed + (0.05 if effect == "opposite" and config.optimizer == "adamw" else 0.0)
 
-    return optimizer_study.schedule_claims(optimizer_study.schedule_vs_optimizer(schedule_frame(accuracy)), "test"), [
+    return scaling_study.schedule_claims(scaling_study.schedule_vs_optimizer(schedule_frame(accuracy)), "test"), [
         "schedule_over_optimizer"]
 
 

@@ -46,12 +46,12 @@ def test_close_recalls_are_not_called_different():
 @pytest.fixture
 def setup_without_datasets(monkeypatch):
     """`confusion_study.setup` with real data hidden and the datasets not built (the config is tested)."""
-    from course_lib import ledger, paths
+    from course_lib import machine, paths
     from course_lib.data import pipeline
 
     monkeypatch.setenv(paths.DATA_ENV, paths.NO_REAL_DATA)
     monkeypatch.setattr(pipeline, "build_datasets", lambda config: ("bundle of", config.epochs))
-    monkeypatch.setattr(ledger, "describe_hardware", lambda: "fake machine")
+    monkeypatch.setattr(machine, "describe_hardware", lambda: "fake machine")
     return confusion_study.setup
 
 

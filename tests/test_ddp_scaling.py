@@ -94,12 +94,12 @@ def setup_without_datasets(monkeypatch):
     """`ddp_scaling.setup` with real data hidden and a 10-image training split (the sizes are tested)."""
     from types import SimpleNamespace
 
-    from course_lib import ledger, paths
+    from course_lib import machine, paths
     from course_lib.data import pipeline
 
     monkeypatch.setenv(paths.DATA_ENV, paths.NO_REAL_DATA)
     monkeypatch.setattr(pipeline, "build_datasets", lambda config: SimpleNamespace(train=range(10)))
-    monkeypatch.setattr(ledger, "describe_hardware", lambda: "fake machine")
+    monkeypatch.setattr(machine, "describe_hardware", lambda: "fake machine")
     return ddp_scaling.setup
 
 

@@ -85,7 +85,10 @@ def test_a_reduced_precision_mps_cannot_run_is_left_out_not_fatal(monkeypatch):
 
 def test_the_matmul_probe_covers_mps_dtypes(monkeypatch):
     fake_machine(monkeypatch, cuda=False, mps=True)
+    monkeypatch.setattr(torch.backends.mps, "is_macos_or_newer", lambda major, minor: True)
     assert [peak.dtype_supported("mps", name) for name in peak.DTYPE_NAMES] == [True, False, True, True]
+    monkeypatch.setattr(torch.backends.mps, "is_macos_or_newer", lambda major, minor: False)  # bf16 from macOS 14
+    assert [peak.dtype_supported("mps", name) for name in peak.DTYPE_NAMES] == [True, False, True, False]
     fake_machine(monkeypatch, cuda=False, mps=False)
     assert not peak.dtype_supported("mps", "fp32")
 

@@ -34,11 +34,11 @@ def test_the_notebook_line_and_the_long_cells_line(tmp_path):
 
 
 def test_this_machines_reference_wins_over_a_newer_one_elsewhere(tmp_path, monkeypatch):
-    from course_lib import ledger
+    from course_lib import machine
 
     _reference(tmp_path, hardware="machine A", date="2026-12-01T00:00:00Z", cells={"cell0002": 100.0})
     _reference(tmp_path, hardware="machine B", date="2026-12-05T00:00:00Z", cells={"cell0002": 300.0})
-    monkeypatch.setattr(ledger, "describe_hardware", lambda *args: "machine A")
+    monkeypatch.setattr(machine, "describe_hardware", lambda *args: "machine A")
     assert expected_time.Timings.load("cpu", tmp_path).cells["cell0002"][0] == 100.0
 
 

@@ -173,8 +173,8 @@ class FakeProbe:
 
 
 def test_the_batch_search_stops_at_a_cap_or_at_its_budget(monkeypatch):
-    monkeypatch.setattr(gpu_check.memory, "compare_estimate_and_peak", lambda *a, **k: [])
-    monkeypatch.setattr(gpu_check.memory, "TrainingStepProbe", FakeProbe)
+    monkeypatch.setattr(gpu_check.memory_probe, "compare_estimate_and_peak", lambda *a, **k: [])
+    monkeypatch.setattr(gpu_check.memory_probe, "TrainingStepProbe", FakeProbe)
     capped = gpu_check.memory_part(batch_sizes=(8,), max_batch=64, memory_cap_bytes=20_500, **TINY)
     assert capped["summary"]["largest_batch"] == 16  # 24 is over the cap
     assert any(trial["reason"] == "over memory cap" for trial in capped["trials"])

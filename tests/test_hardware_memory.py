@@ -65,9 +65,9 @@ def test_sweep_growth_text():
 def test_setup_picks_the_sweep_device_and_disk_folder(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
-    from course_lib import ledger
+    from course_lib import machine
 
-    monkeypatch.setattr(ledger, "describe_hardware", lambda: "fake machine")
+    monkeypatch.setattr(machine, "describe_hardware", lambda: "fake machine")
     setup = hardware_memory.setup("smoke", str(tmp_path), batch_size=6, precision=None)
     assert (setup.profile, setup.sweep_profile, setup.config.batch_size) == ("smoke", "smoke", 6)
     assert setup.probe_folder == tmp_path and setup.line().splitlines()[1] == "machine: fake machine"

@@ -48,9 +48,9 @@ def test_claims_with_a_gpu_compare_it_with_the_cpu(monkeypatch):
 
 
 def test_setup_builds_the_chosen_data_with_the_given_sizes(monkeypatch):
-    from course_lib import ledger
+    from course_lib import machine
 
-    monkeypatch.setattr(ledger, "describe_hardware", lambda: "fake machine")
+    monkeypatch.setattr(machine, "describe_hardware", lambda: "fake machine")
     setup = setup_check.setup("smoke", image_size=48, dataset=None)
     assert setup.config.image_size == 48 and setup.profile == "smoke" and setup.data.synthetic
     assert setup.line() == f"profile smoke: {setup.config.dataset} at 48 px on {setup.config.device}; machine: fake machine"

@@ -337,9 +337,9 @@ def not_measurable(key: str, reason: str, hardware: str | None = None) -> Claim:
 
 
 def _hardware() -> str:
-    from course_lib import ledger
+    from course_lib import machine
 
-    return ledger.describe_hardware()
+    return machine.describe_hardware()
 
 
 def record(claims: list[Claim], profile: str | None = None) -> None:
@@ -471,7 +471,7 @@ def scoreboard(book=None) -> list[dict]:
     without one); a smoke-profile measurement is kept apart from the others (its own newest per
     machine, so it never hides a real run), with verdict SMOKE, `evidence` False and the verdict it
     would have had as `verdict_as_measured`."""
-    from course_lib import ledger
+    from course_lib import ledger, machine
 
     book = book or ledger.Ledger()
     references: dict = {}  # notebook -> its committed reference (analysis.reference), or None
@@ -481,7 +481,7 @@ def scoreboard(book=None) -> list[dict]:
         if claim_fields is None:
             _skip_row(row, "a claim's field is missing from its metrics")
             continue
-        hardware = row["parameters"].get("hardware_line") or ledger.describe_hardware(row["hardware"])
+        hardware = row["parameters"].get("hardware_line") or machine.describe_hardware(row["hardware"])
         profile = row.get("profile") or UNKNOWN_PROFILE
         newest.setdefault((row["name"], hardware, profile in CHECK_PROFILES),
                           {**claim_fields, "hardware": hardware, "profile": profile,

@@ -39,11 +39,11 @@ class Timings:
 
     @classmethod
     def load(cls, profile: str, root=None) -> Timings:
-        from course_lib import ledger
+        from course_lib import machine
         from course_lib.analysis import reference
 
         timings = cls(profile)
-        here = ledger.describe_hardware()
+        here = machine.describe_hardware()
         base = Path(root) if root else reference.folder()
         # the chapters' references, and the quick passes kept beside a long one (`reference.target_path`)
         found = reference.load_all(sorted(base.glob("*/*.json")) + sorted(base.glob(f"*/{profile}/*.json")))

@@ -32,7 +32,7 @@ class ReferenceResultError(WorkbookError):
 @dataclasses.dataclass
 class Reference:
     notebook: str  # "07": the chapter's number, as the claims' `notebook` field names it
-    hardware: str  # ledger.describe_hardware() of the machine that measured it
+    hardware: str  # machine.describe_hardware() of the machine that measured it
     date: str  # when the run finished (the ledger rows' time, UTC)
     profile: str  # the profile it ran in (smoke runs are refused: not evidence)
     command: str  # the command that reproduces it
@@ -90,7 +90,7 @@ def from_run(run_id: str, book=None, runs: Path | None = None) -> list[Reference
     """One Reference per notebook of run `run_id` that recorded claims: its claim rows from the ledger
     and its parameters from `runs/<run_id>/summary.json`. ReferenceResultError when the run is unknown,
     unfinished, in the smoke profile or recorded no claim."""
-    from course_lib import ledger
+    from course_lib import ledger, machine
 
     run_folder = (runs or paths.resolve_path("runs")) / run_id
     summary_path = run_folder / "summary.json"
@@ -127,7 +127,7 @@ def from_run(run_id: str, book=None, runs: Path | None = None) -> list[Reference
         parameters = result.get("parameters") or {}
         cells, sources, data = cell_times(run_folder / result["notebook"])
         references.append(Reference(
-            notebook=number, hardware=first["parameters"].get("hardware_line") or ledger.describe_hardware(
+            notebook=number, hardware=first["parameters"].get("hardware_line") or machine.describe_hardware(
                 first["hardware"]), date=mine[0]["created_at"], profile=summary["profile"],
             command=_command(summary["profile"], result["notebook"], parameters), parameters=parameters,
             versions=first.get("versions") or {}, run_id=run_id, claims=claims,
@@ -216,11 +216,11 @@ def load_all(paths) -> list[Reference]:
 def find(notebook: str, hardware: str | None = None, root: Path | None = None) -> Reference | None:
     """The committed reference of `notebook` ("07"): the one measured on `hardware` (this machine's line
     when None) when there is one, else the newest on any machine; None when none is committed."""
-    from course_lib import ledger
+    from course_lib import machine
 
     found = load_all(sorted((root or folder()).glob(f"*/{notebook}.json")))
     if not found:
         return None
-    hardware = hardware or ledger.describe_hardware()
+    hardware = hardware or machine.describe_hardware()
     same = [item for item in found if item.hardware == hardware]
     return max(same or found, key=lambda item: item.date)

@@ -11,7 +11,8 @@ import torch
 
 from course_lib.analysis import claims as claim_records
 from course_lib.chapters.setup import ChapterSetup
-from course_lib.measure import memory
+from course_lib.instruments import peak_memory
+from course_lib.measure import memory, memory_probe
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -19,7 +20,7 @@ class HardwareSetup(ChapterSetup):
     """Notebook 01's config (the model, batch, precision and optimizer of the memory estimate), sweep and the
     folder its disk probe reads (`setup`)."""
 
-    sweep_profile: str  # which estimate-vs-measured sweep runs (`memory.sweep_plan`)
+    sweep_profile: str  # which estimate-vs-measured sweep runs (`memory_probe.sweep_plan`)
     probe_folder: object  # Path the disk probe reads
 
     @property
@@ -70,15 +71,15 @@ def resnet50_memory(device) -> dict:
               "largest_batch_24gb": memory.largest_batch_within(estimate, 24 * 10**9), "measured_bytes": {}}
     device = torch.device(device)
     if device.type == "cuda":
-        probe = memory.TrainingStepProbe("resnet50", 224, "fp16", "sgd", device=device)
+        probe = memory_probe.TrainingStepProbe("resnet50", 224, "fp16", "sgd", device=device)
         for batch in (256, 512):
             try:
                 result["measured_bytes"][batch] = probe.peak_bytes(batch)
             except torch.OutOfMemoryError:
                 result["measured_bytes"][batch] = None
-                memory.release_memory(device)
+                peak_memory.release_memory(device)
         del probe
-        memory.release_memory(device)
+        peak_memory.release_memory(device)
     return result
 
 

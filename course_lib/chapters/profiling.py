@@ -29,7 +29,7 @@ from course_lib.engine.grad_norm import GradientNormLog
 from course_lib.engine.monitor import UtilisationMonitor
 from course_lib.engine.step_bench import StepBench
 from course_lib.instruments import peak_memory
-from course_lib.measure import memory
+from course_lib.measure import memory_probe
 
 PHASES = ("data wait", "forward", "backward", "optimizer")  # the engine's record_function regions
 OUTPUT_DIR = "runs/checkpoints/14_profiling"
@@ -197,7 +197,7 @@ def _probe(config: Config, num_classes: int, device, checkpointing: bool = False
                           "checkpointing); use a timm model such as resnet18 or test_resnet")
     module.set_grad_checkpointing(checkpointing)
     precision = "off" if config.precision == "auto" else config.precision  # the same format for both variants
-    return module, memory.TrainingStepProbe(module, config.image_size, precision, config.optimizer,
+    return module, memory_probe.TrainingStepProbe(module, config.image_size, precision, config.optimizer,
                                             config.momentum, device=device, num_classes=num_classes)
 
 

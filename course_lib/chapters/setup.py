@@ -20,7 +20,7 @@ class ChapterSetup:
     data: object = None  # paths.DataChoice: what the notebook prints first (None: the chapter reads no dataset)
     config: Config | None = None  # the chapter's base configuration
     bundle: object = None  # the DataBundle built once from `config` (None: the chapter builds none here)
-    hardware: str = ""  # ledger.describe_hardware(); read when not given
+    hardware: str = ""  # machine.describe_hardware(); read when not given
     # The notebook's first setup says its expected time; a section's second setup (06's scaling) does not.
     announces_time: ClassVar[bool] = True
 
@@ -28,9 +28,9 @@ class ChapterSetup:
         from course_lib.analysis import expected_time
 
         if not self.hardware:
-            from course_lib import ledger
+            from course_lib import machine
 
-            self.hardware = ledger.describe_hardware()
+            self.hardware = machine.describe_hardware()
         if self.announces_time:  # the notebook's expected time in this profile, and a line before each long cell
             expected_time.announce(self.profile)
 

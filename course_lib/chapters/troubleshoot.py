@@ -92,7 +92,7 @@ def preflight(config: Config, steps: int = 5, *, bundle=None, output_dir: str | 
     import re
 
     from course_lib.engine import train
-    from course_lib.measure import memory
+    from course_lib.instruments import peak_memory
 
     if steps < 2:
         raise ConfigError(f"preflight needs at least 2 steps to see the loss move, got steps={steps}")
@@ -106,7 +106,7 @@ def preflight(config: Config, steps: int = 5, *, bundle=None, output_dir: str | 
         # Each pre-flight step is a one-step epoch: the engine's bar reads `epoch k/steps`.
         result = train.fit(check, bundle=small, progress=True, verbose=False)
     except (WorkbookError, FileNotFoundError, RuntimeError, MemoryError, ValueError) as error:
-        kind = "out of memory" if memory.is_out_of_memory(error) else type(error).__name__
+        kind = "out of memory" if peak_memory.is_out_of_memory(error) else type(error).__name__
         message = str(error).strip().splitlines()[0] if str(error).strip() else kind
         # Each pre-flight step is an epoch of one step: name the step the user asked for.
         message = re.sub(r"at epoch (\d+), step 1\b", r"at pre-flight step \1", message)

@@ -222,7 +222,7 @@ def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", 
     Config values for the data (data_dir=..., batch_size=...); `repeats`: timed repeats per batch size
     (the median is reported); `force`: replace an existing artifact (never the checkpoint itself).
     Returns the JSON's content."""
-    from course_lib import ledger
+    from course_lib import ledger, machine
     from course_lib.data.pipeline import build_datasets
     from course_lib.models import factory
 
@@ -252,7 +252,7 @@ def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", 
                                           if int8 and export_format == "pt2" else ""),
         "latency": speed_row(served, config.image_size, **timing), "pytorch_latency": speed_row(model, config.image_size,
                                                                                                **timing),
-        "hardware": ledger.describe_hardware(), "torch_threads": torch.get_num_threads(),
+        "hardware": machine.describe_hardware(), "torch_threads": torch.get_num_threads(),
     }
     artifact.with_name(artifact.name + ".json").write_text(json.dumps(report, indent=1) + "\n")
     ledger.record("export", f"{config.model}-{export_format}{suffix}", duration_seconds=time.perf_counter() - started,

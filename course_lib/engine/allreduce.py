@@ -143,7 +143,7 @@ def measure(nproc: int, params=None, profile: str | None = "auto", *, max_bytes:
             timeout: float | None = None) -> BandwidthReport:
     """One torchrun launch of `nproc` processes sweeping all-reduce sizes up to `max_bytes` (`worker`); `env`:
     extra environment for the workers (an NCCL setting)."""
-    from course_lib import ledger
+    from course_lib import machine
     from course_lib.engine.torchrun import LaunchError, launch
 
     args = ["--task", "bandwidth", "--steps", str(repeats), "--warmup", str(warmup), "--max-bytes", str(max_bytes)]
@@ -152,13 +152,13 @@ def measure(nproc: int, params=None, profile: str | None = "auto", *, max_bytes:
     metrics = result.metrics
     if not metrics.get("rows"):
         raise LaunchError(f"the all-reduce probe recorded no measurements (run id {result.run_id})")
-    return BandwidthReport.from_metrics(metrics, ledger.describe_hardware(), result.run_id)
+    return BandwidthReport.from_metrics(metrics, machine.describe_hardware(), result.run_id)
 
 
 def newest(book=None) -> BandwidthReport | None:
     """The newest sweep the ledger holds from this machine (notebook 05, `workbook ddp --bandwidth`), else None.
     Only reads: no ledger yet, or one that cannot be opened, is None (`workbook ledger --check` says why)."""
-    from course_lib import ledger
+    from course_lib import ledger, machine
 
     if book is None:
         if not ledger.default_path().is_file():
@@ -167,9 +167,9 @@ def newest(book=None) -> BandwidthReport | None:
             book = ledger.Ledger()
         except ledger.LedgerError:
             return None
-    here = ledger.describe_hardware()
+    here = machine.describe_hardware()
     for row in book.rows(kind="ddp", name="bandwidth", limit=100):
-        if row["metrics"].get("rows") and ledger.describe_hardware(row["hardware"]) == here:
+        if row["metrics"].get("rows") and machine.describe_hardware(row["hardware"]) == here:
             report = BandwidthReport.from_metrics(row["metrics"], here, row["run_id"] or "")
             return dataclasses.replace(report, measured_at=row["created_at"])
     return None

@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from course_lib.engine.precision import bf16_supported
 from course_lib.engine.step_bench import StepBench
 
 CANDIDATES = ("off", "bf16", "fp16")
@@ -39,21 +40,21 @@ _decided: dict[tuple, str] = {}  # key -> when a decision read back from the fil
 
 def supported(precision: str, device) -> bool:
     """Whether `device` can run `precision` ("off", "fp16", "bf16") at all; the one such check.
-    fp32 runs anywhere; the CPU autocasts to both; CUDA needs a GPU, and bf16 one that supports it
-    (Ampere or newer); MPS runs fp16, and bf16 from macOS 14 (older versions raise when asked)."""
+    fp32 runs anywhere; bf16 where `precision.bf16_supported` says so (the one bf16 rule); fp16 on the
+    CPU, and on a CUDA or MPS GPU that is there."""
     if precision not in CANDIDATES:
         raise ValueError(f"precision={precision!r} is not one of {', '.join(CANDIDATES)}")
     device = torch.device(device)
     if precision == "off":
         return True
+    if precision == "bf16":
+        return bf16_supported(device)
     if device.type == "cpu":
         return True
     if device.type == "cuda":
-        return torch.cuda.is_available() and (precision == "fp16" or torch.cuda.is_bf16_supported())
+        return torch.cuda.is_available()
     if device.type == "mps":
-        if not torch.backends.mps.is_available():
-            return False
-        return precision == "fp16" or torch.backends.mps.is_macos_or_newer(14, 0)
+        return torch.backends.mps.is_available()
     return False
 
 
@@ -116,7 +117,7 @@ def _key(model: torch.nn.Module, image_size: int, device, batch_size: int, chann
 
 def _machine_key(key: tuple) -> str:
     """`key` with what makes a decision this machine's: the CPU or GPU model and torch's version."""
-    from course_lib.ledger import cpu_model
+    from course_lib.machine import cpu_model
 
     device = torch.device(key[0])
     hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()

@@ -10,7 +10,7 @@ import dataclasses
 import os
 import secrets
 
-from course_lib import ledger, paths
+from course_lib import machine, paths
 from course_lib.config import ConfigError
 from course_lib.engine.torchrun import LaunchError, LaunchResult, launch, resolve_params
 
@@ -151,7 +151,7 @@ def measure_scaling(nproc: int, params: dict | None = None, profile: str | None 
     table = scaling_table(metrics["rows"], epoch_images)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return ScalingReport(table=table, communication=metrics.get("communication") or {}, device=metrics["device"],
-                         precision=metrics["precision"], hardware=ledger.describe_hardware(), launch=result,
+                         precision=metrics["precision"], hardware=machine.describe_hardware(), launch=result,
                          load_average=load)
 
 

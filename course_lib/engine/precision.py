@@ -5,7 +5,7 @@ the loss before backward and divides the gradients before the step, skipping ste
 gradients overflowed (Micikevicius et al. 2018, "Mixed Precision Training", arXiv:1710.03740).
 bf16 keeps fp32's exponent range and needs no scaler. See https://pytorch.org/docs/stable/amp.html.
 Autocast and GradScaler take the device type, so the same calls serve CUDA, CPU and Apple's MPS
-(fp16 and bf16 autocast on MPS; bf16 there needs macOS 14 or later, which torch reports by raising).
+(fp16 and bf16 autocast on MPS). Whether a device runs bf16 is decided once, by `bf16_supported`.
 """
 from __future__ import annotations
 
@@ -13,10 +13,25 @@ from contextlib import nullcontext
 
 import torch
 
-from course_lib.config import ConfigError
+from course_lib.config import ConfigError, mps_available
 
 PRECISIONS = ("off", "fp16", "bf16")
 DTYPES = {"off": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def bf16_supported(device) -> bool:
+    """Whether `device` runs bf16 natively: the workbook's one bf16 rule (`resolve_precision`,
+    `auto_precision.supported` and `measure.peak`'s matmul probe all ask it). Every CPU autocasts to
+    bf16; a CUDA GPU needs compute capability 8.0 (Ampere) or newer, since older ones only emulate it,
+    slowly, which `torch.cuda.is_bf16_supported()` counts as support; MPS needs macOS 14 or later."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return True
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.get_device_capability(device)[0] >= 8
+    if device.type == "mps":
+        return mps_available() and torch.backends.mps.is_macos_or_newer(14, 0)
+    return False
 
 
 def resolve_precision(requested: str, device: torch.device) -> str:
@@ -31,8 +46,10 @@ def resolve_precision(requested: str, device: torch.device) -> str:
                           "course_lib.engine.auto_precision.resolve(precision, model, image_size, num_classes, device)")
     if requested not in PRECISIONS:
         raise ConfigError(f"precision={requested!r} is not one of off, fp16, bf16, auto")
-    if requested == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ConfigError(f"{torch.cuda.get_device_name(device)} has no bf16 support; use precision=fp16")
+    if requested == "bf16" and device.type != "meta" and not bf16_supported(device):
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" and torch.cuda.is_available() else (
+            "this Mac (bf16 on MPS needs macOS 14 or later)" if device.type == "mps" else str(device))
+        raise ConfigError(f"{name} has no bf16 support; use precision=fp16")
     return requested
 
 

@@ -2,7 +2,7 @@
 loss, scaled backward of loss / accumulation_steps) and `optimizer_step` applies what the
 micro-batches added up (unscale and clip when asked, GradScaler step and update, zero_grad).
 
-The engine (`train.train_one_epoch`), the memory probe (`measure.memory.TrainingStepProbe`), the
+The engine (`train.train_one_epoch`), the memory probe (`measure.memory_probe.TrainingStepProbe`), the
 DDP probe (`ddp_probe`), the learning-rate range test (`lr_finder`) and gradient accumulation
 (`accumulation`) all call these two, so what they measure is the step the engine trains with.
 Each part runs inside a named `torch.profiler.record_function` region ("forward", "backward",

@@ -3,7 +3,7 @@ random batch on the device, and time the engine's training step (`engine.step`) 
 helper (`instruments.timing`: syncs around the clock, warm-up thrown away, median of repeats).
 
 Notebook 03 (`chapters.mixed_precision`), `workbook gpu-check`, the memory probe
-(`measure.memory.TrainingStepProbe`), the DDP probe (`engine.ddp_probe`) and `precision=auto`
+(`measure.memory_probe.TrainingStepProbe`), the DDP probe (`engine.ddp_probe`) and `precision=auto`
 (`engine.auto_precision`) all measure with it, so their numbers come from one piece of code.
 
     bench = StepBench(model, image_size=32, batch_size=64, device="cuda", num_classes=10)

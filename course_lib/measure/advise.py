@@ -4,7 +4,7 @@ each card's answer to two questions.
 
 - Does one training step fit its memory? The estimator notebook 01 checks against measured peaks
   (`memory.estimate_training_memory` on the meta device: weights, gradients, optimizer state, activations
-  from the shapes, the input batch) against `memory.FIT_MARGIN` of the card's memory, as `workbook train`'s
+  from the shapes, the input batch) against `memory_fit.FIT_MARGIN` of the card's memory, as `workbook train`'s
   start-up check does; with the largest batch that would fit.
 - How fast could it train? Training FLOPs per image counted by torch (`flops.training_flops_per_image`)
   against the card's dense datasheet peak for the precision (`peak.DATASHEET_TFLOPS`), at a stated MFU.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from course_lib.measure import flops, memory, peak
+from course_lib.measure import flops, memory, memory_fit, peak
 
 # (card, its DATASHEET_TFLOPS row, memory in GiB as its datasheet gives it), by memory
 CARDS = (
@@ -62,7 +62,7 @@ def advise(model: str, batch_size: int, image_size: int, precision: str = "bf16"
     dtype = "fp32" if precision == "off" else precision
     found = []
     for card, row, gib in CARDS:
-        budget = memory.FIT_MARGIN * gib * 2**30
+        budget = memory_fit.FIT_MARGIN * gib * 2**30
         tflops = peak.DATASHEET_TFLOPS[row][dtype]
         found.append(CardAdvice(card=card, memory_gib=gib, fits=estimate.total_bytes <= budget,
                                 estimated_gib=estimate.total_bytes / 2**30,

@@ -48,11 +48,11 @@ def _int_list(text: str) -> list[int]:
 
 def run_benchmark(name: str, args, config: Config, record: bool = True) -> BenchResult:
     """Run one registered benchmark and write its ledger row."""
-    from course_lib import ledger
+    from course_lib import ledger, machine
 
     start = time.perf_counter()
     result = BENCHMARKS[name].run(args, config)
-    result.hardware = ledger.describe_hardware()
+    result.hardware = machine.describe_hardware()
     if record:
         ledger.record("bench", name, duration_seconds=time.perf_counter() - start,
                       parameters=result.parameters, metrics=result.summary)

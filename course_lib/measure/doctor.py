@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from course_lib import devices, ledger, paths
+from course_lib import devices, machine, paths
 from course_lib.measure.inventory import (
     GiB,
     MiB,
@@ -71,7 +71,7 @@ def collect_facts(data_dir=None, measure: bool = True) -> dict:
     facts["allreduce"] = allreduce_fact()
     facts["recommendations"] = recommendations(facts)
     facts["problems"] = [r["advice"] for r in facts["recommendations"] if r["severity"] == "problem"]
-    facts["hardware"] = ledger.describe_hardware()
+    facts["hardware"] = machine.describe_hardware()
     facts["seconds"] = time.perf_counter() - start
     return facts
 

@@ -26,9 +26,10 @@ from typing import Callable
 
 import torch
 
-from course_lib import devices, ledger, paths
+from course_lib import devices, machine, paths
 from course_lib.engine.step_bench import StepBench
-from course_lib.measure import flops, memory
+from course_lib.instruments import peak_memory
+from course_lib.measure import batch_search, flops, memory, memory_probe
 
 TOTAL_BUDGET_SECONDS = 480  # the whole check: 8 minutes, so it fits a GPU lent for 15
 REPORT_RESERVE_SECONDS = 15  # kept back for writing the report after the last part
@@ -108,7 +109,7 @@ def run_part(part: Part, budget_seconds: float) -> PartResult:
         if alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
-        memory.release_memory("cuda" if torch.cuda.is_available() else None)
+        peak_memory.release_memory("cuda" if torch.cuda.is_available() else None)
 
 
 def run_parts(parts: list[Part], total_budget_seconds: float = TOTAL_BUDGET_SECONDS, *,
@@ -208,7 +209,7 @@ def measure_variant(model_name: str, image_size: int, batch_size: int, device, *
     timing = timed.time(repeats=steps, warmup=warmup)
     live = torch.cuda.memory_allocated(device) if device.type == "cuda" else \
         memory.parameter_bytes(raw_model) + memory.measured_optimizer_state_bytes(optimizer)
-    peak_bytes = live + memory.peak_bytes_during(timed.step, device)
+    peak_bytes = live + peak_memory.peak_bytes_during(timed.step, device)
     images_per_second = timing.images_per_second
     utilization = flops.model_flops_utilization(flops_per_image, images_per_second, device, precision, matmul_precision)
     dtype = utilization["peak_dtype"]
@@ -216,7 +217,7 @@ def measure_variant(model_name: str, image_size: int, batch_size: int, device, *
             "matmul_precision": matmul_precision, "cudnn_benchmark": cudnn_benchmark,
             "images_per_second": images_per_second, "step_seconds": timing.median, "step_seconds_best": timing.best,
             "first_step_seconds": first_step_seconds, "peak_memory_bytes": peak_bytes,
-            "peak_memory_kind": memory.peak_memory_kind(device), "flops_per_image": flops_per_image,
+            "peak_memory_kind": peak_memory.peak_memory_kind(device), "flops_per_image": flops_per_image,
             "achieved_tflops": utilization["achieved_flops"] / 1e12, "mfu": utilization["mfu"], "mfu_dtype": dtype,
             "peak_tflops": (utilization["peak_flops"] or 0) / 1e12, "peak_source": utilization["peak_source"]}
 
@@ -239,7 +240,7 @@ def measure_rows(variants: list[dict], deadline: Deadline, model_name: str, imag
             rows.append({"variant": label, **row})
         except (RuntimeError, TypeError, ValueError) as error:  # e.g. bf16 on a pre-Ampere GPU, no compiler
             rows.append({"variant": label, "error": f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"})
-        memory.release_memory(device)
+        peak_memory.release_memory(device)
     base = next((r for r in rows if r["variant"] == baseline and "images_per_second" in r), None)
     for row in rows:
         if base and "images_per_second" in row:
@@ -325,15 +326,15 @@ def memory_part(budget_seconds: float = BUDGETS["memory"], *, model_name: str = 
                 batch_sizes=MEMORY_BATCHES, precision: str | None = None, device="cuda", max_batch: int = MAX_BATCH,
                 memory_cap_bytes: int | None = None, num_classes: int = NUM_CLASSES) -> dict:
     """The estimate (`memory.estimate_training_memory`) against the measured peak at each batch
-    size, then `memory.find_largest_batch` driven to a real out-of-memory error (or to
+    size, then `batch_search.find_largest_batch` driven to a real out-of-memory error (or to
     `memory_cap_bytes`, the way to bound it on a CPU). The search stops at the budget, keeping
     the largest batch that fitted so far."""
     deadline = Deadline(budget_seconds)
     device = devices.as_device(device)
     precision = precision or amp_precision(device)
-    rows = memory.compare_estimate_and_peak(model_name, image_size, list(batch_sizes), precision, "sgd", device,
+    rows = memory_probe.compare_estimate_and_peak(model_name, image_size, list(batch_sizes), precision, "sgd", device,
                                             num_classes)
-    probe = memory.TrainingStepProbe(model_name, image_size, precision, device=device, num_classes=num_classes)
+    probe = memory_probe.TrainingStepProbe(model_name, image_size, precision, device=device, num_classes=num_classes)
     estimate = probe.estimate(batch_sizes[0])
     trials = []
 
@@ -345,7 +346,7 @@ def memory_part(budget_seconds: float = BUDGETS["memory"], *, model_name: str = 
 
     search_note = ""
     try:
-        search = memory.find_largest_batch(step, start=batch_sizes[-1], max_batch=max_batch,
+        search = batch_search.find_largest_batch(step, start=batch_sizes[-1], max_batch=max_batch,
                                            memory_cap_bytes=memory_cap_bytes, device=device, multiple_of=8)
         largest, search_trials = search.largest_batch, search.trials
     except BudgetSpent as stop:
@@ -621,7 +622,7 @@ def write_report(results: list[PartResult], folder: Path, *, gpu: str, started: 
     """gpu_check.json (everything, tracebacks included) and README.md (the tables) in `folder`."""
     from course_lib.measure.inventory import versions
 
-    report = {"gpu": gpu, "hardware": ledger.describe_hardware(), "versions": versions(), "started": started,
+    report = {"gpu": gpu, "hardware": machine.describe_hardware(), "versions": versions(), "started": started,
               "seconds": seconds, "total_budget_seconds": total_budget_seconds,
               "parts": [dataclasses.asdict(r) for r in results]}
     folder.mkdir(parents=True, exist_ok=True)

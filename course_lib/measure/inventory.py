@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from course_lib import devices, ledger
+from course_lib import devices, machine
 from course_lib.measure.disk import describe_disk, drop_from_page_cache
 
 MiB = 1024 ** 2
@@ -52,7 +52,7 @@ def _version_tuple(text: str | None) -> tuple[int, ...]:
 def cpu_info() -> dict:
     import psutil
 
-    summary = ledger.hardware_summary()
+    summary = machine.hardware_summary()
     memory = psutil.virtual_memory()
     return {
         "model": summary["cpu"],
@@ -215,7 +215,7 @@ def _nvml() -> dict:
 @functools.lru_cache(maxsize=1)
 def versions() -> dict:
     """python, torch, torchvision, timm, the CUDA runtime torch was built with, driver, cuDNN, NCCL."""
-    facts = dict(ledger.runtime_versions())
+    facts = dict(machine.runtime_versions())
     facts["cudnn"] = cudnn_text(facts.get("cudnn"))
     try:
         nccl = torch.cuda.nccl.version() if hasattr(torch.cuda, "nccl") else None

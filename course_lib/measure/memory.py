@@ -1,40 +1,19 @@
-"""Training memory of a timm model: an estimate as a breakdown (parameters, gradients, optimizer
-state, activations, input), the measured peak, and a largest-batch finder.
-
-The four sources are the ones the article lists (Sec. 1.3); activations are measured on a tiny
-batch and scaled linearly in the batch size. The measured peak is `torch.cuda.max_memory_allocated`
-on a GPU and, on CPU, the profiler's per-allocation memory accounting (`instruments.peak_memory.cpu_peak_tracker`).
-Background: Sohoni et al., "Low-Memory Neural Network Training" (2019) for the breakdown;
-PyTorch docs "Understanding CUDA Memory Usage".
+"""Training memory of a timm model, estimated as a breakdown: parameters, gradients, optimizer state,
+activations and input, the four sources the article lists (Sec. 1.3) plus the batch. Activations are
+measured on a tiny batch and scaled linearly in the batch size. Background: Sohoni et al., "Low-Memory
+Neural Network Training" (2019). The measured peak is `measure.memory_probe`, the largest-batch finder
+`measure.batch_search`, the start-up check against free memory `measure.memory_fit`.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 
 from course_lib.engine import auto_precision
 
-# Precision choice, autocast and the GradScaler live in precision.py, optimizer construction in
-# schedule.py, the training step in step.py (run through step_bench.py): the memory probe measures
-# the step the engine runs.
-from course_lib.engine.precision import (  # noqa: F401
-    DTYPES,
-    PRECISIONS,
-    autocast,
-    grad_scaler,
-)
-from course_lib.engine.step_bench import StepBench
-
-# The counters themselves are the ground floor's (`instruments.peak_memory`); measure.gpu_check and
-# notebook 01 read them through this module as `memory.peak_memory_kind`, `memory.release_memory`.
-from course_lib.instruments.peak_memory import (  # noqa: F401
-    is_out_of_memory,
-    peak_bytes_during,
-    peak_memory_kind,
-    release_memory,
-)
+# Precision choice and autocast live in precision.py, optimizer construction in schedule.py.
+from course_lib.engine.precision import DTYPES, autocast
 
 FP32_BYTES = 4
 
@@ -190,7 +169,7 @@ class MemoryEstimate:
         return {**asdict(self), "total_bytes": self.total_bytes}
 
 
-def _model_and_name(model, num_classes: int):
+def model_and_name(model, num_classes: int):
     if isinstance(model, str):
         import timm
 
@@ -204,7 +183,7 @@ def estimate_training_memory(model, batch_size: int, image_size: int, precision:
     """Estimate one training step's peak memory for a timm model name (or a module):
     fp32 parameters + fp32 gradients + optimizer state (closed forms) + activations measured on
     `probe_batches` on `device` and scaled linearly to `batch_size` + the fp32 input batch."""
-    module, name = _model_and_name(model, num_classes)
+    module, name = model_and_name(model, num_classes)
     if str(device) != "meta":
         module = module.to(device)
     precision = auto_precision.resolve(precision, module, image_size, num_classes, device)
@@ -221,180 +200,9 @@ def estimate_training_memory(model, batch_size: int, image_size: int, precision:
         parameter_count=sum(p.numel() for p in trainable), parameter_tensors=len(trainable))
 
 
-class TrainingStepProbe:
-    """One model and optimizer on a device; `peak_bytes(batch)` runs a full training step
-    (`step.training_step` then `step.optimizer_step`, as the engine does) at that batch and returns
-    its measured peak:
-    `torch.cuda.max_memory_allocated` on a GPU, `cpu_peak_tracker` (profiler accounting) on CPU.
-    Both count the parameters, optimizer state, gradients and every temporary of the step."""
-
-    def __init__(self, model, image_size: int, precision: str = "off", optimizer: str = "sgd",
-                 momentum: float = 0.9, device="cpu", num_classes: int = 10):
-        model, self.name = _model_and_name(model, num_classes)
-        self.device = torch.device(device)
-        # CUDA's peak counter covers the whole process: remember what other objects already hold.
-        self.other_cuda_bytes = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else 0
-        self.image_size = image_size
-        self.num_classes = num_classes
-        self.precision = auto_precision.resolve(precision, model, image_size, num_classes, self.device)
-        self.optimizer_name = optimizer
-        self.momentum = momentum
-        # The step harness's copy of the model on the device, with the optimizer train.fit builds and a
-        # GradScaler enabled only for fp16 (disabled it is a no-op: one code path). Batch 2: BatchNorm
-        # needs more than one value per channel, and small images end in 1x1 feature maps.
-        self.timed = StepBench(model, image_size, 2, self.device, num_classes,
-                               optimizer=lambda module: make_optimizer(module, optimizer, momentum=momentum)
-                               ).variant(self.precision)
-        self.module, self.optimizer, self.scaler = self.timed.model, self.timed.optimizer, self.timed.scaler
-        self.timed.images = self.timed.targets = None  # each measured step draws its own batch
-        self._step(2)  # creates the optimizer state, so every measured step starts alike
-
-    def _step(self, batch_size: int) -> None:
-        try:
-            self.timed.step(*self.timed.random_batch(batch_size))
-        finally:
-            # set_to_none frees the gradients: the next step starts from parameters + state only,
-            # also after an OOM halfway through backward.
-            self.optimizer.zero_grad(set_to_none=True)
-
-    def baseline_bytes(self) -> int:
-        """What is live between steps: parameters, buffers, optimizer state."""
-        return parameter_bytes(self.module) + measured_optimizer_state_bytes(self.optimizer)
-
-    def peak_bytes(self, batch_size: int) -> int:
-        """The step's peak: what is live before it (this probe's tensors only) plus its own peak."""
-        if self.device.type == "cuda":
-            live = torch.cuda.memory_allocated(self.device) - self.other_cuda_bytes
-        else:
-            live = self.baseline_bytes()
-        return live + peak_bytes_during(lambda: self._step(batch_size), self.device)
-
-    def estimate(self, batch_size: int, probe_batches: tuple[int, int] = (2, 4)) -> MemoryEstimate:
-        return estimate_training_memory(self.module, batch_size, self.image_size, self.precision,
-                                        self.optimizer_name, self.momentum, self.device, self.num_classes,
-                                        probe_batches)
-
-
-def compare_estimate_and_peak(model, image_size: int, batch_sizes, precision: str = "off", optimizer: str = "sgd",
-                              device="cpu", num_classes: int = 10,
-                              after_each: Callable[[int], None] | None = None) -> list[dict]:
-    """Estimated vs measured peak bytes for each batch size (one model, one optimizer); a batch that
-    runs out of memory gets `measured_peak_bytes=None` and the sweep goes on. `after_each(batch_size)` is
-    called once each batch is measured (a progress bar's update)."""
-    probe = TrainingStepProbe(model, image_size, precision, optimizer, device=device, num_classes=num_classes)
-    estimate = probe.estimate(batch_sizes[0])
-    rows = []
-    for batch_size in batch_sizes:
-        at = estimate.at_batch(batch_size)
-        try:
-            measured = probe.peak_bytes(batch_size)
-        except (RuntimeError, MemoryError) as error:
-            if not is_out_of_memory(error):
-                raise
-            measured = None
-        if measured is None:
-            release_memory(device)
-        rows.append({"model": probe.name, "image_size": image_size, "precision": probe.precision,
-                     "optimizer": optimizer, "batch_size": batch_size, "estimated_bytes": at.total_bytes,
-                     "measured_peak_bytes": measured,  # None: out of memory
-                     "estimate_over_measured": at.total_bytes / measured if measured else None,
-                     **{f"estimated_{k}_bytes": v for k, v in at.breakdown().items() if k != "total"}})
-        if after_each is not None:
-            after_each(batch_size)
-    return rows
-
-
-@dataclass
-class BatchSearch:
-    """Result of `find_largest_batch`: the largest batch that fitted and every trial."""
-    largest_batch: int
-    trials: list[dict] = field(default_factory=list)
-
-
-def find_largest_batch(step: Callable[[int], int | None], start: int = 1, max_batch: int = 4096,
-                       memory_cap_bytes: int | None = None, device=None, multiple_of: int = 1) -> BatchSearch:
-    """Double the batch until a step runs out of memory (or its measured peak exceeds
-    `memory_cap_bytes`, the way to bound a CPU run), then binary-search between the last batch
-    that fitted and the first that did not. `step(batch)` runs one training step and returns its
-    peak bytes (or None). After an OOM the memory is released, so the process stays usable.
-    `multiple_of` stops the search at that resolution (8 suits tensor cores, and saves trials)."""
-    trials: list[dict] = []
-
-    def fits(batch_size: int) -> bool:
-        reason, peak = "fits", None
-        try:
-            peak = step(batch_size)
-        except (RuntimeError, MemoryError) as error:
-            if not is_out_of_memory(error):
-                raise
-            reason = "out of memory"
-        if reason != "fits":
-            release_memory(device)  # after the except block: the traceback no longer pins tensors
-        elif memory_cap_bytes is not None and peak is not None and peak > memory_cap_bytes:
-            reason = "over memory cap"
-        trials.append({"batch_size": batch_size, "fits": reason == "fits", "peak_bytes": peak, "reason": reason})
-        return reason == "fits"
-
-    good, bad = 0, None
-    batch_size = max(1, start)
-    while batch_size <= max_batch:
-        if not fits(batch_size):
-            bad = batch_size
-            break
-        good = batch_size
-        batch_size *= 2
-    if bad is None:  # max_batch reached without a failure
-        bad = max_batch + 1
-        if good < max_batch:
-            if fits(max_batch):
-                good = max_batch
-            else:
-                bad = max_batch
-    while bad - good > multiple_of:
-        middle = (good + bad) // 2 // multiple_of * multiple_of
-        if middle <= good:
-            break
-        if fits(middle):
-            good = middle
-        else:
-            bad = middle
-    return BatchSearch(largest_batch=good, trials=trials)
-
-
 def gib(value: float) -> float:
     """Bytes to GiB, for tables."""
     return value / 1024 ** 3
-
-
-def run_sweep(plans: list[dict], precision: str = "off", optimizer: str = "sgd", device="cpu") -> list[dict]:
-    """`compare_estimate_and_peak` for every (model, image size, batch sizes) of `plans` (`sweep_plan`), with a
-    progress bar over the measured steps (a CPU profiled step at 128 px takes tens of seconds)."""
-    from course_lib.instruments.progress import Progress
-
-    rows = []
-    with Progress(sum(len(plan["batch_sizes"]) for plan in plans), "memory sweep", unit="steps") as bar:
-        for plan in plans:
-            bar.set_postfix_str(f"{plan['model']} at {plan['image_size']} px")
-            rows += compare_estimate_and_peak(plan["model"], plan["image_size"], plan["batch_sizes"],
-                                              precision=precision, optimizer=optimizer, device=device,
-                                              after_each=lambda _: bar.update())
-    return rows
-
-
-def sweep_plan(profile: str, config) -> list[dict]:
-    """The (model, image size, batch sizes) sweeps a profile measures: tiny in smoke (seconds),
-    ResNet-18 and ResNet-50 at 64 px on CPU, the article's ResNet-50 at 224 px on a GPU."""
-    if profile == "smoke":
-        return [dict(model=config.model, image_size=config.image_size, batch_sizes=[2, 4, 8])]
-    if profile == "cpu":
-        # 128 px only on request: ResNet-50's profiled CPU steps there cost the notebook minutes, ResNet-18's about
-        # half of the sweep's 4 minutes (issue 51's 45-minute budget); a sweep of two models at 64 px keeps the lesson
-        return [dict(model=name, image_size=size, batch_sizes=[4, 16, 32])
-                for name, size in (("resnet18", 64), ("resnet50", 64))]
-    if profile == "gpu":
-        return [dict(model=config.model, image_size=config.image_size, batch_sizes=[32, 64, 128, 256]),
-                dict(model="resnet50", image_size=224, batch_sizes=[32, 64, 128, 256, 512])]
-    raise ValueError(f"profile={profile!r} is not one of smoke, cpu, gpu")
 
 
 def largest_batch_within(estimate: MemoryEstimate, budget_bytes: int) -> int:
@@ -402,28 +210,6 @@ def largest_batch_within(estimate: MemoryEstimate, budget_bytes: int) -> int:
     fixed = estimate.at_batch(0).total_bytes
     per_image = estimate.activation_bytes_per_image + 3 * estimate.image_size ** 2 * FP32_BYTES
     return max(0, int((budget_bytes - fixed) // per_image)) if per_image else 0
-
-
-def plot_estimate_vs_measured(rows: list[dict], title: str = ""):
-    """Estimated (dashed) and measured (solid) peak MiB against batch size, one colour per sweep."""
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(7, 4))
-    groups: dict[str, list[dict]] = {}
-    for row in rows:
-        groups.setdefault(f"{row['model']} {row['image_size']}px {row['precision']}", []).append(row)
-    for index, (label, group) in enumerate(groups.items()):
-        colour = f"C{index}"
-        batches = [r["batch_size"] for r in group]
-        axis.plot(batches, [r["measured_peak_bytes"] / 2 ** 20 for r in group], "o-", color=colour,
-                  label=f"{label} measured")
-        axis.plot(batches, [r["estimated_bytes"] / 2 ** 20 for r in group], "x--", color=colour,
-                  label=f"{label} estimated")
-    axis.set_xlabel("batch size (images)")
-    axis.set_ylabel("peak memory (MiB)")
-    axis.set_title(title or "Training-step peak memory: estimate vs measured")
-    axis.legend(fontsize=7)
-    return figure
 
 
 def plot_breakdown(estimates: list[MemoryEstimate], labels: list[str] | None = None):
@@ -442,109 +228,3 @@ def plot_breakdown(estimates: list[MemoryEstimate], labels: list[str] | None = N
     axis.set_title("Estimated training memory by source")
     axis.legend(fontsize=8)
     return figure
-
-
-# (limit, usage, statistics) of the memory cgroup this process runs in: v2, then v1. A container's limit, not the
-# host's RAM, is where the kernel's OOM killer stops a run (killed at 1 GB with the host's 24 GB free).
-CGROUP_FILES = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory.stat"),
-                ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes",
-                 "/sys/fs/cgroup/memory/memory.stat"))
-NO_CGROUP_LIMIT = 2**60  # cgroup v1 writes "no limit" as about 2^63
-
-
-def cgroup_room() -> int | None:
-    """Bytes the memory cgroup's limit still allows this process's container: the limit, less what it uses
-    beyond the page cache it can drop (`inactive_file`, as `docker stats` counts it); None without a limit."""
-    from pathlib import Path
-
-    for limit_file, usage_file, stat_file in CGROUP_FILES:
-        try:
-            limit, usage = Path(limit_file).read_text().strip(), int(Path(usage_file).read_text())
-        except (OSError, ValueError):
-            continue
-        if not limit.isdigit() or int(limit) >= NO_CGROUP_LIMIT:  # "max": no limit
-            return None
-        try:
-            stats = dict(line.split() for line in Path(stat_file).read_text().splitlines() if line.count(" ") == 1)
-            reclaimable = int(stats.get("inactive_file", stats.get("total_inactive_file", 0)))
-        except (OSError, ValueError):
-            reclaimable = 0
-        return max(0, int(limit) - max(0, usage - reclaimable))
-    return None
-
-
-def free_bytes(device: torch.device) -> int | None:
-    """Memory a training run can still take on `device`: free CUDA memory, or for the CPU the host's available
-    RAM or the container's memory cgroup room (`cgroup_room`), whichever is less; None where it cannot be told
-    (MPS)."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    if device.type == "cpu":
-        import psutil
-
-        available, room = psutil.virtual_memory().available, cgroup_room()
-        return available if room is None else min(available, room)
-    return None
-
-
-def resident_bytes(config) -> int:
-    """What `storage=device` holds for the whole run besides one step: every training image (at most
-    `max_train_images`) and every validation image, as uint8 at `image_size` (`data.resident`), counted from the
-    data folder's file names; 0 for another storage, or data that is not an image folder on disk."""
-    import os
-    from pathlib import Path
-
-    from course_lib.data.images import IMAGE_EXTENSIONS, split_folders
-
-    if config.storage != "device" or not config.data_dir or not Path(config.data_dir).is_dir():
-        return 0
-    counts = {split: sum(name.lower().endswith(IMAGE_EXTENSIONS) for _, _, names in os.walk(folder) for name in names)
-              for split, folder in split_folders(Path(config.data_dir)).items() if split in ("train", "val")}
-    train = counts.get("train", 0)
-    if config.max_train_images:
-        train = min(train, config.max_train_images)
-    return (train + counts.get("val", 0)) * 3 * config.image_size ** 2
-
-
-# A suggested size leaves this share of the free memory unused: the estimate leaves out the
-# allocator's slack, the DataLoader's batches in flight and the framework itself.
-FIT_MARGIN = 0.8
-
-
-def check_fits(config, device: torch.device | None = None, budget_bytes: int | None = None) -> None:
-    """Refuse, before the first step, a run whose estimated training step (`estimate_training_memory`
-    on the meta device: shapes only, fp32 unless a half precision is set) needs more memory than
-    `device` has free, in one ConfigError naming the largest image_size that fits. Models the meta
-    device cannot run are let through (the run then says what is wrong)."""
-    from course_lib.config import ConfigError
-    from course_lib.devices import resolve_device
-
-    device = device or resolve_device(config.device)
-    budget = budget_bytes if budget_bytes is not None else free_bytes(device)
-    if budget is None:
-        return
-    precision = config.precision if config.precision in ("fp16", "bf16") else "off"
-    try:
-        estimate = estimate_training_memory(config.model, config.batch_size, config.image_size, precision,
-                                            config.optimizer, config.momentum, device="meta")
-    except (RuntimeError, NotImplementedError, ValueError, TypeError):
-        return
-    resident = resident_bytes(config)  # storage=device: the images stay in the same memory all run
-    if estimate.total_bytes + resident <= budget:
-        return
-    # Activations, input and resident images grow with the pixels (image_size squared); weights and their state do not.
-    fixed = estimate.total_bytes - estimate.activation_bytes_per_image * config.batch_size - estimate.input_bytes
-    growing = estimate.total_bytes + resident - fixed
-    room = FIT_MARGIN * budget - fixed
-    advice = "even the weights, gradients and optimizer state do not fit: use a smaller model"
-    if room > 0:
-        fitting = int(config.image_size * (room / growing) ** 0.5) // 16 * 16
-        advice = (f"use image_size={fitting} or less, or a smaller batch_size" if fitting >= 8
-                  else "use a smaller batch_size or model")
-    held = ""
-    if resident:
-        held = f" and {resident / 1e9:.1f} GB of images that storage=device holds there"
-        advice += ", or storage=cache (the images stay on disk, memory-mapped) or fewer max_train_images"
-    raise ConfigError(f"image_size={config.image_size} at batch_size={config.batch_size} needs about "
-                      f"{estimate.total_bytes / 1e9:.1f} GB for one training step of {config.model} (estimated){held}, "
-                      f"more than the {budget / 1e9:.1f} GB free on {device}; {advice}")

@@ -13,6 +13,7 @@ import torch
 
 from course_lib import devices
 from course_lib.devices import as_device
+from course_lib.engine.precision import bf16_supported
 from course_lib.instruments.timing import stopwatch, time_repeats
 
 # Default seconds per probe. fp32 on CPU is the MFU denominator there, so it gets the most; CPU
@@ -92,17 +93,20 @@ TF32_MATMUL_PRECISIONS = ("high", "medium")
 
 
 def dtype_supported(device, dtype_name: str) -> bool:
-    """Whether a matmul in this dtype runs on the device at all (tf32 is a CUDA Ampere+ mode)."""
+    """Whether a matmul in this dtype runs on the device at all (tf32 is a CUDA Ampere+ mode; bf16 is
+    `engine.precision.bf16_supported`, the one bf16 rule)."""
     device = as_device(device)
     if dtype_name not in DTYPE_NAMES:
         raise ValueError(f"unknown dtype {dtype_name!r}; valid: {', '.join(DTYPE_NAMES)}")
+    if dtype_name == "bf16":
+        return bf16_supported(device)
     if device.type == "cpu":
         return dtype_name != "tf32"
     if device.type == "cuda" and torch.cuda.is_available():
         major = torch.cuda.get_device_capability(device)[0]
-        return {"fp32": True, "fp16": major >= 6, "tf32": major >= 8, "bf16": major >= 8}[dtype_name]
+        return {"fp32": True, "fp16": major >= 6, "tf32": major >= 8}[dtype_name]
     if device.type == "mps" and devices.mps_available():
-        return dtype_name != "tf32"  # bf16 needs macOS 14+: the probe records the error where it is older
+        return dtype_name != "tf32"
     return False
 
 

@@ -19,7 +19,7 @@ import math
 import secrets
 import time
 
-from course_lib import devices, ledger
+from course_lib import devices, ledger, machine
 from course_lib.chapters.setup import ChapterSetup, sizes
 from course_lib.config import RECIPES, Config, ConfigError
 
@@ -532,7 +532,7 @@ def previous_studies(limit: int = 10):
             continue
         entry = studies.setdefault(study, {"study_id": study, "created_at": row["created_at"],
                                            "profile": parameters.get("profile"), "model": parameters.get("model"),
-                                           "hardware": ledger.describe_hardware(row["hardware"])
+                                           "hardware": machine.describe_hardware(row["hardware"])
                                            if row["hardware"] else None})
         entry["created_at"] = min(entry["created_at"], row["created_at"])
         if metrics.get("speedup_vs_baseline") is not None:
@@ -573,7 +573,7 @@ def claims(study: CaseStudy, hardware: str | None = None) -> list:
     from course_lib.analysis import claims
 
     rows = {r["stage"]: r for r in study.rows}
-    hardware = hardware or ledger.describe_hardware()
+    hardware = hardware or machine.describe_hardware()
     found = [_speedup_claim(study, rows, hardware)]
     found += [_missing(rows, key, stage, hardware) or _speed_stage_claim(study, rows, key, stage, hardware)
               for key, stage in (("casestudy_dataloader", "data_loader"), ("casestudy_amp", "amp"),

@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from course_lib import devices, ledger, paths
+from course_lib import devices, ledger, machine, paths
 from course_lib.config import Config, ConfigError
 from course_lib.data import datasets, pipeline
 from course_lib.data.batches import loss_weights, training_batches, validation_batches, whitening_batches
@@ -239,7 +239,7 @@ def prepare(config: Config, bundle=None, *, distributed: Distributed | None = No
                                        batch_size=config.batch_size, channels_last=config.channels_last, log=log)
     log(f"training {config.model} on {len(bundle.train)} images ({num_classes} classes) for {config.epochs} "
         f"epoch(s) x {steps_per_epoch} steps, global batch {global_batch}, precision {precision}, "
-        f"device {device} x {distributed.world_size}; {ledger.describe_hardware()}")
+        f"device {device} x {distributed.world_size}; {machine.describe_hardware()}")
     state = _run_state(config, bundle, device, precision, distributed, raw_model, log, teacher,
                        loaders=(train_loader, sampler, val_loader), steps_per_epoch=steps_per_epoch,
                        global_batch=global_batch)
@@ -773,7 +773,7 @@ def recorded_compile_runs(model: str | None = None) -> list[dict]:
             continue
         if (metrics.get("epochs_completed") or 0) < 2 or metrics.get("first_epoch_seconds") is None:
             continue
-        runs.append({"model": row["name"], "created_at": row["created_at"], "hardware": ledger.describe_hardware(
+        runs.append({"model": row["name"], "created_at": row["created_at"], "hardware": machine.describe_hardware(
             row["hardware"]), "first_epoch_seconds": metrics["first_epoch_seconds"],
             "epoch_seconds": metrics["epoch_seconds"],
             "compile_seconds": metrics["first_epoch_seconds"] - metrics["epoch_seconds"]})

@@ -129,6 +129,23 @@ def test_the_overall_accuracy_claim_compares_only_runs_of_one_budget(monkeypatch
     assert {c.key: c for c in casestudy.claims(study)}["casestudy_accuracy"].verdict == claims.HOLDS
 
 
+def test_an_accuracy_stage_after_a_kept_ddp_stage_is_not_compared_with_the_baseline(monkeypatch):
+    """A kept DDP stage doubles the global batch on 2 processes: the optimizer stage after it trains half the
+    steps of the baseline (Intel Xeon, cpu profile: 40.7% against the baseline seeds' 55.4%, DDP alone 51.1%),
+    so its top-1 against the baseline seeds says nothing about AdamW."""
+    monkeypatch.setattr(claims, "_hardware", lambda: "test machine")
+    study = _study_with_rates([100, 104, 98, 102], [300, 310], top1s=(0.61, 0.55, 0.50))
+    study.rows[0].update(world_size=1, batch_per_process=128)
+    study.rows.insert(1, {"stage": "optimizer", "kept": True, "images_per_second": 110, "epoch_rates": [110, 112],
+                          "val_top1": 0.40, "val_images": 1000, "world_size": 2, "batch_per_process": 128,
+                          "epochs": 2, "train_images": 4500})
+    found = {c.key: c for c in casestudy.claims(study)}["casestudy_adamw"]
+    assert found.verdict == claims.NOT_MEASURABLE
+    assert "global batch of 256 against the baseline's 128" in found.reason and "run_ddp=false" in found.reason
+    study.rows[1].update(world_size=1)  # one process, the baseline's batch: decided against the seeds' band
+    assert {c.key: c for c in casestudy.claims(study)}["casestudy_adamw"].verdict == claims.REFUTED
+
+
 def _fitted(bundle, config, rates, top1, precision="off"):
     """A FitResult as train.fit returns it, one history row per epoch (no model: record reads only the numbers)."""
     history = [{"images_per_second": rate, "epoch_seconds": 1.0, "val_top1": top1, "train_loss": 1.0}

@@ -578,8 +578,8 @@ def claims(study: CaseStudy, hardware: str | None = None) -> list:
     found += [_missing(rows, key, stage, hardware) or _speed_stage_claim(study, rows, key, stage, hardware)
               for key, stage in (("casestudy_dataloader", "data_loader"), ("casestudy_amp", "amp"),
                                  ("casestudy_ddp", "ddp"))]
-    found += [_missing(rows, key, stage, hardware) or claims.checked(key, *_accuracy(study, rows[stage]),
-                                                                      hardware=hardware)
+    found += [_missing(rows, key, stage, hardware) or _other_global_batch(rows, key, stage, hardware)
+              or claims.checked(key, *_accuracy(study, rows[stage]), hardware=hardware)
               for key, stage in (("casestudy_adamw", "optimizer"), ("casestudy_regularization", "regularization"))]
     return found + [_overall_accuracy_claim(study, rows, hardware)]
 
@@ -594,6 +594,22 @@ def _missing(rows: dict, key: str, stage: str, hardware: str):
     if row.get("images_per_second") is None:
         return claims.not_measurable(key, row.get("note") or "skipped", hardware)
     return None
+
+
+def _other_global_batch(rows: dict, key: str, stage: str, hardware: str):
+    """A not-measurable record when `stage` trained at another global batch than the baseline, else None. A kept DDP
+    stage multiplies the batch by its processes, so the same epochs take that many times fewer optimizer steps: the
+    stage's top-1 then differs by its steps as much as by its change, and the baseline seeds' band does not apply."""
+    from course_lib.analysis import claims
+
+    row, baseline = rows[stage], rows.get("baseline", {})
+    ours, theirs = ((r.get("world_size") or 1) * (r.get("batch_per_process") or 0) for r in (row, baseline))
+    if not baseline or ours == theirs:
+        return None
+    return claims.not_measurable(key, f"{stage} trained on {row['world_size']} processes at a global batch of {ours} "
+                                      f"against the baseline's {theirs} (a kept DDP stage): fewer optimizer steps in "
+                                      "the same epochs, so its top-1 does not compare with the baseline seeds' "
+                                      "(run_ddp=false decides it)", hardware)
 
 
 def _accuracy(study: CaseStudy, row: dict) -> tuple[bool | None, str]:

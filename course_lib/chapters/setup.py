@@ -54,11 +54,11 @@ class ChapterSetup:
 
 
 def sizes(table: dict, profile: str) -> dict:
-    """A chapter's per-profile sizes and choices, `table[profile]` (rehearsal: smoke's, which it runs at): the one
+    """A chapter's per-profile sizes and choices, `table[profile]` (auto: resolved; rehearsal: smoke's): the one
     way a chapter reads its `SIZES`, so that no chapter branches on the profile inline (tests/test_layout.py)."""
-    from course_lib.config import ConfigError, profile_entry
+    from course_lib.config import ConfigError, profile_entry, resolve_profile
 
-    entry = profile_entry(table, profile)
+    entry = profile_entry(table, resolve_profile(profile))
     if entry is None:
         raise ConfigError(f"this chapter has no sizes for profile {profile!r}; it has {', '.join(table)}")
     return entry

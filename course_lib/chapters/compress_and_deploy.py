@@ -162,7 +162,8 @@ def pruned_row(model, bundle, config, speed: dict | None, method: str, requested
 def int8_row(graph, model, bundle, config, speed: dict | None, precision: str, compiled=None, **extra) -> dict:
     """One int8 row of notebook 13's quantization table: the PT2E `graph` (or `compiled`, its torch.compile) run as
     a module, its FLOPs and parameters those of the fp32 `model` it came from, its MB those of the int8 weights."""
-    runner = export.InferenceModel(compiled or graph, "PT2E int8 + Inductor" if compiled else "PT2E int8 reference")
+    runner = (export.InferenceModel(graph, "PT2E int8 reference") if compiled is None
+              else export.InferenceModel(compiled, "PT2E int8 + Inductor"))
     return {**describe(runner, bundle, config, speed, flops_of=model, precision=precision),
             "parameters": factory.count_parameters(model), "MB": quantization.model_size_bytes(graph) / 1e6, **extra}
 

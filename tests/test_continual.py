@@ -79,6 +79,7 @@ def test_rehearsal_and_lwf_keep_more_of_the_old_classes_than_naive_fine_tuning(t
     from course_lib.chapters import compress_and_deploy
     from course_lib.config import make_config
     from course_lib.data import pipeline
+    from course_lib.engine import train
 
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -86,9 +87,20 @@ def test_rehearsal_and_lwf_keep_more_of_the_old_classes_than_naive_fine_tuning(t
         config = make_config("smoke", dataset="digits", image_size=16, batch_size=32, max_steps=0,
                              max_train_images=0, epochs=4, lr=0.05, output_dir=str(tmp_path))
         bundle = pipeline.build_datasets(config)
-        rows = compress_and_deploy.continual_study(config, bundle, 5, memory_per_class=10,
-                                                   distillation_weight=compress_and_deploy.LWF_WEIGHT,
-                                                   progress=False, verbose=False)
+        # notebook 13's section 5: step 1 on the old classes, then each strategy's step 2 from the same model
+        split = continual.ClassSplit.first(len(bundle.classes), 5)
+        groups = {"old classes": split.old, "new classes": split.new}
+        first = train.fit(config.replace(output_dir=str(tmp_path / "old")), bundle=continual.task_bundle(bundle, split),
+                          progress=False, verbose=False)
+        rows = [{"strategy": "step 1: old classes only",
+                 **continual.accuracy_by_group(first.model, bundle.val, config, groups, bundle.device_stage)}]
+        for strategy in continual.STRATEGIES:
+            result = continual.learn_new_classes(first.model, config.replace(output_dir=str(tmp_path / strategy)),
+                                                 bundle, split, strategy, memory_per_class=10,
+                                                 distillation_weight=compress_and_deploy.LWF_WEIGHT,
+                                                 progress=False, verbose=False)
+            rows.append({"strategy": f"step 2: {strategy}",
+                         **continual.accuracy_by_group(result.model, bundle.val, config, groups, bundle.device_stage)})
     finally:
         torch.set_num_threads(previous)
     old = {row["strategy"].removeprefix("step 2: "): row["old classes"] for row in rows}

@@ -62,11 +62,21 @@ def test_without_torchao_int8_is_one_line_and_fp32_still_exports_and_loads(train
     images = export.image_batches(bundle.val, config, bundle.device_stage, 1)[0]
     loaded = export.pt2_model(export.export_pt2(model, images, tmp_path / "model.pt2"))
     assert export.max_difference(model, loaded, images) <= export.FP32_TOLERANCE
+    # Notebook 13's rows without an int8 graph: fp32 and bf16 still measured, and the fp32 .pt2, the ONNX files and
+    # onnxruntime's int8 (which needs no torchao) still served
     speed = {"batch_sizes": (2,), "repeats": 1, "warmup": 0}
-    rows, int8 = study.quantization_study(model, config, bundle, calibration_batches=1, speed=speed)
-    assert int8 is None and [row["precision"] for row in rows] == ["fp32 (eager)", "bf16 (eager)"]
-    assert not any("pt2 int8" in row["served as"] for row in study.export_study(model, None, config, bundle,
-                                                                                   tmp_path / "served", speed, 1))
+    rows = [study.describe(model, bundle, config, speed, precision="fp32 (eager)"),
+            study.describe(quantization.BFloat16Model(model), bundle, config, speed, flops_of=model,
+                           peak_precision="bf16", precision="bf16 (eager)")]
+    assert [row["precision"] for row in rows] == ["fp32 (eager)", "bf16 (eager)"] and rows[1]["val top-1"] > 0
+    onnx_fp32 = export.export_onnx(model, images, tmp_path / "model.onnx")
+    calibration = export.image_batches(bundle.train, config, bundle.device_stage, 1)
+    onnx_int8 = export.quantize_onnx(onnx_fp32, tmp_path / "model-int8.onnx", calibration)
+    served = [study.served_row("torch.export .pt2 fp32", loaded, model, tmp_path / "model.pt2", images, bundle, config,
+                               speed),
+              study.served_row("onnxruntime int8 (static QDQ)", export.onnx_model(onnx_int8), model, onnx_int8, images,
+                               bundle, config, speed)]
+    assert served[0]["max |logit diff|"] <= export.FP32_TOLERANCE and all(row["file MB"] > 0 for row in served)
 
 
 def test_with_torchao_it_is_not_reported_missing():

@@ -1,25 +1,20 @@
 """Notebook 13's studies: after training, a teacher trained by the workbook is distilled, pruned,
 quantized, exported and taught new classes, and each result is a table row of accuracy, size and
 speed. The techniques live in `engine.distillation`, `engine.continual`, `deploy.pruning`,
-`deploy.quantization`, `deploy.export` and `deploy.latency`; this module strings them together
-and decides the article's claims (`claims`; their words are in `analysis.claims`).
+`deploy.quantization`, `deploy.export` and `deploy.latency`, and the notebook's cells apply them; this
+module sets the chapter up, makes each table row and decides the article's claims (`claims`; their
+words are in `analysis.claims`).
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 from pathlib import Path
 
-import torch
-
-from course_lib import paths
 from course_lib.chapters.setup import ChapterSetup, sizes
 from course_lib.chapters.time_to_accuracy import SMOKE_SIZES
 from course_lib.config import PROFILES, Config
 from course_lib.deploy import export, pruning, quantization
 from course_lib.deploy.latency import forward_flops_per_image, speed_row
-from course_lib.engine import continual, train
-from course_lib.instruments.progress import Progress, track
 from course_lib.models import factory
 
 
@@ -158,98 +153,30 @@ def describe(model, bundle, config, speed: dict | None = None, *, flops_of=None,
                         **(speed or {}))}
 
 
-def pruning_study(model, config: Config, bundle, sparsities, channel_ratios, *, finetune_epochs: int = 1,
-                  finetune_bundle=None, speed: dict | None = None, **fit_options) -> list[dict]:
-    """Unstructured global L1 pruning at each sparsity and channel pruning at each ratio, each
-    fine-tuned for `finetune_epochs` (lr a tenth of config.lr) on `finetune_bundle`'s training images
-    (None: `bundle`'s), measured on `bundle` after fine-tuning."""
-    example = export.image_batches(bundle.val, config, bundle.device_stage, batches=1)[0][:2]
-    finetune = config.replace(epochs=finetune_epochs, lr=config.lr / 10, warmup_epochs=0.0, ema_decay=0.0)
-    rows = [describe(model, bundle, config, speed, method="dense (teacher)", requested=0.0,
-                     **{"zero weights": pruning.weight_sparsity(model)})]
-    bar = Progress(len(sparsities) + len(channel_ratios), "pruning", unit="fine-tunes")
-    for kind, amounts in (("unstructured L1", sparsities), ("channels L1", channel_ratios)):
-        for amount in amounts:
-            bar.set_postfix_str(f"{kind} {amount:g}")
-            pruned = copy.deepcopy(model)
-            settings = finetune
-            if kind == "unstructured L1":
-                pruning.prune_unstructured(pruned, amount)
-                # precision=auto times steps on a deep copy, and a masked weight (computed each forward) cannot be copied
-                settings = finetune.replace(precision="off") if finetune.precision == "auto" else finetune
-            else:
-                pruning.prune_channels(pruned, amount, example)
-            result = train.fit(settings.replace(output_dir=str(Path(config.output_dir) / f"pruned-{kind[:4]}-{amount}")),
-                               bundle=finetune_bundle or bundle, model=pruned, **fit_options)
-            final = pruning.make_permanent(result.model)
-            rows.append(describe(final, bundle, config, speed, method=kind, requested=amount,
-                                 **{"zero weights": pruning.weight_sparsity(final)}))
-            bar.update()
-    bar.close()
-    return rows
+def pruned_row(model, bundle, config, speed: dict | None, method: str, requested: float) -> dict:
+    """One row of notebook 13's pruning table: `describe` with the fraction of weights that are exactly zero."""
+    return describe(model, bundle, config, speed, method=method, requested=requested,
+                    **{"zero weights": pruning.weight_sparsity(model)})
 
 
-def quantization_study(model, config: Config, bundle, *, calibration_batches: int = 8,
-                       compile_int8: bool = False, speed: dict | None = None) -> tuple[list[dict], object]:
-    """fp32, bf16 and PT2E int8 (reference graph; compiled by Inductor when `compile_int8`) side by
-    side on the CPU. Returns (rows, the int8 graph). Without torchao (the NGC containers): fp32 and bf16
-    only, the int8 graph None, and one printed line saying why."""
-    rows = [describe(model, bundle, config, speed, precision="fp32 (eager)"),
-            describe(quantization.BFloat16Model(model), bundle, config, speed, flops_of=model, peak_precision="bf16",
-                     precision="bf16 (eager)")]
-    if (missing := quantization.torchao_missing()) is not None:
-        print(missing)
-        return rows, None
-    calibration = export.image_batches(bundle.train, config, bundle.device_stage, calibration_batches)
-    int8 = quantization.quantize_int8(model, calibration)
-    reference = export.InferenceModel(int8, "PT2E int8 reference")
-    rows.append({**describe(reference, bundle, config, speed, flops_of=model,
-                            precision="int8 PT2E reference (not compiled)"),
-                 "parameters": factory.count_parameters(model), "MB": quantization.model_size_bytes(int8) / 1e6})
-    if compile_int8:
-        import time
-
-        started = time.perf_counter()
-        compiled = torch.compile(int8)
-        with torch.no_grad():  # the first calls compile (one graph per batch shape class)
-            compiled(calibration[0][:2])
-        seconds = time.perf_counter() - started
-        row = describe(export.InferenceModel(compiled, "PT2E int8 + Inductor"), bundle, config, speed, flops_of=model,
-                       precision="int8 PT2E + torch.compile")
-        rows.append({**row, "parameters": factory.count_parameters(model),
-                     "MB": quantization.model_size_bytes(int8) / 1e6, "compile s": seconds})
-    return rows, int8
+def int8_row(graph, model, bundle, config, speed: dict | None, precision: str, compiled=None, **extra) -> dict:
+    """One int8 row of notebook 13's quantization table: the PT2E `graph` (or `compiled`, its torch.compile) run as
+    a module, its FLOPs and parameters those of the fp32 `model` it came from, its MB those of the int8 weights."""
+    runner = (export.InferenceModel(graph, "PT2E int8 reference") if compiled is None
+              else export.InferenceModel(compiled, "PT2E int8 + Inductor"))
+    return {**describe(runner, bundle, config, speed, flops_of=model, precision=precision),
+            "parameters": factory.count_parameters(model), "MB": quantization.model_size_bytes(graph) / 1e6, **extra}
 
 
-def export_study(model, int8_graph, config: Config, bundle, folder: str | Path, speed: dict | None = None,
-                 calibration_batches: int = 8) -> list[dict]:
-    """The model served four ways (torch.export .pt2 fp32 and int8, ONNX fp32 and int8 through
-    onnxruntime), each checked against PyTorch on a validation batch and measured. Without an int8
-    graph (`int8_graph` None: no torchao) the .pt2 int8 row is left out."""
-    folder = paths.resolve_path(folder)  # under the project (runs/), not the notebook's folder
-    images = export.image_batches(bundle.val, config, bundle.device_stage, batches=1)[0]
-    calibration = export.image_batches(bundle.train, config, bundle.device_stage, calibration_batches)
-    onnx_fp32 = export.export_onnx(model, images, folder / "model.onnx")
-    served = {
-        "PyTorch eager fp32": model,
-        "torch.export .pt2 fp32": export.pt2_model(export.export_pt2(model, images, folder / "model.pt2")),
-        **({} if int8_graph is None else {"torch.export .pt2 int8 (PT2E, eager)": export.pt2_model(
-            export.export_pt2(int8_graph, images, folder / "model-int8.pt2"))}),
-        "onnxruntime fp32": export.onnx_model(onnx_fp32),
-        "onnxruntime int8 (static QDQ)": export.onnx_model(export.quantize_onnx(onnx_fp32, folder / "model-int8.onnx",
-                                                                               calibration)),
-    }
-    files = {"torch.export .pt2 fp32": "model.pt2", "torch.export .pt2 int8 (PT2E, eager)": "model-int8.pt2",
-             "onnxruntime fp32": "model.onnx", "onnxruntime int8 (static QDQ)": "model-int8.onnx"}
-    rows = []
-    flops_per_image = forward_flops_per_image(model, config.image_size)  # the same arithmetic however it is served
-    for label, runner in track(served.items(), "checking and timing the exports", total=len(served), unit="ways"):
-        row = {"served as": label, "file MB": (folder / files[label]).stat().st_size / 1e6 if label in files else None,
-               "max |logit diff|": export.max_difference(model, runner, images) if runner is not model else 0.0,
-               "val top-1": top1(runner, bundle, config),
-               **speed_row(runner, config.image_size, flops_per_image=flops_per_image, **(speed or {}))}
-        rows.append(row)
-    return rows
+def served_row(label: str, runner, model, path: Path | None, images, bundle, config, speed: dict | None = None) -> dict:
+    """One row of notebook 13's export table: `model` served as `runner` from the file at `path` (None: PyTorch
+    eager, `runner` is `model`), its largest logit difference from `model` on `images`, top-1 and speed (MFU on
+    `model`'s FLOPs: the arithmetic is the same however it is served)."""
+    flops_per_image = forward_flops_per_image(model, config.image_size)
+    return {"served as": label, "file MB": Path(path).stat().st_size / 1e6 if path is not None else None,
+            "max |logit diff|": export.max_difference(model, runner, images) if runner is not model else 0.0,
+            "val top-1": top1(runner, bundle, config),
+            **speed_row(runner, config.image_size, flops_per_image=flops_per_image, **(speed or {}))}
 
 
 # Learning without Forgetting's weight on the old model's soft targets. With one head for all classes
@@ -258,37 +185,6 @@ def export_study(model, int8_graph, config: Config, bundle, folder: str | Path, 
 # classes kept 0% of their top-1 at 0.5, 7% at 0.9 and 27% at 0.95, while the new classes fell from
 # 99% to 82% and 52% (tests/test_continual.py holds the 0.95 case against naive fine-tuning).
 LWF_WEIGHT = 0.95
-
-
-def continual_study(config: Config, bundle, old_classes: int, *, memory_per_class: int = 20,
-                    temperature: float = 2.0, distillation_weight: float = LWF_WEIGHT,
-                    **fit_options) -> list[dict]:
-    """Step 1 trains on the first `old_classes` classes; step 2 adds the rest by each strategy
-    (rehearsal replays its `memory_per_class` old images per class in balance with the new classes:
-    `engine.continual.replay_in_balance`). One row per (strategy, step): accuracy on old, new and all
-    validation classes."""
-    split = continual.ClassSplit.first(len(bundle.classes), old_classes)
-    groups = {"old classes": split.old, "new classes": split.new}
-    bar = Progress(1 + len(continual.STRATEGIES), "continual learning", unit="fits")
-    bar.set_postfix_str("step 1: old classes")
-    first = train.fit(config.replace(output_dir=str(Path(config.output_dir) / "old")),
-                      bundle=continual.task_bundle(bundle, split), **fit_options)
-    rows = [{"strategy": "step 1: old classes only", **continual.accuracy_by_group(
-        first.model, bundle.val, config, groups, bundle.device_stage)}]
-    bar.update()
-    for strategy in continual.STRATEGIES:
-        bar.set_postfix_str(f"step 2: {strategy}")
-        result = continual.learn_new_classes(
-            first.model, config.replace(output_dir=str(Path(config.output_dir) / strategy)), bundle, split, strategy,
-            memory_per_class=memory_per_class, temperature=temperature, distillation_weight=distillation_weight,
-            **fit_options)
-        rows.append({"strategy": f"step 2: {strategy}", **continual.accuracy_by_group(
-            result.model, bundle.val, config, groups, bundle.device_stage)})
-        bar.update()
-    bar.close()
-    for row in rows:
-        row["forgetting (old, points)"] = 100 * (rows[0]["old classes"] - row["old classes"])
-    return rows
 
 
 def isa_table():

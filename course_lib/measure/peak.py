@@ -274,8 +274,7 @@ def mfu_dtype(precision, device, matmul_precision: str | None = None) -> str:
     if name != "off":
         return name
     device = as_device(device)
-    if device.type == "cuda" and torch.cuda.is_available() and tf32_allowed(matmul_precision) \
-            and torch.cuda.get_device_capability(device)[0] >= 8:
+    if tf32_allowed(matmul_precision) and dtype_supported(device, "tf32"):
         return "tf32"
     return "fp32"
 

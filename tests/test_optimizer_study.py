@@ -30,7 +30,8 @@ def fake_fit(accuracy):
 def grid_frame(accuracy, seeds=(0, 1, 2)):
     config = make_config("smoke")
     grid = optimizer_study.learning_rate_grid(config.batch_size)
-    return pd.DataFrame(optimizer_study.run_grid(config, grid, seeds, fit=fake_fit(accuracy)))
+    plan = optimizer_study.grid_plan(grid)
+    return pd.DataFrame(optimizer_study.run_plan(config, plan, seeds, fit=fake_fit(accuracy), progress=False))
 
 
 def article_values():
@@ -48,7 +49,7 @@ def robust_adamw(optimizer, lr, seed):
     return 0.60 + 0.01 * seed + 10 * lr  # SGD: worse, and it depends on the learning rate
 
 
-def test_run_grid_pairs_by_learning_rate_rank_and_seed():
+def test_the_grid_pairs_by_learning_rate_rank_and_seed():
     frame = grid_frame(robust_adamw)
     assert len(frame) == 18 and set(frame["lr rank"]) == {0, 1, 2}
     difference = optimizer_study.adamw_minus_sgd(frame)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from course_lib.analysis import claims
-from course_lib.chapters import scaling_study
+from course_lib.chapters import optimizer_study, scaling_study
 from course_lib.config import ConfigError, make_config
 
 
@@ -65,7 +65,7 @@ def plan_fit(accuracy):
 def sweep(accuracy, seeds=(0, 1, 2)):
     config = make_config("smoke")
     plan = scaling_study.batch_plan(64, 0.1, [32, 64, 128, 256, 512, 1024])
-    return pd.DataFrame(scaling_study.run_plan(config, plan, list(seeds), fit=plan_fit(accuracy), progress=False))
+    return pd.DataFrame(optimizer_study.run_plan(config, plan, list(seeds), fit=plan_fit(accuracy), progress=False))
 
 
 def linear_breaks_at_512(config):
@@ -107,7 +107,7 @@ def test_the_seed_noise_floor_keeps_agreeing_seeds_from_making_every_gap_real():
 def schedule_frame(accuracy, seeds=(0, 1, 2)):
     config = make_config("smoke")
     plan = scaling_study.schedule_plan({"sgd": 0.05, "adamw": 1e-3})
-    return pd.DataFrame(scaling_study.run_plan(config, plan, list(seeds), fit=plan_fit(accuracy), progress=False))
+    return pd.DataFrame(optimizer_study.run_plan(config, plan, list(seeds), fit=plan_fit(accuracy), progress=False))
 
 
 SCHEDULE_GAIN = {"constant": 0.0, "step": 0.05, "cosine": 0.10, "onecycle": 0.15}

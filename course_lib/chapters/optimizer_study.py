@@ -14,8 +14,16 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import pandas as pd
+import torch
+
+from course_lib.analysis import claims as claim
+from course_lib.analysis import statistics
 from course_lib.chapters.setup import ChapterSetup, sizes
-from course_lib.config import Config
+from course_lib.config import Config, resolve_profile
+from course_lib.data import pipeline
+from course_lib.data.datasets import config_with_data
+from course_lib.engine import schedule, train
 from course_lib.instruments.progress import Progress
 
 # Each optimizer at its usual learning rate, a third of it and three times it.
@@ -65,15 +73,8 @@ SIZES = {
 
 def setup(profile: str, *, range_test_steps: int = 0, seeds: int = 0, warmup_epochs: float | None = None,
           adamw_lr: float = ADAMW_LR, **given) -> NotebookSetup:
-    """The profile's own data (`datasets.config_with_data(find_real=False)`: 18 grid runs must fit in
-    minutes; WORKBOOK_DATA=<folder> changes it), the profile's `SIZES`, then `given` (None: not given)."""
-    from course_lib.config import resolve_profile
-    from course_lib.data import pipeline
-    from course_lib.data.datasets import config_with_data
-    from course_lib.engine import schedule
-
-    import torch
-
+    """The profile's own data (`find_real=False`: 18 grid runs must fit in minutes; WORKBOOK_DATA=<folder>
+    changes it), the profile's `SIZES`, then `given` (None: not given)."""
     profile = resolve_profile(profile)
     chosen = sizes(SIZES, profile)
     if chosen["torch_threads"]:
@@ -83,12 +84,12 @@ def setup(profile: str, *, range_test_steps: int = 0, seeds: int = 0, warmup_epo
                                                                   **{k: v for k, v in given.items() if v is not None}})
     config = config.replace(warmup_epochs=warmup_epochs if warmup_epochs is not None else config.epochs * 5 / 120)
     bundle = pipeline.build_datasets(config)
-    steps = schedule.steps_per_epoch(len(bundle.train), config)
-    grid_config = config.replace(**chosen["grid"], image_size=min(config.image_size, 64))
-    return NotebookSetup(profile=profile, data=data, config=config, bundle=bundle, steps_per_epoch=steps,
+    return NotebookSetup(profile=profile, data=data, config=config, bundle=bundle,
+                         steps_per_epoch=schedule.steps_per_epoch(len(bundle.train), config),
                          sgd_lr=sgd_learning_rate(config.batch_size),
                          range_test_steps=range_test_steps or chosen["range_test_steps"],
-                         seeds=list(range(seeds or chosen["seeds"])), grid_config=grid_config,
+                         seeds=list(range(seeds or chosen["seeds"])),
+                         grid_config=config.replace(**chosen["grid"], image_size=min(config.image_size, 64)),
                          grid_factors=chosen["grid_factors"], adamw_lr=adamw_lr)
 
 
@@ -108,27 +109,30 @@ def optimizer_overrides(optimizer: str, lr: float) -> dict:
     return {"optimizer": optimizer, "lr": lr, "min_lr": lr / 100, "weight_decay": decay}
 
 
-def run_grid(config: Config, grid: dict, seeds, bundle=None, fit=None, progress: bool = True) -> list[dict]:
-    """Train `config` once per (optimizer, learning rate, seed); one row per run with the learning
-    rate's rank in its optimizer's grid (0 = smallest), validation top-1 and images/s. `fit` is
-    `train.fit` (a stand-in in tests). `progress`: one bar (or plain line) over the grid's fits."""
-    if fit is None:
-        from course_lib.engine.train import fit
+def grid_plan(grid: dict) -> list[tuple[dict, dict]]:
+    """(labels, Config overrides) per grid point, with the learning rate's rank in its optimizer's grid
+    (0 = smallest): the pairing of `adamw_minus_sgd`."""
+    return [({"optimizer": optimizer, "lr": lr, "lr rank": rank}, optimizer_overrides(optimizer, lr))
+            for optimizer, learning_rates in grid.items() for rank, lr in enumerate(learning_rates)]
+
+
+def run_plan(config: Config, plan, seeds, bundle=None, fit=train.fit, progress: bool = True,
+             description: str = "runs") -> list[dict]:
+    """Train `config` with each plan entry's overrides once per seed, seed by seed (a change in the machine's
+    load then spreads over every entry), one row per run: the entry's labels, seed, validation top-1, training
+    loss, optimizer steps, images/s and seconds. `fit` is `train.fit` (a stand-in in tests)."""
     rows = []
-    bar = Progress(sum(map(len, grid.values())) * len(seeds), "grid", unit="fits", enabled=progress)
-    for optimizer, learning_rates in grid.items():
-        for rank, lr in enumerate(learning_rates):
-            for seed in seeds:
-                bar.set_postfix_str(f"{optimizer} lr {lr:.3g} seed {seed}")
-                started = time.perf_counter()
-                result = fit(config.replace(seed=seed, **optimizer_overrides(optimizer, lr)), bundle=bundle,
-                             progress=progress, verbose=False)  # and each fit's transient epoch bar
-                final = result.final
-                rows.append({"optimizer": optimizer, "lr": lr, "lr rank": rank, "seed": seed,
-                             "val top-1": final.get("val_top1"), "train loss": final.get("train_loss"),
-                             "images/s": final.get("images_per_second"),
-                             "seconds": time.perf_counter() - started})
-                bar.update()
+    bar = Progress(len(plan) * len(seeds), description, unit="fits", enabled=progress)
+    for seed in seeds:
+        for labels, overrides in plan:
+            bar.set_postfix_str(", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                                          for k, v in labels.items()) + f", seed {seed}")
+            started = time.perf_counter()
+            final = fit(config.replace(seed=seed, **overrides), bundle=bundle, progress=progress, verbose=False).final
+            rows.append({**labels, "seed": seed, "val top-1": final.get("val_top1"),
+                         "train loss": final.get("train_loss"), "steps": final.get("optimizer_steps"),
+                         "images/s": final.get("images_per_second"), "seconds": time.perf_counter() - started})
+            bar.update()
     bar.close()
     return rows
 
@@ -137,8 +141,6 @@ def sensitivity(frame):
     """Per optimizer: mean top-1 over the grid, its spread over learning rates (max - min of the
     per-learning-rate means), over seeds (mean of the per-learning-rate standard deviations) and in all
     (standard deviation over every run), and the best learning rate."""
-    import pandas as pd
-
     rows = {}
     for optimizer, part in frame.groupby("optimizer", sort=False):
         by_lr = part.groupby("lr")["val top-1"]
@@ -151,17 +153,13 @@ def sensitivity(frame):
 
 def adamw_minus_sgd(frame) -> dict:
     """AdamW's top-1 minus SGD's in points, paired by (learning-rate rank, seed), with its t interval."""
-    from course_lib.analysis import statistics
-
     pivot = frame.pivot_table(index=["lr rank", "seed"], columns="optimizer", values="val top-1").dropna()
-    difference = statistics.paired_difference(100 * pivot["adamw"], 100 * pivot["sgd"])
-    return {**difference, "pairs": len(pivot)}
+    return {**statistics.paired_difference(100 * pivot["adamw"], 100 * pivot["sgd"]), "pairs": len(pivot)}
 
 
 def sweep_kept_best(spread, stable: dict) -> bool | None:
     """Whether a learning-rate sweep's largest stable rate (`stable`, per optimizer) would have kept the
-    grid's best learning rate (`sensitivity(frame)["best lr"]`): False when, for some optimizer, it lies
-    above; None when no optimizer of the grid was swept."""
+    grid's best learning rate: False when, for some optimizer, it lies above; None when none was swept."""
     verdicts = [spread.loc[name, "best lr"] <= rate * (1 + 1e-9) for name, rate in stable.items()
                 if name in spread.index and rate and rate > 0]
     return all(verdicts) if verdicts else None
@@ -172,34 +170,27 @@ def claims(frame, range_tests: dict, article_values: list[float], article_steps_
     """The optimizer claims of notebook 06: AdamW beats SGD (measured over the grid), AdamW is less
     sensitive (the spreads), the warm-up + cosine recipe (the schedule at known points), the
     learning-rate sweep (the range test) and the AdamW range (the grid's best AdamW learning rate)."""
-    from course_lib.analysis import claims as claim
-    from course_lib.analysis import statistics
-
     spread = sensitivity(frame)
     difference = adamw_minus_sgd(frame)
-    runs = len(frame[frame["optimizer"] == "sgd"])
-    seeds = frame["seed"].nunique()
     grid_text = ", ".join(f"{name} {', '.join(f'{lr:.3g}' for lr in sorted(part['lr'].unique()))}"
                           for name, part in frame.groupby("optimizer", sort=False))
     spread_text = "; ".join(f"{name}: {row['spread over lrs'] * 100:.1f} points over learning rates, "
                             f"{row['spread over seeds'] * 100:.1f} over seeds, std {row['std over all runs'] * 100:.1f}"
                             for name, row in spread.iterrows())
-    sgd_spread, adamw_spread = (spread.loc[name, "std over all runs"] for name in ("sgd", "adamw"))
-    first, peak = article_values[0], article_values[5 * article_steps_per_epoch]
-    recipe_ok = first < peak and abs(peak - 0.1) < 1e-3 and abs(article_values[-1] - 0.001) < 1e-4
+    first, peak, last = article_values[0], article_values[5 * article_steps_per_epoch], article_values[-1]
     stable = {name: result.largest_stable_lr for name, result in range_tests.items()}
-    best_adamw = spread.loc["adamw", "best lr"]
-    low, high = ARTICLE_ADAMW_RANGE
+    best_adamw, (low, high) = spread.loc["adamw", "best lr"], ARTICLE_ADAMW_RANGE
+    sgd_spread, adamw_spread = (spread.loc[name, "std over all runs"] for name in ("sgd", "adamw"))
     return [
         claim.measured("adamw_vs_sgd", difference["delta"], (difference["low"], difference["high"]),
-                       reason=f"mean of {difference['pairs']} pairs (learning-rate rank x seed): {runs} runs per "
-                              f"optimizer over {seeds} seeds at {grid_text}" + statistics.power_note(difference)),
-        claim.checked("adamw_sensitivity", adamw_spread < sgd_spread,
-                      reason=f"top-1 spread over the grid; {spread_text}"),
+                       reason=f"mean of {difference['pairs']} pairs (learning-rate rank x seed): "
+                              f"{len(frame[frame['optimizer'] == 'sgd'])} runs per optimizer over "
+                              f"{frame['seed'].nunique()} seeds at {grid_text}" + statistics.power_note(difference)),
+        claim.checked("adamw_sensitivity", adamw_spread < sgd_spread, f"top-1 spread over the grid; {spread_text}"),
         # The engine's scheduler against the article's formula: shown by construction, not measured.
-        claim.demonstrated("warmup_cosine", recipe_ok,
+        claim.demonstrated("warmup_cosine", first < peak and abs(peak - 0.1) < 1e-3 and abs(last - 0.001) < 1e-4,
                            f"the engine's scheduler gives {first:.4f} at step 0, {peak:.3f} after 5 warm-up epochs, "
-                           f"{article_values[-1]:.4f} at the end of 120 epochs"),
+                           f"{last:.4f} at the end of 120 epochs"),
         # The sweep's advice can fail: a grid run above its largest stable rate that beats every run at or
         # below it would mean the sweep cut off the best learning rate.
         claim.checked("lr_sweep", sweep_kept_best(spread, stable),

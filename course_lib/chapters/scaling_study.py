@@ -8,13 +8,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
+from itertools import combinations
 from typing import ClassVar
 
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from course_lib import paths
+from course_lib.analysis import claims as claim
+from course_lib.analysis import statistics
 from course_lib.chapters.optimizer_study import IN_MEMORY, optimizer_overrides
-from course_lib.chapters.setup import ChapterSetup
-from course_lib.config import Config
-from course_lib.instruments.progress import Progress
+from course_lib.chapters.setup import ChapterSetup, sizes
+from course_lib.config import Config, ConfigError, make_config, resolve_profile
+from course_lib.data import pipeline
+from course_lib.data.datasets import TransformedSubset, limit_indices
+from course_lib.devices import resolve_device
+from course_lib.engine.schedule import SCHEDULES
+from course_lib.measure import memory, memory_fit
+from course_lib.models import factory
 
 SCALING_RULES = ("linear", "sqrt")  # lr0 x B / B0 (Goyal et al. 2017); lr0 x sqrt(B / B0) (Krizhevsky 2014,
 # arXiv:1404.5997; Hoffer et al. 2017, arXiv:1705.08741)
@@ -22,19 +34,20 @@ SMALLEST_BATCH = 32  # images per step: the sweep's first size
 MIN_STEPS_PER_EPOCH = 2  # a batch leaving fewer optimizer steps per epoch is past what the split can show
 STUDY_SCHEDULES = ("constant", "step", "cosine", "onecycle")  # Config.lr_schedule values, the control first
 STUDY_OPTIMIZERS = ("sgd", "adamw")
-STUDY_SIZES = {  # over the profile: epochs, images and pixels that keep both studies within their budget
-    "smoke": {"storage": "cache", "augmentation": "device", "num_workers": 0, "max_steps": 0,
-              "max_train_images": 128},
+# Per profile: Config values over the profile's (epochs, images and pixels that keep both studies within their
+# budget), the top of the batch sweep by time (0: none beyond memory and steps per epoch), and the validation
+# images each run is scored on (0: the whole split; cpu's 1000: a binomial standard error of about 1.5 points at
+# 60% top-1, below the seed noise of such short runs).
+SIZES = {
+    "smoke": dict(config={"storage": "cache", "augmentation": "device", "num_workers": 0, "max_steps": 0,
+                          "max_train_images": 128}, largest_batch=64, validation_images=0),
     # 2 epochs of 2048 EuroSAT tiles at 32 px: batch 1024 still gets 2 steps per epoch; about 4 minutes
     # for both studies on 2 cores
-    "cpu": {**IN_MEMORY, "image_size": 32, "epochs": 2, "max_train_images": 2048, "max_steps": 0},
-    "gpu": {**IN_MEMORY, "image_size": 64, "epochs": 5, "max_train_images": 0, "max_steps": 0},
+    "cpu": dict(config={**IN_MEMORY, "image_size": 32, "epochs": 2, "max_train_images": 2048, "max_steps": 0},
+                largest_batch=1024, validation_images=1000),
+    "gpu": dict(config={**IN_MEMORY, "image_size": 64, "epochs": 5, "max_train_images": 0, "max_steps": 0},
+                largest_batch=0, validation_images=0),
 }
-# The top of the batch sweep, by time (0: none beyond memory and steps per epoch).
-LARGEST_BATCH = {"smoke": 64, "cpu": 1024, "gpu": 0}
-# Validation images each run is scored on (0: the whole split). 1000 images: a binomial standard
-# error of about 1.5 points at 60% top-1, below the seed noise of such short runs.
-VALIDATION_IMAGES = {"cpu": 1000}
 SCALING_OUTPUT_DIR = "runs/checkpoints/06_scaling"
 
 
@@ -56,53 +69,37 @@ class ScalingSetup(ChapterSetup):
 
     def line(self) -> str:
         config, bundle = self.config, self.bundle
-        return "\n".join([f"{config.model}, {config.image_size} px, {config.epochs} epoch(s) of {len(bundle.train)} training "
-                f"images, scored on {len(bundle.val)} validation images; seeds {self.seeds}",
-                f"data path: {bundle.pipeline}",
-                f"B0 = {self.base_batch}; tuned in section 4: " + ", ".join(
-                    f"{name} lr {lr:.3g}" for name, lr in self.tuned_lrs.items()),
-                f"batch sweep {self.batch_sizes}: {self.largest_batch_reason}",
-                f"hardware: {self.hardware}"])
+        tuned = ", ".join(f"{name} lr {lr:.3g}" for name, lr in self.tuned_lrs.items())
+        return "\n".join([f"{config.model}, {config.image_size} px, {config.epochs} epoch(s) of {len(bundle.train)} "
+                          f"training images, scored on {len(bundle.val)} validation images; seeds {self.seeds}",
+                          f"data path: {bundle.pipeline}", f"B0 = {self.base_batch}; tuned in section 4: {tuned}",
+                          f"batch sweep {self.batch_sizes}: {self.largest_batch_reason}", f"hardware: {self.hardware}"])
 
 
 def setup(profile: str, tuned_lrs: dict, base_batch: int, seeds, *, largest_batch: int = 0,
           **given) -> ScalingSetup:
-    """Sections 5-6: the data `paths.choose_data` picks (real when present, not in smoke), the profile's
-    `STUDY_SIZES`, then `given` Config values (None: not given); batch `base_batch` (B0, where
-    `tuned_lrs` were tuned) and section 4's `seeds`, warmup 5/120 of the run as the article's; the validation split cut to
-    `VALIDATION_IMAGES`; the batch sweep up to `largest_batch` (0: the profile's `LARGEST_BATCH`), no
-    larger than memory and the split (`largest_batch_for`) allow."""
-    from course_lib import paths
-    from course_lib.config import ConfigError, resolve_profile
-    from course_lib.data import pipeline
-    from course_lib.data.datasets import TransformedSubset, limit_indices
-
-    profile = resolve_profile(profile)
-    missing = [name for name in STUDY_OPTIMIZERS if name not in tuned_lrs]
-    if missing or any(not lr > 0 for lr in tuned_lrs.values()):
+    """Sections 5-6: the data `paths.choose_data` picks (real when present, not in smoke), the profile's `SIZES`,
+    then `given` Config values (None: not given); batch `base_batch` (B0, where `tuned_lrs` were tuned), SGD at
+    its tuned rate, warmup 5/120 of the run as the article's; the batch sweep up to `largest_batch` (0: the
+    profile's), no larger than memory and the split (`largest_batch_for`) allow."""
+    profile, chosen = resolve_profile(profile), sizes(SIZES, profile)
+    if any(name not in tuned_lrs for name in STUDY_OPTIMIZERS) or any(not lr > 0 for lr in tuned_lrs.values()):
         raise ConfigError(f"tuned_lrs={tuned_lrs!r} needs a positive learning rate for each of "
                           f"{', '.join(STUDY_OPTIMIZERS)}: pass section 4's best (sensitivity(grid_runs)['best lr'])")
     data = paths.choose_data(profile, given.pop("data_dir", None))
-    values = {**STUDY_SIZES.get(profile, {}), **data.overrides, "batch_size": base_batch,
-              "output_dir": SCALING_OUTPUT_DIR, **{k: v for k, v in given.items() if v is not None}}
-    config = make_study_config(profile, values, tuned_lrs["sgd"])
+    config = make_config(profile, **{**chosen["config"], **data.overrides, "batch_size": base_batch,
+                                     "output_dir": SCALING_OUTPUT_DIR, **{k: v for k, v in given.items() if v is not None}})
+    config = config.replace(warmup_epochs=config.epochs * 5 / 120, lr_schedule="cosine",
+                            **optimizer_overrides("sgd", tuned_lrs["sgd"]))
     bundle = pipeline.build_datasets(config)
-    kept = limit_indices(len(bundle.val), VALIDATION_IMAGES.get(profile, 0), seed=0)
+    kept = limit_indices(len(bundle.val), chosen["validation_images"], seed=0)
     if kept is not None:  # the same images for every run: a fixed seed, not the run's
         bundle = dataclasses.replace(bundle, val=TransformedSubset(bundle.val, kept))
-    largest, reason, per_image = largest_batch_for(config, len(bundle.train), largest_batch or LARGEST_BATCH[profile],
-                                                len(bundle.classes))
+    largest, reason, per_image = largest_batch_for(config, len(bundle.train), largest_batch or chosen["largest_batch"],
+                                                   len(bundle.classes))
     return ScalingSetup(profile=profile, data=data, config=config, bundle=bundle, seeds=list(seeds),
                         tuned_lrs=dict(tuned_lrs), batch_sizes=batch_sizes(largest), largest_batch_reason=reason,
                         bytes_per_image=per_image)
-
-
-def make_study_config(profile: str, values: dict, sgd_lr: float) -> Config:
-    from course_lib.config import make_config
-
-    config = make_config(profile, **values)
-    return config.replace(warmup_epochs=config.epochs * 5 / 120, lr_schedule="cosine",
-                          **optimizer_overrides("sgd", sgd_lr))
 
 
 def largest_batch_for(config: Config, train_images: int, time_cap: int = 0,
@@ -111,11 +108,6 @@ def largest_batch_for(config: Config, train_images: int, time_cap: int = 0,
     none), the split (at least `MIN_STEPS_PER_EPOCH` steps per epoch) and memory (the engine's
     estimate of one training step on the meta device, `measure.memory`: shapes only, no step run,
     within `memory_fit.FIT_MARGIN` of the device's free memory)."""
-    from course_lib.config import ConfigError
-    from course_lib.devices import resolve_device
-    from course_lib.measure import memory, memory_fit
-    from course_lib.models import factory
-
     if time_cap and time_cap < SMALLEST_BATCH:
         raise ConfigError(f"largest_batch={time_cap} is below the sweep's first size {SMALLEST_BATCH}; "
                           f"give {SMALLEST_BATCH} or more (0: the profile's)")
@@ -136,25 +128,21 @@ def largest_batch_for(config: Config, train_images: int, time_cap: int = 0,
                           f"{largest}: give max_train_images of {SMALLEST_BATCH * MIN_STEPS_PER_EPOCH} or more")
     text = "; ".join(f"{name} {value:,}" for name, value in bounds.items())
     return largest, (f"the top is set by {bound} ({text}: split = at least {MIN_STEPS_PER_EPOCH} steps per epoch, "
-                     f"memory = {per_image / 2**20:.2f} MiB per image in {memory_fit.FIT_MARGIN:.0%} of the free memory)"), per_image
+                     f"memory = {per_image / 2**20:.2f} MiB per image in {memory_fit.FIT_MARGIN:.0%} of the free "
+                     "memory)"), per_image
 
 
-def batch_sizes(largest: int, smallest: int = SMALLEST_BATCH) -> list[int]:
-    """Powers of two from `smallest` up to `largest` (whole images per step)."""
-    if largest < smallest:
-        raise ValueError(f"largest batch {largest} is below the smallest {smallest}")
-    sizes = [smallest]
-    while sizes[-1] * 2 <= largest:
-        sizes.append(sizes[-1] * 2)
-    return sizes
+def batch_sizes(largest: int) -> list[int]:
+    """Powers of two from `SMALLEST_BATCH` up to `largest` (whole images per step)."""
+    if largest < SMALLEST_BATCH:
+        raise ValueError(f"largest batch {largest} is below the smallest {SMALLEST_BATCH}")
+    return [SMALLEST_BATCH << k for k in range((largest // SMALLEST_BATCH).bit_length())]
 
 
 def scaled_learning_rate(rule: str, base_lr: float, base_batch: int, batch: int) -> float:
     """lr0 scaled from batch B0 to B: "linear" lr0 x B/B0 (Goyal et al. 2017: the same update per
     image seen), "sqrt" lr0 x sqrt(B/B0) (the same gradient noise per step: Krizhevsky 2014, Hoffer et
     al. 2017)."""
-    from course_lib.config import ConfigError
-
     if base_batch < 1 or batch < 1 or not base_lr > 0:
         raise ConfigError(f"scaling needs positive batches and learning rate, got B0={base_batch}, B={batch}, "
                           f"lr0={base_lr}")
@@ -183,9 +171,6 @@ def batch_plan(base_batch: int, base_lr: float, sizes, rules=SCALING_RULES) -> l
 
 def schedule_plan(tuned_lrs: dict, schedules=STUDY_SCHEDULES, optimizers=STUDY_OPTIMIZERS) -> list[tuple[dict, dict]]:
     """(labels, Config overrides) per cell of schedule x optimizer, each optimizer at its tuned lr."""
-    from course_lib.engine.schedule import SCHEDULES
-    from course_lib.config import ConfigError
-
     unknown = [name for name in schedules if name not in SCHEDULES]
     if unknown:
         raise ConfigError(f"schedule {unknown[0]!r} is not one of {', '.join(SCHEDULES)}")
@@ -194,45 +179,13 @@ def schedule_plan(tuned_lrs: dict, schedules=STUDY_SCHEDULES, optimizers=STUDY_O
             for schedule in schedules for optimizer in optimizers]
 
 
-def run_plan(config: Config, plan, seeds, bundle=None, fit=None, progress: bool = True,
-             description: str = "runs") -> list[dict]:
-    """Train `config` with each plan entry's overrides once per seed, seed by seed (a change in the
-    machine's load then spreads over every entry), one row per run: the entry's labels, seed,
-    validation top-1, training loss, optimizer steps and seconds. `fit` is `train.fit` (a stand-in in tests)."""
-    if fit is None:
-        from course_lib.engine.train import fit
-    rows = []
-    bar = Progress(len(plan) * len(seeds), description, unit="fits", enabled=progress)
-    for seed in seeds:
-        for labels, overrides in plan:
-            bar.set_postfix_str(", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
-                                          for k, v in labels.items()) + f", seed {seed}")
-            started = time.perf_counter()
-            final = fit(config.replace(seed=seed, **overrides), bundle=bundle, progress=progress, verbose=False).final
-            rows.append({**labels, "seed": seed, "val top-1": final.get("val_top1"),
-                         "train loss": final.get("train_loss"), "steps": final.get("optimizer_steps"),
-                         "seconds": time.perf_counter() - started})
-            bar.update()
-    bar.close()
-    return rows
-
-
-def by_rule(frame):
-    """The batch sweep's rows, one per (rule, run): the run at B0 serves both rules."""
-    return frame.assign(rule=frame["rules"].str.split(", ")).explode("rule").drop(columns="rules")
-
-
 def scaling_table(frame, val_images: int, z: float = 2.0):
     """One row per (rule, batch): learning rate, optimizer steps, mean top-1 (%) and its std over
     seeds, and the difference from the best cell of the sweep in points with its noise band
     (`statistics.difference_beyond_noise`, Welch, z standard errors; each std at least the binomial
     std of the best cell on `val_images` images, so seeds that happen to agree do not shrink it to
     zero). "below the best" when the difference is beyond the band."""
-    import pandas as pd
-
-    from course_lib.analysis import statistics
-
-    long = by_rule(frame)
+    long = frame.assign(rule=frame["rules"].str.split(", ")).explode("rule").drop(columns="rules")  # B0 serves both
     cells = long.groupby(["rule", "batch"])
     means = cells["val top-1"].mean()
     best_key = means.idxmax()
@@ -253,8 +206,6 @@ def scaling_table(frame, val_images: int, z: float = 2.0):
 def where_rules_break(table, base_batch: int):
     """Per rule: the batch sizes within noise of the best, and where it breaks: the smallest batch
     above B0 whose top-1 falls beyond seed noise below the best ("not up to <top>": it holds over the sweep)."""
-    import pandas as pd
-
     rows = {}
     for rule, part in table.groupby(level="rule", sort=False):
         part = part.droplevel("rule")
@@ -269,8 +220,6 @@ def where_rules_break(table, base_batch: int):
 def plot_scaling(table, base_batch: int, axis=None):
     """top-1 against batch size per rule (log scale), error bars one std over seeds, and the best
     cell's noise floor (best minus the band of the cells beside it) as a dashed line."""
-    import matplotlib.pyplot as plt
-
     if axis is None:
         _, axis = plt.subplots(figsize=(6, 3.5))
     for rule, part in table.groupby(level="rule", sort=False):
@@ -305,12 +254,6 @@ def schedule_vs_optimizer(frame, level: float = 0.95) -> dict:
     both have the same expected size: seed noise makes neither look larger. Their difference per seed
     gets a t interval (`statistics.paired_difference`, pairs = seeds); the claim holds when it lies
     above 0, is refuted below 0, and is not shown beyond noise when it contains 0."""
-    from itertools import combinations
-
-    import numpy as np
-
-    from course_lib.analysis import statistics
-
     cube = frame.pivot_table(index="seed", columns=["schedule", "optimizer"], values="val top-1") * 100
     schedules, optimizers = list(dict.fromkeys(frame["schedule"])), list(dict.fromkeys(frame["optimizer"]))
     complete = cube.dropna()
@@ -330,13 +273,9 @@ def schedule_vs_optimizer(frame, level: float = 0.95) -> dict:
 
 def decomposition_table(result: dict):
     """`schedule_vs_optimizer` as a table: mean (points) and 95% interval of each effect and their difference."""
-    import pandas as pd
-
-    rows = {name: {"mean (points)": result[name]["mean"], "low": result[name]["low"], "high": result[name]["high"]}
-            for name in ("schedule effect", "optimizer effect")}
-    difference = result["difference"]
-    rows["schedule - optimizer"] = {"mean (points)": difference["delta"], "low": difference["low"],
-                                    "high": difference["high"]}
+    effects = {"schedule effect": result["schedule effect"], "optimizer effect": result["optimizer effect"],
+               "schedule - optimizer": {**result["difference"], "mean": result["difference"]["delta"]}}
+    rows = {name: {"mean (points)": e["mean"], "low": e["low"], "high": e["high"]} for name, e in effects.items()}
     return pd.DataFrame.from_dict(rows, orient="index").assign(seeds=result["seeds"])
 
 
@@ -348,8 +287,6 @@ def scaling_claims(table, base_batch: int, data: str) -> list:
     at the sweep's sizes in 64-128 (holds when every one is within seed noise of the sweep's best,
     refuted when one falls beyond it; not measurable when the sweep has none), the 24 GB card left
     aside (a statement about memory, not accuracy)."""
-    from course_lib.analysis import claims as claim
-
     linear = table.xs("linear", level="rule")
     inside = [b for b in linear.index if ARTICLE_BATCHES[0] <= b <= ARTICLE_BATCHES[1]]
     if not inside:
@@ -357,24 +294,21 @@ def scaling_claims(table, base_batch: int, data: str) -> list:
                                                          f"batch in {ARTICLE_BATCHES[0]}-{ARTICLE_BATCHES[1]}")]
     worst = min(inside, key=lambda b: linear.loc[b, "vs best (points)"])
     row = linear.loc[worst]
+    gap = row["vs best (points)"]
     breaks = where_rules_break(table, base_batch)
     text = "; ".join(f"{rule}: below the best at {row_['below the best']}" for rule, row_ in breaks.iterrows())
     best_rule, best_batch = table["top-1 %"].idxmax()
     return [claim.checked(
         "batch_lr_scaling", bool(all(linear.loc[b, "verdict"] != "below the best" for b in inside)),
         reason=f"linear rule from B0 = {base_batch} on {data}: worst of batch {', '.join(map(str, inside))} is "
-               f"{worst} ({int(row['steps'])} steps per epoch) at {row['vs best (points)']:+.1f} points from the best ({best_rule} at {best_batch}, "
-               f"{table['top-1 %'].max():.1f}%), noise band {row['noise band']:.1f}; {text}; the 24 GB card is not "
-               f"tested (accuracy only)",
-        value=row["vs best (points)"], interval=(row["vs best (points)"] - row["noise band"],
-                                                  row["vs best (points)"] + row["noise band"]))]
+               f"{worst} ({int(row['steps'])} steps per epoch) at {gap:+.1f} points from the best ({best_rule} at "
+               f"{best_batch}, {table['top-1 %'].max():.1f}%), noise band {row['noise band']:.1f}; {text}; the 24 GB "
+               "card is not tested (accuracy only)",
+        value=gap, interval=(gap - row["noise band"], gap + row["noise band"]))]
 
 
 def schedule_claims(result: dict, data: str) -> list:
     """"The schedule matters more than the optimizer" from `schedule_vs_optimizer`."""
-    from course_lib.analysis import claims as claim
-    from course_lib.analysis import statistics
-
     difference = result["difference"]
     schedule, optimizer = result["schedule effect"], result["optimizer effect"]
     return [claim.decided(

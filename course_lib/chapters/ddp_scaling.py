@@ -5,11 +5,22 @@ and the notebook's config, data and sizes per profile (`setup`)."""
 from __future__ import annotations
 
 import dataclasses
+import statistics as stats
+
+import pandas as pd
 
 from course_lib.analysis import claims as claim
-from course_lib.chapters.setup import ChapterSetup
+from course_lib.analysis import statistics
+from course_lib.chapters.setup import ChapterSetup, sizes
+from course_lib.config import resolve_profile
+from course_lib.data.datasets import config_with_data
+from course_lib.data.pipeline import build_datasets
 from course_lib.devices import physical_cores
+from course_lib.engine import torchrun
+from course_lib.engine.allreduce import human_bytes
 from course_lib.engine.ddp import ScalingReport, efficiency_interval
+from course_lib.measure import flops, topology
+from course_lib.models.factory import build_model
 
 # The articles' rules of thumb.
 EFFICIENCY_TARGET = 0.85  # "4-GPU DDP should reach 85% scaling efficiency or better"
@@ -27,12 +38,11 @@ OUTPUT_DIR = "runs/checkpoints/ddp"
 # The all-reduce sweep (`engine.allreduce`): its largest message and the timed repeats per size (smoke: 64 KiB,
 # a check of the launch; cpu: 1 KiB to 256 MiB, about 20 s on 2 cores).
 # spawn_compare: the probe again under mp.spawn (off in smoke: another launch, tested in tests/test_spawn_launch.py).
+_MEASURED = {"probe_steps": 5, "warmup_steps": 2, "profile_steps": 3, "engine_sweep": True,
+             "allreduce_max_bytes": 256 * 2 ** 20, "spawn_compare": True}
 PROBE_CHOICES = {"smoke": {"probe_steps": 2, "warmup_steps": 1, "profile_steps": 2, "engine_sweep": False,
                            "allreduce_max_bytes": 64 * 1024, "allreduce_repeats": 3, "spawn_compare": False},
-                 "cpu": {"probe_steps": 5, "warmup_steps": 2, "profile_steps": 3, "engine_sweep": True,
-                         "allreduce_max_bytes": 256 * 2 ** 20, "allreduce_repeats": 12, "spawn_compare": True},
-                 "gpu": {"probe_steps": 5, "warmup_steps": 2, "profile_steps": 3, "engine_sweep": True,
-                         "allreduce_max_bytes": 256 * 2 ** 20, "allreduce_repeats": 20, "spawn_compare": True}}
+                 "cpu": {**_MEASURED, "allreduce_repeats": 12}, "gpu": {**_MEASURED, "allreduce_repeats": 20}}
 # The NCCL variables the article names (A1 §1.2 and §4.4): what each changes, and the setting the notebook sweeps
 # against the default where NCCL runs (None: a setting between nodes, which one node cannot show).
 NCCL_SETTINGS = {
@@ -66,17 +76,14 @@ class DdpSetup(ChapterSetup):
     def with_mfu(self, table, device, precision: str):
         """`table` with an MFU column: its images_per_second times the model's training FLOPs per image,
         over the peak of the device and precision the workers used."""
-        from course_lib.measure import flops
-
         return flops.with_mfu(table, None, self.config.image_size, device, precision, "images_per_second",
                               flops_per_image=self.flops_per_image)
 
     def line(self) -> str:
-        """What the notebook prints after the data line."""
         config = self.config
-        return "\n".join([(f"profile {self.profile}: {config.model} at {config.image_size} px, {config.batch_size} images per "
-                 f"worker, {self.workers} worker(s) on {config.device}, {self.threads_per_process} thread(s) each"),
-                f"machine: {self.hardware}"])
+        return (f"profile {self.profile}: {config.model} at {config.image_size} px, {config.batch_size} images per "
+                f"worker, {self.workers} worker(s) on {config.device}, {self.threads_per_process} thread(s) each\n"
+                f"machine: {self.hardware}")
 
 
 def setup(profile: str, *, workers: int = 0, threads_per_process: int = 1, probe_steps: int = 0,
@@ -85,24 +92,13 @@ def setup(profile: str, *, workers: int = 0, threads_per_process: int = 1, probe
     gets the same), `DDP_PROFILES` over the profile, then `params` (None: not given); `workers` 0:
     every GPU, or 2 on a CPU (`torchrun.default_workers`); `probe_steps` 0 and `engine_sweep` "auto":
     the profile's (`PROBE_CHOICES`)."""
-    from course_lib.config import profile_entry, resolve_profile
-    from course_lib.data.datasets import config_with_data
-    from course_lib.data.pipeline import build_datasets
-    from course_lib.engine import torchrun
-    from course_lib.measure import flops
-    from course_lib.models.factory import build_model
-
     config, data = config_with_data(profile, DDP_PROFILES, find_real=False, **{"output_dir": OUTPUT_DIR, **params})
-    resolved = resolve_profile(profile)
-    choices = dict(profile_entry(PROBE_CHOICES, resolved))
-    choices["probe_steps"] = probe_steps or choices["probe_steps"]
-    if engine_sweep != "auto":
-        choices["engine_sweep"] = bool(engine_sweep)
-    train_images = len(build_datasets(config).train)
+    choices = {**sizes(PROBE_CHOICES, profile), **({"probe_steps": probe_steps} if probe_steps else {}),
+               **({} if engine_sweep == "auto" else {"engine_sweep": bool(engine_sweep)})}
     flops_per_image = flops.training_flops_per_image(build_model(config, num_classes=8), config.image_size)
-    return DdpSetup(profile=resolved, data=data, config=config, workers=workers or torchrun.default_workers(config),
-                    threads_per_process=threads_per_process, train_images=train_images, flops_per_image=flops_per_image,
-                    **choices)
+    return DdpSetup(profile=resolve_profile(profile), data=data, config=config,
+                    workers=workers or torchrun.default_workers(config), threads_per_process=threads_per_process,
+                    train_images=len(build_datasets(config).train), flops_per_image=flops_per_image, **choices)
 
 
 def communication_verdict(share: float) -> str:
@@ -221,8 +217,6 @@ def nccl_settings(default, measure) -> tuple[object, dict]:
     `engine.allreduce.BandwidthReport`); `measure(env)` sweeps again with that environment. Where the default
     did not run on NCCL, or a variable only acts between nodes, its row says so instead of a number. `reports`:
     the variable's name -> its sweep, for those measured."""
-    import pandas as pd
-
     rows, reports = [], {}
     for name, (changes, setting) in NCCL_SETTINGS.items():
         row = {"variable": name, "what it changes": changes,
@@ -243,9 +237,6 @@ def nvlink_claim(default, without_p2p=None, worst_link: str | None = None):
     between GPUs that NVLink joins (`worst_link`: the slowest pair's link kind, `measure.topology`): the bus
     bandwidth of the largest message with peer-to-peer copies against without them (`without_p2p`: the sweep
     under NCCL_P2P_LEVEL=LOC), a ratio of mean times with its bootstrap interval."""
-    from course_lib.analysis import statistics
-    from course_lib.engine.allreduce import human_bytes
-
     if default.backend != "nccl" or without_p2p is None:
         return claim.not_measurable("allreduce_nvlink_vs_pcie", "needs 2 GPUs joined by NVLink, with NCCL; measured "
                                     f"instead: {default.line()}")
@@ -265,8 +256,6 @@ def nvlink_claim(default, without_p2p=None, worst_link: str | None = None):
 def worst_gpu_link() -> str | None:
     """The kind of the slowest link between this machine's GPUs ("NV", "PIX" ...: `measure.topology`); None
     without nvidia-smi's topology or with fewer than two GPUs."""
-    from course_lib.measure import topology
-
     links, _ = topology.read_topology()
     worst = topology.assess_ddp_links(links)["worst_link"] if links else None
     return topology.link_kind(worst) if worst else None
@@ -276,10 +265,6 @@ def launchers_table(report, spawned: dict, dataparallel: list[float] | None, *, 
     """torchrun against `mp.spawn` (the same probe, `engine.spawn_launch`; `spawned` None: not run) and DDP against `nn.DataParallel`
     (`engine.ddp.dataparallel_steps`, on 2 or more GPUs) at `nproc` processes or GPUs and the same global batch:
     the median step time, images/s, and for the launchers the whole launch's seconds (start-up included)."""
-    import statistics as stats
-
-    import pandas as pd
-
     def strong(rows) -> dict:
         return next(row for row in rows if row["mode"] == "strong" and row["workers"] == nproc)
 
@@ -301,8 +286,6 @@ def dataparallel_claim(report, dataparallel: list[float] | None, nproc: int):
     """The article's "DDP scales better than the old DataParallel" (A1 §4.2) as images/s of DDP over DataParallel
     on the same GPUs and global batch: DataParallel's step times over DDP's (the probe's strong-scaling row at
     `nproc`), a ratio of means with its bootstrap interval. Not measurable without 2 or more CUDA GPUs."""
-    from course_lib.analysis import statistics
-
     row = next(row for row in report.launch.metrics["rows"] if row["mode"] == "strong" and row["workers"] == nproc)
     if not dataparallel or not report.device.startswith("cuda"):
         return claim.not_measurable(

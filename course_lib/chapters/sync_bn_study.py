@@ -9,8 +9,11 @@ them (`paths.choose_data`); on generated images its claim is not measurable.
 """
 from __future__ import annotations
 
+import pandas as pd
+
+from course_lib.analysis import claims, statistics
 from course_lib.chapters.setup import sizes
-from course_lib.config import Config
+from course_lib.config import Config, ConfigError
 
 # Per profile: the per-process batches, the seeds per setting, and Config values over the chapter's config. Every
 # launch trains the same images for the same epochs, so a small batch takes more steps. cpu: speedrun_resnet_tiny
@@ -30,8 +33,6 @@ def plan(config: Config, profile: str, batches: str = "", data=None) -> tuple[Co
     """(the launches' config, the per-process batches, the seeds) for `profile`; `batches`: comma-separated
     per-process batches instead of the profile's ("": the profile's; "none": no launch). `data`: a
     `paths.DataChoice` whose images the launches train and score (None: `config`'s own)."""
-    from course_lib.config import ConfigError
-
     chosen = sizes(SIZES, profile)
     config = config.replace(**chosen["config"], **(data.overrides if data is not None else {}))
     if batches.strip() == "none":
@@ -59,8 +60,6 @@ def row(launched, per_process: int, synced: bool, seed: int) -> dict:
 def table(rows: list[dict]):
     """One row per per-process batch: top-1 with each process's own statistics and synchronised (means over
     seeds), their difference in points, and the step time of each with the synchronisation's cost."""
-    import pandas as pd
-
     frame = pd.DataFrame(rows)
     means = frame.groupby(["per-process batch", "sync_batchnorm"])[["val top-1", "step ms"]].mean().unstack()
     out = pd.DataFrame({
@@ -76,10 +75,6 @@ def claim(rows: list[dict], data, hardware: str | None = None):
     """syncbn_small_batches: at the smallest per-process batch, top-1 synchronised minus each process's own,
     paired by seed (its rule: `analysis.claims.RULES`), on `data` (a `paths.DataChoice`: generated images decide
     nothing about the article's accuracy); one seed gives no interval, so no verdict."""
-    import pandas as pd
-
-    from course_lib.analysis import claims, statistics
-
     if data.synthetic:
         return claims.not_measurable("syncbn_small_batches", f"trained on generated {data.name} images, not real "
                                      "ones; rerun where real data is found (workbook data get eurosat)", hardware)

@@ -11,7 +11,9 @@ untrusted checkpoint, data-dependent control flow for `torch.compile`, a sampler
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+import re
 import shutil
 import statistics
 import tempfile
@@ -19,11 +21,19 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from torch.utils.data import DistributedSampler, Subset
 
 from course_lib import paths
+from course_lib.analysis import claims as claim
 from course_lib.chapters.setup import ChapterSetup, sizes
-from course_lib.config import Config, ConfigError, WorkbookError
+from course_lib.config import Config, ConfigError, WorkbookError, resolve_profile
 from course_lib.data import datasets, pipeline, transforms
+from course_lib.data.datasets import config_with_data
+from course_lib.engine import train
+from course_lib.engine.precision import grad_scaler
+from course_lib.engine.step import optimizer_step, training_step
+from course_lib.instruments import peak_memory
 from course_lib.instruments.timing import stopwatch, time_repeats
 
 
@@ -52,48 +62,31 @@ class PreflightReport:
                 "problems": "; ".join(self.problems) or "none"}
 
 
-def tiny_bundle(config: Config, images: int, bundle=None, repeats: int = 1):
-    """The config's datasets cut to `images` training images taken round-robin over the classes
-    (so every class is present), listed `repeats` times, and no validation split."""
-    from torch.utils.data import Subset
-
+def tiny_bundle(config: Config, images: int, bundle=None):
+    """The config's datasets cut to `images` training images taken round-robin over the classes (so every class
+    is present), and no validation split."""
     bundle = bundle or pipeline.build_datasets(config)
-    targets = _targets(bundle.train)
     by_class: dict[int, list[int]] = {}
-    for index, target in enumerate(targets):
+    for index, target in enumerate(_targets(bundle.train)):
         by_class.setdefault(int(target), []).append(index)
-    chosen: list[int] = []
-    for position in range(max((len(v) for v in by_class.values()), default=0)):
-        for indices in by_class.values():
-            if position < len(indices) and len(chosen) < images:
-                chosen.append(indices[position])
-    return datasets.DataBundle(Subset(bundle.train, chosen * repeats), None, None, list(bundle.classes),
-                                  f"{bundle.source} (first {len(chosen)} training images x {repeats})")
+    rounds = itertools.zip_longest(*by_class.values())  # the first image of every class, then the second ...
+    chosen = [index for round_ in rounds for index in round_ if index is not None][:images]
+    return datasets.DataBundle(Subset(bundle.train, chosen), None, None, list(bundle.classes),
+                               f"{bundle.source} (first {len(chosen)} training images)")
 
 
 def _targets(dataset) -> list[int]:
-    targets = getattr(dataset, "targets", None)
-    if targets is not None:
-        return list(targets)
-    indices = getattr(dataset, "indices", None)  # a Subset of a dataset with targets
-    parent = getattr(dataset, "dataset", None)
-    if indices is not None and parent is not None:
-        parent_targets = _targets(parent)
-        return [parent_targets[i] for i in indices]
+    if getattr(dataset, "targets", None) is not None:
+        return list(dataset.targets)
+    if getattr(dataset, "indices", None) is not None and getattr(dataset, "dataset", None) is not None:
+        parent = _targets(dataset.dataset)  # a Subset of a dataset with targets
+        return [parent[i] for i in dataset.indices]
     return [int(dataset[i][1]) for i in range(len(dataset))]
 
 
 def preflight(config: Config, steps: int = 5, *, bundle=None, output_dir: str | None = None) -> PreflightReport:
-    """Train `steps` optimizer steps on one batch of `config.batch_size` images, the same batch
-    every step (an epoch of one step each), with every speed switch of `config` on. A correct
-    setup drives the loss down; errors (bad images, NaN loss, out of memory, a wrong model name)
-    come back as a one-line `error` instead of a traceback hours later. Peak memory is the
-    training device's; images/s is the median over the steps after the first (slower) one."""
-    import re
-
-    from course_lib.engine import train
-    from course_lib.instruments import peak_memory
-
+    """Train `steps` optimizer steps on the same batch of `config.batch_size` images (an epoch of one step each),
+    every speed switch of `config` on: the loss must fall, and an error comes back as one line, not a traceback."""
     if steps < 2:
         raise ConfigError(f"preflight needs at least 2 steps to see the loss move, got steps={steps}")
     started = time.perf_counter()
@@ -135,8 +128,8 @@ def preflight(config: Config, steps: int = 5, *, bundle=None, output_dir: str | 
 
 
 def error_message(function, *args, **kwargs) -> str | None:
-    """Call `function` and return "ErrorType: first line of the message" of the error it raises,
-    or None when it succeeds: lets a notebook show a failure without stopping."""
+    """"ErrorType: message" of the error `function(*args, **kwargs)` raises, or None when it succeeds: lets a
+    notebook show a failure without stopping."""
     try:
         function(*args, **kwargs)
     except Exception as error:  # the lesson is the message, whatever the type
@@ -162,9 +155,8 @@ class SlowDataset(torch.utils.data.Dataset):
 
 
 class Renormalized(torch.utils.data.Dataset):
-    """Wraps a dataset of normalized images and feeds them with a wrong input pipeline instead:
-    "raw" gives 0-255 pixel values (the transform forgot to scale and normalize), "unit" gives
-    0-1 values without Normalize."""
+    """A dataset of normalized images fed through a wrong input pipeline: "raw" gives 0-255 pixel values (the
+    transform forgot to scale and normalize), "unit" gives 0-1 values without Normalize."""
 
     KINDS = ("raw", "unit")
 
@@ -188,7 +180,7 @@ def wrong_normalization_bundle(bundle, kind: str = "raw", splits=("train", "val"
     changed = {split: Renormalized(getattr(bundle, split), kind) if split in splits and getattr(bundle, split)
                is not None else getattr(bundle, split) for split in ("train", "val", "test")}
     return datasets.DataBundle(changed["train"], changed["val"], changed["test"], list(bundle.classes),
-                                  f"{bundle.source} ({kind} inputs in {', '.join(splits)})")
+                               f"{bundle.source} ({kind} inputs in {', '.join(splits)})")
 
 
 def input_statistics(dataset, images: int = 64) -> dict:
@@ -211,9 +203,8 @@ def normalization_verdict(statistics_row: dict, tolerance: float = 3.0) -> str:
 
 
 def make_broken_folder(out_dir, source=None, per_class: int = 3, classes: int = 2) -> dict:
-    """Copy `per_class` images of the first `classes` classes of an ImageFolder (default: the
-    committed landcover-synth train split) to out_dir, then break three files: one truncated,
-    one empty, one text file named .jpg. Returns {"folder", "broken": [paths]}."""
+    """Copy `per_class` images of the first `classes` classes of an ImageFolder (default: the committed
+    landcover-synth train split) to out_dir and break three: truncated, empty, text named .jpg."""
     source = Path(source) if source else paths.resolve_path(str(paths.SAMPLE_DIR / "train"))
     out_dir = Path(out_dir)
     if out_dir.exists():
@@ -226,8 +217,7 @@ def make_broken_folder(out_dir, source=None, per_class: int = 3, classes: int = 
         for path in sorted((source / name).iterdir())[:per_class]:
             shutil.copy(path, out_dir / name / path.name)
     first = out_dir / names[0]
-    files = sorted(first.iterdir())
-    truncated, empty = files[0], files[1]
+    truncated, empty = sorted(first.iterdir())[:2]
     truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 3])
     empty.write_bytes(b"")
     text = first / "notes.jpg"
@@ -236,16 +226,16 @@ def make_broken_folder(out_dir, source=None, per_class: int = 3, classes: int = 
 
 
 class NotAWeight:
-    """A harmless object that is not a tensor: pickled into a file, it stands for any code or
-    object a checkpoint from an unknown source could carry."""
+    """A harmless object that is not a tensor: pickled, it stands for any code a checkpoint from an unknown
+    source could carry."""
 
     def __init__(self, note: str = "arbitrary object"):
         self.note = note
 
 
 def write_untrusted_checkpoint(path) -> Path:
-    """A checkpoint with a pickled custom object next to the weights (as torch.save of a whole
-    model or of a custom class writes): `torch.load(weights_only=True)` refuses it."""
+    """A checkpoint with a pickled custom object next to the weights (as torch.save of a whole model writes):
+    `torch.load(weights_only=True)` refuses it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"model": {"weight": torch.zeros(2)}, "extra": NotAWeight()}, path)
@@ -260,9 +250,8 @@ def write_truncated_checkpoint(good_path, path) -> Path:
 
 
 class BranchyNet(torch.nn.Module):
-    """A small CNN whose forward has a Python `if` on a tensor value (`dynamic=True`): dynamo
-    cannot trace through it and breaks the graph there. `dynamic=False` computes the same thing
-    with `torch.where`, which stays in one graph."""
+    """A small CNN whose forward has a Python `if` on a tensor value (`dynamic=True`): dynamo breaks the graph
+    there. `dynamic=False` computes the same with `torch.where`, in one graph."""
 
     def __init__(self, num_classes: int = 8, dynamic: bool = True):
         super().__init__()
@@ -273,11 +262,8 @@ class BranchyNet(torch.nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         features = self.conv1(images)
-        if self.dynamic:
-            if features.mean() > 0:  # note: reads a tensor value in Python: a graph break (and a sync on GPU)
-                features = features.relu()
-            else:
-                features = features.abs()
+        if self.dynamic:  # note: reads a tensor value in Python: a graph break (and a sync on GPU)
+            features = features.relu() if features.mean() > 0 else features.abs()
         else:
             features = torch.where(features.mean() > 0, features.relu(), features.abs())
         return self.head(self.conv2(features).relu().mean(dim=(2, 3)))
@@ -286,27 +272,22 @@ class BranchyNet(torch.nn.Module):
 def graph_breaks(model: torch.nn.Module, example: torch.Tensor) -> dict:
     """How dynamo splits `model(example)`: graphs, graph breaks and their reasons
     (torch._dynamo.explain: tracing only, no code generation, so it is fast)."""
-    import torch._dynamo as dynamo
-
-    dynamo.reset()
-    explanation = dynamo.explain(model)(example)
+    torch._dynamo.reset()  # torch imports dynamo on first use: seconds that importing this module need not pay
+    explanation = torch._dynamo.explain(model)(example)
     reasons = [str(getattr(reason, "reason", reason)).splitlines()[0][:120] for reason in explanation.break_reasons]
     return {"graphs": explanation.graph_count, "graph_breaks": explanation.graph_break_count, "reasons": reasons}
 
 
 def compile_timing(model: torch.nn.Module, example: torch.Tensor, repeats: int = 5) -> dict:
-    """Seconds of the first compiled forward+backward (tracing and code generation included) and
-    the median of later calls, against eager. The first-call cost is the article's "slow first
-    compile"; run it outside smoke-sized budgets (minutes on a CPU for a real model)."""
-    import torch._dynamo as dynamo
-
+    """Seconds of the first compiled forward+backward (the article's "slow first compile": minutes on a CPU for
+    a real model) and the median of later calls, against eager."""
     device = example.device
 
     def step(module):
         return lambda: module(example).float().sum().backward()
 
     eager = time_repeats(step(model), repeats=repeats, warmup=1, device=device).median
-    dynamo.reset()
+    torch._dynamo.reset()
     compiled = torch.compile(model)
     first, _ = stopwatch(step(compiled), device)  # the first call traces and generates code: timed once
     later = time_repeats(step(compiled), repeats=repeats, warmup=0, device=device).median
@@ -317,10 +298,8 @@ def compile_timing(model: torch.nn.Module, example: torch.Tensor, repeats: int =
 
 def epoch_orders(count: int, world_size: int = 2, epochs: int = 3, *, call_set_epoch: bool = True,
                  rank: int = 0, seed: int = 0, show: int = 8) -> list[list[int]]:
-    """The first `show` indices rank `rank` of a DistributedSampler yields in each epoch, with or
-    without `sampler.set_epoch(epoch)` before the epoch."""
-    from torch.utils.data import DistributedSampler
-
+    """The first `show` indices rank `rank` of a DistributedSampler yields in each epoch, with or without
+    `sampler.set_epoch(epoch)`."""
     sampler = DistributedSampler(range(count), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
     orders = []
     for epoch in range(epochs):
@@ -332,16 +311,8 @@ def epoch_orders(count: int, world_size: int = 2, epochs: int = 3, *, call_set_e
 
 def plain_sgd_losses(dataset, lr: float = 0.05, steps: int = 15, batch_size: int = 32, seed: int = 0,
                      num_classes: int = 8) -> list[float]:
-    """Training losses of the small BatchNorm-free `BranchyNet` (static variant) under SGD with
-    momentum: without a normalization layer after the first convolution, the scale of the
-    inputs reaches the gradients directly, which is what makes unnormalized inputs blow up."""
-    import itertools
-
-    import torch.nn.functional as F
-
-    from course_lib.engine.precision import grad_scaler
-    from course_lib.engine.step import optimizer_step, training_step
-
+    """Training losses of the BatchNorm-free `BranchyNet` under SGD with momentum: with no normalization layer,
+    the scale of the inputs reaches the gradients directly, which is what makes unnormalized inputs blow up."""
     torch.manual_seed(seed)
     model = BranchyNet(num_classes, dynamic=False)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
@@ -358,52 +329,40 @@ def plain_sgd_losses(dataset, lr: float = 0.05, steps: int = 15, batch_size: int
 
 def claims(breaks, compile_rows, compile_signal: str, reports: dict, orders, simulated: list, starve_table,
            slow_read_ms: float, container: dict | None = None) -> list:
-    """Notebook 11's claims (`analysis.claims`), each decided by what the notebook reproduced:
-    `breaks` (graph_breaks per variant), `compile_rows` (compile_timing per variant, None when not
-    measured), `reports` (preflight per configuration, "this configuration" first), `orders` (epoch
-    orders with and without set_epoch), `simulated` (the doctor's problems on a made-up machine),
-    `starve_table` (data wait at num_workers=0 and with workers), `container` (the failure modes the
-    container-runtime rule names on each made-up broken machine,
-    `container_runtime.diagnoses_each_broken_machine`)."""
-    from course_lib.analysis import claims as claim_records
-
-    found = []
+    """Notebook 11's claims, each decided by what it reproduced: graph breaks and compile times per variant
+    (`compile_rows` None: not measured), pre-flight reports ("this configuration" first), epoch orders, the doctor's
+    problems on a made-up machine, data wait per num_workers and, when given, the container-runtime diagnoses."""
     python_if, static = breaks.loc["python if"], breaks.loc["torch.where"]
-    found.append(claim_records.checked(
-        "compile_static_control_flow", python_if["graph_breaks"] > 0 and static["graph_breaks"] == 0,
-        value=float(python_if["graph_breaks"]),
-        reason=f"Python if: {int(python_if['graphs'])} graphs, {int(python_if['graph_breaks'])} break(s); "
-               f"torch.where: {int(static['graphs'])} graph, {int(static['graph_breaks'])} breaks"))
-    if compile_rows is None:
-        found.append(claim_records.not_measurable("compile_first_call_slow", compile_signal))
-    else:
-        first = float(compile_rows.loc["torch.where", "first_compiled_seconds"])
-        found.append(claim_records.checked(
-            "compile_first_call_slow", first >= 10, value=first,
-            reason=compile_signal + " (a tiny BranchyNet: a real CNN takes longer)"))
+    first = None if compile_rows is None else float(compile_rows.loc["torch.where", "first_compiled_seconds"])
     good, broken = next(iter(reports.values())), list(reports.values())[1:]
     caught = sum(not report.ok for report in broken)
-    found.append(claim_records.checked(
-        "preflight_catches_errors", caught == len(broken), value=caught,
-        reason=f"{good.steps} steps in {good.seconds:.1f} s; caught {caught} of {len(broken)} broken setups "
-               f"({', '.join(list(reports)[1:])})"))
     without, with_call = list(orders["without set_epoch"]), list(orders["with set_epoch"])
-    found.append(claim_records.checked(
-        "set_epoch_reshuffles", len(set(without)) == 1 and len(set(with_call)) == len(with_call),
-        reason=f"{len(without) - len(set(without)) + 1} of {len(without)} epochs shared one order without it; "
-               f"{len(set(with_call))} different orders with it"))
-    # The doctor's rule on a made-up mismatch: shown, not measured on a real driver.
-    found.append(claim_records.demonstrated(
-        "driver_matches_cuda", bool(simulated), (simulated[0]["advice"] if simulated else "no problem found")
-        + " (the doctor's rule applied to a made-up CUDA 12.4 wheel on driver 470)"))
     waits = list(starve_table["data wait"])
-    found.append(claim_records.checked(
-        "workers0_starves", waits[0] >= 0.5 and waits[-1] < waits[0], value=waits[0],
-        reason=f"data wait {waits[0]:.0%} at num_workers=0 -> {waits[-1]:.0%} with "
-               f"{starve_table.index[-1].split('=')[-1]} workers ({slow_read_ms:g} ms simulated storage per image)"))
+    found = [
+        claim.checked("compile_static_control_flow", python_if["graph_breaks"] > 0 and static["graph_breaks"] == 0,
+                      f"Python if: {int(python_if['graphs'])} graphs, {int(python_if['graph_breaks'])} break(s); "
+                      f"torch.where: {int(static['graphs'])} graph, {int(static['graph_breaks'])} breaks",
+                      value=float(python_if["graph_breaks"])),
+        claim.not_measurable("compile_first_call_slow", compile_signal) if first is None else claim.checked(
+            "compile_first_call_slow", first >= 10, compile_signal + " (a tiny BranchyNet: a real CNN takes longer)",
+            value=first),
+        claim.checked("preflight_catches_errors", caught == len(broken),
+                      f"{good.steps} steps in {good.seconds:.1f} s; caught {caught} of {len(broken)} broken setups "
+                      f"({', '.join(list(reports)[1:])})", value=caught),
+        claim.checked("set_epoch_reshuffles", len(set(without)) == 1 and len(set(with_call)) == len(with_call),
+                      f"{len(without) - len(set(without)) + 1} of {len(without)} epochs shared one order without it; "
+                      f"{len(set(with_call))} different orders with it"),
+        # The doctor's rule on a made-up mismatch: shown, not measured on a real driver.
+        claim.demonstrated("driver_matches_cuda", bool(simulated),
+                           (simulated[0]["advice"] if simulated else "no problem found")
+                           + " (the doctor's rule applied to a made-up CUDA 12.4 wheel on driver 470)"),
+        claim.checked("workers0_starves", waits[0] >= 0.5 and waits[-1] < waits[0],
+                      f"data wait {waits[0]:.0%} at num_workers=0 -> {waits[-1]:.0%} with "
+                      f"{starve_table.index[-1].split('=')[-1]} workers ({slow_read_ms:g} ms simulated storage per "
+                      "image)", value=waits[0])]
     if container is not None:  # the rule on made-up machines: shown, not measured on a broken one
         right = [name for name, causes in container.items() if causes == [name]]
-        found.append(claim_records.demonstrated(
+        found.append(claim.demonstrated(
             "container_gpu_access", len(right) == len(container) > 0,
             f"the container-runtime rule names the one cause of {len(right)} of {len(container)} made-up broken "
             f"machines ({', '.join(container)})"))
@@ -429,18 +388,14 @@ class TroubleshootSetup(ChapterSetup):
 
 
 def setup(profile: str, *, max_steps: int | None = None, **given) -> TroubleshootSetup:
-    """The profile's own data (`config_with_data(find_real=False)`: the problems are made, not found),
-    one epoch of `max_steps` steps (None: the profile's, `SIZES`). Augmentation stays on the CPU whatever the
-    profile: the problems below are made in the per-image transforms (normalisation above all), and the
-    gpu profile's augmentation=device would hand the lessons uint8 images."""
-    from course_lib.config import resolve_profile
-    from course_lib.data.datasets import config_with_data
-
-    resolved = resolve_profile(profile)
-    chosen = sizes(SIZES, resolved)
+    """The profile's own data (`find_real=False`: the problems are made, not found), one epoch of `max_steps`
+    steps (None: the profile's `SIZES`)."""
+    chosen = sizes(SIZES, profile)
     config, data = config_with_data(profile, find_real=False, epochs=1, max_steps=max_steps or chosen["max_steps"],
                                     output_dir="runs/checkpoints/11_troubleshooting",
                                     **{k: v for k, v in given.items() if v is not None})
+    # The problems are made in the per-image transforms (normalisation above all): the gpu profile's
+    # augmentation=device would hand the lessons uint8 images.
     config = config.replace(augmentation="cpu")
-    return TroubleshootSetup(profile=resolved, data=data, config=config, bundle=pipeline.build_datasets(config),
+    return TroubleshootSetup(profile=resolve_profile(profile), data=data, config=config, bundle=pipeline.build_datasets(config),
                              scratch=Path(tempfile.mkdtemp(prefix="troubleshooting-")), plain_steps=chosen["plain_steps"])

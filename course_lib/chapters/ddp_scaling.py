@@ -58,8 +58,7 @@ NCCL_SETTINGS = {
 
 @dataclasses.dataclass(kw_only=True)
 class DdpSetup(ChapterSetup):
-    """Notebook 05's config (every worker trains with it), data and sizes (`setup`); the workers are launched
-    with its profile."""
+    """Notebook 05's config (every worker trains with it), data and sizes; the workers are launched with its profile."""
 
     workers: int  # DDP worker processes of the launches and the scaling probe
     threads_per_process: int  # OMP threads per worker process
@@ -74,8 +73,7 @@ class DdpSetup(ChapterSetup):
     spawn_compare: bool  # run the probe again under mp.spawn
 
     def with_mfu(self, table, device, precision: str):
-        """`table` with an MFU column: its images_per_second times the model's training FLOPs per image,
-        over the peak of the device and precision the workers used."""
+        """`table` with an MFU column: images_per_second x training FLOPs per image over the device's peak."""
         return flops.with_mfu(table, None, self.config.image_size, device, precision, "images_per_second",
                               flops_per_image=self.flops_per_image)
 
@@ -88,10 +86,8 @@ class DdpSetup(ChapterSetup):
 
 def setup(profile: str, *, workers: int = 0, threads_per_process: int = 1, probe_steps: int = 0,
           engine_sweep: str | bool = "auto", **params) -> DdpSetup:
-    """The profile's own data (`find_real=False`: WORKBOOK_DATA=<folder> changes it, and every worker
-    gets the same), `DDP_PROFILES` over the profile, then `params` (None: not given); `workers` 0:
-    every GPU, or 2 on a CPU (`torchrun.default_workers`); `probe_steps` 0 and `engine_sweep` "auto":
-    the profile's (`PROBE_CHOICES`)."""
+    """The profile's own data (`find_real=False`), `DDP_PROFILES` over the profile, then `params`; `workers` 0: every
+    GPU, or 2 on a CPU; `probe_steps` 0 and `engine_sweep` "auto": the profile's (`PROBE_CHOICES`)."""
     config, data = config_with_data(profile, DDP_PROFILES, find_real=False, **{"output_dir": OUTPUT_DIR, **params})
     choices = {**sizes(PROBE_CHOICES, profile), **({"probe_steps": probe_steps} if probe_steps else {}),
                **({} if engine_sweep == "auto" else {"engine_sweep": bool(engine_sweep)})}
@@ -152,56 +148,34 @@ def scaling_advice(report: ScalingReport, *, cores: int | None = None, threads_p
 
 
 def claims(report: ScalingReport, equivalence: dict | None = None) -> list:
-    """The articles' DDP claims as `analysis.claims.Claim`s: the 85% rule (measured only on 4 or more
-    CUDA GPUs, else not measurable here, with what was measured instead), the article's 71% example,
+    """The articles' DDP claims: the 85% rule (measured only on 4 or more CUDA GPUs), the article's 71% example,
     the 15% communication rule, stage 3's 2.5x and, when given, the 1-worker equivalence check."""
     workers = int(report.table["workers"].max())
     strong = report.table[report.table["mode"] == "strong"].sort_values("workers").iloc[-1]
-    interval = efficiency_interval(report)
-    efficiency, low, high = ((interval["efficiency"], interval["low"], interval["high"]) if interval
-                             else (float(strong["efficiency"]), None, None))
+    interval = efficiency_interval(report) or {"efficiency": float(strong["efficiency"]), "low": None, "high": None}
+    efficiency, low, high = interval["efficiency"], interval["low"], interval["high"]
     measured_here = (f"{efficiency:.0%} strong-scaling efficiency at {workers} worker(s) on {report.device} "
                      f"({report.precision})" + (f", 95% interval [{low:.0%}, {high:.0%}] over repeated steps"
                                                 if low is not None else ""))
-    gpus = report.device.startswith("cuda") and workers >= 4
-    if gpus:
-        efficiency_claim = claim.measured("ddp_efficiency", 100 * efficiency,
-                                          (100 * low, 100 * high) if low is not None else None,
-                                          reason=f"{measured_here}; T1 / (N x TN) at the same global batch")
-    else:
-        caveat = (" (processes sharing the same cores, gradients through gloo: a lower bound that says little "
-                  "about NCCL on GPUs)" if report.device == "cpu" else "")
-        efficiency_claim = claim.not_measurable(
-            "ddp_efficiency", f"needs 4 or more CUDA GPUs; measured instead: {measured_here}{caveat}")
+    caveat = (" (processes sharing the same cores, gradients through gloo: a lower bound that says little "
+              "about NCCL on GPUs)" if report.device == "cpu" else "")
     single, four = ARTICLE_EXAMPLE_MINUTES
     single_worker_seconds = report.table.query("mode == 'strong' and workers == 1")["epoch_seconds"].iloc[0]
-    example = single / (4 * four)
-    # The article's own arithmetic, redone: shown, not measured.
-    rows = [efficiency_claim, claim.demonstrated(
-        "ddp_article_example", example < EFFICIENCY_TARGET,
-        f"T1 / (N x TN) = {single:g} / (4 x {four:g}) = {example:.1%}, below the 85% bar; the same formula "
-               f"here: T1 {single_worker_seconds:.2f} s, T{workers} {strong['epoch_seconds']:.2f} s per epoch")]
-    share = report.communication.get("profiled_share")
-    if share is None:
-        rows.append(claim.not_measurable("ddp_communication_share", "one worker: nothing to communicate"))
-    else:
-        exposed = report.communication.get("exposed_share", 0.0)
-        found = (f"profiled {share:.0%} of a step inside all-reduce events (includes overlap with backward), "
-                 f"exposed {exposed:.0%} (no_sync): {communication_verdict(exposed)}; efficiency {efficiency:.0%}")
-        if report.device.startswith("cuda"):
-            # The rule predicts the efficiency it protects: more than 15% exposed goes with a missed 85%, and at
-            # most 15% with 85% met. Either mismatch refutes it.
-            rows.append(claim.checked(
-                "ddp_communication_share", (exposed > COMMUNICATION_LIMIT) == (efficiency < EFFICIENCY_TARGET),
-                reason=found + " (holds when more than 15% exposed goes with under 85% efficiency, and the reverse)"))
-        else:  # workers sharing cores miss 85% whatever communication takes: nothing to predict
-            rows.append(claim.not_measurable(
-                "ddp_communication_share", f"needs GPUs, each worker on its own device; measured: {found}"))
     stage3 = (f"{strong['speedup']:.2f}x with {workers} worker(s) at the same global batch; 2.5x on 4 GPUs is "
               f"{ARTICLE_STAGE3_SPEEDUP / 4:.1%} efficiency, below the articles' own 85% bar")
-    rows.append(claim.checked("ddp_stage3_speedup", strong["speedup"] >= 0.75 * ARTICLE_STAGE3_SPEEDUP,
-                              reason=stage3) if gpus
-                else claim.not_measurable("ddp_stage3_speedup", f"needs 4 CUDA GPUs; measured instead: {stage3}"))
+    gpus = report.device.startswith("cuda") and workers >= 4
+    rows = [
+        claim.measured("ddp_efficiency", 100 * efficiency, (100 * low, 100 * high) if low is not None else None,
+                       reason=f"{measured_here}; T1 / (N x TN) at the same global batch") if gpus else
+        claim.not_measurable("ddp_efficiency", f"needs 4 or more CUDA GPUs; measured instead: {measured_here}{caveat}"),
+        # The article's own arithmetic, redone: shown, not measured.
+        claim.demonstrated("ddp_article_example", single / (4 * four) < EFFICIENCY_TARGET,
+                           f"T1 / (N x TN) = {single:g} / (4 x {four:g}) = {single / (4 * four):.1%}, below the 85% "
+                           f"bar; the same formula here: T1 {single_worker_seconds:.2f} s, T{workers} "
+                           f"{strong['epoch_seconds']:.2f} s per epoch"),
+        communication_claim(report, efficiency),
+        claim.checked("ddp_stage3_speedup", strong["speedup"] >= 0.75 * ARTICLE_STAGE3_SPEEDUP, stage3) if gpus
+        else claim.not_measurable("ddp_stage3_speedup", f"needs 4 CUDA GPUs; measured instead: {stage3}")]
     if equivalence is not None:
         rows.append(claim.checked(
             "ddp_equivalence", bool(equivalence["equal"]),
@@ -211,12 +185,25 @@ def claims(report: ScalingReport, equivalence: dict | None = None) -> list:
     return rows
 
 
+def communication_claim(report: ScalingReport, efficiency: float):
+    """The 15% rule: on GPUs, whether the exposed all-reduce share predicted the efficiency it protects."""
+    share = report.communication.get("profiled_share")
+    if share is None:
+        return claim.not_measurable("ddp_communication_share", "one worker: nothing to communicate")
+    exposed = report.communication.get("exposed_share", 0.0)
+    found = (f"profiled {share:.0%} of a step inside all-reduce events (includes overlap with backward), "
+             f"exposed {exposed:.0%} (no_sync): {communication_verdict(exposed)}; efficiency {efficiency:.0%}")
+    if not report.device.startswith("cuda"):  # workers sharing cores miss 85% whatever communication takes
+        return claim.not_measurable("ddp_communication_share",
+                                    f"needs GPUs, each worker on its own device; measured: {found}")
+    # More than 15% exposed goes with a missed 85%, and at most 15% with 85% met: either mismatch refutes it.
+    return claim.checked("ddp_communication_share", (exposed > COMMUNICATION_LIMIT) == (efficiency < EFFICIENCY_TARGET),
+                         found + " (holds when more than 15% exposed goes with under 85% efficiency, and the reverse)")
+
+
 def nccl_settings(default, measure) -> tuple[object, dict]:
-    """(table, reports): one row per NCCL variable the article names (`NCCL_SETTINGS`): what it changes, the
-    setting tried and the peak bus bandwidth with it against the default sweep `default` (an
-    `engine.allreduce.BandwidthReport`); `measure(env)` sweeps again with that environment. Where the default
-    did not run on NCCL, or a variable only acts between nodes, its row says so instead of a number. `reports`:
-    the variable's name -> its sweep, for those measured."""
+    """(table, reports): per NCCL variable the article names, what it changes, the setting tried and the peak bus
+    bandwidth with it (`measure(env)` sweeps again) against the default sweep; `reports`: the sweeps measured."""
     rows, reports = [], {}
     for name, (changes, setting) in NCCL_SETTINGS.items():
         row = {"variable": name, "what it changes": changes,
@@ -233,10 +220,8 @@ def nccl_settings(default, measure) -> tuple[object, dict]:
 
 
 def nvlink_claim(default, without_p2p=None, worst_link: str | None = None):
-    """The article's "PCIe instead of NVLink: several times less bandwidth" (A1 §1.2), measured where NCCL ran
-    between GPUs that NVLink joins (`worst_link`: the slowest pair's link kind, `measure.topology`): the bus
-    bandwidth of the largest message with peer-to-peer copies against without them (`without_p2p`: the sweep
-    under NCCL_P2P_LEVEL=LOC), a ratio of mean times with its bootstrap interval."""
+    """The article's "PCIe instead of NVLink: several times less bandwidth" (A1 §1.2) where NCCL ran between GPUs
+    NVLink joins (`worst_link`): the largest message with peer-to-peer copies against `without_p2p` (P2P_LEVEL=LOC)."""
     if default.backend != "nccl" or without_p2p is None:
         return claim.not_measurable("allreduce_nvlink_vs_pcie", "needs 2 GPUs joined by NVLink, with NCCL; measured "
                                     f"instead: {default.line()}")
@@ -254,26 +239,26 @@ def nvlink_claim(default, without_p2p=None, worst_link: str | None = None):
 
 
 def worst_gpu_link() -> str | None:
-    """The kind of the slowest link between this machine's GPUs ("NV", "PIX" ...: `measure.topology`); None
-    without nvidia-smi's topology or with fewer than two GPUs."""
+    """The kind of the slowest link between this machine's GPUs ("NV", "PIX" ...); None without nvidia-smi's
+    topology or with fewer than two GPUs."""
     links, _ = topology.read_topology()
     worst = topology.assess_ddp_links(links)["worst_link"] if links else None
     return topology.link_kind(worst) if worst else None
 
 
-def launchers_table(report, spawned: dict, dataparallel: list[float] | None, *, nproc: int, global_batch: int):
-    """torchrun against `mp.spawn` (the same probe, `engine.spawn_launch`; `spawned` None: not run) and DDP against `nn.DataParallel`
-    (`engine.ddp.dataparallel_steps`, on 2 or more GPUs) at `nproc` processes or GPUs and the same global batch:
-    the median step time, images/s, and for the launchers the whole launch's seconds (start-up included)."""
-    def strong(rows) -> dict:
-        return next(row for row in rows if row["mode"] == "strong" and row["workers"] == nproc)
+def _strong_row(rows, nproc: int) -> dict:
+    return next(row for row in rows if row["mode"] == "strong" and row["workers"] == nproc)
 
-    torchrun_row = strong(report.launch.metrics["rows"])
-    rows = [{"how": f"DDP, {nproc} processes started by torchrun", "step_seconds": torchrun_row["step_seconds"],
+
+def launchers_table(report, spawned: dict, dataparallel: list[float] | None, *, nproc: int, global_batch: int):
+    """torchrun against `mp.spawn` (`spawned` None: not run) and DDP against `nn.DataParallel` at `nproc` processes
+    or GPUs and the same global batch: median step time, images/s and each launch's seconds (start-up included)."""
+    rows = [{"how": f"DDP, {nproc} processes started by torchrun",
+             "step_seconds": _strong_row(report.launch.metrics["rows"], nproc)["step_seconds"],
              "launch_seconds": report.launch.duration_seconds}]
     if spawned and spawned["rows"]:
         rows.append({"how": f"DDP, {nproc} processes started by mp.spawn",
-                     "step_seconds": strong(spawned["rows"][0]["metrics"]["rows"])["step_seconds"],
+                     "step_seconds": _strong_row(spawned["rows"][0]["metrics"]["rows"], nproc)["step_seconds"],
                      "launch_seconds": spawned["seconds"]})
     rows.append({"how": f"nn.DataParallel, one process over {nproc} GPUs",
                  "step_seconds": stats.median(dataparallel) if dataparallel else None, "launch_seconds": None})
@@ -283,10 +268,9 @@ def launchers_table(report, spawned: dict, dataparallel: list[float] | None, *, 
 
 
 def dataparallel_claim(report, dataparallel: list[float] | None, nproc: int):
-    """The article's "DDP scales better than the old DataParallel" (A1 §4.2) as images/s of DDP over DataParallel
-    on the same GPUs and global batch: DataParallel's step times over DDP's (the probe's strong-scaling row at
-    `nproc`), a ratio of means with its bootstrap interval. Not measurable without 2 or more CUDA GPUs."""
-    row = next(row for row in report.launch.metrics["rows"] if row["mode"] == "strong" and row["workers"] == nproc)
+    """The article's "DDP scales better than the old DataParallel" (A1 §4.2): DataParallel's step times over DDP's
+    (the probe's strong-scaling row at `nproc`) on the same GPUs and global batch, with a bootstrap interval."""
+    row = _strong_row(report.launch.metrics["rows"], nproc)
     if not dataparallel or not report.device.startswith("cuda"):
         return claim.not_measurable(
             "ddp_vs_dataparallel", f"needs 2 or more CUDA GPUs: nn.DataParallel splits a batch across GPUs, on "

@@ -14,7 +14,7 @@ from course_lib.analysis import statistics
 from course_lib.chapters.setup import ChapterSetup, sizes
 from course_lib.config import resolve_profile
 from course_lib.data.datasets import config_with_data
-from course_lib.data.pipeline import build_datasets
+from course_lib.data import pipeline
 from course_lib.devices import physical_cores
 from course_lib.engine import torchrun
 from course_lib.engine.allreduce import human_bytes
@@ -94,7 +94,7 @@ def setup(profile: str, *, workers: int = 0, threads_per_process: int = 1, probe
     flops_per_image = flops.training_flops_per_image(build_model(config, num_classes=8), config.image_size)
     return DdpSetup(profile=resolve_profile(profile), data=data, config=config,
                     workers=workers or torchrun.default_workers(config), threads_per_process=threads_per_process,
-                    train_images=len(build_datasets(config).train), flops_per_image=flops_per_image, **choices)
+                    train_images=len(pipeline.build_datasets(config).train), flops_per_image=flops_per_image, **choices)
 
 
 def communication_verdict(share: float) -> str:

@@ -1,12 +1,8 @@
-"""SGD against AdamW over a grid of learning rates and seeds (notebook 06), and the article's
-optimizer claims as `analysis.claims.Claim`s.
+"""SGD against AdamW over a grid of learning rates and seeds (notebook 06), and the article's optimizer claims.
 
-AdamW is Loshchilov & Hutter, "Decoupled Weight Decay Regularization", ICLR 2019 (arXiv:1711.05101);
-the learning rate of SGD scales linearly with the batch (Goyal et al. 2017, arXiv:1706.02677).
-"Beats SGD" is the mean over learning rates and seeds of AdamW's accuracy minus SGD's, paired by
-(learning-rate rank, seed), with its t interval (`statistics.paired_difference`); "less sensitive"
-is the spread of accuracy over the grid, per optimizer.
-
+AdamW is Loshchilov & Hutter, "Decoupled Weight Decay Regularization", ICLR 2019 (arXiv:1711.05101); the learning
+rate of SGD scales linearly with the batch (Goyal et al. 2017, arXiv:1706.02677). "Beats SGD" is AdamW's accuracy
+minus SGD's paired by (learning-rate rank, seed), with its t interval; "less sensitive" is the spread over the grid.
 Sections 5-6 (batch size against learning rate, schedule against optimizer) are `chapters.scaling_study`.
 """
 from __future__ import annotations
@@ -38,8 +34,7 @@ IN_MEMORY = {"model": "speedrun_resnet_small", "storage": "cache", "augmentation
 
 @dataclasses.dataclass(kw_only=True)
 class NotebookSetup(ChapterSetup):
-    """Notebook 06's data, config (sections 1-3; warmup: 5/120 of the run unless given), training split and the
-    sizes its parameters left to the profile."""
+    """Notebook 06's data, config (sections 1-3), training split and the sizes its parameters left to the profile."""
 
     steps_per_epoch: int
     sgd_lr: float  # the article's 0.1 at batch 256, scaled linearly
@@ -119,8 +114,7 @@ def grid_plan(grid: dict) -> list[tuple[dict, dict]]:
 def run_plan(config: Config, plan, seeds, bundle=None, fit=train.fit, progress: bool = True,
              description: str = "runs") -> list[dict]:
     """Train `config` with each plan entry's overrides once per seed, seed by seed (a change in the machine's
-    load then spreads over every entry), one row per run: the entry's labels, seed, validation top-1, training
-    loss, optimizer steps, images/s and seconds. `fit` is `train.fit` (a stand-in in tests)."""
+    load then spreads over every entry): one row per run with the entry's labels and what the run measured."""
     rows = []
     bar = Progress(len(plan) * len(seeds), description, unit="fits", enabled=progress)
     for seed in seeds:
@@ -138,9 +132,8 @@ def run_plan(config: Config, plan, seeds, bundle=None, fit=train.fit, progress: 
 
 
 def sensitivity(frame):
-    """Per optimizer: mean top-1 over the grid, its spread over learning rates (max - min of the
-    per-learning-rate means), over seeds (mean of the per-learning-rate standard deviations) and in all
-    (standard deviation over every run), and the best learning rate."""
+    """Per optimizer: mean top-1 over the grid, its spread over learning rates (max - min of their means), over
+    seeds (mean of the per-learning-rate stds) and in all (std over every run), and the best learning rate."""
     rows = {}
     for optimizer, part in frame.groupby("optimizer", sort=False):
         by_lr = part.groupby("lr")["val top-1"]
@@ -167,9 +160,8 @@ def sweep_kept_best(spread, stable: dict) -> bool | None:
 
 def claims(frame, range_tests: dict, article_values: list[float], article_steps_per_epoch: int = 50,
            batch_size: int | None = None) -> list:
-    """The optimizer claims of notebook 06: AdamW beats SGD (measured over the grid), AdamW is less
-    sensitive (the spreads), the warm-up + cosine recipe (the schedule at known points), the
-    learning-rate sweep (the range test) and the AdamW range (the grid's best AdamW learning rate)."""
+    """Notebook 06's optimizer claims: AdamW beats SGD and is less sensitive (the grid), the warm-up + cosine
+    recipe (the schedule at known points), the learning-rate sweep (range tests) and the AdamW range."""
     spread = sensitivity(frame)
     difference = adamw_minus_sgd(frame)
     grid_text = ", ".join(f"{name} {', '.join(f'{lr:.3g}' for lr in sorted(part['lr'].unique()))}"

@@ -78,17 +78,16 @@ class ScalingSetup(ChapterSetup):
 
 def setup(profile: str, tuned_lrs: dict, base_batch: int, seeds, *, largest_batch: int = 0,
           **given) -> ScalingSetup:
-    """Sections 5-6: the data `paths.choose_data` picks (real when present, not in smoke), the profile's `SIZES`,
-    then `given` Config values (None: not given); batch `base_batch` (B0, where `tuned_lrs` were tuned), SGD at
-    its tuned rate, warmup 5/120 of the run as the article's; the batch sweep up to `largest_batch` (0: the
-    profile's), no larger than memory and the split (`largest_batch_for`) allow."""
+    """Sections 5-6: the data `paths.choose_data` picks, the profile's `SIZES`, then `given`; batch `base_batch` (B0,
+    where `tuned_lrs` were tuned), warmup 5/120 as the article's; the sweep up to `largest_batch` (0: the profile's)."""
     profile, chosen = resolve_profile(profile), sizes(SIZES, profile)
     if any(name not in tuned_lrs for name in STUDY_OPTIMIZERS) or any(not lr > 0 for lr in tuned_lrs.values()):
         raise ConfigError(f"tuned_lrs={tuned_lrs!r} needs a positive learning rate for each of "
                           f"{', '.join(STUDY_OPTIMIZERS)}: pass section 4's best (sensitivity(grid_runs)['best lr'])")
     data = paths.choose_data(profile, given.pop("data_dir", None))
+    given = {k: v for k, v in given.items() if v is not None}
     config = make_config(profile, **{**chosen["config"], **data.overrides, "batch_size": base_batch,
-                                     "output_dir": SCALING_OUTPUT_DIR, **{k: v for k, v in given.items() if v is not None}})
+                                     "output_dir": SCALING_OUTPUT_DIR, **given})
     config = config.replace(warmup_epochs=config.epochs * 5 / 120, lr_schedule="cosine",
                             **optimizer_overrides("sgd", tuned_lrs["sgd"]))
     bundle = pipeline.build_datasets(config)
@@ -104,21 +103,18 @@ def setup(profile: str, tuned_lrs: dict, base_batch: int, seeds, *, largest_batc
 
 def largest_batch_for(config: Config, train_images: int, time_cap: int = 0,
                       num_classes: int = 10) -> tuple[int, str, int]:
-    """(largest batch, which bound set it, training bytes per image): the smallest of `time_cap` (0:
-    none), the split (at least `MIN_STEPS_PER_EPOCH` steps per epoch) and memory (the engine's
-    estimate of one training step on the meta device, `measure.memory`: shapes only, no step run,
-    within `memory_fit.FIT_MARGIN` of the device's free memory)."""
+    """(largest batch, which bound set it, training bytes per image): the smallest of `time_cap` (0: none), the
+    split and memory (`measure.memory`'s estimate on the meta device: shapes only, no step run)."""
     if time_cap and time_cap < SMALLEST_BATCH:
         raise ConfigError(f"largest_batch={time_cap} is below the sweep's first size {SMALLEST_BATCH}; "
                           f"give {SMALLEST_BATCH} or more (0: the profile's)")
     estimate = memory.estimate_training_memory(factory.create_model(config.model, num_classes), config.batch_size,
                                                config.image_size, optimizer="sgd", device="meta")
     per_image = max(1, estimate.activation_bytes_per_image + 3 * config.image_size ** 2 * 4)
-    fixed = estimate.total_bytes - per_image * config.batch_size
     free = memory_fit.free_bytes(resolve_device(config.device))
     bounds = {"the split": train_images // MIN_STEPS_PER_EPOCH}
     if free is not None:
-        bounds["memory"] = int((memory_fit.FIT_MARGIN * free - fixed) // per_image)
+        bounds["memory"] = memory.largest_batch_within(estimate, memory_fit.FIT_MARGIN * free)
     if time_cap:
         bounds["the profile's time cap"] = time_cap
     bound = min(bounds, key=bounds.get)
@@ -140,9 +136,8 @@ def batch_sizes(largest: int) -> list[int]:
 
 
 def scaled_learning_rate(rule: str, base_lr: float, base_batch: int, batch: int) -> float:
-    """lr0 scaled from batch B0 to B: "linear" lr0 x B/B0 (Goyal et al. 2017: the same update per
-    image seen), "sqrt" lr0 x sqrt(B/B0) (the same gradient noise per step: Krizhevsky 2014, Hoffer et
-    al. 2017)."""
+    """lr0 scaled from batch B0 to B: "linear" lr0 x B/B0 (the same update per image seen), "sqrt" lr0 x sqrt(B/B0)
+    (the same gradient noise per step)."""
     if base_batch < 1 or batch < 1 or not base_lr > 0:
         raise ConfigError(f"scaling needs positive batches and learning rate, got B0={base_batch}, B={batch}, "
                           f"lr0={base_lr}")
@@ -180,16 +175,14 @@ def schedule_plan(tuned_lrs: dict, schedules=STUDY_SCHEDULES, optimizers=STUDY_O
 
 
 def scaling_table(frame, val_images: int, z: float = 2.0):
-    """One row per (rule, batch): learning rate, optimizer steps, mean top-1 (%) and its std over
-    seeds, and the difference from the best cell of the sweep in points with its noise band
-    (`statistics.difference_beyond_noise`, Welch, z standard errors; each std at least the binomial
-    std of the best cell on `val_images` images, so seeds that happen to agree do not shrink it to
-    zero). "below the best" when the difference is beyond the band."""
+    """One row per (rule, batch): learning rate, steps, mean top-1 (%) and its std over seeds, and the difference
+    from the sweep's best cell in points with its noise band (Welch, z standard errors): "below the best" beyond it."""
     long = frame.assign(rule=frame["rules"].str.split(", ")).explode("rule").drop(columns="rules")  # B0 serves both
     cells = long.groupby(["rule", "batch"])
     means = cells["val top-1"].mean()
     best_key = means.idxmax()
     best = long.set_index(["rule", "batch"]).loc[[best_key], "val top-1"].to_numpy() * 100
+    # each std at least the best cell's binomial std on `val_images`: seeds that happen to agree give no zero band
     floor = 100 * statistics.binomial_std(means[best_key], val_images)
     rows = []
     for (rule, batch), group in cells:
@@ -218,8 +211,8 @@ def where_rules_break(table, base_batch: int):
 
 
 def plot_scaling(table, base_batch: int, axis=None):
-    """top-1 against batch size per rule (log scale), error bars one std over seeds, and the best
-    cell's noise floor (best minus the band of the cells beside it) as a dashed line."""
+    """top-1 against batch size per rule (log scale), error bars one std over seeds, and the best minus the
+    median noise band as a dashed line."""
     if axis is None:
         _, axis = plt.subplots(figsize=(6, 3.5))
     for rule, part in table.groupby(level="rule", sort=False):
@@ -247,13 +240,9 @@ def schedule_table(frame):
 
 
 def schedule_vs_optimizer(frame, level: float = 0.95) -> dict:
-    """The test of "the schedule matters more than the optimizer", seed by seed: the schedule effect is
-    the mean absolute top-1 difference (points) between two runs that differ only in the schedule (every
-    pair of schedules, each optimizer), the optimizer effect the same between two runs that differ only
-    in the optimizer (each schedule). Both are differences of two single runs, so with no real effect
-    both have the same expected size: seed noise makes neither look larger. Their difference per seed
-    gets a t interval (`statistics.paired_difference`, pairs = seeds); the claim holds when it lies
-    above 0, is refuted below 0, and is not shown beyond noise when it contains 0."""
+    """"The schedule matters more than the optimizer", seed by seed: the mean |top-1 difference| (points) of two runs
+    that differ only in the schedule against two that differ only in the optimizer, with a t interval over seeds.
+    Both are differences of two single runs: with no real effect seed noise makes neither look larger."""
     cube = frame.pivot_table(index="seed", columns=["schedule", "optimizer"], values="val top-1") * 100
     schedules, optimizers = list(dict.fromkeys(frame["schedule"])), list(dict.fromkeys(frame["optimizer"]))
     complete = cube.dropna()
@@ -283,10 +272,8 @@ ARTICLE_BATCHES = (64, 128)  # the second article's range on a 24 GB card
 
 
 def scaling_claims(table, base_batch: int, data: str) -> list:
-    """The article's "batch 64-128, learning rate scaled to the batch": checked with the linear rule
-    at the sweep's sizes in 64-128 (holds when every one is within seed noise of the sweep's best,
-    refuted when one falls beyond it; not measurable when the sweep has none), the 24 GB card left
-    aside (a statement about memory, not accuracy)."""
+    """The article's "batch 64-128, learning rate scaled to the batch": holds when the linear rule's sizes in 64-128
+    are all within seed noise of the sweep's best (the 24 GB card is about memory, not accuracy)."""
     linear = table.xs("linear", level="rule")
     inside = [b for b in linear.index if ARTICLE_BATCHES[0] <= b <= ARTICLE_BATCHES[1]]
     if not inside:

@@ -1,11 +1,9 @@
 """Notebook 05 section 7: BatchNorm at small per-process batches, with and without `sync_batchnorm` (issue 47,
 point 2). Article 1 (section 4.3) warns that BatchNorm's statistics are unstable when the batch on each GPU is
-small, that gradient accumulation does not fix it, and that a too-small per-GPU batch costs accuracy. Under DDP
-`sync_batchnorm=True` computes the statistics over every process's images (`engine.sync_batchnorm`). The notebook
-launches the same run under torchrun at several per-process batches, once with each process's own statistics and
-once synchronised, and this module holds the sizes, the data, the table and the claim. Unlike the rest of notebook
-05 (timing on the profile's own images), this section judges accuracy, so it reads real images where the run finds
-them (`paths.choose_data`); on generated images its claim is not measurable.
+small; under DDP `sync_batchnorm=True` computes them over every process's images (`engine.sync_batchnorm`). The
+notebook launches the same run at several per-process batches, with each process's own statistics and synchronised;
+this module holds the sizes, the table and the claim. The section judges accuracy, so it reads real images where
+the run finds them (`paths.choose_data`); on generated images its claim is not measurable.
 """
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
-"""Reproduce the usual CNN-training failures small and safe, and check a setup before a long run.
+"""Reproduce the usual CNN-training failures small and safe, and check a setup before a long run (notebook 11).
 
-`preflight(config)` is the article's habit of running 5-10 steps on a tiny subset before the
-real job: it trains a few steps on one small batch, the same batch every step (the loss must
-fall, as in Karpathy's "overfit one batch" recipe, https://karpathy.github.io/2019/04/25/recipe/),
-and reports memory, speed and any error as a one-line message. The other helpers make each
-failure happen on purpose (a slow dataset, wrong normalization, a broken image folder, an
-untrusted checkpoint, data-dependent control flow for `torch.compile`, a sampler without
-`set_epoch`) so notebook 11 can show the signal that gives it away and the fix.
+`preflight(config)` is the article's habit of running 5-10 steps on a tiny subset before the real job: the same
+small batch every step, whose loss must fall (Karpathy's "overfit one batch",
+https://karpathy.github.io/2019/04/25/recipe/), with memory, speed and any error as one line. The other helpers
+make each failure happen on purpose (a slow dataset, wrong normalization, broken images, an untrusted checkpoint,
+data-dependent control flow for `torch.compile`, a sampler without `set_epoch`) so the notebook can show the
+signal that gives it away and the fix.
 """
 from __future__ import annotations
 
@@ -53,9 +52,8 @@ class PreflightReport:
 
     def summary(self) -> dict:
         """One row for a table."""
-        return {"ok": self.ok, "steps": self.steps,
-                "first loss": self.losses[0] if self.losses else None,
-                "last loss": self.losses[-1] if self.losses else None,
+        first, last = (self.losses[0], self.losses[-1]) if self.losses else (None, None)
+        return {"ok": self.ok, "steps": self.steps, "first loss": first, "last loss": last,
                 "loss decreased": self.loss_decreased, "images/s": self.images_per_second,
                 "peak memory MiB": self.peak_memory_bytes / 2**20 if self.peak_memory_bytes else None,
                 "data wait": self.data_wait_fraction, "seconds": self.seconds,
@@ -383,8 +381,8 @@ class TroubleshootSetup(ChapterSetup):
 
     def line(self) -> str:
         config = self.config
-        return (f"{config.model} at {config.image_size} px, batch {config.batch_size}, {config.max_steps} steps per run, "
-                f"device {self.device}\nhardware: {self.hardware}")
+        return (f"{config.model} at {config.image_size} px, batch {config.batch_size}, {config.max_steps} steps per "
+                f"run, device {self.device}\nhardware: {self.hardware}")
 
 
 def setup(profile: str, *, max_steps: int | None = None, **given) -> TroubleshootSetup:
@@ -397,5 +395,6 @@ def setup(profile: str, *, max_steps: int | None = None, **given) -> Troubleshoo
     # The problems are made in the per-image transforms (normalisation above all): the gpu profile's
     # augmentation=device would hand the lessons uint8 images.
     config = config.replace(augmentation="cpu")
-    return TroubleshootSetup(profile=resolve_profile(profile), data=data, config=config, bundle=pipeline.build_datasets(config),
-                             scratch=Path(tempfile.mkdtemp(prefix="troubleshooting-")), plain_steps=chosen["plain_steps"])
+    return TroubleshootSetup(profile=resolve_profile(profile), data=data, config=config,
+                             bundle=pipeline.build_datasets(config), plain_steps=chosen["plain_steps"],
+                             scratch=Path(tempfile.mkdtemp(prefix="troubleshooting-")))

@@ -46,9 +46,9 @@ class NotebookSetup(ChapterSetup):
 
     def line(self) -> str:
         config = self.config
-        return "\n".join([f"{config.model}, {config.image_size} px, batch {config.batch_size}, {config.epochs} epoch(s) x "
+        return (f"{config.model}, {config.image_size} px, batch {config.batch_size}, {config.epochs} epoch(s) x "
                 f"{self.steps_per_epoch} steps, warmup {config.warmup_epochs:.2f} epochs; SGD lr {self.sgd_lr:.4g}, "
-                f"AdamW lr {self.adamw_lr:g}", f"hardware: {self.hardware}"])
+                f"AdamW lr {self.adamw_lr:g}\nhardware: {self.hardware}")
 
 
 # Per profile (sections 1-4): Config values over the profile's (on a CPU the whole notebook trains the small

@@ -34,9 +34,15 @@ newest measurements or for the committed reference results; `workbook claims` an
 from __future__ import annotations
 
 import math
+import os
+import sys
 import tomllib
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+from course_lib import ledger, machine
+from course_lib.analysis import reference
+from course_lib.config import resolve_profile
 
 HOLDS, REFUTED, NOT_SHOWN, NOT_MEASURABLE = "holds", "refuted", "not shown beyond noise", "not measurable here"
 # Shown, not measured: a check that holds by construction (the engine's scheduler against its own formula,
@@ -274,9 +280,7 @@ def measured(key: str, value: float, interval: tuple[float, float] | None = None
     if verdict == NOT_SHOWN:
         no_effect = format_value(claim.no_effect, claim.unit).replace("+", "")
         reason = f"{reason}; the interval contains {no_effect} (no effect): not shown beyond noise".lstrip("; ")
-    return Claim(key, claim.statement, f"{claim.article} §{claim.section}", claim.claimed, claim.unit, float(value),
-                 None if low is None else float(low), None if high is None else float(high),
-                 verdict, reason, hardware or _hardware(), claim.notebook)
+    return _claim(claim, value, low, high, verdict, reason, hardware)
 
 
 def checked(key: str, holds: bool | None, reason: str, value: float | None = None,
@@ -289,10 +293,8 @@ def checked(key: str, holds: bool | None, reason: str, value: float | None = Non
     if not reason:
         raise ValueError(f"claim {key}: say what was measured to decide it")
     low, high = interval if interval is not None else (None, None)
-    return Claim(key, claim.statement, f"{claim.article} §{claim.section}", claim.claimed, claim.unit,
-                 None if value is None else float(value), low, high,
-                 NOT_SHOWN if holds is None else HOLDS if holds else REFUTED, reason,
-                 hardware or _hardware(), claim.notebook)
+    return _claim(claim, value, low, high, NOT_SHOWN if holds is None else HOLDS if holds else REFUTED, reason,
+                  hardware)
 
 
 def decided(key: str, value: float, interval: tuple[float, float] | None, reason: str,
@@ -309,9 +311,8 @@ def decided(key: str, value: float, interval: tuple[float, float] | None, reason
     verdict = decide(rule, low, high)
     if also is not None:
         verdict = combine(verdict, also)
-    return Claim(key, claim.statement, f"{claim.article} §{claim.section}", claim.claimed, rule.unit, float(value),
-                 None if interval is None else low, None if interval is None else high, verdict,
-                 f"{reason}; rule: {rule.text()}", hardware or _hardware(), claim.notebook)
+    return _claim(claim, value, *((None, None) if interval is None else (low, high)), verdict,
+                  f"{reason}; rule: {rule.text()}", hardware, rule.unit)
 
 
 def demonstrated(key: str, shown: bool, reason: str, value: float | None = None,
@@ -322,9 +323,7 @@ def demonstrated(key: str, shown: bool, reason: str, value: float | None = None,
     claim = article_claim(key)
     if not reason:
         raise ValueError(f"claim {key}: say what was shown")
-    return Claim(key, claim.statement, f"{claim.article} §{claim.section}", claim.claimed, claim.unit,
-                 None if value is None else float(value), None, None, DEMONSTRATED if shown else REFUTED,
-                 reason, hardware or _hardware(), claim.notebook)
+    return _claim(claim, value, None, None, DEMONSTRATED if shown else REFUTED, reason, hardware)
 
 
 def not_measurable(key: str, reason: str, hardware: str | None = None) -> Claim:
@@ -332,21 +331,26 @@ def not_measurable(key: str, reason: str, hardware: str | None = None) -> Claim:
     claim = article_claim(key)
     if not reason:
         raise ValueError(f"claim {key}: say why it is not measurable here")
-    return Claim(key, claim.statement, f"{claim.article} §{claim.section}", claim.claimed, claim.unit, None, None,
-                 None, NOT_MEASURABLE, reason, hardware or _hardware(), claim.notebook)
+    return _claim(claim, None, None, None, NOT_MEASURABLE, reason, hardware)
 
 
-def _hardware() -> str:
-    from course_lib import machine
+def _claim(claim: ArticleClaim, value, low, high, verdict: str, reason: str, hardware: str | None,
+           unit: str | None = None) -> Claim:
+    """The Claim of the registry's `claim` measured here (this machine's hardware line unless given)."""
+    def number(x):
+        return None if x is None else float(x)
 
+    return Claim(claim.key, claim.statement, f"{claim.article} §{claim.section}", claim.claimed, unit or claim.unit,
+                 number(value), number(low), number(high), verdict, reason, hardware or _hardware(), claim.notebook)
+
+
+def _hardware() -> str:  # a seam: tests name their machine here
     return machine.describe_hardware()
 
 
 def record(claims: list[Claim], profile: str | None = None) -> None:
     """Write each claim to the ledger (kind "claim", name = its key), with the profile it was measured
     in: `profile`, else the runner's WORKBOOK_PROFILE (the ledger's own default), else none ("unknown")."""
-    from course_lib import ledger
-
     profile = _resolved(profile)
     for claim in claims:
         ledger.record(LEDGER_KIND, claim.key, status="ok", parameters={"hardware_line": claim.hardware},
@@ -355,11 +359,7 @@ def record(claims: list[Claim], profile: str | None = None) -> None:
 
 
 def _resolved(profile: str | None) -> str | None:
-    if profile is None:
-        return None
-    from course_lib.config import resolve_profile
-
-    return resolve_profile(profile)  # "auto" -> the cpu or gpu it stands for
+    return None if profile is None else resolve_profile(profile)  # "auto" -> the cpu or gpu it stands for
 
 
 def table(claims: list[Claim]):
@@ -379,11 +379,6 @@ def show(claims: list[Claim], profile: str | None = None):
     the reader's, under a line naming its machine, date and command. In the smoke profile (`profile`,
     else the runner's WORKBOOK_PROFILE) no verdict is shown: each reads "smoke run: not evidence", under
     a line saying why; the measured value stays beside it."""
-    import os
-
-    from course_lib import ledger
-    from course_lib.analysis import reference
-
     record(claims, profile)
     hardware = sorted({c.hardware for c in claims})
     print("measured on: " + "; ".join(hardware) + " (your run)")
@@ -403,8 +398,6 @@ def _beside_reference(claims: list[Claim], shown):
     """`shown` (`table(claims)`) with the committed reference's measured value, interval and verdict for
     each claim in columns of their own, and the reference; `shown` unchanged and None when no
     reference of the claims' notebook is committed (`analysis.reference.find`)."""
-    from course_lib.analysis import reference
-
     notebooks = sorted({claim.notebook for claim in claims})
     try:
         found = reference.find(notebooks[0]) if len(notebooks) == 1 else None
@@ -458,8 +451,6 @@ def _claim_fields(metrics) -> dict | None:
 
 
 def _skip_row(row: dict, why: str) -> None:
-    import sys
-
     print(f"workbook: warning: ledger row {row.get('id')} (claim {row.get('name')}) left out of the claims: {why}",
           file=sys.stderr)
 
@@ -471,8 +462,6 @@ def scoreboard(book=None) -> list[dict]:
     without one); a smoke-profile measurement is kept apart from the others (its own newest per
     machine, so it never hides a real run), with verdict SMOKE, `evidence` False and the verdict it
     would have had as `verdict_as_measured`."""
-    from course_lib import ledger, machine
-
     book = book or ledger.Ledger()
     references: dict = {}  # notebook -> its committed reference (analysis.reference), or None
     newest: dict[tuple[str, str, bool], dict] = {}
@@ -521,8 +510,6 @@ def scoreboard(book=None) -> list[dict]:
 
 def _reference_of(key: str, notebook: str, cache: dict) -> dict | None:
     """The committed reference's figure for claim `key` (analysis.reference), for the scoreboard."""
-    from course_lib.analysis import reference
-
     if notebook not in cache:
         try:
             cache[notebook] = reference.find(notebook)
@@ -557,14 +544,7 @@ ACCURACY_CLAIMS: dict[str, tuple[str, ...]] = {
 }
 CONCLUSIVE, INCONCLUSIVE = "conclusive", "inconclusive"
 ACCURACY_OUTCOMES = (CONCLUSIVE, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED)
-
-
-def _outcome(verdict: str | None) -> str:
-    if verdict in (HOLDS, REFUTED):
-        return CONCLUSIVE
-    if verdict == NOT_SHOWN:
-        return INCONCLUSIVE
-    return NOT_MEASURABLE if verdict == NOT_MEASURABLE else NOT_MEASURED
+_OUTCOMES = {HOLDS: CONCLUSIVE, REFUTED: CONCLUSIVE, NOT_SHOWN: INCONCLUSIVE, NOT_MEASURABLE: NOT_MEASURABLE}
 
 
 def accuracy_counts(board: list[dict] | None = None, whose: str = "yours", root=None) -> dict[str, dict[str, int]]:
@@ -573,8 +553,6 @@ def accuracy_counts(board: list[dict] | None = None, whose: str = "yours", root=
     newest measurement of each claim on `board` (`scoreboard()`: any machine; smoke-profile ones are not
     evidence and are left out); `whose="reference"` counts the committed reference results instead
     (`analysis.reference.find`, from `root` when given), whatever the reader has measured."""
-    from course_lib.analysis import reference
-
     if whose not in ("yours", "reference"):
         raise ValueError(f"whose={whose!r}: count 'yours' (the ledger's measurements) or 'reference'")
     verdicts: dict[str, str | None] = {}
@@ -595,7 +573,7 @@ def accuracy_counts(board: list[dict] | None = None, whose: str = "yours", root=
             verdicts.update({key: (found.claim(key) or {}).get("verdict") for key in keys} if found else {})
     counts = {}
     for notebook, keys in ACCURACY_CLAIMS.items():
-        outcomes = [_outcome(verdicts.get(key)) for key in keys]
+        outcomes = [_OUTCOMES.get(verdicts.get(key), NOT_MEASURED) for key in keys]
         counts[notebook] = {**{outcome: outcomes.count(outcome) for outcome in ACCURACY_OUTCOMES},
                             "total": len(keys)}
     return counts
@@ -603,8 +581,6 @@ def accuracy_counts(board: list[dict] | None = None, whose: str = "yours", root=
 
 def demonstrations(root=None) -> int:
     """How many claims of the committed reference results are DEMONSTRATED (counted apart from the verdicts)."""
-    from course_lib.analysis import reference
-
     notebooks = sorted({path.stem for path in (root or reference.folder()).glob("*/*.json")})
     found = (reference.find(notebook, root=root) for notebook in notebooks)
     return sum(item.get("verdict") == DEMONSTRATED for ref in found if ref for item in ref.claims)
@@ -625,8 +601,6 @@ def accuracy_results_table(root=None) -> str:
     table docs/results.md carries: notebook, claim, measured, 95% interval, verdict and how it was measured
     (the reason names the seeds, epochs and data); "-" where a notebook has no reference yet.
     `workbook reference table` prints it; tests/test_claims.py holds the copy there to the files."""
-    from course_lib.analysis import reference
-
     lines = ["| notebook | claim | measured | 95% interval | verdict | how it was measured |", "|---|---|---|---|---|---|"]
     for notebook, keys in ACCURACY_CLAIMS.items():
         found = reference.find(notebook, root=root)

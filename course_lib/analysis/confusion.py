@@ -19,7 +19,6 @@ ORDERINGS = ("name", "confusion")
 NORMALIZATIONS = ("none", "true", "pred")  # counts | each row sums to 1 (recall) | each column (precision)
 
 
-
 def confusion_counts(labels, predictions, num_classes: int) -> np.ndarray:
     """C x C counts, rows = true class, columns = predicted (scikit-learn); classes that never
     occur keep their (zero) row and column."""

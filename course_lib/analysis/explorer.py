@@ -186,9 +186,6 @@ def matrix_cells(counts, classes, normalize: str = "true", ordering: str = "conf
 
 
 def _thumbnail_uri(image, side: int) -> str:
-    import base64
-    import io
-
     from PIL import Image
 
     buffer = io.BytesIO()
@@ -248,7 +245,6 @@ def comparison_html(result) -> str:
     return "".join(lines) + "</table>"
 
 
-GALLERY_MODES = ("cell", "right_to_wrong", "wrong_to_right")
 CELL_PIXELS = 46  # width of one clickable matrix cell
 ROW_LABEL_PIXELS = 130  # the true-class names left of the grid
 FITTING_CLASSES = 10  # EuroSAT's 10 columns fit without scrolling; more scroll, and the title says so

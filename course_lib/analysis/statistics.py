@@ -22,7 +22,6 @@ def _scores(labels: np.ndarray, probabilities: np.ndarray, bins: int) -> dict:
             "images": len(labels)}
 
 
-
 def validation_noise(labels, probabilities, draws: int = 200, seed: int = 0, bins: int = 15) -> dict:
     """Standard deviation of top-1, loss and ECE over bootstrap resamples of the evaluated images
     (Efron 1979): how much each number would move on another validation set of the same size.

@@ -31,11 +31,6 @@ def drop_from_page_cache(fd: int) -> bool:
         return False
 
 
-def drop_path_from_page_cache(path) -> bool:
-    with open(path, "rb") as handle:
-        return drop_from_page_cache(handle.fileno())
-
-
 def _read_text(path: Path) -> str | None:
     try:
         return path.read_text().strip() or None

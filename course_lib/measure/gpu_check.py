@@ -27,6 +27,7 @@ from typing import Callable
 import torch
 
 from course_lib import devices, machine, paths
+from course_lib.engine.auto_precision import reduced_precision as amp_precision  # bf16 where the GPU runs it, else fp16
 from course_lib.engine.step_bench import StepBench
 from course_lib.instruments import peak_memory
 from course_lib.measure import batch_search, flops, memory, memory_probe
@@ -166,14 +167,6 @@ def decode_part(budget_seconds: float = BUDGETS["decode"], sizes: str = "64,256,
     return {"summary": {"decoders": decoders, **result.summary}, "rows": result.rows, "notes": notes}
 
 
-def amp_precision(device) -> str:
-    """The reduced precision to compare layouts and compile in: `auto_precision.reduced_precision`
-    (bf16 where the GPU runs it, else fp16)."""
-    from course_lib.engine.auto_precision import reduced_precision
-
-    return reduced_precision(device)
-
-
 def precision_variants(device, compile_model: bool = True) -> list[dict]:
     """fp32, fp16 + GradScaler, bf16, then channels_last and torch.compile on the faster-to-set-up
     reduced precision (bf16 when supported), each one switch more than the row before."""
@@ -257,12 +250,11 @@ def precision_part(budget_seconds: float = BUDGETS["precision"], *, model_name: 
     device = devices.as_device(device)
     rows = measure_rows(precision_variants(device, compile_model), Deadline(budget_seconds), model_name, image_size,
                         batch_size, device, steps=steps, warmup=warmup, num_classes=num_classes, baseline="fp32")
-    notes = []
     measured = [r for r in rows if "images_per_second" in r]
     best = max(measured, key=lambda r: r["images_per_second"]) if measured else None
     return {"summary": {"model": model_name, "image_size": image_size, "batch_size": batch_size,
                         "best_variant": best and best["variant"], "best_images_per_second": best and best["images_per_second"],
-                        "best_mfu": best and best["mfu"]}, "rows": rows, "notes": notes}
+                        "best_mfu": best and best["mfu"]}, "rows": rows, "notes": []}
 
 
 def bandwidth_part(budget_seconds: float = BUDGETS["bandwidth"], *, device="cuda", size_bytes: int | None = None,
@@ -401,15 +393,13 @@ def ddp_part(budget_seconds: float = BUDGETS["ddp"], *, nproc: int | None = None
             "rows": report.table.to_dict(orient="records")}
 
 
-def default_parts() -> list[Part]:
-    return [Part("doctor", doctor_part, BUDGETS["doctor"]),
-            Part("decode", decode_part, BUDGETS["decode"]),
-            Part("precision", precision_part, BUDGETS["precision"]),
-            Part("bandwidth", bandwidth_part, BUDGETS["bandwidth"]),
-            Part("switches", switches_part, BUDGETS["switches"]),
-            Part("memory", memory_part, BUDGETS["memory"]),
-            Part("speedrun", speedrun_part, BUDGETS["speedrun"], speedrun_skip_reason),
-            Part("ddp", ddp_part, BUDGETS["ddp"], ddp_skip_reason)]
+def default_parts(sizes: dict[str, dict] | None = None) -> list[Part]:
+    """Every part in the report's order with its budget; `sizes` holds keyword arguments per part's name."""
+    runs = {"doctor": doctor_part, "decode": decode_part, "precision": precision_part, "bandwidth": bandwidth_part,
+            "switches": switches_part, "memory": memory_part, "speedrun": speedrun_part, "ddp": ddp_part}
+    skips = {"speedrun": speedrun_skip_reason, "ddp": ddp_skip_reason}
+    return [Part(name, functools.partial(run, **(sizes or {}).get(name, {})), BUDGETS[name],
+                 skips.get(name, lambda: None)) for name, run in runs.items()]
 
 
 # The CPU dry run: every part's code on the CPU at tiny sizes (timm's test_resnet at 32 px), so a
@@ -422,19 +412,12 @@ DRY_RUN_SPEEDRUN = dict(model="test_resnet", image_size=32, min_image_size=0, ma
 
 def dry_run_parts() -> list[Part]:
     """`default_parts` at tiny sizes on the CPU (`workbook gpu-check --cpu-dry-run`)."""
-    tiny = functools.partial
-    return [Part("doctor", doctor_part, BUDGETS["doctor"]),
-            Part("decode", tiny(decode_part, sizes="32", repeats=1, images=8), BUDGETS["decode"]),
-            Part("precision", tiny(precision_part, batch_size=4, steps=1, warmup=0, compile_model=False, **DRY_RUN),
-                 BUDGETS["precision"]),
-            Part("bandwidth", tiny(bandwidth_part, device="cpu", size_bytes=32 * 2**20), BUDGETS["bandwidth"]),
-            Part("switches", tiny(switches_part, batch_size=4, steps=1, warmup=0, compile_modes=(), **DRY_RUN),
-                 BUDGETS["switches"]),
-            Part("memory", tiny(memory_part, batch_sizes=(2, 4), precision="off", max_batch=8, **DRY_RUN),
-                 BUDGETS["memory"]),
-            Part("speedrun", tiny(speedrun_part, profile="smoke", **DRY_RUN_SPEEDRUN), BUDGETS["speedrun"],
-                 speedrun_skip_reason),
-            Part("ddp", ddp_part, BUDGETS["ddp"], ddp_skip_reason)]
+    return default_parts({"decode": dict(sizes="32", repeats=1, images=8),
+                          "precision": dict(batch_size=4, steps=1, warmup=0, compile_model=False, **DRY_RUN),
+                          "bandwidth": dict(device="cpu", size_bytes=32 * 2**20),
+                          "switches": dict(batch_size=4, steps=1, warmup=0, compile_modes=(), **DRY_RUN),
+                          "memory": dict(batch_sizes=(2, 4), precision="off", max_batch=8, **DRY_RUN),
+                          "speedrun": dict(profile="smoke", **DRY_RUN_SPEEDRUN)})
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -514,78 +497,73 @@ def markdown_report(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _precision_section(part: dict) -> list[str]:
-    """The precision part: one training step per variant on random images already on the GPU."""
-    p = part["result"]
-    s = p["summary"]
-    lines = ["", f"## {s['model']} at {s['image_size']} px, batch {s['batch_size']}: one training step on "
-                 "random images already on the GPU", "",
-             "| variant | images/s | vs fp32 | step ms | first step s | peak GiB | vs fp32 | MFU | of peak |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    return lines + _table_rows(p["rows"], 9, lambda row: [
-        row["variant"], f"{row['images_per_second']:.1f}", f"{_number(row.get('speedup_vs_fp32'), '.2f')}x",
-        f"{row['step_seconds'] * 1e3:.1f}", f"{row['first_step_seconds']:.1f}", _gib(row["peak_memory_bytes"]),
-        f"{_number(row.get('memory_vs_fp32'), '.2f')}x", _percent(row["mfu"]),
-        f"{row['mfu_dtype']} {row['peak_tflops']:.4g} TFLOP/s ({row['peak_source']})"])
+def _section(title: str, columns: str, rows: list[dict], cells, after=()) -> list[str]:
+    """One part's section: its title, a table of `columns` ("a | b") with `cells(row)` per row, then `after`."""
+    count = columns.count("|") + 1
+    return ["", f"## {title}", "", f"| {columns} |", "|" + "---|" * count, *_table_rows(rows, count, cells), *after]
 
 
 def _table_rows(rows: list[dict], columns: int, cells) -> list[str]:
     """Markdown table rows of a variant part: `cells(row)` for a measured row; a failed row's error, padded
     with empty cells to `columns`."""
     return [f"| {row['variant']} | {row['error']} |" + " |" * (columns - 2) if "error" in row
-            else "| " + " | ".join(cells(row)) + " |" for row in rows]
+            else "| " + " | ".join(map(str, cells(row))) + " |" for row in rows]
+
+
+def _precision_section(part: dict) -> list[str]:
+    """The precision part: one training step per variant on random images already on the GPU."""
+    s = part["result"]["summary"]
+    return _section(f"{s['model']} at {s['image_size']} px, batch {s['batch_size']}: one training step on random "
+                    "images already on the GPU",
+                    "variant | images/s | vs fp32 | step ms | first step s | peak GiB | vs fp32 | MFU | of peak",
+                    part["result"]["rows"], lambda row: [
+        row["variant"], f"{row['images_per_second']:.1f}", f"{_number(row.get('speedup_vs_fp32'), '.2f')}x",
+        f"{row['step_seconds'] * 1e3:.1f}", f"{row['first_step_seconds']:.1f}", _gib(row["peak_memory_bytes"]),
+        f"{_number(row.get('memory_vs_fp32'), '.2f')}x", _percent(row["mfu"]),
+        f"{row['mfu_dtype']} {row['peak_tflops']:.4g} TFLOP/s ({row['peak_source']})"])
 
 
 def _bandwidth_section(part: dict) -> list[str]:
     """The roofline part: memory bandwidth and each dtype's ridge point."""
     b = part["result"]
-    lines = ["", f"## Roofline: memory bandwidth {b['summary']['gb_per_second']:.0f} GB/s (same-device copy, "
-                 "bytes read + written, best of repeats)", "",
-             "| dtype | peak TFLOP/s | from | ridge FLOP/byte |", "|---|---|---|---|"]
-    for row in b["rows"]:
-        lines.append(f"| {row['dtype']} | {row['peak_tflops']:.4g} | {row['peak_source']} | "
-                     f"{row['ridge_flop_per_byte']:.0f} |")
-    lines += ["", "A step whose FLOP per byte of memory traffic is below a dtype's ridge is bound by memory "
-                  "bandwidth in that dtype, above it by arithmetic."]
-    return lines
+    return _section(f"Roofline: memory bandwidth {b['summary']['gb_per_second']:.0f} GB/s (same-device copy, bytes "
+                    "read + written, best of repeats)", "dtype | peak TFLOP/s | from | ridge FLOP/byte", b["rows"],
+                    lambda row: [row["dtype"], f"{row['peak_tflops']:.4g}", row["peak_source"],
+                                 f"{row['ridge_flop_per_byte']:.0f}"],
+                    ["", "A step whose FLOP per byte of memory traffic is below a dtype's ridge is bound by memory "
+                         "bandwidth in that dtype, above it by arithmetic."])
 
 
 def _switches_section(part: dict) -> list[str]:
     """The GPU speed switches part (matmul_precision, cudnn_benchmark)."""
     w = part["result"]
-    lines = ["", f"## GPU speed switches: {w['summary']['model']} at {w['summary']['image_size']} px, batch "
-                 f"{w['summary']['batch_size']}", "",
-             "| setting | images/s | vs first row | first step s | MFU | of peak |", "|---|---|---|---|---|---|"]
-    lines += _table_rows(w["rows"], 6, lambda row: [
+    return _section(f"GPU speed switches: {w['summary']['model']} at {w['summary']['image_size']} px, batch "
+                    f"{w['summary']['batch_size']}", "setting | images/s | vs first row | first step s | MFU | of peak",
+                    w["rows"], lambda row: [
         row["variant"], f"{row['images_per_second']:.1f}", f"{_number(row.get('speedup_vs_fp32'), '.2f')}x",
-        f"{row['first_step_seconds']:.1f}", _percent(row["mfu"]), f"{row['mfu_dtype']} {row['peak_tflops']:.4g} TFLOP/s"])
-    lines += [""] + [f"- {note}" for note in w.get("notes", [])]
-    return lines
+        f"{row['first_step_seconds']:.1f}", _percent(row["mfu"]), f"{row['mfu_dtype']} {row['peak_tflops']:.4g} TFLOP/s"],
+                    [""] + [f"- {note}" for note in w.get("notes", [])])
 
 
 def _memory_section(part: dict) -> list[str]:
     """The training-memory part: estimated against measured peaks, and the largest batch."""
-    m = part["result"]
-    s = m["summary"]
-    lines = ["", f"## Training memory: {s['model']} at {s['image_size']} px, precision {s['precision']}", "",
-             "| batch | estimated GiB | measured peak GiB | estimate / measured |", "|---|---|---|---|"]
-    for row in m["rows"]:
-        lines.append(f"| {row['batch_size']} | {_gib(row['estimated_bytes'])} | {_gib(row['measured_peak_bytes'])} | "
-                     f"{_number(row['estimate_over_measured'], '.3f')} |")
-    lines += ["", f"Largest batch that trains (real out-of-memory search, multiples of 8, up to {MAX_BATCH}): "
-                  f"**{_number(s['largest_batch'])}**; the estimate predicts {_number(s['largest_batch_estimated'])} "
-                  f"for {_gib(s['device_memory_bytes'])} GiB. {s['search_note']}".rstrip()]
-    return lines
+    s = part["result"]["summary"]
+    return _section(f"Training memory: {s['model']} at {s['image_size']} px, precision {s['precision']}",
+                    "batch | estimated GiB | measured peak GiB | estimate / measured", part["result"]["rows"],
+                    lambda row: [row["batch_size"], _gib(row["estimated_bytes"]), _gib(row["measured_peak_bytes"]),
+                                 _number(row["estimate_over_measured"], ".3f")],
+                    ["", f"Largest batch that trains (real out-of-memory search, multiples of 8, up to {MAX_BATCH}): "
+                         f"**{_number(s['largest_batch'])}**; the estimate predicts "
+                         f"{_number(s['largest_batch_estimated'])} for {_gib(s['device_memory_bytes'])} GiB. "
+                         f"{s['search_note']}".rstrip()])
 
 
 def _decode_section(part: dict) -> list[str]:
     """The JPEG decoding part."""
-    lines = ["", "## JPEG decoding (one core per decoder; nvJPEG on the GPU)", "",
-             "| inputs | decoder | px | images/s | MB/s | vs PIL |", "|---|---|---|---|---|---|"]
-    for row in part["result"]["rows"]:
-        lines.append(f"| {row['inputs']} | {row['decoder']} | {row['image_size']} | {row['images_per_second']:.0f} | "
-                     f"{row['megabytes_per_second']:.1f} | {_number(row.get('speedup_vs_pil'), '.2f')} |")
-    return lines
+    return _section("JPEG decoding (one core per decoder; nvJPEG on the GPU)",
+                    "inputs | decoder | px | images/s | MB/s | vs PIL", part["result"]["rows"],
+                    lambda row: [row["inputs"], row["decoder"], row["image_size"], f"{row['images_per_second']:.0f}",
+                                 f"{row['megabytes_per_second']:.1f}", _number(row.get("speedup_vs_pil"), ".2f")])
 
 
 def _speedrun_section(part: dict) -> list[str]:
@@ -594,22 +572,17 @@ def _speedrun_section(part: dict) -> list[str]:
     subset = s.get("data_subset")
     carried = (f"{subset.get('train_images')} training images ({subset.get('rule')})"
                if isinstance(subset, dict) else subset or "the whole folder")
-    lines = ["", f"## Speed-run recipe on EuroSAT ({s.get('data')}: {carried})", "",
-             "| val top-1 | s to 90% | s to 95% | s to 97% | seconds | epochs | images/s | precision |",
-             "|---|---|---|---|---|---|---|---|",
-             f"| {_percent(s['val top-1'])} | {_number(s['s to 90%'], '.0f')} | {_number(s['s to 95%'], '.0f')} | "
-             f"{_number(s['s to 97%'], '.0f')} | {s['seconds']:.0f} | {s['epochs']} | {s['images/s']:.0f} | {s['precision']} |"]
-    return lines
+    return _section(f"Speed-run recipe on EuroSAT ({s.get('data')}: {carried})",
+                    "val top-1 | s to 90% | s to 95% | s to 97% | seconds | epochs | images/s | precision", [s],
+                    lambda s: [_percent(s["val top-1"]), *(_number(s[f"s to {p}%"], ".0f") for p in (90, 95, 97)),
+                               f"{s['seconds']:.0f}", s["epochs"], f"{s['images/s']:.0f}", s["precision"]])
 
 
 def _ddp_section(part: dict) -> list[str]:
     """The DDP scaling part."""
-    lines = ["", "## DDP scaling", "", "| mode | workers | global batch | images/s | speed-up | efficiency |",
-             "|---|---|---|---|---|---|"]
-    for row in part["result"]["rows"]:
-        lines.append(f"| {row['mode']} | {row['workers']} | {row['global_batch']} | {row['images_per_second']:.0f} | "
-                     f"{row['speedup']:.2f} | {_percent(row['efficiency'])} |")
-    return lines
+    return _section("DDP scaling", "mode | workers | global batch | images/s | speed-up | efficiency",
+                    part["result"]["rows"], lambda row: [row["mode"], row["workers"], row["global_batch"],
+                    f"{row['images_per_second']:.0f}", f"{row['speedup']:.2f}", _percent(row["efficiency"])])
 
 
 _SECTIONS = {"precision": _precision_section, "bandwidth": _bandwidth_section,  # in the report's order

@@ -287,23 +287,3 @@ def mps_info() -> dict:
     if facts["available"] and hasattr(torch.mps, "recommended_max_memory"):
         facts["recommended_max_memory_bytes"] = int(torch.mps.recommended_max_memory())
     return facts
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

@@ -23,7 +23,6 @@ LINK_DESCRIPTIONS = {
 }
 
 
-
 @dataclass
 class Topology:
     """`nvidia-smi topo -m` as data: `links[i][j]` is the code between devices `devices[i]` and

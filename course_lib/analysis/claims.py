@@ -40,8 +40,7 @@ import tomllib
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from course_lib import ledger, machine
-from course_lib.analysis import reference
+from course_lib.analysis import reference  # no torch: ledger and machine are imported where used (they import it)
 from course_lib.config import resolve_profile
 
 HOLDS, REFUTED, NOT_SHOWN, NOT_MEASURABLE = "holds", "refuted", "not shown beyond noise", "not measurable here"
@@ -260,9 +259,8 @@ def contains_no_effect(claim: ArticleClaim, low: float, high: float) -> bool:
 
 
 def beyond_noise(low: float, high: float, no_effect: float = 0.0) -> bool | None:
-    """For `checked`: True when the interval [low, high] of a claimed gain lies wholly above
-    `no_effect` (shown), False when wholly below it (the opposite shown: refuted), None when it
-    contains it (not shown beyond noise)."""
+    """For `checked`: True when the interval of a claimed gain lies wholly above `no_effect`, False when wholly
+    below it (refuted), None when it contains it (not shown beyond noise)."""
     return True if low > no_effect else False if high < no_effect else None
 
 
@@ -285,10 +283,8 @@ def measured(key: str, value: float, interval: tuple[float, float] | None = None
 
 def checked(key: str, holds: bool | None, reason: str, value: float | None = None,
             interval: tuple[float, float] | None = None, hardware: str | None = None) -> Claim:
-    """A claim whose verdict the notebook decides itself (a qualitative claim, or a test that is not a
-    range: "within seed noise", "bit-identical"); `reason` says what was tested. `holds`: True ->
-    HOLDS, False -> REFUTED (the check failed), None -> NOT_SHOWN (the check was inconclusive, e.g.
-    `beyond_noise` of an interval that contains "no effect")."""
+    """A claim the notebook decides itself ("within seed noise", "bit-identical"), `reason` saying what was tested:
+    `holds` True, False or None (inconclusive, e.g. `beyond_noise`) reads HOLDS, REFUTED or NOT_SHOWN."""
     claim = article_claim(key)
     if not reason:
         raise ValueError(f"claim {key}: say what was measured to decide it")
@@ -317,9 +313,8 @@ def decided(key: str, value: float, interval: tuple[float, float] | None, reason
 
 def demonstrated(key: str, shown: bool, reason: str, value: float | None = None,
                  hardware: str | None = None) -> Claim:
-    """A check that holds by construction (a formula against itself, a property of the installed wheel):
-    DEMONSTRATED when `shown`, REFUTED when even that failed (a bug to report). Counted apart from the
-    verdicts (`verdict_counts`), never as evidence for the article."""
+    """A check that holds by construction (a formula against itself, a property of the wheel): DEMONSTRATED, or
+    REFUTED when even that failed (a bug to report); counted apart, never as evidence for the article."""
     claim = article_claim(key)
     if not reason:
         raise ValueError(f"claim {key}: say what was shown")
@@ -345,12 +340,16 @@ def _claim(claim: ArticleClaim, value, low, high, verdict: str, reason: str, har
 
 
 def _hardware() -> str:  # a seam: tests name their machine here
+    from course_lib import machine
+
     return machine.describe_hardware()
 
 
 def record(claims: list[Claim], profile: str | None = None) -> None:
     """Write each claim to the ledger (kind "claim", name = its key), with the profile it was measured
     in: `profile`, else the runner's WORKBOOK_PROFILE (the ledger's own default), else none ("unknown")."""
+    from course_lib import ledger
+
     profile = _resolved(profile)
     for claim in claims:
         ledger.record(LEDGER_KIND, claim.key, status="ok", parameters={"hardware_line": claim.hardware},
@@ -373,12 +372,11 @@ SMOKE_RUN = "smoke run: not evidence"  # a smoke-profile table's verdict column:
 
 
 def show(claims: list[Claim], profile: str | None = None):
-    """Record the claims in the ledger (with `profile`, see `record`), print the machine they were
-    measured on, return the table; when a reference result of the notebook is committed
-    (`analysis.reference`), its value, interval and verdict stand in columns of their own beside
-    the reader's, under a line naming its machine, date and command. In the smoke profile (`profile`,
-    else the runner's WORKBOOK_PROFILE) no verdict is shown: each reads "smoke run: not evidence", under
-    a line saying why; the measured value stays beside it."""
+    """Record the claims (`record`), print their machine and return the table, with the committed reference's value,
+    interval and verdict in columns beside the reader's (`analysis.reference`). In the smoke profile (`profile`,
+    else WORKBOOK_PROFILE) each verdict reads "smoke run: not evidence", under a line saying why."""
+    from course_lib import ledger
+
     record(claims, profile)
     hardware = sorted({c.hardware for c in claims})
     print("measured on: " + "; ".join(hardware) + " (your run)")
@@ -395,9 +393,8 @@ def show(claims: list[Claim], profile: str | None = None):
 
 
 def _beside_reference(claims: list[Claim], shown):
-    """`shown` (`table(claims)`) with the committed reference's measured value, interval and verdict for
-    each claim in columns of their own, and the reference; `shown` unchanged and None when no
-    reference of the claims' notebook is committed (`analysis.reference.find`)."""
+    """(`shown` with the committed reference's value, interval and verdict per claim in columns of their own, the
+    reference); (`shown`, None) when the claims' notebook has none."""
     notebooks = sorted({claim.notebook for claim in claims})
     try:
         found = reference.find(notebooks[0]) if len(notebooks) == 1 else None
@@ -429,9 +426,8 @@ LEGACY_DOES_NOT_HOLD = "does not hold"  # the one negative verdict of ledgers wr
 
 
 def _current_verdict(claim: ArticleClaim, item: dict) -> str:
-    """The verdict of a ledger row in today's words. Rows written before issue 24 said "does not hold"
-    both for a refuted claim and for an interval that contained "no effect": a measured numeric claim
-    is judged again from its value and interval; a failed check (no number to judge) was refuted."""
+    """A ledger row's verdict in today's words: before issue 24 "does not hold" meant refuted or "contains no
+    effect", so a measured numeric claim is judged again; a failed check (no number to judge) was refuted."""
     verdict = item["verdict"]
     if verdict != LEGACY_DOES_NOT_HOLD:
         return verdict
@@ -456,12 +452,11 @@ def _skip_row(row: dict, why: str) -> None:
 
 
 def scoreboard(book=None) -> list[dict]:
-    """Every article claim with its newest measurement per machine (from the ledger), in the
-    registry's order: the numeric claims (one without a measurement yet appears once as NOT_MEASURED),
-    then the qualitative ones that were measured. Each item names its `profile` ("unknown" for rows
-    without one); a smoke-profile measurement is kept apart from the others (its own newest per
-    machine, so it never hides a real run), with verdict SMOKE, `evidence` False and the verdict it
-    would have had as `verdict_as_measured`."""
+    """Every claim with its newest ledger measurement per machine, in the registry's order (a numeric one not yet
+    measured once as NOT_MEASURED). A smoke-profile measurement is kept apart (its own newest per machine, so it
+    never hides a real run): verdict SMOKE, `evidence` False, the verdict as measured in `verdict_as_measured`."""
+    from course_lib import ledger, machine
+
     book = book or ledger.Ledger()
     references: dict = {}  # notebook -> its committed reference (analysis.reference), or None
     newest: dict[tuple[str, str, bool], dict] = {}
@@ -548,11 +543,9 @@ _OUTCOMES = {HOLDS: CONCLUSIVE, REFUTED: CONCLUSIVE, NOT_SHOWN: INCONCLUSIVE, NO
 
 
 def accuracy_counts(board: list[dict] | None = None, whose: str = "yours", root=None) -> dict[str, dict[str, int]]:
-    """Per accuracy notebook (`ACCURACY_CLAIMS`): how many of its accuracy claims are conclusive,
-    inconclusive, not measurable here and not measured yet, and their total. `whose="yours"` counts the
-    newest measurement of each claim on `board` (`scoreboard()`: any machine; smoke-profile ones are not
-    evidence and are left out); `whose="reference"` counts the committed reference results instead
-    (`analysis.reference.find`, from `root` when given), whatever the reader has measured."""
+    """Per accuracy notebook (`ACCURACY_CLAIMS`): its accuracy claims conclusive, inconclusive, not measurable, not
+    measured, and the total; of the newest evidence on `board` (`scoreboard()`), or with `whose="reference"` of
+    the committed reference results (under `root` when given)."""
     if whose not in ("yours", "reference"):
         raise ValueError(f"whose={whose!r}: count 'yours' (the ledger's measurements) or 'reference'")
     verdicts: dict[str, str | None] = {}
@@ -597,10 +590,8 @@ def accuracy_counts_table(counts: dict[str, dict[str, int]]) -> str:
 
 
 def accuracy_results_table(root=None) -> str:
-    """Every accuracy claim (`ACCURACY_CLAIMS`) of the committed reference results, as the markdown
-    table docs/results.md carries: notebook, claim, measured, 95% interval, verdict and how it was measured
-    (the reason names the seeds, epochs and data); "-" where a notebook has no reference yet.
-    `workbook reference table` prints it; tests/test_claims.py holds the copy there to the files."""
+    """Every accuracy claim of the committed reference results as docs/results.md's markdown table ("-" where a
+    notebook has none yet); `workbook reference table` prints it, tests/test_claims.py holds the copy to the files."""
     lines = ["| notebook | claim | measured | 95% interval | verdict | how it was measured |", "|---|---|---|---|---|---|"]
     for notebook, keys in ACCURACY_CLAIMS.items():
         found = reference.find(notebook, root=root)

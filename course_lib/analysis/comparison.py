@@ -107,8 +107,6 @@ def flipped_images(before: Evaluation, after: Evaluation, direction: str = "righ
     """Images `before` classified right and `after` wrong (or the reverse), the most confident
     prediction of `after` first. Columns as `explorer.cell_images` (predicted and confidence are
     `after`'s), plus predicted_before and confidence_before."""
-    import pandas as pd
-
     if direction not in FLIPS:
         raise ValueError(f"direction={direction!r} is not one of {', '.join(FLIPS)}")
     check_same_images(before, after)
@@ -116,18 +114,10 @@ def flipped_images(before: Evaluation, after: Evaluation, direction: str = "righ
     right_after = after.predictions == after.labels
     chosen = np.flatnonzero(right_before & ~right_after if direction == "right_to_wrong" else ~right_before & right_after)
     chosen = chosen[np.argsort(-after.confidences[chosen], kind="stable")]
-    names = np.array(after.classes, dtype=object)
-    return pd.DataFrame({
-        "index": chosen.astype(int),
-        "image": [after.image_refs[i] for i in chosen],
-        "true": names[after.labels[chosen]],
-        "predicted": names[after.predictions[chosen]],
-        "confidence": after.confidences[chosen].astype(float),
-        "true_class_probability": after.probabilities[chosen, after.labels[chosen]].astype(float),
-        "predicted_before": names[before.predictions[chosen]],
-        "confidence_before": before.confidences[chosen].astype(float),
-    }, columns=["index", "image", "true", "predicted", "confidence", "true_class_probability",
-                "predicted_before", "confidence_before"])
+    table = after.image_table(chosen)
+    table["predicted_before"] = np.array(after.classes, dtype=object)[before.predictions[chosen]]
+    table["confidence_before"] = before.confidences[chosen].astype(float)
+    return table
 
 
 def compare(before: Evaluation, after: Evaluation, draws: int = 1000, level: float = 0.95,

@@ -96,13 +96,16 @@ def confusion_view(counts, classes, normalize: str = "none", ordering: str = "na
                    max_classes: int | None = 30) -> "pd.DataFrame":
     """The matrix to draw, as a labelled DataFrame: normalised over all classes, then restricted to
     the most-confused `max_classes` (when there are more), then ordered."""
+    counts = np.asarray(counts)
+    return _labelled(normalize_confusion(counts, normalize), counts, classes, ordering, max_classes)
+
+
+def _labelled(values, counts, classes, ordering: str, max_classes: int | None) -> "pd.DataFrame":
+    """`values` (C x C) on the most-confused `max_classes` of `counts` (all when None), ordered and labelled."""
     import pandas as pd
 
-    counts = np.asarray(counts)
-    values = normalize_confusion(counts, normalize)
     keep = most_confused_classes(counts, max_classes) if max_classes else np.arange(len(classes))
-    sub_classes = [classes[i] for i in keep]
-    order = keep[class_order(counts[np.ix_(keep, keep)], sub_classes, ordering)]
+    order = keep[class_order(counts[np.ix_(keep, keep)], [classes[i] for i in keep], ordering)]
     names = [classes[i] for i in order]
     return pd.DataFrame(values[np.ix_(order, order)], index=pd.Index(names, name="true"),
                         columns=pd.Index(names, name="predicted"))
@@ -160,19 +163,12 @@ def difference_view(counts_before, counts_after, classes, normalize: str = "true
                     max_classes: int | None = 30) -> "pd.DataFrame":
     """after - before, both normalised (default by row, so evaluations of different sizes compare);
     positive on the diagonal and negative off it means the change helped."""
-    import pandas as pd
-
     before, after = np.asarray(counts_before), np.asarray(counts_after)
     if before.shape != after.shape:
         raise ValueError(f"confusion matrices differ in shape {before.shape} vs {after.shape}; "
                          "compare evaluations of the same classes")
     difference = normalize_confusion(after, normalize) - normalize_confusion(before, normalize)
-    combined = before + after
-    keep = most_confused_classes(combined, max_classes) if max_classes else np.arange(len(classes))
-    order = keep[class_order(combined[np.ix_(keep, keep)], [classes[i] for i in keep], ordering)]
-    names = [classes[i] for i in order]
-    return pd.DataFrame(difference[np.ix_(order, order)], index=pd.Index(names, name="true"),
-                        columns=pd.Index(names, name="predicted"))
+    return _labelled(difference, before + after, classes, ordering, max_classes)
 
 
 def plot_difference(counts_before, counts_after, classes, normalize: str = "true", ordering: str = "name",

@@ -118,16 +118,13 @@ def diagnose(facts: dict) -> list[dict]:
 
 
 # Made-up machines, one per failure mode, each broken in that way only: what a reader with the problem would see.
+_BARE = {"in_container": False, "wsl": False, "nvidia_devices": [], "dxg": False, "wsl_libcuda": False,
+         "nvidia_smi": False, "toolkit": False, "docker": False, "visible_devices": None}
 BROKEN_MACHINES = {
-    "started without --gpus": {"in_container": True, "wsl": False, "nvidia_devices": [], "dxg": False,
-                               "wsl_libcuda": False, "nvidia_smi": False, "toolkit": False, "docker": False,
-                               "visible_devices": None},
-    "no NVIDIA Container Toolkit on the host": {"in_container": False, "wsl": False, "nvidia_devices": ["/dev/nvidia0"],
-                                                "dxg": False, "wsl_libcuda": False, "nvidia_smi": True,
-                                                "toolkit": False, "docker": True, "visible_devices": None},
-    "WSL2 without the Windows driver's GPU bridge": {"in_container": False, "wsl": True, "nvidia_devices": [],
-                                                     "dxg": False, "wsl_libcuda": False, "nvidia_smi": True,
-                                                     "toolkit": False, "docker": False, "visible_devices": None},
+    "started without --gpus": {**_BARE, "in_container": True},
+    "no NVIDIA Container Toolkit on the host": {**_BARE, "nvidia_devices": ["/dev/nvidia0"], "nvidia_smi": True,
+                                                "docker": True},
+    "WSL2 without the Windows driver's GPU bridge": {**_BARE, "wsl": True, "nvidia_smi": True},
 }
 
 

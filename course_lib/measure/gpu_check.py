@@ -184,10 +184,8 @@ def measure_variant(model_name: str, image_size: int, batch_size: int, device, *
                     channels_last: bool = False, compile: bool = False, compile_mode: str = "default",
                     matmul_precision: str = "highest", cudnn_benchmark: bool = False, steps: int = 10,
                     warmup: int = 3, num_classes: int = NUM_CLASSES, flops_per_image: float | None = None) -> dict:
-    """images/s (median of `steps` timed steps after `warmup`), the first step's seconds (compile
-    included), the step's peak memory and MFU (`peak.mfu_peak`: fp32 against TF32 only with
-    matmul_precision high or medium), for one switch setting, on random images already on the
-    device: the model's own speed, with no input pipeline."""
+    """Median images/s after `warmup`, the first step's seconds (compile included), peak memory and MFU
+    (`peak.mfu_peak`) of one switch setting, on random images already on the device: no input pipeline."""
     import timm
 
     device = devices.as_device(device)
@@ -280,10 +278,8 @@ def bandwidth_part(budget_seconds: float = BUDGETS["bandwidth"], *, device="cuda
 
 
 def switch_variants(device, compile_modes=("reduce-overhead",)) -> list[dict]:
-    """The PyTorch tuning guide's GPU switches, one at a time: fp32 at each matmul_precision
-    (highest is exact fp32, high and medium allow TF32), cuDNN's autotuner off and on in the
-    reduced precision with channels_last, and torch.compile's other modes over that. Off CUDA
-    the first two change nothing, so they are not timed there (`switches_part` says so)."""
+    """The PyTorch tuning guide's GPU switches one at a time: fp32 at each matmul_precision, cuDNN's autotuner off and
+    on, and torch.compile's other modes over that; off CUDA only the last (`switches_part` says so)."""
     amp = amp_precision(device)
     variants = []
     if devices.as_device(device).type == "cuda":
@@ -317,10 +313,8 @@ def switches_part(budget_seconds: float = BUDGETS["switches"], *, model_name: st
 def memory_part(budget_seconds: float = BUDGETS["memory"], *, model_name: str = MODEL, image_size: int = IMAGE_SIZE,
                 batch_sizes=MEMORY_BATCHES, precision: str | None = None, device="cuda", max_batch: int = MAX_BATCH,
                 memory_cap_bytes: int | None = None, num_classes: int = NUM_CLASSES) -> dict:
-    """The estimate (`memory.estimate_training_memory`) against the measured peak at each batch
-    size, then `batch_search.find_largest_batch` driven to a real out-of-memory error (or to
-    `memory_cap_bytes`, the way to bound it on a CPU). The search stops at the budget, keeping
-    the largest batch that fitted so far."""
+    """The memory estimate against the measured peak per batch size, then the largest batch by a real out-of-memory
+    search (or up to `memory_cap_bytes`, on a CPU), stopped at the budget with the largest that fitted so far."""
     deadline = Deadline(budget_seconds)
     device = devices.as_device(device)
     precision = precision or amp_precision(device)

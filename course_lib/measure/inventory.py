@@ -52,12 +52,11 @@ def _version_tuple(text: str | None) -> tuple[int, ...]:
 def cpu_info() -> dict:
     import psutil
 
-    summary = machine.hardware_summary()
-    memory = psutil.virtual_memory()
+    memory, (physical, logical) = psutil.virtual_memory(), devices.machine_cores()
     return {
-        "model": summary["cpu"],
-        "physical_cores": devices.machine_cores()[0],
-        "logical_cores": devices.machine_cores()[1],
+        "model": machine.hardware_summary()["cpu"],
+        "physical_cores": physical,
+        "logical_cores": logical,
         "usable_cores": devices.usable_cores(),
         "torch_threads": torch.get_num_threads(),
         "ram_bytes": int(memory.total),
@@ -113,10 +112,8 @@ def _empty_disk_probe(folder: Path, note: str = "") -> dict:
 
 def measure_disk_read(folder, max_bytes: int = 64 * MiB, max_seconds: float = 2.0, block_bytes: int = 4096,
                       seed: int = 0) -> dict:
-    """Sequential and random read throughput of the files under `folder`, bounded by `max_bytes`
-    and `max_seconds` (half each). Sequential: whole files in path order, 1 MiB reads (how a
-    packed shard is read). Random: `block_bytes` reads at random offsets of random files (how a
-    shuffled DataLoader over small files hits the disk: IOPS, not MB/s)."""
+    """Read throughput of the files under `folder` within `max_bytes` and `max_seconds`, half each: whole files in 1 MiB
+    reads (a packed shard), and `block_bytes` at random offsets of random files (a shuffled loader: IOPS)."""
     folder = Path(folder)
     result = _empty_disk_probe(folder)
     if not folder.is_dir():

@@ -22,11 +22,8 @@ from course_lib.measure.memory import (
 
 
 class TrainingStepProbe:
-    """One model and optimizer on a device; `peak_bytes(batch)` runs a full training step
-    (`step.training_step` then `step.optimizer_step`, as the engine does) at that batch and returns
-    its measured peak:
-    `torch.cuda.max_memory_allocated` on a GPU, `cpu_peak_tracker` (profiler accounting) on CPU.
-    Both count the parameters, optimizer state, gradients and every temporary of the step."""
+    """One model and optimizer on a device; `peak_bytes(batch)` runs the engine's full training step at that batch and
+    returns its measured peak (parameters, optimizer state, gradients and every temporary)."""
 
     def __init__(self, model, image_size: int, precision: str = "off", optimizer: str = "sgd",
                  momentum: float = 0.9, device="cpu", num_classes: int = 10):
@@ -78,9 +75,8 @@ class TrainingStepProbe:
 def compare_estimate_and_peak(model, image_size: int, batch_sizes, precision: str = "off", optimizer: str = "sgd",
                               device="cpu", num_classes: int = 10,
                               after_each: Callable[[int], None] | None = None) -> list[dict]:
-    """Estimated vs measured peak bytes for each batch size (one model, one optimizer); a batch that
-    runs out of memory gets `measured_peak_bytes=None` and the sweep goes on. `after_each(batch_size)` is
-    called once each batch is measured (a progress bar's update)."""
+    """Estimated vs measured peak bytes per batch size (None: out of memory, and the sweep goes on);
+    `after_each(batch_size)` follows each (a progress bar's update)."""
     probe = TrainingStepProbe(model, image_size, precision, optimizer, device=device, num_classes=num_classes)
     estimate = probe.estimate(batch_sizes[0])
     rows = []

@@ -82,15 +82,10 @@ class ArticleClaim:
 
     @property
     def claimed(self) -> str:
-        if self.low is None and self.high is None:
-            return "(not quantified)"
-        if self.low is not None and self.high is not None and self.low != self.high:
-            return f"{format_value(self.low, self.unit)} to {format_value(self.high, self.unit)}"
-        if self.low is not None and self.high is not None:
-            return f"about {format_value(self.low, self.unit)}"
-        if self.low is not None:
-            return f">= {format_value(self.low, self.unit)}"
-        return f"<= {format_value(self.high, self.unit)}"
+        low, high = format_value(self.low, self.unit), format_value(self.high, self.unit)
+        if self.low is None or self.high is None:
+            return "(not quantified)" if self.low == self.high else f">= {low}" if self.high is None else f"<= {high}"
+        return f"about {low}" if self.low == self.high else f"{low} to {high}"
 
 
 # The claims themselves are data: `claims_registry.toml` beside this module holds the articles' numeric claims

@@ -48,9 +48,8 @@ def _pair_confusion(counts) -> np.ndarray:
 
 
 def class_order(counts, classes, ordering: str = "name") -> np.ndarray:
-    """Indices that order the classes: alphabetically ("name"), or so that classes the model mixes
-    up sit next to each other ("confusion": average-linkage hierarchical clustering of the
-    symmetrised confusion rates with optimal leaf ordering, scipy.cluster.hierarchy)."""
+    """Indices ordering the classes by "name", or by "confusion": classes the model mixes up side by side (scipy's
+    average-linkage clustering of the symmetrised confusion rates, optimal leaf ordering)."""
     if ordering not in ORDERINGS:
         raise ValueError(f"ordering={ordering!r} is not one of {', '.join(ORDERINGS)}")
     count = len(classes)
@@ -146,9 +145,8 @@ def _draw_matrix(view, title, annotate, fmt, cmap, center=None, vmin=None, vmax=
 
 def plot_confusion(counts, classes, normalize: str = "none", ordering: str = "name",
                    max_classes: int | None = 30, title: str = "", ax=None):
-    """Seaborn heat map of a confusion matrix (rows true, columns predicted). Per-cell numbers up to
-    20 classes; beyond `max_classes` classes only the most-confused sub-block is drawn and the
-    title says so. The figure side is capped at 12 inches. Returns the Figure."""
+    """Seaborn heat map of a confusion matrix (rows true), with per-cell numbers up to 20 classes; beyond
+    `max_classes` only the most-confused sub-block, as the title says."""
     counts = np.asarray(counts)
     view = confusion_view(counts, classes, normalize, ordering, max_classes)
     shown = len(view)
@@ -209,9 +207,8 @@ def most_confused_pairs(counts, classes, top: int = 10) -> "pd.DataFrame":
 
 
 def pair_error_share(counts, classes, pairs) -> tuple[float, float]:
-    """(share of all misclassified images that fall between the classes of `pairs`, the share
-    expected if mistakes were spread evenly over all off-diagonal cells). Pairs are unordered
-    class-name tuples, e.g. a dataset's known look-alike classes; names not in `classes` are ignored."""
+    """(share of the misclassified images between the classes of `pairs`, the share mistakes spread evenly would
+    give). Pairs are unordered class names (a dataset's look-alikes); names not in `classes` are ignored."""
     counts = np.asarray(counts)
     index = {name: i for i, name in enumerate(classes)}
     cells = {(index[a], index[b]) for a, b in pairs if a in index and b in index}

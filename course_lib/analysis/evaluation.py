@@ -91,19 +91,14 @@ class Evaluation:
     def summary(self, bins: int = 15) -> dict:
         """Headline numbers: top-1, top-5 (k capped at the class count), macro/weighted F1, ECE."""
         table = self.per_class()
-        return {
-            "images": int(len(self.labels)),
-            "classes": self.num_classes,
-            "top1": top_k_accuracy(self.probabilities, self.labels, 1),
-            "top5": top_k_accuracy(self.probabilities, self.labels, 5),
-            "top5_k": min(5, self.num_classes),
-            "macro_precision": float(table.loc["macro avg", "precision"]),
-            "macro_recall": float(table.loc["macro avg", "recall"]),
-            "macro_f1": float(table.loc["macro avg", "f1"]),
-            "weighted_f1": float(table.loc["weighted avg", "f1"]),
-            "ece": expected_calibration_error(self.probabilities, self.labels, bins),
-            "mean_confidence": float(self.confidences.mean()) if len(self.labels) else float("nan"),
-        }
+        macro = table.loc["macro avg"]
+        return {"images": int(len(self.labels)), "classes": self.num_classes,
+                "top1": top_k_accuracy(self.probabilities, self.labels, 1),
+                "top5": top_k_accuracy(self.probabilities, self.labels, 5), "top5_k": min(5, self.num_classes),
+                "macro_precision": float(macro["precision"]), "macro_recall": float(macro["recall"]),
+                "macro_f1": float(macro["f1"]), "weighted_f1": float(table.loc["weighted avg", "f1"]),
+                "ece": expected_calibration_error(self.probabilities, self.labels, bins),
+                "mean_confidence": float(self.confidences.mean()) if len(self.labels) else float("nan")}
 
     def load_image(self, index: int):
         """The image `index` refers to, as a PIL image (for galleries)."""

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from course_lib.analysis import confusion
+from course_lib.analysis import comparison, confusion
 from course_lib.analysis.evaluation import Evaluation, list_evaluations
 
 if TYPE_CHECKING:  # pandas is imported where it is used, to keep imports light
@@ -261,15 +261,9 @@ def _explorer_box():
 
 
 class ConfusionExplorer:
-    """Interactive confusion analysis over one or more saved evaluations.
-
-    State (plain attributes, so a test or a script can drive it): `split` (None: all),
-    `evaluation_name`, `compare_name` (None, or a second evaluation of the same images: a
-    difference matrix, per-class deltas and flipped images), `normalize`, `ordering`,
-    `confidence_range` (`min_confidence` is its lower end), `selected_cell`, `gallery_mode`.
-    Verbs: `matrix_cells()`, `matrix_figure()`, `select(t, p)`, `show_flips(direction)`,
-    `comparison()`, `widget()` (a grid of clickable, keyboard-focusable buttons, one per cell).
-    """
+    """Interactive confusion analysis over saved evaluations. Its state is plain attributes (`split`,
+    `evaluation_name`, `compare_name` for a difference, `normalize`, `ordering`, `confidence_range`, `selected_cell`,
+    `gallery_mode`), so a test or a script drives it without a browser, through the same verbs as `widget()`."""
 
     def __init__(self, evaluations, normalize: str = "true", ordering: str = "confusion",
                  max_classes: int | None = 30, gallery_size: int = 12):
@@ -382,8 +376,6 @@ class ConfusionExplorer:
 
     def comparison(self):
         """`comparison.compare(baseline, current)` when comparing, else None (cached per pair)."""
-        from course_lib.analysis import comparison
-
         baseline = self._baseline()
         if baseline is None:
             return None

@@ -53,9 +53,8 @@ def _read(path: str) -> str:
 
 
 def runtime_facts() -> dict:
-    """What this machine shows about its container runtime, read from files, PATH and the environment (no
-    command is run): in_container, wsl, nvidia_devices, dxg, wsl_libcuda, nvidia_smi, toolkit, docker,
-    visible_devices (NVIDIA_VISIBLE_DEVICES, None when unset)."""
+    """What this machine shows about its container runtime, read from files, PATH and the environment (no command
+    is run)."""
     cgroup = _read("/proc/1/cgroup")
     return {
         "in_container": any(os.path.exists(marker) for marker in CONTAINER_MARKERS)

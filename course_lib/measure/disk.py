@@ -55,9 +55,9 @@ def describe_disk(path=".") -> dict:
         if (folder / "queue" / "rotational").exists():
             name = folder.name
             rotational = _read_text(folder / "queue" / "rotational")
-            info.update(device=name, rotational=None if rotational is None else rotational == "1",
-                        model=_read_text(folder / "device" / "model"))
-            info.update(disk_kind(name, info["rotational"]))
+            rotational = None if rotational is None else rotational == "1"
+            info.update(device=name, rotational=rotational, model=_read_text(folder / "device" / "model"),
+                        **disk_kind(name, rotational))
             return info
     return info
 

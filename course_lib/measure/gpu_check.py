@@ -27,10 +27,12 @@ from typing import Callable
 import torch
 
 from course_lib import devices, machine, paths
+from course_lib.config import make_config
 from course_lib.engine.auto_precision import reduced_precision as amp_precision  # bf16 where the GPU runs it, else fp16
 from course_lib.engine.step_bench import StepBench
 from course_lib.instruments import peak_memory
-from course_lib.measure import batch_search, flops, memory, memory_probe
+from course_lib.measure import batch_search, bench, doctor, flops, memory, memory_probe, peak
+from course_lib.measure.inventory import versions
 
 TOTAL_BUDGET_SECONDS = 480  # the whole check: 8 minutes, so it fits a GPU lent for 15
 REPORT_RESERVE_SECONDS = 15  # kept back for writing the report after the last part
@@ -146,8 +148,6 @@ class Deadline:
 
 def doctor_part(budget_seconds: float = BUDGETS["doctor"]) -> dict:
     """`workbook doctor --json`'s facts: inventory, matmul per dtype, topology, advice."""
-    from course_lib.measure import doctor
-
     facts = doctor.collect_facts(measure=True)
     return {"summary": {"gpus": [g["name"] for g in facts["gpus"]], "problems": facts["problems"],
                         "recommended_precision": facts["recommended_precision"]}, "facts": facts}
@@ -156,9 +156,6 @@ def doctor_part(budget_seconds: float = BUDGETS["doctor"]) -> dict:
 def decode_part(budget_seconds: float = BUDGETS["decode"], sizes: str = "64,256,1024", repeats: int = 3,
                 images: int | None = None) -> dict:
     """`workbook bench decode` with every decoder this machine has (nvJPEG on CUDA)."""
-    from course_lib.config import make_config
-    from course_lib.measure import bench
-
     args = types.SimpleNamespace(folder=None,  # what `workbook bench decode` parses
                                   decoders=None, sizes=sizes, images=images, repeats=repeats)
     result = bench.run_decode(args, make_config("cpu"))
@@ -257,11 +254,8 @@ def precision_part(budget_seconds: float = BUDGETS["precision"], *, model_name: 
 
 def bandwidth_part(budget_seconds: float = BUDGETS["bandwidth"], *, device="cuda", size_bytes: int | None = None,
                    matmul_precision: str = "high") -> dict:
-    """Memory bandwidth from a device-to-device copy (`peak.copy_bandwidth`, bytes read plus written)
-    and, per precision, the ridge of the roofline: the FLOP per byte a step must reach to be bound
-    by arithmetic rather than memory (`peak.ridge_intensity` of the one rule's peak over the copy)."""
-    from course_lib.measure import peak
-
+    """Memory bandwidth from a same-device copy (`peak.copy_bandwidth`) and per precision the roofline's ridge: the
+    FLOP per byte a step must reach to be bound by arithmetic rather than memory (`peak.ridge_intensity`)."""
     device = devices.as_device(device)
     copy = peak.copy_bandwidth(device, size_bytes)
     bytes_per_second = copy["gb_per_second"] * 1e9
@@ -354,7 +348,6 @@ def speedrun_skip_reason() -> str | None:
 def speedrun_part(budget_seconds: float = BUDGETS["speedrun"], *, profile: str = "gpu", **overrides) -> dict:
     """The speed-run recipe raced on EuroSAT (`engine.speedrun.race`), its clock stopped at 70% of
     the budget so the final test-time-augmented prediction fits: time to 90/95/97% validation top-1."""
-    from course_lib.config import make_config
     from course_lib.engine import speedrun
 
     folder = paths.eurosat_dir()  # speedrun_skip_reason: it is here
@@ -587,8 +580,6 @@ _SECTIONS = {"precision": _precision_section, "bandwidth": _bandwidth_section,  
 def write_report(results: list[PartResult], folder: Path, *, gpu: str, started: str, seconds: float,
                  total_budget_seconds: float = TOTAL_BUDGET_SECONDS) -> dict:
     """gpu_check.json (everything, tracebacks included) and README.md (the tables) in `folder`."""
-    from course_lib.measure.inventory import versions
-
     report = {"gpu": gpu, "hardware": machine.describe_hardware(), "versions": versions(), "started": started,
               "seconds": seconds, "total_budget_seconds": total_budget_seconds,
               "parts": [dataclasses.asdict(r) for r in results]}

@@ -15,9 +15,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import torch
 
 from course_lib import devices, machine
+from course_lib.measure import peak
 from course_lib.measure.disk import describe_disk, drop_from_page_cache
 
 MiB = 1024 ** 2
@@ -50,8 +52,6 @@ def _version_tuple(text: str | None) -> tuple[int, ...]:
 
 
 def cpu_info() -> dict:
-    import psutil
-
     memory, (physical, logical) = psutil.virtual_memory(), devices.machine_cores()
     return {
         "model": machine.hardware_summary()["cpu"],
@@ -269,8 +269,6 @@ def gpu_info() -> list[dict]:
 def datasheet_facts(gpu_name: str) -> dict:
     """The GPU's dense datasheet peaks (TFLOP/s per dtype, `peak.DATASHEET_TFLOPS`), the MFU
     denominators; empty values for GPUs the table does not list."""
-    from course_lib.measure import peak
-
     key = peak.datasheet_entry(gpu_name)
     return {"datasheet": key, "datasheet_tflops": dict(peak.DATASHEET_TFLOPS[key]) if key else {}}
 

@@ -14,12 +14,7 @@ from typing import Callable, Iterable
 import torch
 
 from course_lib.config import Config, ConfigError
-from course_lib.data.loaders import (
-    DataWaitTimer,
-    make_loader,
-    resolved_num_workers,
-    timed_batches,
-)
+from course_lib.data.loaders import DataWaitTimer, make_loader, resolved_num_workers, timed_batches
 from course_lib.devices import synchronize
 from course_lib.instruments.timing import stopwatch, time_repeats
 

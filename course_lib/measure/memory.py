@@ -10,10 +10,12 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from course_lib.config import make_config
 from course_lib.engine import auto_precision
 
 # Precision choice and autocast live in precision.py, optimizer construction in schedule.py.
 from course_lib.engine.precision import DTYPES, autocast
+from course_lib.engine.schedule import make_optimizer as make_configured_optimizer
 
 FP32_BYTES = 4
 
@@ -35,9 +37,8 @@ def gradient_bytes(model: torch.nn.Module) -> int:
 
 def optimizer_state_bytes(parameter_count: int, optimizer: str = "sgd", momentum: float = 0.9,
                           parameter_tensors: int = 0, bytes_per_value: int = FP32_BYTES) -> int:
-    """Optimizer state for fp32 parameters, as torch.optim keeps it:
-    SGD with momentum: one buffer per parameter (none when momentum is 0);
-    AdamW: exp_avg and exp_avg_sq per parameter, plus a 4-byte `step` tensor per parameter tensor."""
+    """Optimizer state for fp32 parameters as torch.optim keeps it: SGD's momentum buffer, AdamW's exp_avg and
+    exp_avg_sq per parameter plus a 4-byte `step` tensor per parameter tensor."""
     if optimizer == "sgd":
         return parameter_count * bytes_per_value if momentum else 0
     if optimizer == "adamw":
@@ -56,9 +57,6 @@ def make_optimizer(model: torch.nn.Module, optimizer: str = "sgd", lr: float = 0
     """The optimizer train.fit builds (`schedule.make_optimizer`), from names. Weight decay is off by default: it keeps
     no state, but `step()` adds a temporary of one parameter tensor (CPU) or of all decayed ones (GPU, foreach),
     which the four-source estimate leaves out (measured: +8 MiB for ResNet-18 on CPU)."""
-    from course_lib.config import make_config
-    from course_lib.engine.schedule import make_optimizer as make_configured_optimizer
-
     config = make_config(None, optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay)
     return make_configured_optimizer(model, config)
 

@@ -13,6 +13,7 @@ import torch
 
 from course_lib import devices
 from course_lib.devices import as_device
+from course_lib.engine.auto_precision import decide
 from course_lib.engine.precision import bf16_supported
 from course_lib.instruments.timing import stopwatch, time_repeats
 
@@ -63,31 +64,22 @@ DATASHEET_TFLOPS = {
 }
 # The exact names `torch.cuda.get_device_name` (and nvidia-smi) print for each part. Matched
 # whole, never as substrings: "NVIDIA H200 NVL" contains "NVIDIA H200", and a substring match gave
-# the NVL part the SXM part's peak. A name not listed gets the measured matmul as its peak.
-DEVICE_NAMES = {
-    "NVIDIA H200": "H200 SXM",  # the SXM part is named plainly
-    "NVIDIA H200 NVL": "H200 NVL",
-    "NVIDIA H100 80GB HBM3": "H100 SXM",
-    "NVIDIA H100 SXM5 80GB": "H100 SXM",
-    "NVIDIA H100 PCIe": "H100 PCIe",
-    "NVIDIA H100 NVL": "H100 NVL",
-    "NVIDIA A100-SXM4-40GB": "A100",
-    "NVIDIA A100-SXM4-80GB": "A100",
-    "NVIDIA A100-PCIE-40GB": "A100",
-    "NVIDIA A100 80GB PCIe": "A100",
-    "NVIDIA L40S": "L40S",
-    "NVIDIA L40": "L40",
-    "NVIDIA L4": "L4",
-    "NVIDIA A10G": "A10G",
-    "NVIDIA A10": "A10",
-    "NVIDIA GeForce RTX 4090": "RTX 4090",
-    "NVIDIA GeForce RTX 3090": "RTX 3090",
-    "Tesla V100-SXM2-16GB": "V100 SXM2",
-    "Tesla V100-SXM2-32GB": "V100 SXM2",
-    "Tesla V100-PCIE-16GB": "V100 PCIe",
-    "Tesla V100-PCIE-32GB": "V100 PCIe",
-    "Tesla T4": "T4",
+# the NVL part the SXM part's peak. A name not listed gets the measured matmul as its peak. Per part:
+_PART_NAMES = {
+    "H200 SXM": ("NVIDIA H200",),  # the SXM part is named plainly
+    "H200 NVL": ("NVIDIA H200 NVL",),
+    "H100 SXM": ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB"),
+    "H100 PCIe": ("NVIDIA H100 PCIe",),
+    "H100 NVL": ("NVIDIA H100 NVL",),
+    "A100": ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe"),
+    "L40S": ("NVIDIA L40S",), "L40": ("NVIDIA L40",), "L4": ("NVIDIA L4",),
+    "A10G": ("NVIDIA A10G",), "A10": ("NVIDIA A10",),
+    "RTX 4090": ("NVIDIA GeForce RTX 4090",), "RTX 3090": ("NVIDIA GeForce RTX 3090",),
+    "V100 SXM2": ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"),
+    "V100 PCIe": ("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"),
+    "T4": ("Tesla T4",),
 }
+DEVICE_NAMES = {name: part for part, names in _PART_NAMES.items() for name in names}
 # fp32 matmul precisions (torch.set_float32_matmul_precision) that let fp32 work run on TF32 tensor cores.
 TF32_MATMUL_PRECISIONS = ("high", "medium")
 
@@ -308,8 +300,6 @@ def ridge_intensity(peak_flops_per_second: float, bytes_per_second: float) -> fl
 
 @functools.lru_cache(maxsize=None)
 def _recommended_precision(device_name: str) -> str:
-    from course_lib.engine.auto_precision import decide
-
     # The one rule (a reduced dtype must beat fp32 by 10%; bf16 preferred when close), applied to
     # seconds per unit of matmul work instead of seconds per training step.
     seconds = {"off" if name == "fp32" else name: (1.0 / tflops if tflops else None)

@@ -85,11 +85,8 @@ def cpu_isa(cpuinfo: str | None = None) -> dict[str, bool]:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
             cpuinfo = ""
-    flags = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            break
+    flags = next((set(line.split(":", 1)[1].split()) for line in cpuinfo.splitlines() if line.startswith("flags")),
+                 set())
     return {name: name in flags for name in CPU_ISA_MEANING}
 
 

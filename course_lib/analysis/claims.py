@@ -290,9 +290,8 @@ def checked(key: str, holds: bool | None, reason: str, value: float | None = Non
 
 def decided(key: str, value: float, interval: tuple[float, float] | None, reason: str,
             hardware: str | None = None, also: str | None = None) -> Claim:
-    """A qualitative claim decided by its rule (`RULES[key]`) from `value` and its 95% `interval`, both in
-    the rule's unit (without an interval, the value alone decides). `also`: the verdict of a second part
-    the claim makes (a speed beside an accuracy), `combine`d with this one. The reason gains the rule."""
+    """A qualitative claim decided by its rule (`RULES[key]`) from `value` and its 95% `interval` in the rule's unit,
+    `combine`d with `also`, the verdict of a second part it makes (a speed beside an accuracy)."""
     if key not in RULES:
         raise KeyError(f"claim {key!r} has no rule; the claims with one are: {', '.join(RULES)}")
     rule, claim = RULES[key], article_claim(key)

@@ -222,10 +222,8 @@ def paired_ratio_interval(values, baseline, level: float = 0.95) -> dict:
 
 
 def ratio_interval(values, baseline, level: float = 0.95, draws: int = 2000, seed: int = 0) -> dict:
-    """mean(values) / mean(baseline) for two samples that were NOT measured side by side (different
-    runs, unequal counts) with a percentile bootstrap interval that resamples both samples
-    independently (scipy.stats.bootstrap). Timings taken in turns belong to `paired_ratio_interval`:
-    resampling them independently throws the pairing away and widens the interval many times over."""
+    """mean(values) / mean(baseline) of two samples NOT measured side by side, each resampled on its own (percentile
+    bootstrap). Timings taken in turns belong to `paired_ratio_interval`: this would widen their interval many fold."""
     values, baseline = np.asarray(list(values), dtype=np.float64), np.asarray(list(baseline), dtype=np.float64)
     if len(values) < 2 or len(baseline) < 2:
         raise ValueError(f"a ratio interval needs at least 2 repeats of each, got {len(values)} and {len(baseline)}")
@@ -234,10 +232,8 @@ def ratio_interval(values, baseline, level: float = 0.95, draws: int = 2000, see
 
 
 def stratified_ratio_interval(groups, baseline_groups, level: float = 0.95, draws: int = 2000, seed: int = 0) -> dict:
-    """sum(groups) / sum(baseline_groups) for totals made of fixed parts (the same stages timed in two orders, a few
-    epochs each), with a percentile bootstrap that resamples within each part only (scipy.stats.bootstrap draws
-    every sample on its own): the parts are the design, the repeats inside a part are the noise. Each part needs
-    at least 2 values. Returns ratio, low and high."""
+    """sum(groups) / sum(baseline_groups) for totals made of fixed parts (stages timed in two orders), resampled
+    within each part only (of 2 values or more): the parts are the design, the repeats inside a part the noise."""
     parts = [np.asarray(list(g), dtype=np.float64) for g in (*groups, *baseline_groups)]
     if min(len(part) for part in parts) < 2:
         raise ValueError("a stratified ratio interval needs at least 2 repeats in every part")

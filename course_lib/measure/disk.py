@@ -39,9 +39,8 @@ def _read_text(path: Path) -> str | None:
 
 
 def describe_disk(path=".") -> dict:
-    """The block device holding `path`, from /sys (Linux): {"device", "kind", "rotational", "model",
-    "interface"}. kind: "nvme" (nvme* name), "ssd"/"hdd" (sd*/hd* by the rotational flag), "virtual"
-    (vd*/xvd*: virtio or Xen, whose rotational flag says nothing about what backs it), "unknown"."""
+    """The block device holding `path`, from /sys (Linux): {"device", "rotational", "model"} and `disk_kind`'s
+    {"kind", "interface"} ("unknown" where /sys does not tell)."""
     path = Path(path)
     existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
     info = {"path": str(path), "device": None, "kind": "unknown", "rotational": None, "model": None,
@@ -63,7 +62,8 @@ def describe_disk(path=".") -> dict:
 
 
 def disk_kind(name: str, rotational: bool | None) -> dict:
-    """{"kind", "interface"} from a block device's name and rotational flag."""
+    """{"kind", "interface"} from a block device's name and rotational flag (a virtio or Xen disk's flag says nothing
+    about what backs it)."""
     if name.startswith("nvme"):
         return {"kind": "nvme", "interface": "NVMe (PCIe)"}
     if name.startswith(("vd", "xvd")):

@@ -14,10 +14,8 @@ if TYPE_CHECKING:  # pandas is imported where it is used, to keep imports light
 
 
 def reliability_table(probabilities, labels, bins: int = 15) -> "pd.DataFrame":
-    """Per confidence bin (equal width on (0, 1]): images, mean confidence, accuracy and the gap.
-
-    Confidence is the top probability; an image falls in bin b when lower < confidence <= upper.
-    """
+    """Per confidence bin (equal width, lower < top probability <= upper): images, mean confidence, accuracy and
+    the gap."""
     import pandas as pd
 
     probabilities, labels = _check_scores(probabilities, labels)

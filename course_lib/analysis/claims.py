@@ -34,9 +34,14 @@ newest measurements or for the committed reference results; `workbook claims` an
 from __future__ import annotations
 
 import math
+import os
+import sys
 import tomllib
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+from course_lib.analysis import reference  # no torch: ledger and machine are imported where used (they import it)
+from course_lib.config import resolve_profile
 
 HOLDS, REFUTED, NOT_SHOWN, NOT_MEASURABLE = "holds", "refuted", "not shown beyond noise", "not measurable here"
 # Shown, not measured: a check that holds by construction (the engine's scheduler against its own formula,
@@ -77,15 +82,10 @@ class ArticleClaim:
 
     @property
     def claimed(self) -> str:
-        if self.low is None and self.high is None:
-            return "(not quantified)"
-        if self.low is not None and self.high is not None and self.low != self.high:
-            return f"{format_value(self.low, self.unit)} to {format_value(self.high, self.unit)}"
-        if self.low is not None and self.high is not None:
-            return f"about {format_value(self.low, self.unit)}"
-        if self.low is not None:
-            return f">= {format_value(self.low, self.unit)}"
-        return f"<= {format_value(self.high, self.unit)}"
+        low, high = format_value(self.low, self.unit), format_value(self.high, self.unit)
+        if self.low is None or self.high is None:
+            return "(not quantified)" if self.low == self.high else f">= {low}" if self.high is None else f"<= {high}"
+        return f"about {low}" if self.low == self.high else f"{low} to {high}"
 
 
 # The claims themselves are data: `claims_registry.toml` beside this module holds the articles' numeric claims
@@ -254,9 +254,8 @@ def contains_no_effect(claim: ArticleClaim, low: float, high: float) -> bool:
 
 
 def beyond_noise(low: float, high: float, no_effect: float = 0.0) -> bool | None:
-    """For `checked`: True when the interval [low, high] of a claimed gain lies wholly above
-    `no_effect` (shown), False when wholly below it (the opposite shown: refuted), None when it
-    contains it (not shown beyond noise)."""
+    """For `checked`: True when the interval of a claimed gain lies wholly above `no_effect`, False when wholly
+    below it (refuted), None when it contains it (not shown beyond noise)."""
     return True if low > no_effect else False if high < no_effect else None
 
 
@@ -274,32 +273,25 @@ def measured(key: str, value: float, interval: tuple[float, float] | None = None
     if verdict == NOT_SHOWN:
         no_effect = format_value(claim.no_effect, claim.unit).replace("+", "")
         reason = f"{reason}; the interval contains {no_effect} (no effect): not shown beyond noise".lstrip("; ")
-    return Claim(key, claim.statement, f"{claim.article} §{claim.section}", claim.claimed, claim.unit, float(value),
-                 None if low is None else float(low), None if high is None else float(high),
-                 verdict, reason, hardware or _hardware(), claim.notebook)
+    return _claim(claim, value, low, high, verdict, reason, hardware)
 
 
 def checked(key: str, holds: bool | None, reason: str, value: float | None = None,
             interval: tuple[float, float] | None = None, hardware: str | None = None) -> Claim:
-    """A claim whose verdict the notebook decides itself (a qualitative claim, or a test that is not a
-    range: "within seed noise", "bit-identical"); `reason` says what was tested. `holds`: True ->
-    HOLDS, False -> REFUTED (the check failed), None -> NOT_SHOWN (the check was inconclusive, e.g.
-    `beyond_noise` of an interval that contains "no effect")."""
+    """A claim the notebook decides itself ("within seed noise", "bit-identical"), `reason` saying what was tested:
+    `holds` True, False or None (inconclusive, e.g. `beyond_noise`) reads HOLDS, REFUTED or NOT_SHOWN."""
     claim = article_claim(key)
     if not reason:
         raise ValueError(f"claim {key}: say what was measured to decide it")
     low, high = interval if interval is not None else (None, None)
-    return Claim(key, claim.statement, f"{claim.article} §{claim.section}", claim.claimed, claim.unit,
-                 None if value is None else float(value), low, high,
-                 NOT_SHOWN if holds is None else HOLDS if holds else REFUTED, reason,
-                 hardware or _hardware(), claim.notebook)
+    return _claim(claim, value, low, high, NOT_SHOWN if holds is None else HOLDS if holds else REFUTED, reason,
+                  hardware)
 
 
 def decided(key: str, value: float, interval: tuple[float, float] | None, reason: str,
             hardware: str | None = None, also: str | None = None) -> Claim:
-    """A qualitative claim decided by its rule (`RULES[key]`) from `value` and its 95% `interval`, both in
-    the rule's unit (without an interval, the value alone decides). `also`: the verdict of a second part
-    the claim makes (a speed beside an accuracy), `combine`d with this one. The reason gains the rule."""
+    """A qualitative claim decided by its rule (`RULES[key]`) from `value` and its 95% `interval` in the rule's unit,
+    `combine`d with `also`, the verdict of a second part it makes (a speed beside an accuracy)."""
     if key not in RULES:
         raise KeyError(f"claim {key!r} has no rule; the claims with one are: {', '.join(RULES)}")
     rule, claim = RULES[key], article_claim(key)
@@ -309,22 +301,18 @@ def decided(key: str, value: float, interval: tuple[float, float] | None, reason
     verdict = decide(rule, low, high)
     if also is not None:
         verdict = combine(verdict, also)
-    return Claim(key, claim.statement, f"{claim.article} §{claim.section}", claim.claimed, rule.unit, float(value),
-                 None if interval is None else low, None if interval is None else high, verdict,
-                 f"{reason}; rule: {rule.text()}", hardware or _hardware(), claim.notebook)
+    return _claim(claim, value, *((None, None) if interval is None else (low, high)), verdict,
+                  f"{reason}; rule: {rule.text()}", hardware, rule.unit)
 
 
 def demonstrated(key: str, shown: bool, reason: str, value: float | None = None,
                  hardware: str | None = None) -> Claim:
-    """A check that holds by construction (a formula against itself, a property of the installed wheel):
-    DEMONSTRATED when `shown`, REFUTED when even that failed (a bug to report). Counted apart from the
-    verdicts (`verdict_counts`), never as evidence for the article."""
+    """A check that holds by construction (a formula against itself, a property of the wheel): DEMONSTRATED, or
+    REFUTED when even that failed (a bug to report); counted apart, never as evidence for the article."""
     claim = article_claim(key)
     if not reason:
         raise ValueError(f"claim {key}: say what was shown")
-    return Claim(key, claim.statement, f"{claim.article} §{claim.section}", claim.claimed, claim.unit,
-                 None if value is None else float(value), None, None, DEMONSTRATED if shown else REFUTED,
-                 reason, hardware or _hardware(), claim.notebook)
+    return _claim(claim, value, None, None, DEMONSTRATED if shown else REFUTED, reason, hardware)
 
 
 def not_measurable(key: str, reason: str, hardware: str | None = None) -> Claim:
@@ -332,11 +320,20 @@ def not_measurable(key: str, reason: str, hardware: str | None = None) -> Claim:
     claim = article_claim(key)
     if not reason:
         raise ValueError(f"claim {key}: say why it is not measurable here")
-    return Claim(key, claim.statement, f"{claim.article} §{claim.section}", claim.claimed, claim.unit, None, None,
-                 None, NOT_MEASURABLE, reason, hardware or _hardware(), claim.notebook)
+    return _claim(claim, None, None, None, NOT_MEASURABLE, reason, hardware)
 
 
-def _hardware() -> str:
+def _claim(claim: ArticleClaim, value, low, high, verdict: str, reason: str, hardware: str | None,
+           unit: str | None = None) -> Claim:
+    """The Claim of the registry's `claim` measured here (this machine's hardware line unless given)."""
+    def number(x):
+        return None if x is None else float(x)
+
+    return Claim(claim.key, claim.statement, f"{claim.article} §{claim.section}", claim.claimed, unit or claim.unit,
+                 number(value), number(low), number(high), verdict, reason, hardware or _hardware(), claim.notebook)
+
+
+def _hardware() -> str:  # a seam: tests name their machine here
     from course_lib import machine
 
     return machine.describe_hardware()
@@ -355,11 +352,7 @@ def record(claims: list[Claim], profile: str | None = None) -> None:
 
 
 def _resolved(profile: str | None) -> str | None:
-    if profile is None:
-        return None
-    from course_lib.config import resolve_profile
-
-    return resolve_profile(profile)  # "auto" -> the cpu or gpu it stands for
+    return None if profile is None else resolve_profile(profile)  # "auto" -> the cpu or gpu it stands for
 
 
 def table(claims: list[Claim]):
@@ -373,16 +366,10 @@ SMOKE_RUN = "smoke run: not evidence"  # a smoke-profile table's verdict column:
 
 
 def show(claims: list[Claim], profile: str | None = None):
-    """Record the claims in the ledger (with `profile`, see `record`), print the machine they were
-    measured on, return the table; when a reference result of the notebook is committed
-    (`analysis.reference`), its value, interval and verdict stand in columns of their own beside
-    the reader's, under a line naming its machine, date and command. In the smoke profile (`profile`,
-    else the runner's WORKBOOK_PROFILE) no verdict is shown: each reads "smoke run: not evidence", under
-    a line saying why; the measured value stays beside it."""
-    import os
-
+    """Record the claims (`record`), print their machine and return the table, with the committed reference's value,
+    interval and verdict in columns beside the reader's (`analysis.reference`). In the smoke profile (`profile`,
+    else WORKBOOK_PROFILE) each verdict reads "smoke run: not evidence", under a line saying why."""
     from course_lib import ledger
-    from course_lib.analysis import reference
 
     record(claims, profile)
     hardware = sorted({c.hardware for c in claims})
@@ -400,11 +387,8 @@ def show(claims: list[Claim], profile: str | None = None):
 
 
 def _beside_reference(claims: list[Claim], shown):
-    """`shown` (`table(claims)`) with the committed reference's measured value, interval and verdict for
-    each claim in columns of their own, and the reference; `shown` unchanged and None when no
-    reference of the claims' notebook is committed (`analysis.reference.find`)."""
-    from course_lib.analysis import reference
-
+    """(`shown` with the committed reference's value, interval and verdict per claim in columns of their own, the
+    reference); (`shown`, None) when the claims' notebook has none."""
     notebooks = sorted({claim.notebook for claim in claims})
     try:
         found = reference.find(notebooks[0]) if len(notebooks) == 1 else None
@@ -436,9 +420,8 @@ LEGACY_DOES_NOT_HOLD = "does not hold"  # the one negative verdict of ledgers wr
 
 
 def _current_verdict(claim: ArticleClaim, item: dict) -> str:
-    """The verdict of a ledger row in today's words. Rows written before issue 24 said "does not hold"
-    both for a refuted claim and for an interval that contained "no effect": a measured numeric claim
-    is judged again from its value and interval; a failed check (no number to judge) was refuted."""
+    """A ledger row's verdict in today's words: before issue 24 "does not hold" meant refuted or "contains no
+    effect", so a measured numeric claim is judged again; a failed check (no number to judge) was refuted."""
     verdict = item["verdict"]
     if verdict != LEGACY_DOES_NOT_HOLD:
         return verdict
@@ -458,19 +441,14 @@ def _claim_fields(metrics) -> dict | None:
 
 
 def _skip_row(row: dict, why: str) -> None:
-    import sys
-
     print(f"workbook: warning: ledger row {row.get('id')} (claim {row.get('name')}) left out of the claims: {why}",
           file=sys.stderr)
 
 
 def scoreboard(book=None) -> list[dict]:
-    """Every article claim with its newest measurement per machine (from the ledger), in the
-    registry's order: the numeric claims (one without a measurement yet appears once as NOT_MEASURED),
-    then the qualitative ones that were measured. Each item names its `profile` ("unknown" for rows
-    without one); a smoke-profile measurement is kept apart from the others (its own newest per
-    machine, so it never hides a real run), with verdict SMOKE, `evidence` False and the verdict it
-    would have had as `verdict_as_measured`."""
+    """Every claim with its newest ledger measurement per machine, in the registry's order (a numeric one not yet
+    measured once as NOT_MEASURED). A smoke-profile measurement is kept apart (its own newest per machine, so it
+    never hides a real run): verdict SMOKE, `evidence` False, the verdict as measured in `verdict_as_measured`."""
     from course_lib import ledger, machine
 
     book = book or ledger.Ledger()
@@ -521,8 +499,6 @@ def scoreboard(book=None) -> list[dict]:
 
 def _reference_of(key: str, notebook: str, cache: dict) -> dict | None:
     """The committed reference's figure for claim `key` (analysis.reference), for the scoreboard."""
-    from course_lib.analysis import reference
-
     if notebook not in cache:
         try:
             cache[notebook] = reference.find(notebook)
@@ -557,24 +533,13 @@ ACCURACY_CLAIMS: dict[str, tuple[str, ...]] = {
 }
 CONCLUSIVE, INCONCLUSIVE = "conclusive", "inconclusive"
 ACCURACY_OUTCOMES = (CONCLUSIVE, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED)
-
-
-def _outcome(verdict: str | None) -> str:
-    if verdict in (HOLDS, REFUTED):
-        return CONCLUSIVE
-    if verdict == NOT_SHOWN:
-        return INCONCLUSIVE
-    return NOT_MEASURABLE if verdict == NOT_MEASURABLE else NOT_MEASURED
+_OUTCOMES = {HOLDS: CONCLUSIVE, REFUTED: CONCLUSIVE, NOT_SHOWN: INCONCLUSIVE, NOT_MEASURABLE: NOT_MEASURABLE}
 
 
 def accuracy_counts(board: list[dict] | None = None, whose: str = "yours", root=None) -> dict[str, dict[str, int]]:
-    """Per accuracy notebook (`ACCURACY_CLAIMS`): how many of its accuracy claims are conclusive,
-    inconclusive, not measurable here and not measured yet, and their total. `whose="yours"` counts the
-    newest measurement of each claim on `board` (`scoreboard()`: any machine; smoke-profile ones are not
-    evidence and are left out); `whose="reference"` counts the committed reference results instead
-    (`analysis.reference.find`, from `root` when given), whatever the reader has measured."""
-    from course_lib.analysis import reference
-
+    """Per accuracy notebook (`ACCURACY_CLAIMS`): its accuracy claims conclusive, inconclusive, not measurable, not
+    measured, and the total; of the newest evidence on `board` (`scoreboard()`), or with `whose="reference"` of
+    the committed reference results (under `root` when given)."""
     if whose not in ("yours", "reference"):
         raise ValueError(f"whose={whose!r}: count 'yours' (the ledger's measurements) or 'reference'")
     verdicts: dict[str, str | None] = {}
@@ -595,7 +560,7 @@ def accuracy_counts(board: list[dict] | None = None, whose: str = "yours", root=
             verdicts.update({key: (found.claim(key) or {}).get("verdict") for key in keys} if found else {})
     counts = {}
     for notebook, keys in ACCURACY_CLAIMS.items():
-        outcomes = [_outcome(verdicts.get(key)) for key in keys]
+        outcomes = [_OUTCOMES.get(verdicts.get(key), NOT_MEASURED) for key in keys]
         counts[notebook] = {**{outcome: outcomes.count(outcome) for outcome in ACCURACY_OUTCOMES},
                             "total": len(keys)}
     return counts
@@ -603,8 +568,6 @@ def accuracy_counts(board: list[dict] | None = None, whose: str = "yours", root=
 
 def demonstrations(root=None) -> int:
     """How many claims of the committed reference results are DEMONSTRATED (counted apart from the verdicts)."""
-    from course_lib.analysis import reference
-
     notebooks = sorted({path.stem for path in (root or reference.folder()).glob("*/*.json")})
     found = (reference.find(notebook, root=root) for notebook in notebooks)
     return sum(item.get("verdict") == DEMONSTRATED for ref in found if ref for item in ref.claims)
@@ -621,12 +584,8 @@ def accuracy_counts_table(counts: dict[str, dict[str, int]]) -> str:
 
 
 def accuracy_results_table(root=None) -> str:
-    """Every accuracy claim (`ACCURACY_CLAIMS`) of the committed reference results, as the markdown
-    table docs/results.md carries: notebook, claim, measured, 95% interval, verdict and how it was measured
-    (the reason names the seeds, epochs and data); "-" where a notebook has no reference yet.
-    `workbook reference table` prints it; tests/test_claims.py holds the copy there to the files."""
-    from course_lib.analysis import reference
-
+    """Every accuracy claim of the committed reference results as docs/results.md's markdown table ("-" where a
+    notebook has none yet); `workbook reference table` prints it, tests/test_claims.py holds the copy to the files."""
     lines = ["| notebook | claim | measured | 95% interval | verdict | how it was measured |", "|---|---|---|---|---|---|"]
     for notebook, keys in ACCURACY_CLAIMS.items():
         found = reference.find(notebook, root=root)

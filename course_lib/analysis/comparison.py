@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from course_lib import ledger
-from course_lib.analysis import confusion, statistics
+from course_lib.analysis import confusion, evaluation, statistics
 from course_lib.analysis.evaluation import Evaluation
 from course_lib.analysis.metrics import per_class_table
 
@@ -39,9 +39,8 @@ def check_same_images(before: Evaluation, after: Evaluation) -> None:
 
 
 def bootstrap_scores(labels, predictions, num_classes: int, weights: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-class precision, recall and F1 (draws x classes) and top-1 (draws) under each row of
-    bootstrap `weights` (draws x images). Zero denominators score 0, as scikit-learn's
-    zero_division=0 does, so a resample without a class matches `per_class_table`."""
+    """Per-class precision, recall and F1 and top-1 under each row of bootstrap `weights`; zero denominators score 0
+    (scikit-learn's zero_division=0), so a resample without a class matches `per_class_table`."""
     classes = np.arange(num_classes)
     truth = (np.asarray(labels)[:, None] == classes).astype(np.float64)  # images x classes, one-hot
     predicted = (np.asarray(predictions)[:, None] == classes).astype(np.float64)
@@ -58,9 +57,8 @@ def bootstrap_scores(labels, predictions, num_classes: int, weights: np.ndarray)
 
 @dataclasses.dataclass
 class Comparison:
-    """`after` against `before` on the same images. `per_class`: one row per class with each score
-    before, after, the delta and its bootstrap interval; `overall`: top-1 and macro F1 the same way;
-    `flips`: the right -> wrong and wrong -> right image tables (explorer.cell_images' columns)."""
+    """`after` against `before` on the same images: each score per class (`per_class`) and top-1 and macro F1
+    (`overall`) before, after, their delta and its bootstrap interval, and the flipped images (`flips`)."""
 
     before: Evaluation
     after: Evaluation
@@ -104,11 +102,8 @@ class Comparison:
 
 
 def flipped_images(before: Evaluation, after: Evaluation, direction: str = "right_to_wrong") -> "pd.DataFrame":
-    """Images `before` classified right and `after` wrong (or the reverse), the most confident
-    prediction of `after` first. Columns as `explorer.cell_images` (predicted and confidence are
-    `after`'s), plus predicted_before and confidence_before."""
-    import pandas as pd
-
+    """Images `before` classified right and `after` wrong (or the reverse), `after`'s most confident first:
+    `Evaluation.image_table` of `after`, plus predicted_before and confidence_before."""
     if direction not in FLIPS:
         raise ValueError(f"direction={direction!r} is not one of {', '.join(FLIPS)}")
     check_same_images(before, after)
@@ -116,25 +111,16 @@ def flipped_images(before: Evaluation, after: Evaluation, direction: str = "righ
     right_after = after.predictions == after.labels
     chosen = np.flatnonzero(right_before & ~right_after if direction == "right_to_wrong" else ~right_before & right_after)
     chosen = chosen[np.argsort(-after.confidences[chosen], kind="stable")]
-    names = np.array(after.classes, dtype=object)
-    return pd.DataFrame({
-        "index": chosen.astype(int),
-        "image": [after.image_refs[i] for i in chosen],
-        "true": names[after.labels[chosen]],
-        "predicted": names[after.predictions[chosen]],
-        "confidence": after.confidences[chosen].astype(float),
-        "true_class_probability": after.probabilities[chosen, after.labels[chosen]].astype(float),
-        "predicted_before": names[before.predictions[chosen]],
-        "confidence_before": before.confidences[chosen].astype(float),
-    }, columns=["index", "image", "true", "predicted", "confidence", "true_class_probability",
-                "predicted_before", "confidence_before"])
+    table = after.image_table(chosen)
+    table["predicted_before"] = np.array(after.classes, dtype=object)[before.predictions[chosen]]
+    table["confidence_before"] = before.confidences[chosen].astype(float)
+    return table
 
 
 def compare(before: Evaluation, after: Evaluation, draws: int = 1000, level: float = 0.95,
             seed: int = 0) -> Comparison:
-    """Paired comparison of two evaluations of the same images: both models are scored on the same
-    bootstrap resamples, so the interval of each delta reflects how much it would move on another
-    validation set of this size (not the seed: see statistics.seed_noise for that)."""
+    """Two evaluations of the same images scored on the same bootstrap resamples: each delta's interval is how much
+    it would move on another validation set of this size (not the seed's noise: `statistics.seed_noise`)."""
     import pandas as pd
 
     check_same_images(before, after)
@@ -168,11 +154,8 @@ def compare(before: Evaluation, after: Evaluation, draws: int = 1000, level: flo
 
 
 def resolve_evaluation(reference: str, split: str = "val") -> Evaluation:
-    """An evaluation from what a user types: a saved .npz/.json path, a checkpoint (.pt, evaluated
-    now on `split`), a ledger row id of kind eval, or an evaluation name (the newest ledger row of
-    that name, else runs/evals/<name>.npz)."""
-    from course_lib.analysis import evaluation
-
+    """An evaluation from what a user types: a saved .npz/.json, a checkpoint (evaluated now on `split`), an eval
+    row's id, or an evaluation's name (its newest eval row, else runs/evals/<name>.npz)."""
     path = Path(reference)
     if path.suffix in CHECKPOINT_SUFFIXES:
         return evaluation.evaluate(path, split=split)

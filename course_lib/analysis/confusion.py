@@ -19,7 +19,6 @@ ORDERINGS = ("name", "confusion")
 NORMALIZATIONS = ("none", "true", "pred")  # counts | each row sums to 1 (recall) | each column (precision)
 
 
-
 def confusion_counts(labels, predictions, num_classes: int) -> np.ndarray:
     """C x C counts, rows = true class, columns = predicted (scikit-learn); classes that never
     occur keep their (zero) row and column."""
@@ -49,9 +48,8 @@ def _pair_confusion(counts) -> np.ndarray:
 
 
 def class_order(counts, classes, ordering: str = "name") -> np.ndarray:
-    """Indices that order the classes: alphabetically ("name"), or so that classes the model mixes
-    up sit next to each other ("confusion": average-linkage hierarchical clustering of the
-    symmetrised confusion rates with optimal leaf ordering, scipy.cluster.hierarchy)."""
+    """Indices ordering the classes by "name", or by "confusion": classes the model mixes up side by side (scipy's
+    average-linkage clustering of the symmetrised confusion rates, optimal leaf ordering)."""
     if ordering not in ORDERINGS:
         raise ValueError(f"ordering={ordering!r} is not one of {', '.join(ORDERINGS)}")
     count = len(classes)
@@ -97,13 +95,16 @@ def confusion_view(counts, classes, normalize: str = "none", ordering: str = "na
                    max_classes: int | None = 30) -> "pd.DataFrame":
     """The matrix to draw, as a labelled DataFrame: normalised over all classes, then restricted to
     the most-confused `max_classes` (when there are more), then ordered."""
+    counts = np.asarray(counts)
+    return _labelled(normalize_confusion(counts, normalize), counts, classes, ordering, max_classes)
+
+
+def _labelled(values, counts, classes, ordering: str, max_classes: int | None) -> "pd.DataFrame":
+    """`values` (C x C) on the most-confused `max_classes` of `counts` (all when None), ordered and labelled."""
     import pandas as pd
 
-    counts = np.asarray(counts)
-    values = normalize_confusion(counts, normalize)
     keep = most_confused_classes(counts, max_classes) if max_classes else np.arange(len(classes))
-    sub_classes = [classes[i] for i in keep]
-    order = keep[class_order(counts[np.ix_(keep, keep)], sub_classes, ordering)]
+    order = keep[class_order(counts[np.ix_(keep, keep)], [classes[i] for i in keep], ordering)]
     names = [classes[i] for i in order]
     return pd.DataFrame(values[np.ix_(order, order)], index=pd.Index(names, name="true"),
                         columns=pd.Index(names, name="predicted"))
@@ -144,9 +145,8 @@ def _draw_matrix(view, title, annotate, fmt, cmap, center=None, vmin=None, vmax=
 
 def plot_confusion(counts, classes, normalize: str = "none", ordering: str = "name",
                    max_classes: int | None = 30, title: str = "", ax=None):
-    """Seaborn heat map of a confusion matrix (rows true, columns predicted). Per-cell numbers up to
-    20 classes; beyond `max_classes` classes only the most-confused sub-block is drawn and the
-    title says so. The figure side is capped at 12 inches. Returns the Figure."""
+    """Seaborn heat map of a confusion matrix (rows true), with per-cell numbers up to 20 classes; beyond
+    `max_classes` only the most-confused sub-block, as the title says."""
     counts = np.asarray(counts)
     view = confusion_view(counts, classes, normalize, ordering, max_classes)
     shown = len(view)
@@ -161,19 +161,12 @@ def difference_view(counts_before, counts_after, classes, normalize: str = "true
                     max_classes: int | None = 30) -> "pd.DataFrame":
     """after - before, both normalised (default by row, so evaluations of different sizes compare);
     positive on the diagonal and negative off it means the change helped."""
-    import pandas as pd
-
     before, after = np.asarray(counts_before), np.asarray(counts_after)
     if before.shape != after.shape:
         raise ValueError(f"confusion matrices differ in shape {before.shape} vs {after.shape}; "
                          "compare evaluations of the same classes")
     difference = normalize_confusion(after, normalize) - normalize_confusion(before, normalize)
-    combined = before + after
-    keep = most_confused_classes(combined, max_classes) if max_classes else np.arange(len(classes))
-    order = keep[class_order(combined[np.ix_(keep, keep)], [classes[i] for i in keep], ordering)]
-    names = [classes[i] for i in order]
-    return pd.DataFrame(difference[np.ix_(order, order)], index=pd.Index(names, name="true"),
-                        columns=pd.Index(names, name="predicted"))
+    return _labelled(difference, before + after, classes, ordering, max_classes)
 
 
 def plot_difference(counts_before, counts_after, classes, normalize: str = "true", ordering: str = "name",
@@ -214,9 +207,8 @@ def most_confused_pairs(counts, classes, top: int = 10) -> "pd.DataFrame":
 
 
 def pair_error_share(counts, classes, pairs) -> tuple[float, float]:
-    """(share of all misclassified images that fall between the classes of `pairs`, the share
-    expected if mistakes were spread evenly over all off-diagonal cells). Pairs are unordered
-    class-name tuples, e.g. a dataset's known look-alike classes; names not in `classes` are ignored."""
+    """(share of the misclassified images between the classes of `pairs`, the share mistakes spread evenly would
+    give). Pairs are unordered class names (a dataset's look-alikes); names not in `classes` are ignored."""
     counts = np.asarray(counts)
     index = {name: i for i, name in enumerate(classes)}
     cells = {(index[a], index[b]) for a, b in pairs if a in index and b in index}

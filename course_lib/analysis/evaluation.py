@@ -17,10 +17,10 @@ import numpy as np
 from course_lib.analysis.calibration import expected_calibration_error
 from course_lib.analysis.confusion import confusion_counts, most_confused_pairs
 from course_lib.analysis.metrics import _check_scores, per_class_table, top_k_accuracy
-from course_lib.config import WorkbookError
+from course_lib.config import ConfigError, WorkbookError
 from course_lib.data.build_lock import DISK_FULL, disk_full
 from course_lib.devices import resolve_device
-from course_lib.paths import check_writable
+from course_lib.paths import check_writable, project_root
 
 if TYPE_CHECKING:  # pandas is imported where it is used, to keep imports light
     import pandas as pd
@@ -71,6 +71,17 @@ class Evaluation:
         """Top probability per image."""
         return self.probabilities.max(axis=1)
 
+    def image_table(self, chosen) -> "pd.DataFrame":
+        """The images at indices `chosen`: reference, true and predicted class, confidence and p(true), as the
+        galleries list them."""
+        import pandas as pd
+
+        chosen, names = np.asarray(chosen, dtype=int), np.array(self.classes, dtype=object)
+        return pd.DataFrame({"index": chosen, "image": [self.image_refs[i] for i in chosen],
+                             "true": names[self.labels[chosen]], "predicted": names[self.predictions[chosen]],
+                             "confidence": self.confidences[chosen].astype(float),
+                             "true_class_probability": self.probabilities[chosen, self.labels[chosen]].astype(float)})
+
     def counts(self) -> np.ndarray:
         return confusion_counts(self.labels, self.predictions, self.num_classes)
 
@@ -80,19 +91,14 @@ class Evaluation:
     def summary(self, bins: int = 15) -> dict:
         """Headline numbers: top-1, top-5 (k capped at the class count), macro/weighted F1, ECE."""
         table = self.per_class()
-        return {
-            "images": int(len(self.labels)),
-            "classes": self.num_classes,
-            "top1": top_k_accuracy(self.probabilities, self.labels, 1),
-            "top5": top_k_accuracy(self.probabilities, self.labels, 5),
-            "top5_k": min(5, self.num_classes),
-            "macro_precision": float(table.loc["macro avg", "precision"]),
-            "macro_recall": float(table.loc["macro avg", "recall"]),
-            "macro_f1": float(table.loc["macro avg", "f1"]),
-            "weighted_f1": float(table.loc["weighted avg", "f1"]),
-            "ece": expected_calibration_error(self.probabilities, self.labels, bins),
-            "mean_confidence": float(self.confidences.mean()) if len(self.labels) else float("nan"),
-        }
+        macro = table.loc["macro avg"]
+        return {"images": int(len(self.labels)), "classes": self.num_classes,
+                "top1": top_k_accuracy(self.probabilities, self.labels, 1),
+                "top5": top_k_accuracy(self.probabilities, self.labels, 5), "top5_k": min(5, self.num_classes),
+                "macro_precision": float(macro["precision"]), "macro_recall": float(macro["recall"]),
+                "macro_f1": float(macro["f1"]), "weighted_f1": float(table.loc["weighted avg", "f1"]),
+                "ece": expected_calibration_error(self.probabilities, self.labels, bins),
+                "mean_confidence": float(self.confidences.mean()) if len(self.labels) else float("nan")}
 
     def load_image(self, index: int):
         """The image `index` refers to, as a PIL image (for galleries)."""
@@ -152,9 +158,8 @@ class Evaluation:
 
     @classmethod
     def load(cls, path: str | Path) -> "Evaluation":
-        """The evaluation saved at `path` (.npz and its .json sidecar). One that cannot be read whole (half an
-        .npz, a sidecar without its classes, object arrays, fewer probability columns than classes, a label
-        that is no class) is one DamagedEvaluationError line naming the file and the fix (issue 49, point 13)."""
+        """The evaluation saved at `path` (.npz and .json sidecar); one that cannot be read whole (half an .npz, a
+        sidecar without classes, a label that is no class) is one DamagedEvaluationError line (issue 49, point 13)."""
         import zipfile
 
         path = Path(path)
@@ -175,8 +180,6 @@ class Evaluation:
 
 
 def _evals_dir() -> Path:
-    from course_lib.paths import project_root
-
     return project_root() / EVALS_DIR
 
 
@@ -257,13 +260,9 @@ PREDICT_BAR_DELAY_SECONDS = 5.0  # `predict` shows a bar (or plain lines) only o
 
 
 def predict(model, dataset, config, *, device_stage=None, views: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """(labels, softmax probabilities) of `model` over `dataset`, in dataset order. Evaluation runs
-    in fp32: it is a small share of the time, and reduced precision would blur the calibration.
-
-    `device_stage` (a bundle's `DeviceStage`) moves each batch to the device and normalises it there
-    when the dataset serves uint8 images. `views` > 1 is test-time augmentation: the probabilities
-    are averaged over the first `views` symmetries of the square (2: the mirror; 8: every rotation
-    and mirror, `data.overhead_augment.dihedral_views`)."""
+    """(labels, softmax probabilities) of `model` over `dataset`, in order, in fp32 (a small share of the time, and
+    reduced precision would blur the calibration). `device_stage` (a bundle's) moves and normalises uint8 batches
+    on the device; `views` > 1 averages over that many symmetries of the square (`overhead_augment.dihedral_views`)."""
     import torch
 
     from course_lib.data.loaders import make_loader
@@ -298,9 +297,8 @@ def _slug(text: str) -> str:
 def evaluate_model(model, config, split: str = "val", classes=None, name: str | None = None,
                    metadata: dict | None = None, out_dir: str | Path | None = None, bundle=None,
                    record: bool = True, tta_views: int = 1) -> Evaluation:
-    """Run `model` on `split` of the dataset `config` names; save the evaluation and (by default)
-    record a ledger row of kind "eval". `bundle` reuses already-built datasets; `tta_views` > 1
-    averages the predictions over that many symmetries of the square (see `predict`)."""
+    """Run `model` on `split` of `config`'s dataset (or `bundle`'s), save the evaluation and record an "eval" ledger
+    row; `tta_views` > 1 averages over that many symmetries of the square (`predict`)."""
     from course_lib.data.datasets import SPLITS
     from course_lib.data.pipeline import build_datasets
 
@@ -312,8 +310,6 @@ def evaluate_model(model, config, split: str = "val", classes=None, name: str | 
     if dataset is None:
         raise FileNotFoundError(f"the dataset has no {split} split ({bundle.source}); use split=val")
     if classes is not None and list(classes) != list(bundle.classes):
-        from course_lib.config import ConfigError
-
         raise ConfigError(f"the model was trained on classes {list(classes)} but {bundle.source} has "
                           f"{list(bundle.classes)}; evaluate on the dataset it was trained on (drop -p dataset= "
                           "or pass -p data_dir=<its folder>)")
@@ -340,12 +336,8 @@ def evaluate_model(model, config, split: str = "val", classes=None, name: str | 
 def evaluate(checkpoint_path: str | Path, split: str = "val", name: str | None = None,
              out_dir: str | Path | None = None, weights: str = "model", tta_views: int | None = None,
              **overrides) -> Evaluation:
-    """Load a workbook checkpoint (`checkpoint.load_checkpoint`), rebuild its model (`factory.build_model`)
-    and dataset from the stored config plus `overrides` (e.g. device="cpu", batch_size=256,
-    data_dir=...), evaluate it on `split`, save and record the result. `weights="ema"` evaluates
-    the checkpoint's weight-EMA copy (trained with ema_decay > 0); `tta_views` > 1 adds test-time
-    augmentation (`workbook eval --tta N`; default: the views the checkpoint's config names)."""
-    from course_lib.config import ConfigError
+    """Evaluate a checkpoint on `split` with its model and dataset rebuilt from its config plus `overrides` (e.g.
+    device="cpu"), its EMA copy with `weights="ema"`; `tta_views` default: the views its config names."""
     from course_lib.data.overhead_augment import DIHEDRAL_VIEWS
     from course_lib.models import factory
 

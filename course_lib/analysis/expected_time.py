@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib.analysis import reference
+
 LONG_CELL_SECONDS = 60.0
 SMOKE_ADVICE = 'profile = "smoke" in the parameters cell runs the notebook in under a minute'
 QUICK_PROFILES = ("smoke", "rehearsal")  # CI-sized: under a minute, nothing to announce but that
@@ -39,8 +41,7 @@ class Timings:
 
     @classmethod
     def load(cls, profile: str, root=None) -> Timings:
-        from course_lib import machine
-        from course_lib.analysis import reference
+        from course_lib import machine  # here, not above: it imports torch
 
         timings = cls(profile)
         here = machine.describe_hardware()
@@ -59,9 +60,7 @@ class Timings:
         return timings
 
     def _find(self, cell_id: str | None, source: str | None) -> tuple[float, object]:
-        from course_lib.analysis.reference import source_digest
-
-        for key in (cell_id, source_digest(source) if source else None):
+        for key in (cell_id, reference.source_digest(source) if source else None):
             if key and key in self.cells:
                 return self.cells[key]
         return 0.0, None
@@ -110,9 +109,8 @@ def current_cell() -> tuple[str | None, str | None]:
 
 
 def announce(profile: str, root=None) -> str:
-    """Print (and return) the running notebook's expected time in `profile`, and inside a kernel start
-    saying so before every long cell (the hook is registered once per kernel, replaced when the profile
-    changes)."""
+    """Print (and return) the running notebook's expected time in `profile`; inside a kernel, say so before every
+    long cell too (one hook per kernel, replaced when the profile changes)."""
     if profile in QUICK_PROFILES:
         line = f"expected time: under a minute ({profile} profile)"
         print(line)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from course_lib.analysis import confusion
+from course_lib.analysis import comparison, confusion
 from course_lib.analysis.evaluation import Evaluation, list_evaluations
 
 if TYPE_CHECKING:  # pandas is imported where it is used, to keep imports light
@@ -39,11 +39,8 @@ THUMBNAIL_INCHES = 1.8  # side of one gallery image
 
 def cell_images(evaluation: Evaluation, true_index: int, predicted_index: int, min_confidence: float = 0.0,
                 max_confidence: float = 1.0, limit: int | None = None) -> "pd.DataFrame":
-    """The images of class `true_index` that the model predicted as `predicted_index`, with the top
-    probability in [min_confidence, max_confidence], most confident first (the most confident
-    mistakes are the most telling)."""
-    import pandas as pd
-
+    """The images of class `true_index` predicted as `predicted_index` with a confidence in [min_confidence,
+    max_confidence], most confident first (the most confident mistakes are the most telling)."""
     for value in (true_index, predicted_index):
         if not 0 <= int(value) < evaluation.num_classes:
             raise ValueError(f"class index {value} is outside 0..{evaluation.num_classes - 1}")
@@ -51,16 +48,7 @@ def cell_images(evaluation: Evaluation, true_index: int, predicted_index: int, m
     chosen = np.flatnonzero((evaluation.labels == true_index) & (evaluation.predictions == predicted_index)
                             & (confidence >= min_confidence) & (confidence <= max_confidence))
     chosen = chosen[np.argsort(-confidence[chosen], kind="stable")]
-    if limit is not None:
-        chosen = chosen[:limit]
-    return pd.DataFrame({
-        "index": chosen.astype(int),
-        "image": [evaluation.image_refs[i] for i in chosen],
-        "true": evaluation.classes[true_index],
-        "predicted": evaluation.classes[predicted_index],
-        "confidence": confidence[chosen].astype(float),
-        "true_class_probability": evaluation.probabilities[chosen, true_index].astype(float),
-    }, columns=["index", "image", "true", "predicted", "confidence", "true_class_probability"])
+    return evaluation.image_table(chosen[:limit])
 
 
 def _short_name(ref: str) -> str:
@@ -155,10 +143,8 @@ def _cell_label(value: float, normalize: str, difference: bool) -> str:
 
 def matrix_cells(counts, classes, normalize: str = "true", ordering: str = "confusion",
                  max_classes: int | None = 30, baseline_counts=None) -> "pd.DataFrame":
-    """The clickable matrix as one row per cell: grid position (row, column), true_index,
-    predicted_index, value (normalised; after - before when `baseline_counts` is given), images
-    (the count behind the cell), label (the number printed on it), background and text colours.
-    Beyond `max_classes` classes only the most-confused block is drawn (confusion.confusion_view)."""
+    """The clickable matrix, one row per cell: its position, classes, value (after - before with `baseline_counts`),
+    images behind it, label and colours; beyond `max_classes` only the most-confused block (`confusion_view`)."""
     import pandas as pd
 
     counts = np.asarray(counts)
@@ -186,9 +172,6 @@ def matrix_cells(counts, classes, normalize: str = "true", ordering: str = "conf
 
 
 def _thumbnail_uri(image, side: int) -> str:
-    import base64
-    import io
-
     from PIL import Image
 
     buffer = io.BytesIO()
@@ -197,9 +180,8 @@ def _thumbnail_uri(image, side: int) -> str:
 
 
 def column_label_html(name: str) -> str:
-    """A predicted-class column header of the matrix (vertical text, full name on hover). Class
-    names are folder names, which anyone can choose: every one is escaped, as an HTML widget sets
-    innerHTML and a name carrying an event-handler attribute would otherwise run script."""
+    """A predicted-class column header (vertical, full name on hover), escaped: class names are folder names anyone
+    can choose, and an HTML widget sets innerHTML, where an event-handler attribute would run script."""
     return (f'<div title="{html.escape(str(name))}" style="writing-mode:vertical-rl;transform:rotate(180deg);'
             f'height:90px;font-size:11px;overflow:hidden">{html.escape(_clip(str(name)))}</div>')
 
@@ -211,9 +193,8 @@ def row_label_html(name: str) -> str:
 
 
 def gallery_html(evaluation: Evaluation, table, title: str, thumbnail_pixels: int = 96) -> str:
-    """The images of `table` (a `cell_images` or flipped-images result) as an HTML gallery: one
-    <figure class="workbook-thumb"> per image with its confidence (and p(true) for a mistake), so
-    the browser shows real <img> elements a reader (or a test) can count."""
+    """`table`'s images (`cell_images`, flipped images) as HTML: a <figure class="workbook-thumb"> each, with its
+    confidence (and p(true) for a mistake), real <img> elements a reader (or a test) can count."""
     figures = []
     for item in table.itertuples():
         caption = f"{html.escape(_clip(item.predicted))} {item.confidence:.2f}"
@@ -248,7 +229,6 @@ def comparison_html(result) -> str:
     return "".join(lines) + "</table>"
 
 
-GALLERY_MODES = ("cell", "right_to_wrong", "wrong_to_right")
 CELL_PIXELS = 46  # width of one clickable matrix cell
 ROW_LABEL_PIXELS = 130  # the true-class names left of the grid
 FITTING_CLASSES = 10  # EuroSAT's 10 columns fit without scrolling; more scroll, and the title says so
@@ -281,15 +261,9 @@ def _explorer_box():
 
 
 class ConfusionExplorer:
-    """Interactive confusion analysis over one or more saved evaluations.
-
-    State (plain attributes, so a test or a script can drive it): `split` (None: all),
-    `evaluation_name`, `compare_name` (None, or a second evaluation of the same images: a
-    difference matrix, per-class deltas and flipped images), `normalize`, `ordering`,
-    `confidence_range` (`min_confidence` is its lower end), `selected_cell`, `gallery_mode`.
-    Verbs: `matrix_cells()`, `matrix_figure()`, `select(t, p)`, `show_flips(direction)`,
-    `comparison()`, `widget()` (a grid of clickable, keyboard-focusable buttons, one per cell).
-    """
+    """Interactive confusion analysis over saved evaluations. Its state is plain attributes (`split`,
+    `evaluation_name`, `compare_name` for a difference, `normalize`, `ordering`, `confidence_range`, `selected_cell`,
+    `gallery_mode`), so a test or a script drives it without a browser, through the same verbs as `widget()`."""
 
     def __init__(self, evaluations, normalize: str = "true", ordering: str = "confusion",
                  max_classes: int | None = 30, gallery_size: int = 12):
@@ -300,20 +274,14 @@ class ConfusionExplorer:
         if not evaluations:
             raise ValueError("no evaluations to explore; run evaluation.evaluate(...) or `workbook eval` first")
         self.evaluations = dict(evaluations)
-        self.split: str | None = None
         self.evaluation_name = next(iter(self.evaluations))
+        self.split: str | None = None
         self.compare_name: str | None = None
-        self.normalize = normalize
-        self.ordering = ordering
-        self.max_classes = max_classes
-        self.gallery_size = gallery_size
-        self.confidence_range = (0.0, 1.0)
         self.selected_cell: tuple[int, int] | None = None
-        self.gallery_mode = "cell"
-        self.gallery_table = None
-        self.gallery_figure = None
-        self._comparison = None
-        self._controls = None
+        self.normalize, self.ordering = normalize, ordering
+        self.max_classes, self.gallery_size = max_classes, gallery_size
+        self.confidence_range, self.gallery_mode = (0.0, 1.0), "cell"
+        self.gallery_table = self.gallery_figure = self._comparison = self._controls = None
 
     @classmethod
     def from_folder(cls, folder: str | Path | None = None, **options) -> "ConfusionExplorer":
@@ -408,8 +376,6 @@ class ConfusionExplorer:
 
     def comparison(self):
         """`comparison.compare(baseline, current)` when comparing, else None (cached per pair)."""
-        from course_lib.analysis import comparison
-
         baseline = self._baseline()
         if baseline is None:
             return None
@@ -588,12 +554,9 @@ class ConfusionExplorer:
     def _show_gallery(self):
         if self._controls is None:
             return
-        table = self.gallery_table
-        if table is None:
-            self._controls["gallery"].value = (f'<div class="workbook-gallery-caption">'
-                                               f'{html.escape(self.gallery_title())}</div>')
-        else:
-            self._controls["gallery"].value = gallery_html(self.evaluation, table, self.gallery_title())
+        title, table = self.gallery_title(), self.gallery_table
+        self._controls["gallery"].value = (gallery_html(self.evaluation, table, title) if table is not None else
+                                           f'<div class="workbook-gallery-caption">{html.escape(title)}</div>')
 
     def _on_flips(self, direction: str):
         self.show_flips(direction)
@@ -601,9 +564,8 @@ class ConfusionExplorer:
         self._show_gallery()
 
     def widget(self):
-        """Filters (split, evaluation, comparison, normalisation, ordering, minimum confidence), the
-        matrix as a grid of buttons (click, or Tab to a cell and press Enter), a most-confused list,
-        and the gallery of the chosen cell; with a comparison, the per-class deltas and flipped images."""
+        """Filters, the matrix as a grid of buttons (click, or Tab to a cell and Enter), a most-confused list and
+        the chosen cell's gallery; with a comparison, the per-class deltas and flipped images."""
         c = self._controls = self._make_controls()
         for key in ("split", "evaluation", "compare", "normalize", "ordering", "min_confidence"):
             c[key].observe(self.on_settings_changed, names="value")

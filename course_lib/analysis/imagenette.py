@@ -10,6 +10,13 @@ mean of 5 runs where one can afford them.
 """
 from __future__ import annotations
 
+import json
+import types
+from pathlib import Path
+
+from course_lib import paths
+from course_lib.analysis import claims
+
 LEADERBOARD_TOP1 = 0.8743  # top-1 on the official val, the mean of LEADERBOARD_RUNS runs
 LEADERBOARD_IMAGE_SIZE = 128  # pixels, the row's side
 LEADERBOARD_EPOCHS = 5  # passes over the official train
@@ -73,13 +80,9 @@ def gap_line(summary: dict, config, hardware: str) -> str:
 
 
 def claim(summary: dict | None, config, hardware: str, why_not: str = "", source: str = ""):
-    """The claim `imagenette_leaderboard` (analysis.claims): the races' mean top-1 on the official val against
-    87.43%. It holds when the whole 95% t interval over the runs is at or above the figure, is refuted when the
-    whole interval is below it, and is otherwise not shown beyond noise. Not measurable, with the reason: without
-    races (`summary` None: `why_not` says why), when `config` breaks the leaderboard's rules, without an official
-    val, or with one run (no interval; the leaderboard averages 5). `source` names a results file it was read from."""
-    from course_lib.analysis import claims
-
+    """The claim `imagenette_leaderboard`: the races' mean top-1 on the official val against 87.43%, decided by its
+    95% t interval. Not measurable without races (`why_not` says why), with the rules broken, without an official
+    val, or with one run (no interval). `source` names a results file it was read from."""
     if summary is None:
         return claims.not_measurable(CLAIM, why_not or "no races of the recipe on Imagenette", hardware)
     broken = rules_broken(config)
@@ -104,12 +107,6 @@ def claim(summary: dict | None, config, hardware: str, why_not: str = "", source
 def saved_claim(root=None):
     """The claim from benchmarks/results/imagenette.json when benchmarks/bench_imagenette.py wrote it from races on
     Imagenette; None without that file, or when it holds the smoke profile's check on the committed sample."""
-    import json
-    import types
-    from pathlib import Path
-
-    from course_lib import paths
-
     path = Path(root or paths.project_root()) / "benchmarks" / "results" / f"{RESULT_STEM}.json"
     try:
         record = json.loads(path.read_text())

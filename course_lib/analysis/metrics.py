@@ -31,11 +31,8 @@ def _check_scores(scores, labels) -> tuple[np.ndarray, np.ndarray]:
 
 
 def top_k_accuracy(scores, labels, k: int = 1) -> float:
-    """Fraction of images whose true class is among the k highest scores (logits or probabilities).
-
-    k is capped at the number of classes (top-5 of a 3-class problem is top-3, i.e. 1.0). Ties
-    are broken as scikit-learn's `top_k_accuracy_score` breaks them, which it uses for k < C.
-    """
+    """Fraction of images whose true class is among the k highest scores, k capped at the class count (top-5 of 3
+    classes is 1.0); ties broken as scikit-learn's `top_k_accuracy_score`, used for k < C."""
     from sklearn.metrics import top_k_accuracy_score
 
     scores, labels = _check_scores(scores, labels)
@@ -53,9 +50,8 @@ def top_k_accuracy(scores, labels, k: int = 1) -> float:
 
 
 def per_class_table(labels, predictions, classes) -> "pd.DataFrame":
-    """Precision, recall, F1 and support per class plus macro and weighted averages
-    (`precision_recall_fscore_support`). A class that never occurs has support 0 and scores 0
-    (zero_division=0), so it still gets a row instead of vanishing."""
+    """Precision, recall, F1 and support per class plus macro and weighted averages; a class that never occurs
+    scores 0 (zero_division=0), so it still gets a row instead of vanishing."""
     import pandas as pd
     from sklearn.metrics import precision_recall_fscore_support
 

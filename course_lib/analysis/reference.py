@@ -14,8 +14,10 @@ which reads this module; this module never reads claims).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import re
+import sys
 from pathlib import Path
 
 from course_lib import paths, run_summary
@@ -71,9 +73,8 @@ def _command(profile: str, notebook_file: str, parameters: dict) -> str:
 
 
 def cell_times(notebook_path: Path) -> tuple[dict, dict, str]:
-    """({cell id: seconds} of an executed notebook's code cells, from papermill's per-cell `duration`,
-    {cell id: `source_digest`}, the name of the data its data line printed: "eurosat", never the machine's
-    folder); ({}, {}, "") when the file is missing or unreadable."""
+    """({cell id: papermill's seconds}, {cell id: `source_digest`}, the data's name its data line printed, never the
+    machine's folder) of an executed notebook; ({}, {}, "") when it is missing or unreadable."""
     try:
         cells = json.loads(Path(notebook_path).read_text()).get("cells", [])
     except (OSError, ValueError):
@@ -87,9 +88,8 @@ def cell_times(notebook_path: Path) -> tuple[dict, dict, str]:
 
 
 def from_run(run_id: str, book=None, runs: Path | None = None) -> list[Reference]:
-    """One Reference per notebook of run `run_id` that recorded claims: its claim rows from the ledger
-    and its parameters from `runs/<run_id>/summary.json`. ReferenceResultError when the run is unknown,
-    unfinished, in the smoke profile or recorded no claim."""
+    """One Reference per notebook of run `run_id` that recorded claims (the ledger's rows, summary.json's
+    parameters); ReferenceResultError for a run unknown, unfinished, of the smoke profile or without claims."""
     from course_lib import ledger, machine
 
     run_folder = (runs or paths.resolve_path("runs")) / run_id
@@ -141,10 +141,9 @@ LONG_PROFILE = "reference"  # the profile whose result a quick pass never replac
 
 
 def target_path(reference: Reference, root: Path | None = None) -> Path:
-    """Where `save` writes `reference`: `<root>/<hardware slug>/<notebook>.json`, unless that file holds the
-    notebook's `reference`-profile result and this is a quick pass (cpu, gpu): then beside it, in
-    `<slug>/<profile>/<notebook>.json`. The long run stays the chapter's reference, and the quick pass's
-    figures and cell times are kept where `analysis.expected_time` reads them."""
+    """`<root>/<hardware slug>/<notebook>.json`, or for a quick pass (cpu, gpu) where that holds the long
+    `reference`-profile run, `<slug>/<profile>/<notebook>.json`: the long run stays the chapter's reference, and
+    the quick pass's cell times are kept where `analysis.expected_time` reads them."""
     main = (root or folder()) / hardware_slug(reference.hardware) / f"{reference.notebook}.json"
     if reference.profile == LONG_PROFILE or not main.exists():
         return main
@@ -180,8 +179,6 @@ FIELD_TYPES = {"notebook": str, "hardware": str, "date": str, "profile": str, "c
 
 def source_digest(source: str) -> str:
     """12 hex digits naming a cell's code: how a kernel that is not told the cell's id (papermill's) finds it."""
-    import hashlib
-
     return hashlib.sha1(source.strip().encode()).hexdigest()[:12]
 
 
@@ -202,8 +199,6 @@ def load(path: Path) -> Reference:
 def load_all(paths) -> list[Reference]:
     """The references at `paths` that read; each that does not is one warning line naming it, and is left
     out, so one damaged file never stops a run, the scoreboard or the docs (issue 49, point 5)."""
-    import sys
-
     found = []
     for path in paths:
         try:

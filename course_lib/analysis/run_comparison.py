@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from course_lib import ledger, machine
+from course_lib import ledger, machine, paths, run_summary
 from course_lib.analysis import statistics
 from course_lib.analysis.comparison import resolve_evaluation
 from course_lib.analysis.evaluation import Evaluation
+from course_lib.config import WorkbookError
 
 if TYPE_CHECKING:  # pandas is imported where it is used, to keep imports light
     import pandas as pd
@@ -35,10 +36,8 @@ RUN_ID_PATTERN = re.compile(r"^\d{8}-\d{6}-[a-z]+-[0-9a-f]{4}$")  # runner.new_r
 
 @dataclasses.dataclass
 class Change:
-    """One parameter or result that differs between A (before) and B (after). `delta` is B - A for
-    numbers; `ratio` is B / A for repeated measurements (a list per row, compared by their means);
-    `low`/`high` is the interval of the delta (or of the ratio) when the result has one, `method`
-    says which."""
+    """One parameter or result that differs between A (before) and B (after): `delta` B - A for numbers, `ratio`
+    of the means for repeated measurements (lists), `low`/`high` the interval of either, by `method`."""
 
     item: str  # what it belongs to: "run", a notebook, "03_amp.ipynb: train resnet18"
     kind: str  # parameter | result
@@ -88,9 +87,7 @@ class RunComparison:
             parameters = [_change_text(c) for c in self.changes if c.item == item and c.kind == "parameter"]
             results = [_change_text(c) for c in self.changes if c.item == item and c.kind == "result"]
             left = max([len("parameters that differ")] + [len(text) for text in parameters])
-            lines.append("")
-            lines.append(item)
-            lines.append(f"  {'parameters that differ'.ljust(left)} | results that differ")
+            lines += ["", item, f"  {'parameters that differ'.ljust(left)} | results that differ"]
             for index in range(max(len(parameters), len(results))):
                 parameter = parameters[index] if index < len(parameters) else ""
                 result = results[index] if index < len(results) else ""
@@ -99,8 +96,7 @@ class RunComparison:
             lines.append("nothing differs")
         for label, names in (("only in A", self.only_before), ("only in B", self.only_after)):
             if names:
-                lines.append("")
-                lines.append(f"{label}: {', '.join(names)}")
+                lines += ["", f"{label}: {', '.join(names)}"]
         return "\n".join(lines)
 
 
@@ -170,10 +166,8 @@ def parameter_changes(item: str, before: dict, after: dict, run_ids=()) -> list[
 
 def result_changes(item: str, before: dict, after: dict, level: float = 0.95, draws: int = 1000,
                    seed: int = 0) -> list[Change]:
-    """The results (a row's status, seconds and metrics) whose values differ, each with an interval
-    where the result has one: Newcombe's for an accuracy whose image count the row records, a
-    bootstrap interval of the ratio of means for repeated measurements (a list, e.g. images/s per
-    epoch), and each side's own interval for a claim's measured value."""
+    """The results (status, seconds, metrics) that differ, with Newcombe's interval for an accuracy whose image count
+    the row records, a bootstrap one for a ratio of repeated measurements, and a claim's own intervals."""
     changes = []
     interval_keys = {key for pair in VALUE_INTERVALS.values() for key in pair}
     for name in dict.fromkeys([*before, *after]):
@@ -213,14 +207,10 @@ def row_changes(item: str, before: dict, after: dict, level: float = 0.95, run_i
                 draws: int = 1000) -> list[Change]:
     """Two ledger rows: their parameters (with profile, commit, machine and torch when `context`)
     beside their results (status, seconds, metrics)."""
-    parameters_before = {**(_context(before) if context else {}), **before.get("parameters", {})}
-    parameters_after = {**(_context(after) if context else {}), **after.get("parameters", {})}
-    results_before = {"status": before.get("status"), "seconds": before.get("duration_seconds"),
-                      **before.get("metrics", {})}
-    results_after = {"status": after.get("status"), "seconds": after.get("duration_seconds"),
-                     **after.get("metrics", {})}
-    return (parameter_changes(item, parameters_before, parameters_after, run_ids)
-            + result_changes(item, results_before, results_after, level, draws))
+    parameters = [{**(_context(row) if context else {}), **row.get("parameters", {})} for row in (before, after)]
+    results = [{"status": row.get("status"), "seconds": row.get("duration_seconds"), **row.get("metrics", {})}
+               for row in (before, after)]
+    return parameter_changes(item, *parameters, run_ids) + result_changes(item, *results, level, draws)
 
 
 def _row_label(row: dict) -> str:
@@ -229,9 +219,8 @@ def _row_label(row: dict) -> str:
 
 
 def class_set_warning(item: str, before: dict, after: dict) -> str | None:
-    """A warning when two training rows (their metrics' `classes`, recorded since issue 49) learned different
-    class sets: a top-1 over 3 classes and one over 8 measure different tasks, so their difference, interval and
-    all, says nothing about what changed."""
+    """A warning when two training rows learned different class sets (their metrics' `classes`, since issue 49): a
+    top-1 over 3 classes and one over 8 measure different tasks, so their difference says nothing."""
     classes = [(row.get("metrics") or {}).get("classes") for row in (before, after)]
     if not all(isinstance(found, list) for found in classes) or classes[0] == classes[1]:
         return None
@@ -280,13 +269,9 @@ class RunRecord:
 def find_run(reference: str, book=None) -> RunRecord | None:
     """The run `reference` names: a run folder (holding summary.json), a folder under runs/, or a run
     id the ledger has rows of; None when it names no run."""
-    from course_lib import paths
-
     book = book or ledger.Ledger()
     folder = next((f for f in (Path(reference), paths.project_root() / "runs" / reference)
                    if (f / "summary.json").is_file()), None)
-    from course_lib import run_summary
-
     summary = run_summary.read_or_empty(folder) if folder is not None else {}  # unusable: the ledger has the rows
     run_id = summary.get("run_id") or (folder.name if folder is not None else reference)
     rows = book.rows(run_id=run_id)
@@ -307,9 +292,8 @@ def _occurrences(rows: list[dict]) -> dict[str, dict]:
 
 
 def compare_runs(before: RunRecord, after: RunRecord, level: float = 0.95, draws: int = 1000) -> RunComparison:
-    """Two runs, notebook by notebook: the run's profile, commit, machine and torch; each notebook's
-    parameters beside its status and seconds; then the rows each notebook wrote, matched by kind,
-    name and order (the third training run of a grid with the third), parameters beside metrics."""
+    """Two runs: their profile, commit, machine and torch, then per notebook its parameters beside its results and
+    the rows it wrote, matched by kind, name and order (a grid's third training run with the third)."""
     statistics._check_level(level)
     run_ids = (before.run_id, after.run_id)
     first = [next((row for row in run.rows if row.get("hardware")), {}) for run in (before, after)]
@@ -337,10 +321,8 @@ def compare_runs(before: RunRecord, after: RunRecord, level: float = 0.95, draws
 
 
 def resolve(reference: str, split: str = "val", book=None):
-    """What `workbook compare` was given: ("run", RunRecord), ("row", ledger row) or ("evaluation",
-    Evaluation). A run folder or run id comes first; a number is a ledger row (an eval row with its
-    saved file stays an evaluation, compared image by image); anything else is an evaluation
-    (`resolve_evaluation`). FileNotFoundError, in one line, when it names none of them."""
+    """("run", RunRecord), ("row", ledger row) or ("evaluation", Evaluation) for what `workbook compare` was given,
+    in that order (an eval row with its saved file is an evaluation); one FileNotFoundError line for none."""
     book = book or ledger.Ledger()
     run = find_run(reference, book)
     if run is not None:
@@ -365,11 +347,8 @@ def resolve(reference: str, split: str = "val", book=None):
 
 
 def resolve_pair(first: str, second: str, split: str = "val", book=None) -> tuple[str, object, object]:
-    """(kind, A, B) for `workbook compare A B`: two runs, two ledger rows or two evaluations. Two row
-    ids of which one is an eval row with its saved file compare as rows; other mixtures are refused
-    in one line (WorkbookError)."""
-    from course_lib.config import WorkbookError
-
+    """(kind, A, B) for `workbook compare A B`: two runs, rows or evaluations (two row ids, one an eval row, compare
+    as rows); other mixtures are one WorkbookError line."""
     book = book or ledger.Ledger()
     (kind, before), (other, after) = (resolve(reference, split, book) for reference in (first, second))
     if kind != other and {kind, other} == {"row", "evaluation"} and first.isdigit() and second.isdigit():

@@ -22,22 +22,17 @@ def _scores(labels: np.ndarray, probabilities: np.ndarray, bins: int) -> dict:
             "images": len(labels)}
 
 
-
 def validation_noise(labels, probabilities, draws: int = 200, seed: int = 0, bins: int = 15) -> dict:
-    """Standard deviation of top-1, loss and ECE over bootstrap resamples of the evaluated images
-    (Efron 1979): how much each number would move on another validation set of the same size.
-    For top-1 it approaches the closed form `binomial_std`. Keys match the comparison table."""
+    """Standard deviation of top-1, loss and ECE over bootstrap resamples of the evaluated images (Efron 1979): how
+    much each would move on another validation set of the same size (top-1's approaches `binomial_std`)."""
     labels, probabilities = np.asarray(labels), np.asarray(probabilities, dtype=np.float64)
     if draws < 2:
         raise ValueError(f"draws must be at least 2, got {draws}")
     rng = np.random.default_rng(seed)
-    samples = {"val top-1": [], "val loss": [], "ECE": []}
-    for _ in range(draws):
-        pick = rng.integers(0, len(labels), len(labels))
-        scores = _scores(labels[pick], probabilities[pick], bins)
-        for key, name in (("val top-1", "top1"), ("val loss", "loss"), ("ECE", "ece")):
-            samples[key].append(scores[name])
-    return {key: float(np.std(values, ddof=1)) for key, values in samples.items()}
+    picks = (rng.integers(0, len(labels), len(labels)) for _ in range(draws))
+    scores = [_scores(labels[pick], probabilities[pick], bins) for pick in picks]
+    return {key: float(np.std([score[name] for score in scores], ddof=1))
+            for key, name in (("val top-1", "top1"), ("val loss", "loss"), ("ECE", "ece"))}
 
 
 def seed_noise(values) -> dict:
@@ -50,16 +45,14 @@ def seed_noise(values) -> dict:
 
 
 def noise_band(std: float, baseline_runs: int, z: float = 2.0) -> float:
-    """Half-width of the band a single run's difference from the mean of `baseline_runs`
-    baseline runs stays inside about 95% of the time (z = 2) when nothing really changed:
-    z * std * sqrt(1 + 1 / baseline_runs). With 2-3 runs the std itself is a rough estimate."""
+    """Half-width of the band one run's difference from the mean of `baseline_runs` runs stays inside about 95% of
+    the time (z = 2) when nothing changed. With 2-3 runs the std itself is a rough estimate."""
     return z * std * math.sqrt(1.0 + 1.0 / baseline_runs)
 
 
 def binomial_std(accuracy: float, images: int) -> float:
-    """Standard deviation of an accuracy measured on `images` independent images:
-    sqrt(p (1 - p) / n). A second noise source besides the seed: which images the
-    validation set happens to hold."""
+    """Standard deviation of an accuracy measured on `images` independent images: the noise of which images the
+    validation set happens to hold, besides the seed's."""
     if images < 1:
         raise ValueError(f"images must be at least 1, got {images}")
     return math.sqrt(accuracy * (1.0 - accuracy) / images)
@@ -67,11 +60,9 @@ def binomial_std(accuracy: float, images: int) -> float:
 
 def compare_to_baseline(table, baseline_values: dict, metrics=("val top-1", "ECE"), floors: dict | None = None,
                         z: float = 2.0):
-    """Add, for each metric column, "<metric> delta" (row minus the baseline seeds' mean),
-    "<metric> noise band" and "<metric> beyond noise" (yes/no: |delta| larger than `noise_band`).
-    `baseline_values` maps each metric to its values over the baseline seeds; `floors` optionally
-    maps a metric to a lower bound for its per-run std (e.g. `binomial_std` for top-1), so that
-    2-3 seeds that happen to agree do not make every difference look real. Returns a new DataFrame."""
+    """`table` with "<metric> delta" (against the mean of `baseline_values[metric]`, the baseline seeds'), "noise
+    band" and "beyond noise" (yes/no) per metric. `floors`: a least per-run std per metric (e.g. `binomial_std` for
+    top-1), so that 2-3 seeds that happen to agree do not make every difference look real."""
     table = table.copy()
     for metric in metrics:
         noise = seed_noise(baseline_values[metric])
@@ -88,11 +79,9 @@ BOOTSTRAP_MAX_BYTES = 2**30  # the draws x images counts matrix: at most 1 GiB o
 
 
 def bootstrap_weights(images: int, draws: int = 1000, seed: int = 0) -> np.ndarray:
-    """draws x images resampling counts: row b says how often each image appears in bootstrap
-    resample b (Efron 1979). A statistic that is a sum over images becomes one matrix product
-    per resample (`weights @ per_image_values`), so thousands of draws stay fast. A matrix over
-    BOOTSTRAP_MAX_BYTES is refused in one line naming the draws that fit (10^7 draws were an
-    out-of-memory kill with no message)."""
+    """draws x images resampling counts (Efron 1979): a statistic that is a sum over images becomes one matrix
+    product per resample, so thousands of draws stay fast. Over BOOTSTRAP_MAX_BYTES it is refused in one line
+    (10^7 draws were an out-of-memory kill with no message)."""
     if draws < 2:
         raise ValueError(f"draws must be at least 2, got {draws}")
     if images < 1:
@@ -108,19 +97,15 @@ def bootstrap_weights(images: int, draws: int = 1000, seed: int = 0) -> np.ndarr
 
 def percentile_interval(samples, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) percentile bootstrap interval along axis 0 of `samples` (draws x ...)."""
-    if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1), got {level}")
+    _check_level(level)
     tail = (1.0 - level) / 2 * 100
     return np.percentile(samples, tail, axis=0), np.percentile(samples, 100 - tail, axis=0)
 
 
 def difference_beyond_noise(values, reference, z: float = 2.0, floor: float = 0.0) -> dict:
-    """Is mean(values) - mean(reference) larger than the noise of both samples (repeated timings
-    of one setting, or seeds)? The band is z standard errors of the difference of two means,
-    z * sqrt(s_v^2 / n_v + s_r^2 / n_r) (Welch); a sample of one run borrows the other's std,
-    and `floor` is a lower bound on each std (e.g. `binomial_std` for top-1), so two runs that
-    happen to agree do not make every difference look real. Returns delta, band and
-    "beyond" (+1 above the band, -1 below it, 0 inside)."""
+    """Is mean(values) - mean(reference) beyond z standard errors of a difference of two means (Welch)? A sample of
+    one run borrows the other's std, and `floor` bounds each std from below (e.g. `binomial_std` for top-1), so two
+    runs that happen to agree do not make every difference look real. "beyond": +1 above the band, -1 below, 0."""
     values, reference = np.asarray(list(values), dtype=np.float64), np.asarray(list(reference), dtype=np.float64)
     if not len(values) or not len(reference):
         raise ValueError("both samples need at least one value")
@@ -135,9 +120,8 @@ def difference_beyond_noise(values, reference, z: float = 2.0, floor: float = 0.
 
 
 def confidence_interval(values, level: float = 0.95) -> dict:
-    """Mean of repeated runs (seeds) with its Student-t confidence interval:
-    mean +- t_{n-1} * s / sqrt(n). With 3 seeds t is 4.3 at 95%: few seeds give wide intervals,
-    which is the honest answer. Returns mean, low, high, std and runs."""
+    """Mean of repeated runs (seeds) with its Student-t confidence interval. With 3 seeds t is 4.3 at 95%: few
+    seeds give wide intervals, which is the honest answer."""
     from scipy import stats
 
     values = np.asarray(list(values), dtype=np.float64)
@@ -150,9 +134,8 @@ def confidence_interval(values, level: float = 0.95) -> dict:
 
 
 def paired_difference(values, baseline, level: float = 0.95) -> dict:
-    """Variant minus baseline, paired run by run (the same seed for both: the seed's own luck
-    cancels), with the t interval of the mean difference. "beyond" is +1 when the whole interval
-    lies above zero, -1 below, 0 when it contains zero."""
+    """Variant minus baseline paired by seed (the seed's own luck cancels), with the t interval of the mean
+    difference; "beyond": +1 when it lies wholly above zero, -1 below, 0 when it contains zero."""
     values, baseline = np.asarray(list(values), dtype=np.float64), np.asarray(list(baseline), dtype=np.float64)
     if len(values) != len(baseline):
         raise ValueError(f"a paired comparison needs one baseline run per variant run, got {len(values)} "
@@ -165,9 +148,8 @@ def paired_difference(values, baseline, level: float = 0.95) -> dict:
 
 
 def power_note(paired: dict, unit: str = "points") -> str:
-    """For a claim's reason: "" when `paired` (`paired_difference`) is beyond noise, else what would
-    settle it ("; power: about 14 paired seeds would show +0.80 points at 80% power, from this run's
-    spread of 1.10 over 3 pairs")."""
+    """For a claim's reason: "" when `paired` (`paired_difference`) is beyond noise, else how many paired seeds
+    would settle it at 80% power."""
     needed = paired.get("seeds_needed")
     if paired.get("beyond") or needed is None:
         return ""
@@ -176,11 +158,9 @@ def power_note(paired: dict, unit: str = "points") -> str:
 
 
 def paired_t_power(size: float, seeds: int, level: float = 0.95) -> float:
-    """The power of a two-sided paired t test at `level` with `seeds` pairs when the true mean difference is
-    `size` spreads (Cohen's d): the noncentral t's mass beyond the critical values, what statsmodels'
-    `TTestPower.power` computes, except that the far tail counts as 0 where scipy's noncentral t returns NaN
-    for it (a large noncentrality, where that tail is negligible): statsmodels then returns NaN, and its
-    `solve_power` fails to converge, which broke notebook 07's summary. Too low by that tail, never too high."""
+    """Power of a two-sided paired t test with `seeds` pairs at a true difference of `size` spreads (Cohen's d), as
+    statsmodels' `TTestPower.power`, but the far tail counts 0 where scipy's noncentral t gives NaN (statsmodels'
+    NaN broke notebook 07's summary). Too low by that negligible tail, never too high."""
     from scipy import stats
 
     freedom, shift = seeds - 1, size * math.sqrt(seeds)
@@ -193,12 +173,9 @@ MOST_SEEDS = 1_000_000  # seeds_needed gives up beyond this: no experiment runs 
 
 
 def seeds_needed(effect: float, std: float, level: float = 0.95, power: float = 0.8) -> int | None:
-    """A power calculation for an inconclusive paired comparison: how many seeds (pairs) a paired t
-    test at `level` needs to show a true mean difference of `effect` with probability `power`, when
-    the per-seed differences spread by `std` (the spread this run measured): the smallest whole number
-    whose `paired_t_power` reaches `power`, at least 2. None when there is no effect to find (`effect` 0,
-    or so small against `std` that more than `MOST_SEEDS` would be needed: a mean difference of rounding
-    error) or no spread to measure it with (`std` 0 or not finite)."""
+    """The fewest seeds (pairs, at least 2) a paired t test at `level` needs to show a true mean difference of
+    `effect` with probability `power`, the per-seed differences spreading by `std`. None with no effect to find
+    (0, or one needing more than `MOST_SEEDS`: rounding error) or no spread to measure it with."""
     _check_level(level)
     if not 0 < power < 1:
         raise ValueError(f"power must lie in (0, 1), got {power}")
@@ -221,17 +198,10 @@ def seeds_needed(effect: float, std: float, level: float = 0.95, power: float = 
 
 
 def paired_ratio_interval(values, baseline, level: float = 0.95) -> dict:
-    """A speed-up from timings taken side by side: repeat i of `values` (images/s of a variant) ran
-    next to repeat i of `baseline` (the baseline's images/s), so a slow moment of a shared machine
-    falls on both and cancels in their ratio.
-
-    The point estimate is median(values) / median(baseline), the ratio of the medians a table shows
-    beside it. The interval is a Student-t interval on the log of the per-pair ratios,
-    exp(mean +- t_{n-1} s / sqrt(n)) (timings are multiplicative: a t interval on logs is the usual
-    choice, e.g. Georges et al. 2007, "Statistically Rigorous Java Performance Evaluation"), widened
-    to include the point estimate when an outlying pair pulls the medians' ratio away from the pairs'
-    geometric mean. A variant paired with itself gives exactly 1 with a zero-width interval.
-    Returns ratio, low, high and pairs."""
+    """A speed-up from images/s timed side by side (repeat i of `values` next to repeat i of `baseline`, so a slow
+    moment of a shared machine cancels in their ratio): the ratio of the medians, with a Student-t interval on the
+    logs of the per-pair ratios (timings multiply: Georges et al. 2007, "Statistically Rigorous Java Performance
+    Evaluation"), widened to hold the point estimate when an outlying pair pulls the medians away."""
     from scipy import stats
 
     values, baseline = np.asarray(list(values), dtype=np.float64), np.asarray(list(baseline), dtype=np.float64)
@@ -252,50 +222,44 @@ def paired_ratio_interval(values, baseline, level: float = 0.95) -> dict:
 
 
 def ratio_interval(values, baseline, level: float = 0.95, draws: int = 2000, seed: int = 0) -> dict:
-    """mean(values) / mean(baseline) for two samples that were NOT measured side by side (different
-    runs, unequal counts) with a percentile bootstrap interval that resamples both samples
-    independently (scipy.stats.bootstrap). Timings taken in turns belong to `paired_ratio_interval`:
-    resampling them independently throws the pairing away and widens the interval many times over."""
-    from scipy import stats
-
+    """mean(values) / mean(baseline) of two samples NOT measured side by side, each resampled on its own (percentile
+    bootstrap). Timings taken in turns belong to `paired_ratio_interval`: this would widen their interval many fold."""
     values, baseline = np.asarray(list(values), dtype=np.float64), np.asarray(list(baseline), dtype=np.float64)
     if len(values) < 2 or len(baseline) < 2:
         raise ValueError(f"a ratio interval needs at least 2 repeats of each, got {len(values)} and {len(baseline)}")
-    _check_level(level)
-    ratio = float(values.mean() / baseline.mean())
-    result = stats.bootstrap((values, baseline), lambda a, b, axis=-1: a.mean(axis=axis) / b.mean(axis=axis),
-                             n_resamples=draws, confidence_level=level, method="percentile",
-                             random_state=np.random.default_rng(seed), vectorized=True)
-    low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
-    return {"ratio": ratio, "low": min(low, ratio), "high": max(high, ratio)}
+    return _bootstrap_ratio((values, baseline), lambda a, b, axis=-1: a.mean(axis=axis) / b.mean(axis=axis), level,
+                            draws, seed)
 
 
 def stratified_ratio_interval(groups, baseline_groups, level: float = 0.95, draws: int = 2000, seed: int = 0) -> dict:
-    """sum(groups) / sum(baseline_groups) for totals made of fixed parts (the same stages timed in two orders, a few
-    epochs each), with a percentile bootstrap that resamples within each part only (scipy.stats.bootstrap draws
-    every sample on its own): the parts are the design, the repeats inside a part are the noise. Each part needs
-    at least 2 values. Returns ratio, low and high."""
-    from scipy import stats
-
+    """sum(groups) / sum(baseline_groups) for totals made of fixed parts (stages timed in two orders), resampled
+    within each part only (of 2 values or more): the parts are the design, the repeats inside a part the noise."""
     parts = [np.asarray(list(g), dtype=np.float64) for g in (*groups, *baseline_groups)]
     if min(len(part) for part in parts) < 2:
         raise ValueError("a stratified ratio interval needs at least 2 repeats in every part")
-    _check_level(level)
     split = len(groups)
 
     def total_ratio(*samples, axis=-1):
         return sum(x.sum(axis=axis) for x in samples[:split]) / sum(x.sum(axis=axis) for x in samples[split:])
 
-    ratio = float(total_ratio(*parts))
-    result = stats.bootstrap(parts, total_ratio, n_resamples=draws, confidence_level=level, method="percentile",
+    return _bootstrap_ratio(parts, total_ratio, level, draws, seed)
+
+
+def _bootstrap_ratio(samples, ratio_of, level: float, draws: int, seed: int) -> dict:
+    """`ratio_of(*samples)` with scipy's percentile bootstrap interval, each sample resampled on its own (the
+    interval widened to hold the point estimate)."""
+    from scipy import stats
+
+    _check_level(level)
+    ratio = float(ratio_of(*samples))
+    result = stats.bootstrap(samples, ratio_of, n_resamples=draws, confidence_level=level, method="percentile",
                              random_state=np.random.default_rng(seed), vectorized=True)
     low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
     return {"ratio": ratio, "low": min(low, ratio), "high": max(high, ratio)}
 
 
 def binomial_interval(correct: int, total: int, level: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of an accuracy of `correct` out of `total` images (scipy's binomtest):
-    how far the accuracy could move on another validation set of the same size."""
+    """Wilson score interval of an accuracy of `correct` out of `total` images (scipy's binomtest)."""
     from scipy import stats
 
     if total < 1 or not 0 <= correct <= total:
@@ -307,13 +271,9 @@ def binomial_interval(correct: int, total: int, level: float = 0.95) -> tuple[fl
 
 def difference_of_proportions(correct_before: int, total_before: int, correct_after: int, total_after: int,
                                level: float = 0.95) -> dict:
-    """after - before for two accuracies (correct of total images each), with Newcombe's hybrid
-    score interval (Newcombe 1998, "Interval estimation for the difference between independent
-    proportions: comparison of eleven methods", Stat. Med. 17:873, method 10), built from each
-    accuracy's Wilson interval: statsmodels' `confint_proportions_2indep(method="newcomb")`. It treats
-    the two accuracies as independent: for two models scored on the same images it is conservative
-    (their errors are correlated), and the paired image-by-image interval needs the predictions
-    (`compare` of two evaluations). Returns delta, low and high."""
+    """after - before for two accuracies with Newcombe's hybrid score interval (Newcombe 1998, Stat. Med. 17:873,
+    method 10; statsmodels' `confint_proportions_2indep`). It treats them as independent: conservative for two
+    models on the same images, whose paired interval needs the predictions (`comparison.compare`)."""
     from statsmodels.stats.proportion import confint_proportions_2indep
 
     _check_level(level)
@@ -327,12 +287,9 @@ def difference_of_proportions(correct_before: int, total_before: int, correct_af
 
 def compare_variants(frame, metric: str, baseline: str = "baseline", variant: str = "variant", seed: str = "seed",
                      level: float = 0.95):
-    """One row per variant of a long table (one row per variant and seed): runs, mean and its
-    confidence interval, and the paired difference to the baseline over the seeds both ran, with its
-    interval and a verdict ("better", "worse", "within noise"); for a variant within noise, "seeds
-    needed" is the power calculation from the spread measured here (`seeds_needed`: how many seeds
-    would show a difference of this size at 80% power). The one "is it beyond noise?" verdict of
-    notebooks 03, 06, 07 and 10."""
+    """One row per variant of a long table (a row per variant and seed): its mean and t interval, the paired
+    difference to the baseline over their common seeds with its interval and verdict, and for a variant within
+    noise the `seeds_needed` at 80% power. The one "is it beyond noise?" verdict of notebooks 03, 06, 07 and 10."""
     import pandas as pd
 
     if baseline not in set(frame[variant]):

@@ -18,11 +18,8 @@ class BatchSearch:
 
 def find_largest_batch(step: Callable[[int], int | None], start: int = 1, max_batch: int = 4096,
                        memory_cap_bytes: int | None = None, device=None, multiple_of: int = 1) -> BatchSearch:
-    """Double the batch until a step runs out of memory (or its measured peak exceeds
-    `memory_cap_bytes`, the way to bound a CPU run), then binary-search between the last batch
-    that fitted and the first that did not. `step(batch)` runs one training step and returns its
-    peak bytes (or None). After an OOM the memory is released, so the process stays usable.
-    `multiple_of` stops the search at that resolution (8 suits tensor cores, and saves trials)."""
+    """Double the batch until `step(batch)` (one training step, returning its peak bytes or None) runs out of memory
+    or over `memory_cap_bytes`, then bisect to a `multiple_of` (8 suits tensor cores), releasing memory after an OOM."""
     trials: list[dict] = []
 
     def fits(batch_size: int) -> bool:

@@ -192,8 +192,6 @@ def _loader_arguments(parser) -> None:
 
 
 register("decode", "images/s and MB/s of each JPEG decoder at several image sizes", _decode_arguments, run_decode)
-
-
 register("loader", "DataLoader knob sweep: images/s per setting, the knee, efficiency vs one core",
          _loader_arguments, run_loader)
 

@@ -53,9 +53,8 @@ def _read(path: str) -> str:
 
 
 def runtime_facts() -> dict:
-    """What this machine shows about its container runtime, read from files, PATH and the environment (no
-    command is run): in_container, wsl, nvidia_devices, dxg, wsl_libcuda, nvidia_smi, toolkit, docker,
-    visible_devices (NVIDIA_VISIBLE_DEVICES, None when unset)."""
+    """What this machine shows about its container runtime, read from files, PATH and the environment (no command
+    is run)."""
     cgroup = _read("/proc/1/cgroup")
     return {
         "in_container": any(os.path.exists(marker) for marker in CONTAINER_MARKERS)
@@ -118,16 +117,13 @@ def diagnose(facts: dict) -> list[dict]:
 
 
 # Made-up machines, one per failure mode, each broken in that way only: what a reader with the problem would see.
+_BARE = {"in_container": False, "wsl": False, "nvidia_devices": [], "dxg": False, "wsl_libcuda": False,
+         "nvidia_smi": False, "toolkit": False, "docker": False, "visible_devices": None}
 BROKEN_MACHINES = {
-    "started without --gpus": {"in_container": True, "wsl": False, "nvidia_devices": [], "dxg": False,
-                               "wsl_libcuda": False, "nvidia_smi": False, "toolkit": False, "docker": False,
-                               "visible_devices": None},
-    "no NVIDIA Container Toolkit on the host": {"in_container": False, "wsl": False, "nvidia_devices": ["/dev/nvidia0"],
-                                                "dxg": False, "wsl_libcuda": False, "nvidia_smi": True,
-                                                "toolkit": False, "docker": True, "visible_devices": None},
-    "WSL2 without the Windows driver's GPU bridge": {"in_container": False, "wsl": True, "nvidia_devices": [],
-                                                     "dxg": False, "wsl_libcuda": False, "nvidia_smi": True,
-                                                     "toolkit": False, "docker": False, "visible_devices": None},
+    "started without --gpus": {**_BARE, "in_container": True},
+    "no NVIDIA Container Toolkit on the host": {**_BARE, "nvidia_devices": ["/dev/nvidia0"], "nvidia_smi": True,
+                                                "docker": True},
+    "WSL2 without the Windows driver's GPU bridge": {**_BARE, "wsl": True, "nvidia_smi": True},
 }
 
 

@@ -31,11 +31,6 @@ def drop_from_page_cache(fd: int) -> bool:
         return False
 
 
-def drop_path_from_page_cache(path) -> bool:
-    with open(path, "rb") as handle:
-        return drop_from_page_cache(handle.fileno())
-
-
 def _read_text(path: Path) -> str | None:
     try:
         return path.read_text().strip() or None
@@ -44,9 +39,8 @@ def _read_text(path: Path) -> str | None:
 
 
 def describe_disk(path=".") -> dict:
-    """The block device holding `path`, from /sys (Linux): {"device", "kind", "rotational", "model",
-    "interface"}. kind: "nvme" (nvme* name), "ssd"/"hdd" (sd*/hd* by the rotational flag), "virtual"
-    (vd*/xvd*: virtio or Xen, whose rotational flag says nothing about what backs it), "unknown"."""
+    """The block device holding `path`, from /sys (Linux): {"device", "rotational", "model"} and `disk_kind`'s
+    {"kind", "interface"} ("unknown" where /sys does not tell)."""
     path = Path(path)
     existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
     info = {"path": str(path), "device": None, "kind": "unknown", "rotational": None, "model": None,
@@ -60,15 +54,16 @@ def describe_disk(path=".") -> dict:
         if (folder / "queue" / "rotational").exists():
             name = folder.name
             rotational = _read_text(folder / "queue" / "rotational")
-            info.update(device=name, rotational=None if rotational is None else rotational == "1",
-                        model=_read_text(folder / "device" / "model"))
-            info.update(disk_kind(name, info["rotational"]))
+            rotational = None if rotational is None else rotational == "1"
+            info.update(device=name, rotational=rotational, model=_read_text(folder / "device" / "model"),
+                        **disk_kind(name, rotational))
             return info
     return info
 
 
 def disk_kind(name: str, rotational: bool | None) -> dict:
-    """{"kind", "interface"} from a block device's name and rotational flag."""
+    """{"kind", "interface"} from a block device's name and rotational flag (a virtio or Xen disk's flag says nothing
+    about what backs it)."""
     if name.startswith("nvme"):
         return {"kind": "nvme", "interface": "NVMe (PCIe)"}
     if name.startswith(("vd", "xvd")):
@@ -124,10 +119,8 @@ def cold_random_reads(path, reads: int = 1000, block_bytes: int = 4096, max_seco
 
 def measure_cold_reads(folder=None, size_bytes: int = 64 * MiB, repeats: int = 3, random_reads: int = 1000,
                        seed: int = 0) -> dict:
-    """The disk holding `folder` (default: the temporary folder) and its cold read speed: `repeats`
-    sequential passes (MB/s) and random 4 KiB passes (IOPS) over a fresh temporary file, removed after.
-    Returns describe_disk's fields plus "sequential_mb_per_s" and "random_reads_per_s" (lists, one
-    per repeat) and "cache_dropped" (False: the numbers may be the page cache's, an upper bound)."""
+    """`describe_disk` of `folder` (default: the temporary one) with `repeats` cold sequential (MB/s) and random 4 KiB
+    (IOPS) passes over a fresh temporary file; "cache_dropped" False: the numbers may be the page cache's."""
     folder = Path(folder or tempfile.gettempdir())
     path = write_probe_file(folder, size_bytes)
     try:
@@ -157,12 +150,9 @@ def describe_reads(probe: dict) -> str:
 
 
 def time_raw_reads(files: list, urls: list[str], repeats: int = 3, cold: bool = False) -> dict:
-    """Bytes/s and files/s of reading the encoded bytes only (no decoding): one open() + read()
-    per loose file versus one sequential stream through the tar shards. Median of `repeats`, and
-    each repeat's files/s (`*_files_per_second_repeats`, for an interval).
-    A warm page cache (files read recently) hides most of the storage cost the article measures;
-    `cold=True` asks the kernel to drop each file from the page cache before reading it
-    (`drop_from_page_cache`), so both paths read the disk. The shards: `data.shards`."""
+    """Median bytes/s and files/s of reading the encoded bytes (no decoding) of loose files against one sequential
+    stream through the tar shards (`data.shards`). A warm page cache hides most of the storage cost the article
+    measures: `cold=True` drops each file from it before reading, so both paths read the disk."""
     import contextlib
     import tarfile
 

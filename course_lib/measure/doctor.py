@@ -10,17 +10,9 @@ from pathlib import Path
 import torch
 
 from course_lib import devices, machine, paths
-from course_lib.measure.inventory import (
-    GiB,
-    MiB,
-    _nvml,
-    _version_tuple,
-    cpu_info,
-    disk_info,
-    gpu_info,
-    mps_info,
-    versions,
-)
+from course_lib.engine import allreduce
+from course_lib.measure.inventory import (GiB, MiB, _nvml, _version_tuple, cpu_info, disk_info, gpu_info, mps_info,
+                                          versions)
 from course_lib.measure.peak import matmul_table, recommended_precision
 from course_lib.measure.topology import assess_ddp_links, read_topology
 
@@ -36,10 +28,8 @@ MIN_DRIVER_FOR_CUDA = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 def default_data_folder() -> Path:
     """The folder the disk probe reads: the real data every run finds (`paths.find_real_data`), else
     the committed sample."""
-    from course_lib.paths import SAMPLE_DIR, find_real_data
-
-    found = find_real_data()
-    return found.folder if found is not None else paths.project_root() / SAMPLE_DIR
+    found = paths.find_real_data()
+    return found.folder if found is not None else paths.project_root() / paths.SAMPLE_DIR
 
 
 def collect_facts(data_dir=None, measure: bool = True) -> dict:
@@ -79,8 +69,6 @@ def collect_facts(data_dir=None, measure: bool = True) -> dict:
 def allreduce_fact(book=None) -> dict | None:
     """The newest all-reduce sweep measured on this machine (notebook 05, `workbook ddp --bandwidth`; read from
     the ledger, not measured here: a sweep launches processes), as plain values; None when there is none."""
-    from course_lib.engine import allreduce
-
     report = allreduce.newest(book)
     if report is None:
         return None
@@ -90,13 +78,12 @@ def allreduce_fact(book=None) -> dict | None:
 
 
 def _allreduce_line(facts: dict) -> str:
-    from course_lib.engine.allreduce import human_bytes
-
     found = facts.get("allreduce")
     if not found:
         return "  not measured on this machine yet: `workbook ddp --bandwidth` (about 20 s on 2 CPU cores)"
+    knee = allreduce.human_bytes(found["half_peak_from_bytes"])
     return (f"  bus bandwidth up to {found['peak_bus_gb_per_s']:.2f} GB/s over {found['world_size']} {found['backend']} "
-            f"processes on {found['device']}, half of it from {human_bytes(found['half_peak_from_bytes'])} messages on "
+            f"processes on {found['device']}, half of it from {knee} messages on "
             f"(measured {found['measured_at'][:16]}, run {found['run_id']})")
 
 
@@ -118,12 +105,9 @@ def recommendations(facts: dict) -> list[dict]:
 
 def _cpu_advice(facts: dict) -> list[dict]:
     """num_workers, and the article's cores and RAM per GPU."""
-    cpu, gpus = facts["cpu"], facts["gpus"]
-    items = []
-    gpu_count = len(gpus)
-    per_gpu = max(1, gpu_count)
-    cores = cpu["physical_cores"]
-    workers = devices.recommended_num_workers(max(1, gpu_count), cores)
+    cpu, gpu_count = facts["cpu"], len(facts["gpus"])
+    items, per_gpu, cores = [], max(1, gpu_count), cpu["physical_cores"]
+    workers = devices.recommended_num_workers(per_gpu, cores)
     items.append(_advice("num_workers", "ok", f"start with num_workers={workers}",
                          f"{cores} physical cores / 2 / {per_gpu} process(es); then raise it while the "
                          "GPU waits for data and images/s still grows"))
@@ -159,7 +143,6 @@ def _precision_advice(facts: dict) -> list[dict]:
             items.append(_advice(f"tf32 {device}", "ok", "allow TF32 for fp32 matmuls "
                                  "(torch.backends.cuda.matmul.allow_tf32 = True)",
                                  f"tf32 matmul measured {rows['tf32']['speed_vs_fp32']:.1f}x fp32"))
-
     return items
 
 

@@ -44,10 +44,8 @@ def _grouped_conv_backward_flop(grad_out_shape, x_shape, w_shape, bias, stride, 
 
 def model_flops_utilization(flops_per_image: float, images_per_second: float, device, precision="off",
                             matmul_precision: str | None = None) -> dict:
-    """{"achieved_flops", "peak_flops", "peak_dtype", "peak_source", "mfu"} for a step trained in
-    `precision` ("off"/"fp32", "fp16", "bf16" or a torch dtype), against the one MFU rule's peak
-    (`peak.mfu_peak`: a dense datasheet number for known GPUs, else the measured matmul; fp32
-    against TF32 only where `matmul_precision` lets fp32 use TF32 tensor cores)."""
+    """{"achieved_flops", "peak_flops", "peak_dtype", "peak_source", "mfu"} for a step trained in `precision`,
+    against the one MFU rule's peak (`peak.mfu_peak`: a dense datasheet number, else the measured matmul)."""
     from course_lib.measure import peak
 
     achieved = flops_per_image * images_per_second
@@ -60,13 +58,9 @@ def model_flops_utilization(flops_per_image: float, images_per_second: float, de
 def with_mfu(table, model: torch.nn.Module, image_size: int, device, precision: str = "off",
              images_per_second: str = "images/s", flops_per_image: float | None = None,
              matmul_precision: str | None = None):
-    """`table` (a DataFrame of speed results) with an "MFU" column after its images/s column:
-    training FLOPs per image x images/s over the device's peak in each row's precision
-    (`model_flops_utilization`, the one rule). `precision` is a column of the table or one precision
-    for all rows ("off"/"fp32", "fp16", "bf16"); rows without a speed get None. Pass
-    `flops_per_image` when several tables share one model, `matmul_precision` (the run's Config value,
-    or a column of the table) to decide fp32's TF32 question for the run rather than from this
-    process's current settings."""
+    """`table` with an "MFU" column after its images/s (`model_flops_utilization` per row; None without a speed).
+    `precision` and `matmul_precision` are a column of the table or one value for all rows; the run's
+    matmul_precision decides fp32's TF32 question rather than this process's settings."""
     flops_per_image = flops_per_image or training_flops_per_image(model, image_size)
     table = table.copy()
     precisions = table[precision] if precision in table.columns else [precision] * len(table)

@@ -27,9 +27,12 @@ from typing import Callable
 import torch
 
 from course_lib import devices, machine, paths
+from course_lib.config import make_config
+from course_lib.engine.auto_precision import reduced_precision as amp_precision  # bf16 where the GPU runs it, else fp16
 from course_lib.engine.step_bench import StepBench
 from course_lib.instruments import peak_memory
-from course_lib.measure import batch_search, flops, memory, memory_probe
+from course_lib.measure import batch_search, bench, doctor, flops, memory, memory_probe, peak
+from course_lib.measure.inventory import versions
 
 TOTAL_BUDGET_SECONDS = 480  # the whole check: 8 minutes, so it fits a GPU lent for 15
 REPORT_RESERVE_SECONDS = 15  # kept back for writing the report after the last part
@@ -145,8 +148,6 @@ class Deadline:
 
 def doctor_part(budget_seconds: float = BUDGETS["doctor"]) -> dict:
     """`workbook doctor --json`'s facts: inventory, matmul per dtype, topology, advice."""
-    from course_lib.measure import doctor
-
     facts = doctor.collect_facts(measure=True)
     return {"summary": {"gpus": [g["name"] for g in facts["gpus"]], "problems": facts["problems"],
                         "recommended_precision": facts["recommended_precision"]}, "facts": facts}
@@ -155,23 +156,12 @@ def doctor_part(budget_seconds: float = BUDGETS["doctor"]) -> dict:
 def decode_part(budget_seconds: float = BUDGETS["decode"], sizes: str = "64,256,1024", repeats: int = 3,
                 images: int | None = None) -> dict:
     """`workbook bench decode` with every decoder this machine has (nvJPEG on CUDA)."""
-    from course_lib.config import make_config
-    from course_lib.measure import bench
-
     args = types.SimpleNamespace(folder=None,  # what `workbook bench decode` parses
                                   decoders=None, sizes=sizes, images=images, repeats=repeats)
     result = bench.run_decode(args, make_config("cpu"))
     decoders = sorted({row["decoder"] for row in result.rows})
     notes = [] if "nvjpeg" in decoders else [devices.unsupported_on("cpu", "nvjpeg")]
     return {"summary": {"decoders": decoders, **result.summary}, "rows": result.rows, "notes": notes}
-
-
-def amp_precision(device) -> str:
-    """The reduced precision to compare layouts and compile in: `auto_precision.reduced_precision`
-    (bf16 where the GPU runs it, else fp16)."""
-    from course_lib.engine.auto_precision import reduced_precision
-
-    return reduced_precision(device)
 
 
 def precision_variants(device, compile_model: bool = True) -> list[dict]:
@@ -191,10 +181,8 @@ def measure_variant(model_name: str, image_size: int, batch_size: int, device, *
                     channels_last: bool = False, compile: bool = False, compile_mode: str = "default",
                     matmul_precision: str = "highest", cudnn_benchmark: bool = False, steps: int = 10,
                     warmup: int = 3, num_classes: int = NUM_CLASSES, flops_per_image: float | None = None) -> dict:
-    """images/s (median of `steps` timed steps after `warmup`), the first step's seconds (compile
-    included), the step's peak memory and MFU (`peak.mfu_peak`: fp32 against TF32 only with
-    matmul_precision high or medium), for one switch setting, on random images already on the
-    device: the model's own speed, with no input pipeline."""
+    """Median images/s after `warmup`, the first step's seconds (compile included), peak memory and MFU
+    (`peak.mfu_peak`) of one switch setting, on random images already on the device: no input pipeline."""
     import timm
 
     device = devices.as_device(device)
@@ -257,21 +245,17 @@ def precision_part(budget_seconds: float = BUDGETS["precision"], *, model_name: 
     device = devices.as_device(device)
     rows = measure_rows(precision_variants(device, compile_model), Deadline(budget_seconds), model_name, image_size,
                         batch_size, device, steps=steps, warmup=warmup, num_classes=num_classes, baseline="fp32")
-    notes = []
     measured = [r for r in rows if "images_per_second" in r]
     best = max(measured, key=lambda r: r["images_per_second"]) if measured else None
     return {"summary": {"model": model_name, "image_size": image_size, "batch_size": batch_size,
                         "best_variant": best and best["variant"], "best_images_per_second": best and best["images_per_second"],
-                        "best_mfu": best and best["mfu"]}, "rows": rows, "notes": notes}
+                        "best_mfu": best and best["mfu"]}, "rows": rows, "notes": []}
 
 
 def bandwidth_part(budget_seconds: float = BUDGETS["bandwidth"], *, device="cuda", size_bytes: int | None = None,
                    matmul_precision: str = "high") -> dict:
-    """Memory bandwidth from a device-to-device copy (`peak.copy_bandwidth`, bytes read plus written)
-    and, per precision, the ridge of the roofline: the FLOP per byte a step must reach to be bound
-    by arithmetic rather than memory (`peak.ridge_intensity` of the one rule's peak over the copy)."""
-    from course_lib.measure import peak
-
+    """Memory bandwidth from a same-device copy (`peak.copy_bandwidth`) and per precision the roofline's ridge: the
+    FLOP per byte a step must reach to be bound by arithmetic rather than memory (`peak.ridge_intensity`)."""
     device = devices.as_device(device)
     copy = peak.copy_bandwidth(device, size_bytes)
     bytes_per_second = copy["gb_per_second"] * 1e9
@@ -288,10 +272,8 @@ def bandwidth_part(budget_seconds: float = BUDGETS["bandwidth"], *, device="cuda
 
 
 def switch_variants(device, compile_modes=("reduce-overhead",)) -> list[dict]:
-    """The PyTorch tuning guide's GPU switches, one at a time: fp32 at each matmul_precision
-    (highest is exact fp32, high and medium allow TF32), cuDNN's autotuner off and on in the
-    reduced precision with channels_last, and torch.compile's other modes over that. Off CUDA
-    the first two change nothing, so they are not timed there (`switches_part` says so)."""
+    """The PyTorch tuning guide's GPU switches one at a time: fp32 at each matmul_precision, cuDNN's autotuner off and
+    on, and torch.compile's other modes over that; off CUDA only the last (`switches_part` says so)."""
     amp = amp_precision(device)
     variants = []
     if devices.as_device(device).type == "cuda":
@@ -325,10 +307,8 @@ def switches_part(budget_seconds: float = BUDGETS["switches"], *, model_name: st
 def memory_part(budget_seconds: float = BUDGETS["memory"], *, model_name: str = MODEL, image_size: int = IMAGE_SIZE,
                 batch_sizes=MEMORY_BATCHES, precision: str | None = None, device="cuda", max_batch: int = MAX_BATCH,
                 memory_cap_bytes: int | None = None, num_classes: int = NUM_CLASSES) -> dict:
-    """The estimate (`memory.estimate_training_memory`) against the measured peak at each batch
-    size, then `batch_search.find_largest_batch` driven to a real out-of-memory error (or to
-    `memory_cap_bytes`, the way to bound it on a CPU). The search stops at the budget, keeping
-    the largest batch that fitted so far."""
+    """The memory estimate against the measured peak per batch size, then the largest batch by a real out-of-memory
+    search (or up to `memory_cap_bytes`, on a CPU), stopped at the budget with the largest that fitted so far."""
     deadline = Deadline(budget_seconds)
     device = devices.as_device(device)
     precision = precision or amp_precision(device)
@@ -368,7 +348,6 @@ def speedrun_skip_reason() -> str | None:
 def speedrun_part(budget_seconds: float = BUDGETS["speedrun"], *, profile: str = "gpu", **overrides) -> dict:
     """The speed-run recipe raced on EuroSAT (`engine.speedrun.race`), its clock stopped at 70% of
     the budget so the final test-time-augmented prediction fits: time to 90/95/97% validation top-1."""
-    from course_lib.config import make_config
     from course_lib.engine import speedrun
 
     folder = paths.eurosat_dir()  # speedrun_skip_reason: it is here
@@ -401,15 +380,13 @@ def ddp_part(budget_seconds: float = BUDGETS["ddp"], *, nproc: int | None = None
             "rows": report.table.to_dict(orient="records")}
 
 
-def default_parts() -> list[Part]:
-    return [Part("doctor", doctor_part, BUDGETS["doctor"]),
-            Part("decode", decode_part, BUDGETS["decode"]),
-            Part("precision", precision_part, BUDGETS["precision"]),
-            Part("bandwidth", bandwidth_part, BUDGETS["bandwidth"]),
-            Part("switches", switches_part, BUDGETS["switches"]),
-            Part("memory", memory_part, BUDGETS["memory"]),
-            Part("speedrun", speedrun_part, BUDGETS["speedrun"], speedrun_skip_reason),
-            Part("ddp", ddp_part, BUDGETS["ddp"], ddp_skip_reason)]
+def default_parts(sizes: dict[str, dict] | None = None) -> list[Part]:
+    """Every part in the report's order with its budget; `sizes` holds keyword arguments per part's name."""
+    runs = {"doctor": doctor_part, "decode": decode_part, "precision": precision_part, "bandwidth": bandwidth_part,
+            "switches": switches_part, "memory": memory_part, "speedrun": speedrun_part, "ddp": ddp_part}
+    skips = {"speedrun": speedrun_skip_reason, "ddp": ddp_skip_reason}
+    return [Part(name, functools.partial(run, **(sizes or {}).get(name, {})), BUDGETS[name],
+                 skips.get(name, lambda: None)) for name, run in runs.items()]
 
 
 # The CPU dry run: every part's code on the CPU at tiny sizes (timm's test_resnet at 32 px), so a
@@ -422,19 +399,12 @@ DRY_RUN_SPEEDRUN = dict(model="test_resnet", image_size=32, min_image_size=0, ma
 
 def dry_run_parts() -> list[Part]:
     """`default_parts` at tiny sizes on the CPU (`workbook gpu-check --cpu-dry-run`)."""
-    tiny = functools.partial
-    return [Part("doctor", doctor_part, BUDGETS["doctor"]),
-            Part("decode", tiny(decode_part, sizes="32", repeats=1, images=8), BUDGETS["decode"]),
-            Part("precision", tiny(precision_part, batch_size=4, steps=1, warmup=0, compile_model=False, **DRY_RUN),
-                 BUDGETS["precision"]),
-            Part("bandwidth", tiny(bandwidth_part, device="cpu", size_bytes=32 * 2**20), BUDGETS["bandwidth"]),
-            Part("switches", tiny(switches_part, batch_size=4, steps=1, warmup=0, compile_modes=(), **DRY_RUN),
-                 BUDGETS["switches"]),
-            Part("memory", tiny(memory_part, batch_sizes=(2, 4), precision="off", max_batch=8, **DRY_RUN),
-                 BUDGETS["memory"]),
-            Part("speedrun", tiny(speedrun_part, profile="smoke", **DRY_RUN_SPEEDRUN), BUDGETS["speedrun"],
-                 speedrun_skip_reason),
-            Part("ddp", ddp_part, BUDGETS["ddp"], ddp_skip_reason)]
+    return default_parts({"decode": dict(sizes="32", repeats=1, images=8),
+                          "precision": dict(batch_size=4, steps=1, warmup=0, compile_model=False, **DRY_RUN),
+                          "bandwidth": dict(device="cpu", size_bytes=32 * 2**20),
+                          "switches": dict(batch_size=4, steps=1, warmup=0, compile_modes=(), **DRY_RUN),
+                          "memory": dict(batch_sizes=(2, 4), precision="off", max_batch=8, **DRY_RUN),
+                          "speedrun": dict(profile="smoke", **DRY_RUN_SPEEDRUN)})
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -514,78 +484,73 @@ def markdown_report(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _precision_section(part: dict) -> list[str]:
-    """The precision part: one training step per variant on random images already on the GPU."""
-    p = part["result"]
-    s = p["summary"]
-    lines = ["", f"## {s['model']} at {s['image_size']} px, batch {s['batch_size']}: one training step on "
-                 "random images already on the GPU", "",
-             "| variant | images/s | vs fp32 | step ms | first step s | peak GiB | vs fp32 | MFU | of peak |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    return lines + _table_rows(p["rows"], 9, lambda row: [
-        row["variant"], f"{row['images_per_second']:.1f}", f"{_number(row.get('speedup_vs_fp32'), '.2f')}x",
-        f"{row['step_seconds'] * 1e3:.1f}", f"{row['first_step_seconds']:.1f}", _gib(row["peak_memory_bytes"]),
-        f"{_number(row.get('memory_vs_fp32'), '.2f')}x", _percent(row["mfu"]),
-        f"{row['mfu_dtype']} {row['peak_tflops']:.4g} TFLOP/s ({row['peak_source']})"])
+def _section(title: str, columns: str, rows: list[dict], cells, after=()) -> list[str]:
+    """One part's section: its title, a table of `columns` ("a | b") with `cells(row)` per row, then `after`."""
+    count = columns.count("|") + 1
+    return ["", f"## {title}", "", f"| {columns} |", "|" + "---|" * count, *_table_rows(rows, count, cells), *after]
 
 
 def _table_rows(rows: list[dict], columns: int, cells) -> list[str]:
     """Markdown table rows of a variant part: `cells(row)` for a measured row; a failed row's error, padded
     with empty cells to `columns`."""
     return [f"| {row['variant']} | {row['error']} |" + " |" * (columns - 2) if "error" in row
-            else "| " + " | ".join(cells(row)) + " |" for row in rows]
+            else "| " + " | ".join(map(str, cells(row))) + " |" for row in rows]
+
+
+def _precision_section(part: dict) -> list[str]:
+    """The precision part: one training step per variant on random images already on the GPU."""
+    s = part["result"]["summary"]
+    return _section(f"{s['model']} at {s['image_size']} px, batch {s['batch_size']}: one training step on random "
+                    "images already on the GPU",
+                    "variant | images/s | vs fp32 | step ms | first step s | peak GiB | vs fp32 | MFU | of peak",
+                    part["result"]["rows"], lambda row: [
+        row["variant"], f"{row['images_per_second']:.1f}", f"{_number(row.get('speedup_vs_fp32'), '.2f')}x",
+        f"{row['step_seconds'] * 1e3:.1f}", f"{row['first_step_seconds']:.1f}", _gib(row["peak_memory_bytes"]),
+        f"{_number(row.get('memory_vs_fp32'), '.2f')}x", _percent(row["mfu"]),
+        f"{row['mfu_dtype']} {row['peak_tflops']:.4g} TFLOP/s ({row['peak_source']})"])
 
 
 def _bandwidth_section(part: dict) -> list[str]:
     """The roofline part: memory bandwidth and each dtype's ridge point."""
     b = part["result"]
-    lines = ["", f"## Roofline: memory bandwidth {b['summary']['gb_per_second']:.0f} GB/s (same-device copy, "
-                 "bytes read + written, best of repeats)", "",
-             "| dtype | peak TFLOP/s | from | ridge FLOP/byte |", "|---|---|---|---|"]
-    for row in b["rows"]:
-        lines.append(f"| {row['dtype']} | {row['peak_tflops']:.4g} | {row['peak_source']} | "
-                     f"{row['ridge_flop_per_byte']:.0f} |")
-    lines += ["", "A step whose FLOP per byte of memory traffic is below a dtype's ridge is bound by memory "
-                  "bandwidth in that dtype, above it by arithmetic."]
-    return lines
+    return _section(f"Roofline: memory bandwidth {b['summary']['gb_per_second']:.0f} GB/s (same-device copy, bytes "
+                    "read + written, best of repeats)", "dtype | peak TFLOP/s | from | ridge FLOP/byte", b["rows"],
+                    lambda row: [row["dtype"], f"{row['peak_tflops']:.4g}", row["peak_source"],
+                                 f"{row['ridge_flop_per_byte']:.0f}"],
+                    ["", "A step whose FLOP per byte of memory traffic is below a dtype's ridge is bound by memory "
+                         "bandwidth in that dtype, above it by arithmetic."])
 
 
 def _switches_section(part: dict) -> list[str]:
     """The GPU speed switches part (matmul_precision, cudnn_benchmark)."""
     w = part["result"]
-    lines = ["", f"## GPU speed switches: {w['summary']['model']} at {w['summary']['image_size']} px, batch "
-                 f"{w['summary']['batch_size']}", "",
-             "| setting | images/s | vs first row | first step s | MFU | of peak |", "|---|---|---|---|---|---|"]
-    lines += _table_rows(w["rows"], 6, lambda row: [
+    return _section(f"GPU speed switches: {w['summary']['model']} at {w['summary']['image_size']} px, batch "
+                    f"{w['summary']['batch_size']}", "setting | images/s | vs first row | first step s | MFU | of peak",
+                    w["rows"], lambda row: [
         row["variant"], f"{row['images_per_second']:.1f}", f"{_number(row.get('speedup_vs_fp32'), '.2f')}x",
-        f"{row['first_step_seconds']:.1f}", _percent(row["mfu"]), f"{row['mfu_dtype']} {row['peak_tflops']:.4g} TFLOP/s"])
-    lines += [""] + [f"- {note}" for note in w.get("notes", [])]
-    return lines
+        f"{row['first_step_seconds']:.1f}", _percent(row["mfu"]), f"{row['mfu_dtype']} {row['peak_tflops']:.4g} TFLOP/s"],
+                    [""] + [f"- {note}" for note in w.get("notes", [])])
 
 
 def _memory_section(part: dict) -> list[str]:
     """The training-memory part: estimated against measured peaks, and the largest batch."""
-    m = part["result"]
-    s = m["summary"]
-    lines = ["", f"## Training memory: {s['model']} at {s['image_size']} px, precision {s['precision']}", "",
-             "| batch | estimated GiB | measured peak GiB | estimate / measured |", "|---|---|---|---|"]
-    for row in m["rows"]:
-        lines.append(f"| {row['batch_size']} | {_gib(row['estimated_bytes'])} | {_gib(row['measured_peak_bytes'])} | "
-                     f"{_number(row['estimate_over_measured'], '.3f')} |")
-    lines += ["", f"Largest batch that trains (real out-of-memory search, multiples of 8, up to {MAX_BATCH}): "
-                  f"**{_number(s['largest_batch'])}**; the estimate predicts {_number(s['largest_batch_estimated'])} "
-                  f"for {_gib(s['device_memory_bytes'])} GiB. {s['search_note']}".rstrip()]
-    return lines
+    s = part["result"]["summary"]
+    return _section(f"Training memory: {s['model']} at {s['image_size']} px, precision {s['precision']}",
+                    "batch | estimated GiB | measured peak GiB | estimate / measured", part["result"]["rows"],
+                    lambda row: [row["batch_size"], _gib(row["estimated_bytes"]), _gib(row["measured_peak_bytes"]),
+                                 _number(row["estimate_over_measured"], ".3f")],
+                    ["", f"Largest batch that trains (real out-of-memory search, multiples of 8, up to {MAX_BATCH}): "
+                         f"**{_number(s['largest_batch'])}**; the estimate predicts "
+                         f"{_number(s['largest_batch_estimated'])} for {_gib(s['device_memory_bytes'])} GiB. "
+                         f"{s['search_note']}".rstrip()])
 
 
 def _decode_section(part: dict) -> list[str]:
     """The JPEG decoding part."""
-    lines = ["", "## JPEG decoding (one core per decoder; nvJPEG on the GPU)", "",
-             "| inputs | decoder | px | images/s | MB/s | vs PIL |", "|---|---|---|---|---|---|"]
-    for row in part["result"]["rows"]:
-        lines.append(f"| {row['inputs']} | {row['decoder']} | {row['image_size']} | {row['images_per_second']:.0f} | "
-                     f"{row['megabytes_per_second']:.1f} | {_number(row.get('speedup_vs_pil'), '.2f')} |")
-    return lines
+    return _section("JPEG decoding (one core per decoder; nvJPEG on the GPU)",
+                    "inputs | decoder | px | images/s | MB/s | vs PIL", part["result"]["rows"],
+                    lambda row: [row["inputs"], row["decoder"], row["image_size"], f"{row['images_per_second']:.0f}",
+                                 f"{row['megabytes_per_second']:.1f}", _number(row.get("speedup_vs_pil"), ".2f")])
 
 
 def _speedrun_section(part: dict) -> list[str]:
@@ -594,22 +559,17 @@ def _speedrun_section(part: dict) -> list[str]:
     subset = s.get("data_subset")
     carried = (f"{subset.get('train_images')} training images ({subset.get('rule')})"
                if isinstance(subset, dict) else subset or "the whole folder")
-    lines = ["", f"## Speed-run recipe on EuroSAT ({s.get('data')}: {carried})", "",
-             "| val top-1 | s to 90% | s to 95% | s to 97% | seconds | epochs | images/s | precision |",
-             "|---|---|---|---|---|---|---|---|",
-             f"| {_percent(s['val top-1'])} | {_number(s['s to 90%'], '.0f')} | {_number(s['s to 95%'], '.0f')} | "
-             f"{_number(s['s to 97%'], '.0f')} | {s['seconds']:.0f} | {s['epochs']} | {s['images/s']:.0f} | {s['precision']} |"]
-    return lines
+    return _section(f"Speed-run recipe on EuroSAT ({s.get('data')}: {carried})",
+                    "val top-1 | s to 90% | s to 95% | s to 97% | seconds | epochs | images/s | precision", [s],
+                    lambda s: [_percent(s["val top-1"]), *(_number(s[f"s to {p}%"], ".0f") for p in (90, 95, 97)),
+                               f"{s['seconds']:.0f}", s["epochs"], f"{s['images/s']:.0f}", s["precision"]])
 
 
 def _ddp_section(part: dict) -> list[str]:
     """The DDP scaling part."""
-    lines = ["", "## DDP scaling", "", "| mode | workers | global batch | images/s | speed-up | efficiency |",
-             "|---|---|---|---|---|---|"]
-    for row in part["result"]["rows"]:
-        lines.append(f"| {row['mode']} | {row['workers']} | {row['global_batch']} | {row['images_per_second']:.0f} | "
-                     f"{row['speedup']:.2f} | {_percent(row['efficiency'])} |")
-    return lines
+    return _section("DDP scaling", "mode | workers | global batch | images/s | speed-up | efficiency",
+                    part["result"]["rows"], lambda row: [row["mode"], row["workers"], row["global_batch"],
+                    f"{row['images_per_second']:.0f}", f"{row['speedup']:.2f}", _percent(row["efficiency"])])
 
 
 _SECTIONS = {"precision": _precision_section, "bandwidth": _bandwidth_section,  # in the report's order
@@ -620,8 +580,6 @@ _SECTIONS = {"precision": _precision_section, "bandwidth": _bandwidth_section,  
 def write_report(results: list[PartResult], folder: Path, *, gpu: str, started: str, seconds: float,
                  total_budget_seconds: float = TOTAL_BUDGET_SECONDS) -> dict:
     """gpu_check.json (everything, tracebacks included) and README.md (the tables) in `folder`."""
-    from course_lib.measure.inventory import versions
-
     report = {"gpu": gpu, "hardware": machine.describe_hardware(), "versions": versions(), "started": started,
               "seconds": seconds, "total_budget_seconds": total_budget_seconds,
               "parts": [dataclasses.asdict(r) for r in results]}

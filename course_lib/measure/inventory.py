@@ -15,9 +15,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import torch
 
 from course_lib import devices, machine
+from course_lib.measure import peak
 from course_lib.measure.disk import describe_disk, drop_from_page_cache
 
 MiB = 1024 ** 2
@@ -50,14 +52,11 @@ def _version_tuple(text: str | None) -> tuple[int, ...]:
 
 
 def cpu_info() -> dict:
-    import psutil
-
-    summary = machine.hardware_summary()
-    memory = psutil.virtual_memory()
+    memory, (physical, logical) = psutil.virtual_memory(), devices.machine_cores()
     return {
-        "model": summary["cpu"],
-        "physical_cores": devices.machine_cores()[0],
-        "logical_cores": devices.machine_cores()[1],
+        "model": machine.hardware_summary()["cpu"],
+        "physical_cores": physical,
+        "logical_cores": logical,
         "usable_cores": devices.usable_cores(),
         "torch_threads": torch.get_num_threads(),
         "ram_bytes": int(memory.total),
@@ -86,11 +85,8 @@ def cpu_isa(cpuinfo: str | None = None) -> dict[str, bool]:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
             cpuinfo = ""
-    flags = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            break
+    flags = next((set(line.split(":", 1)[1].split()) for line in cpuinfo.splitlines() if line.startswith("flags")),
+                 set())
     return {name: name in flags for name in CPU_ISA_MEANING}
 
 
@@ -113,10 +109,8 @@ def _empty_disk_probe(folder: Path, note: str = "") -> dict:
 
 def measure_disk_read(folder, max_bytes: int = 64 * MiB, max_seconds: float = 2.0, block_bytes: int = 4096,
                       seed: int = 0) -> dict:
-    """Sequential and random read throughput of the files under `folder`, bounded by `max_bytes`
-    and `max_seconds` (half each). Sequential: whole files in path order, 1 MiB reads (how a
-    packed shard is read). Random: `block_bytes` reads at random offsets of random files (how a
-    shuffled DataLoader over small files hits the disk: IOPS, not MB/s)."""
+    """Read throughput of the files under `folder` within `max_bytes` and `max_seconds`, half each: whole files in 1 MiB
+    reads (a packed shard), and `block_bytes` at random offsets of random files (a shuffled loader: IOPS)."""
     folder = Path(folder)
     result = _empty_disk_probe(folder)
     if not folder.is_dir():
@@ -272,8 +266,6 @@ def gpu_info() -> list[dict]:
 def datasheet_facts(gpu_name: str) -> dict:
     """The GPU's dense datasheet peaks (TFLOP/s per dtype, `peak.DATASHEET_TFLOPS`), the MFU
     denominators; empty values for GPUs the table does not list."""
-    from course_lib.measure import peak
-
     key = peak.datasheet_entry(gpu_name)
     return {"datasheet": key, "datasheet_tflops": dict(peak.DATASHEET_TFLOPS[key]) if key else {}}
 
@@ -287,23 +279,3 @@ def mps_info() -> dict:
     if facts["available"] and hasattr(torch.mps, "recommended_max_memory"):
         facts["recommended_max_memory_bytes"] = int(torch.mps.recommended_max_memory())
     return facts
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

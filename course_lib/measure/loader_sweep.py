@@ -14,12 +14,7 @@ from typing import Callable, Iterable
 import torch
 
 from course_lib.config import Config, ConfigError
-from course_lib.data.loaders import (
-    DataWaitTimer,
-    make_loader,
-    resolved_num_workers,
-    timed_batches,
-)
+from course_lib.data.loaders import DataWaitTimer, make_loader, resolved_num_workers, timed_batches
 from course_lib.devices import synchronize
 from course_lib.instruments.timing import stopwatch, time_repeats
 
@@ -74,10 +69,8 @@ def _to_device(batch, device: torch.device | None, non_blocking: bool):
 
 def time_loader(loader, epochs: int = 2, warmup_epochs: int = 1, device: torch.device | str | None = None,
                 batch_transform: Callable | None = None) -> dict:
-    """Images/s over `epochs` full passes, after `warmup_epochs` thrown away. Each measured epoch
-    includes starting workers (unless persistent): that is what an epoch boundary costs.
-    With a CUDA `device` every batch is copied there, so pin_memory has something to speed up;
-    `batch_transform` (e.g. device_augment.DeviceAugment) then runs on the images where they landed."""
+    """Images/s over `epochs` passes after `warmup_epochs`, worker start-up included (what an epoch boundary costs);
+    with a CUDA `device` each batch is copied there (pin_memory's work) and `batch_transform` runs on it there."""
     device = torch.device(device) if isinstance(device, str) else device
     non_blocking = bool(getattr(loader, "pin_memory", False))
 
@@ -112,9 +105,8 @@ def time_dataset(dataset, config: Config, *, epochs: int = 2, warmup_epochs: int
 def sweep_loader(dataset, config: Config, settings: list[LoaderSetting], *, epochs: int = 2,
                  warmup_epochs: int = 1, repeats: int = 1, device=None,
                  on_result: Callable[[dict], None] | None = None) -> list[dict]:
-    """Time every setting on the same dataset; one row per setting with the median images/s of
-    `repeats`. Repeats are interleaved (all settings, then all again) so a neighbour's load on a
-    shared machine hits every setting alike."""
+    """One row per setting with the median images/s of `repeats`, interleaved (all settings, then all again) so a
+    neighbour's load on a shared machine hits every setting alike."""
     if not settings:
         raise ConfigError("sweep_loader needs at least one LoaderSetting")
     if len(dataset) == 0:
@@ -140,24 +132,18 @@ def sweep_loader(dataset, config: Config, settings: list[LoaderSetting], *, epoc
 
 
 def find_knee(rows: list[dict], tolerance: float = 0.05) -> dict:
-    """The cheapest setting within `tolerance` (0.05 = 5%) of the fastest: more workers or more
-    prefetching than that buys almost nothing and costs processes and memory.
-    `rows` need `images_per_second` and the LoaderSetting fields."""
+    """The cheapest row (`LoaderSetting.cost`) within `tolerance` of the fastest: more workers or prefetching than
+    that buys almost nothing and costs processes and memory."""
     if not rows:
         raise ValueError("find_knee needs at least one timed setting")
     best = max(row["images_per_second"] for row in rows)
     good_enough = [row for row in rows if row["images_per_second"] >= (1 - tolerance) * best]
-    fields = [f.name for f in dataclasses.fields(LoaderSetting)]
-    defaults = dataclasses.asdict(LoaderSetting(0))
-    return min(good_enough, key=lambda row: (LoaderSetting(**{k: row.get(k, defaults[k]) for k in fields}).cost(),
-                                             -row["images_per_second"]))
+    return min(good_enough, key=lambda row: (setting_of(row).cost(), -row["images_per_second"]))
 
 
 def single_process_rate(dataset, images: int = 256, repeats: int = 3, threads: int = 1) -> dict:
-    """Images/s of `dataset[i]` (read + decode + transform) in this process alone: the
-    one-core rate that N workers can at best multiply by N. Median of `repeats` passes.
-    threads=1 as in a DataLoader worker (torch sets 1 intra-op thread there); 0 = leave torch's
-    setting, which is what num_workers=0 runs with."""
+    """Median images/s of `dataset[i]` (read + decode + transform) in this process: the one-core rate N workers can
+    at best multiply by N. threads=1 as in a worker; 0 leaves torch's setting (num_workers=0's)."""
     count = min(images, len(dataset))
     previous = torch.get_num_threads()
     if threads:

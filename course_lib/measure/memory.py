@@ -10,10 +10,12 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from course_lib.config import make_config
 from course_lib.engine import auto_precision
 
 # Precision choice and autocast live in precision.py, optimizer construction in schedule.py.
 from course_lib.engine.precision import DTYPES, autocast
+from course_lib.engine.schedule import make_optimizer as make_configured_optimizer
 
 FP32_BYTES = 4
 
@@ -35,9 +37,8 @@ def gradient_bytes(model: torch.nn.Module) -> int:
 
 def optimizer_state_bytes(parameter_count: int, optimizer: str = "sgd", momentum: float = 0.9,
                           parameter_tensors: int = 0, bytes_per_value: int = FP32_BYTES) -> int:
-    """Optimizer state for fp32 parameters, as torch.optim keeps it:
-    SGD with momentum: one buffer per parameter (none when momentum is 0);
-    AdamW: exp_avg and exp_avg_sq per parameter, plus a 4-byte `step` tensor per parameter tensor."""
+    """Optimizer state for fp32 parameters as torch.optim keeps it: SGD's momentum buffer, AdamW's exp_avg and
+    exp_avg_sq per parameter plus a 4-byte `step` tensor per parameter tensor."""
     if optimizer == "sgd":
         return parameter_count * bytes_per_value if momentum else 0
     if optimizer == "adamw":
@@ -53,24 +54,17 @@ def measured_optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
 
 def make_optimizer(model: torch.nn.Module, optimizer: str = "sgd", lr: float = 0.01,
                    momentum: float = 0.9, weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    """The optimizer train.fit builds (`schedule.make_optimizer`), from names instead of a Config.
-    Its state, not its learning rate, is what memory depends on. Weight decay is off by default:
-    it keeps no state, but during `step()` it adds a temporary the size of one parameter tensor
-    (CPU, per-tensor kernels) or of all decayed parameters (GPU, foreach kernels), which the
-    four-source estimate leaves out (measured: +8 MiB for ResNet-18 on CPU)."""
-    from course_lib.config import make_config
-    from course_lib.engine.schedule import make_optimizer as make_configured_optimizer
-
+    """The optimizer train.fit builds (`schedule.make_optimizer`), from names. Weight decay is off by default: it keeps
+    no state, but `step()` adds a temporary of one parameter tensor (CPU) or of all decayed ones (GPU, foreach),
+    which the four-source estimate leaves out (measured: +8 MiB for ResNet-18 on CPU)."""
     config = make_config(None, optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay)
     return make_configured_optimizer(model, config)
 
 
 def saved_activation_bytes(model: torch.nn.Module, images: torch.Tensor, precision: str = "off",
                            autocast_context=None) -> int:
-    """Bytes autograd keeps from one forward pass for the backward pass, counted with
-    `torch.autograd.graph.saved_tensors_hooks`: each saved tensor's storage once, parameters
-    excluded (they are counted as parameters). Autocast's half-precision weight copies are saved
-    tensors, so they appear here (as a batch-independent part)."""
+    """Bytes autograd keeps from one forward pass for backward (`saved_tensors_hooks`), each storage once, parameters
+    excluded; autocast's half-precision weight copies are saved tensors, so they count here."""
     parameter_storages = {p.untyped_storage()._cdata for p in model.parameters()}
     saved: dict[int, int] = {}
 
@@ -93,11 +87,8 @@ def saved_activation_bytes(model: torch.nn.Module, images: torch.Tensor, precisi
 
 def measure_activations(model: torch.nn.Module, image_size: int, precision: str = "off", device="cpu",
                         probe_batches: tuple[int, int] = (2, 4)) -> tuple[int, int]:
-    """(batch-independent bytes, bytes per image) of saved activations, from two tiny batches.
-
-    On `device="meta"` nothing is computed (shapes only), so any model and image size is instant;
-    reduced precision is then emulated by casting the model to fp16/bf16 and adding autocast's
-    2-byte weight copies. Use it to predict for hardware you do not have."""
+    """(batch-independent bytes, bytes per image) of saved activations from two tiny batches; on "meta" from shapes
+    alone (instant: hardware you do not have), half precision emulated by a cast model plus 2-byte weight copies."""
     device = torch.device(device)
     # precision=auto times a few steps; any class count serves as targets for that (timm models say theirs).
     precision = auto_precision.resolve(precision, model, image_size, getattr(model, "num_classes", 2), device)
@@ -180,24 +171,21 @@ def model_and_name(model, num_classes: int):
 def estimate_training_memory(model, batch_size: int, image_size: int, precision: str = "off",
                              optimizer: str = "sgd", momentum: float = 0.9, device="cpu", num_classes: int = 10,
                              probe_batches: tuple[int, int] = (2, 4)) -> MemoryEstimate:
-    """Estimate one training step's peak memory for a timm model name (or a module):
-    fp32 parameters + fp32 gradients + optimizer state (closed forms) + activations measured on
-    `probe_batches` on `device` and scaled linearly to `batch_size` + the fp32 input batch."""
+    """One training step's peak memory for a timm model name (or a module): fp32 parameters, gradients, optimizer
+    state (closed forms), activations measured at `probe_batches` and scaled linearly, and the fp32 input."""
     module, name = model_and_name(model, num_classes)
     if str(device) != "meta":
         module = module.to(device)
     precision = auto_precision.resolve(precision, module, image_size, num_classes, device)
     fixed, per_image = measure_activations(module, image_size, precision, device, probe_batches)
     trainable = [p for p in module.parameters() if p.requires_grad]
-    return MemoryEstimate(
+    values = sum(p.numel() for p in trainable)
+    return MemoryEstimate(  # activations and input: `at_batch` fills them in from the per-image bytes
         model=name, batch_size=batch_size, image_size=image_size, precision=precision, optimizer=optimizer,
         parameters_bytes=parameter_bytes(module), gradients_bytes=gradient_bytes(module),
-        optimizer_state_bytes=optimizer_state_bytes(sum(p.numel() for p in trainable), optimizer, momentum,
-                                                    len(trainable)),
-        activations_bytes=fixed + per_image * batch_size,
-        input_bytes=batch_size * 3 * image_size * image_size * FP32_BYTES,
-        activation_fixed_bytes=fixed, activation_bytes_per_image=per_image, activation_device=str(device),
-        parameter_count=sum(p.numel() for p in trainable), parameter_tensors=len(trainable))
+        optimizer_state_bytes=optimizer_state_bytes(values, optimizer, momentum, len(trainable)),
+        activations_bytes=0, input_bytes=0, activation_fixed_bytes=fixed, activation_bytes_per_image=per_image,
+        activation_device=str(device), parameter_count=values, parameter_tensors=len(trainable)).at_batch(batch_size)
 
 
 def gib(value: float) -> float:

@@ -3,6 +3,9 @@ container's memory cgroup), what `storage=device` holds all run, and `check_fits
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import torch
 
 from course_lib.measure.memory import estimate_training_memory
@@ -19,8 +22,6 @@ NO_CGROUP_LIMIT = 2**60  # cgroup v1 writes "no limit" as about 2^63
 def cgroup_room() -> int | None:
     """Bytes the memory cgroup's limit still allows this process's container: the limit, less what it uses
     beyond the page cache it can drop (`inactive_file`, as `docker stats` counts it); None without a limit."""
-    from pathlib import Path
-
     for limit_file, usage_file, stat_file in CGROUP_FILES:
         try:
             limit, usage = Path(limit_file).read_text().strip(), int(Path(usage_file).read_text())
@@ -38,9 +39,8 @@ def cgroup_room() -> int | None:
 
 
 def free_bytes(device: torch.device) -> int | None:
-    """Memory a training run can still take on `device`: free CUDA memory, or for the CPU the host's available
-    RAM or the container's memory cgroup room (`cgroup_room`), whichever is less; None where it cannot be told
-    (MPS)."""
+    """Memory a run can still take on `device`: free CUDA memory, or the less of the host's available RAM and the
+    memory cgroup's room (`cgroup_room`); None where it cannot be told (MPS)."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
     if device.type == "cpu":
@@ -52,12 +52,8 @@ def free_bytes(device: torch.device) -> int | None:
 
 
 def resident_bytes(config) -> int:
-    """What `storage=device` holds for the whole run besides one step: every training image (at most
-    `max_train_images`) and every validation image, as uint8 at `image_size` (`data.resident`), counted from the
-    data folder's file names; 0 for another storage, or data that is not an image folder on disk."""
-    import os
-    from pathlib import Path
-
+    """What `storage=device` holds all run besides one step: every training (at most `max_train_images`) and
+    validation image as uint8 at `image_size`, counted from the folder's file names; else 0."""
     from course_lib.data.images import IMAGE_EXTENSIONS, split_folders
 
     if config.storage != "device" or not config.data_dir or not Path(config.data_dir).is_dir():
@@ -76,10 +72,8 @@ FIT_MARGIN = 0.8
 
 
 def check_fits(config, device: torch.device | None = None, budget_bytes: int | None = None) -> None:
-    """Refuse, before the first step, a run whose estimated training step (`estimate_training_memory`
-    on the meta device: shapes only, fp32 unless a half precision is set) needs more memory than
-    `device` has free, in one ConfigError naming the largest image_size that fits. Models the meta
-    device cannot run are let through (the run then says what is wrong)."""
+    """Refuse before the first step, in one ConfigError naming the largest image_size that fits, a run whose step
+    (`estimate_training_memory` on meta) needs more than `device` has free; a model meta cannot run passes."""
     from course_lib.config import ConfigError
     from course_lib.devices import resolve_device
 

@@ -11,22 +11,14 @@ import torch
 from course_lib.engine import auto_precision
 from course_lib.engine.step_bench import StepBench
 from course_lib.instruments.peak_memory import is_out_of_memory, peak_bytes_during, release_memory
-from course_lib.measure.memory import (
-    MemoryEstimate,
-    estimate_training_memory,
-    make_optimizer,
-    measured_optimizer_state_bytes,
-    model_and_name,
-    parameter_bytes,
-)
+from course_lib.instruments.progress import Progress
+from course_lib.measure.memory import (MemoryEstimate, estimate_training_memory, make_optimizer,
+                                       measured_optimizer_state_bytes, model_and_name, parameter_bytes)
 
 
 class TrainingStepProbe:
-    """One model and optimizer on a device; `peak_bytes(batch)` runs a full training step
-    (`step.training_step` then `step.optimizer_step`, as the engine does) at that batch and returns
-    its measured peak:
-    `torch.cuda.max_memory_allocated` on a GPU, `cpu_peak_tracker` (profiler accounting) on CPU.
-    Both count the parameters, optimizer state, gradients and every temporary of the step."""
+    """One model and optimizer on a device; `peak_bytes(batch)` runs the engine's full training step at that batch and
+    returns its measured peak (parameters, optimizer state, gradients and every temporary)."""
 
     def __init__(self, model, image_size: int, precision: str = "off", optimizer: str = "sgd",
                  momentum: float = 0.9, device="cpu", num_classes: int = 10):
@@ -34,11 +26,9 @@ class TrainingStepProbe:
         self.device = torch.device(device)
         # CUDA's peak counter covers the whole process: remember what other objects already hold.
         self.other_cuda_bytes = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else 0
-        self.image_size = image_size
-        self.num_classes = num_classes
+        self.image_size, self.num_classes = image_size, num_classes
+        self.optimizer_name, self.momentum = optimizer, momentum
         self.precision = auto_precision.resolve(precision, model, image_size, num_classes, self.device)
-        self.optimizer_name = optimizer
-        self.momentum = momentum
         # The step harness's copy of the model on the device, with the optimizer train.fit builds and a
         # GradScaler enabled only for fp16 (disabled it is a no-op: one code path). Batch 2: BatchNorm
         # needs more than one value per channel, and small images end in 1x1 feature maps.
@@ -78,9 +68,8 @@ class TrainingStepProbe:
 def compare_estimate_and_peak(model, image_size: int, batch_sizes, precision: str = "off", optimizer: str = "sgd",
                               device="cpu", num_classes: int = 10,
                               after_each: Callable[[int], None] | None = None) -> list[dict]:
-    """Estimated vs measured peak bytes for each batch size (one model, one optimizer); a batch that
-    runs out of memory gets `measured_peak_bytes=None` and the sweep goes on. `after_each(batch_size)` is
-    called once each batch is measured (a progress bar's update)."""
+    """Estimated vs measured peak bytes per batch size (None: out of memory, and the sweep goes on);
+    `after_each(batch_size)` follows each (a progress bar's update)."""
     probe = TrainingStepProbe(model, image_size, precision, optimizer, device=device, num_classes=num_classes)
     estimate = probe.estimate(batch_sizes[0])
     rows = []
@@ -107,8 +96,6 @@ def compare_estimate_and_peak(model, image_size: int, batch_sizes, precision: st
 def run_sweep(plans: list[dict], precision: str = "off", optimizer: str = "sgd", device="cpu") -> list[dict]:
     """`compare_estimate_and_peak` for every (model, image size, batch sizes) of `plans` (`sweep_plan`), with a
     progress bar over the measured steps (a CPU profiled step at 128 px takes tens of seconds)."""
-    from course_lib.instruments.progress import Progress
-
     rows = []
     with Progress(sum(len(plan["batch_sizes"]) for plan in plans), "memory sweep", unit="steps") as bar:
         for plan in plans:

@@ -13,6 +13,7 @@ import torch
 
 from course_lib import devices
 from course_lib.devices import as_device
+from course_lib.engine.auto_precision import decide
 from course_lib.engine.precision import bf16_supported
 from course_lib.instruments.timing import stopwatch, time_repeats
 
@@ -63,31 +64,22 @@ DATASHEET_TFLOPS = {
 }
 # The exact names `torch.cuda.get_device_name` (and nvidia-smi) print for each part. Matched
 # whole, never as substrings: "NVIDIA H200 NVL" contains "NVIDIA H200", and a substring match gave
-# the NVL part the SXM part's peak. A name not listed gets the measured matmul as its peak.
-DEVICE_NAMES = {
-    "NVIDIA H200": "H200 SXM",  # the SXM part is named plainly
-    "NVIDIA H200 NVL": "H200 NVL",
-    "NVIDIA H100 80GB HBM3": "H100 SXM",
-    "NVIDIA H100 SXM5 80GB": "H100 SXM",
-    "NVIDIA H100 PCIe": "H100 PCIe",
-    "NVIDIA H100 NVL": "H100 NVL",
-    "NVIDIA A100-SXM4-40GB": "A100",
-    "NVIDIA A100-SXM4-80GB": "A100",
-    "NVIDIA A100-PCIE-40GB": "A100",
-    "NVIDIA A100 80GB PCIe": "A100",
-    "NVIDIA L40S": "L40S",
-    "NVIDIA L40": "L40",
-    "NVIDIA L4": "L4",
-    "NVIDIA A10G": "A10G",
-    "NVIDIA A10": "A10",
-    "NVIDIA GeForce RTX 4090": "RTX 4090",
-    "NVIDIA GeForce RTX 3090": "RTX 3090",
-    "Tesla V100-SXM2-16GB": "V100 SXM2",
-    "Tesla V100-SXM2-32GB": "V100 SXM2",
-    "Tesla V100-PCIE-16GB": "V100 PCIe",
-    "Tesla V100-PCIE-32GB": "V100 PCIe",
-    "Tesla T4": "T4",
+# the NVL part the SXM part's peak. A name not listed gets the measured matmul as its peak. Per part:
+_PART_NAMES = {
+    "H200 SXM": ("NVIDIA H200",),  # the SXM part is named plainly
+    "H200 NVL": ("NVIDIA H200 NVL",),
+    "H100 SXM": ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB"),
+    "H100 PCIe": ("NVIDIA H100 PCIe",),
+    "H100 NVL": ("NVIDIA H100 NVL",),
+    "A100": ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe"),
+    "L40S": ("NVIDIA L40S",), "L40": ("NVIDIA L40",), "L4": ("NVIDIA L4",),
+    "A10G": ("NVIDIA A10G",), "A10": ("NVIDIA A10",),
+    "RTX 4090": ("NVIDIA GeForce RTX 4090",), "RTX 3090": ("NVIDIA GeForce RTX 3090",),
+    "V100 SXM2": ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"),
+    "V100 PCIe": ("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"),
+    "T4": ("Tesla T4",),
 }
+DEVICE_NAMES = {name: part for part, names in _PART_NAMES.items() for name in names}
 # fp32 matmul precisions (torch.set_float32_matmul_precision) that let fp32 work run on TF32 tensor cores.
 TF32_MATMUL_PRECISIONS = ("high", "medium")
 
@@ -130,10 +122,6 @@ def peak_and_typical(seconds_per_matmul: list[float], flops_per_matmul: float) -
     return flops_per_matmul / ordered[0], flops_per_matmul / ordered[len(ordered) // 2]
 
 
-def _seconds_per_matmul(a: torch.Tensor, b: torch.Tensor, calls: int, device: torch.device) -> float:
-    return stopwatch(lambda: a @ b, device, calls)[0]
-
-
 @functools.lru_cache(maxsize=None)
 def _matmul_probe(device_name: str, dtype_name: str, budget_seconds: float) -> dict:
     device = torch.device(device_name)
@@ -156,7 +144,7 @@ def _matmul_probe(device_name: str, dtype_name: str, budget_seconds: float) -> d
             a @ b  # warm-up at this size (kernel selection, lazy init, first-touch pages): thrown away
             # The fastest of three single timings decides the growth, so a disturbed timing
             # does not stop the ladder at a size below the plateau.
-            seconds = min(_seconds_per_matmul(a, b, 1, device) for _ in range(3))
+            seconds = min(stopwatch(lambda: a @ b, device, 1)[0] for _ in range(3))
             # Double while the minimum repeats at twice the side (8x the work) still fit the
             # budget: slow dtypes stay small, fast ones grow to the plateau.
             if size >= max_size or 8 * seconds * MATMUL_MIN_REPEATS > budget_seconds:
@@ -165,7 +153,7 @@ def _matmul_probe(device_name: str, dtype_name: str, budget_seconds: float) -> d
         seconds = max(seconds, 1e-7)
         calls = max(1, int(MATMUL_REPEAT_SECONDS / seconds))
         count = min(MATMUL_MAX_REPEATS, max(MATMUL_MIN_REPEATS, int(budget_seconds / (calls * seconds))))
-        repeats = [_seconds_per_matmul(a, b, calls, device) for _ in range(count)]
+        repeats = [stopwatch(lambda: a @ b, device, calls)[0] for _ in range(count)]
         peak, typical = peak_and_typical(repeats, 2 * size ** 3)
         result.update(size=size, seconds_per_matmul=min(repeats), tflops=peak / 1e12, tflops_median=typical / 1e12,
                       repeats=count, calls_per_repeat=calls)
@@ -181,11 +169,8 @@ def _matmul_probe(device_name: str, dtype_name: str, budget_seconds: float) -> d
 
 
 def matmul_probe(device, dtype, budget_seconds: float | None = None) -> dict:
-    """Measured square-matmul throughput (cached per device and dtype): the side `size`, the best
-    repeat as `tflops` (the achievable peak) and the median repeat as `tflops_median`.
-    A thrown-away warm-up, then 5 to 50 timed repeats; bounded to about `budget_seconds`
-    plus the size ladder (default `matmul_budget_seconds`: 1.5 s for fp32 on CPU, 0.5 s for other
-    CPU dtypes, 0.5 s on a GPU)."""
+    """Measured square-matmul throughput, cached per device and dtype: the best of 5 to 50 timed repeats after a
+    warm-up as `tflops`, the median as `tflops_median`, in about `budget_seconds` (`matmul_budget_seconds`)."""
     device = as_device(device)
     if budget_seconds is None:
         budget_seconds = matmul_budget_seconds(device, dtype)
@@ -193,16 +178,14 @@ def matmul_probe(device, dtype, budget_seconds: float | None = None) -> dict:
 
 
 def measure_matmul_tflops(device, dtype) -> float | None:
-    """Peak matmul TFLOP/s of `dtype` ("fp32" | "tf32" | "fp16" | "bf16" or a torch dtype) on
-    `device` (the best of several timed repeats); None where the dtype does not run there.
-    Cached: the first call per dtype costs about `matmul_budget_seconds`."""
+    """Peak matmul TFLOP/s of `dtype` (a DTYPE_NAMES name or a torch dtype) on `device`, the best repeat of
+    `matmul_probe` (cached); None where the dtype does not run there."""
     return matmul_probe(device, dtype)["tflops"]
 
 
 def datasheet_entry(gpu_name: str) -> str | None:
-    """The DATASHEET_TFLOPS key for a GPU name exactly as torch or nvidia-smi print it
-    ("NVIDIA H100 80GB HBM3" -> "H100 SXM"; case and repeated spaces ignored); None for a name
-    `DEVICE_NAMES` does not list."""
+    """The DATASHEET_TFLOPS key of a GPU name as torch or nvidia-smi print it ("NVIDIA H100 80GB HBM3" -> "H100 SXM";
+    case and repeated spaces ignored); None for a name `DEVICE_NAMES` does not list."""
     wanted = " ".join(gpu_name.split()).casefold()
     return next((part for name, part in DEVICE_NAMES.items() if name.casefold() == wanted), None)
 
@@ -256,20 +239,16 @@ def _precision_name(precision) -> str:
 
 
 def tf32_allowed(matmul_precision: str | None = None) -> bool:
-    """Whether fp32 work may run on TF32 tensor cores: `matmul_precision` high or medium (the
-    Config value, which the engine applies to matmuls and cuDNN convolutions alike:
-    `engine.precision.apply_matmul_precision`). None reads this process's current settings, where
-    either torch.get_float32_matmul_precision() or cuDNN's allow_tf32 (on by default) lets it."""
+    """Whether fp32 work may run on TF32 tensor cores: the Config's `matmul_precision` high or medium (matmuls and
+    cuDNN alike); None reads this process's settings, where either lets it (cuDNN's allow_tf32 is on by default)."""
     if matmul_precision is not None:
         return matmul_precision in TF32_MATMUL_PRECISIONS
     return torch.get_float32_matmul_precision() in TF32_MATMUL_PRECISIONS or bool(torch.backends.cudnn.allow_tf32)
 
 
 def mfu_dtype(precision, device, matmul_precision: str | None = None) -> str:
-    """The dtype whose peak is the MFU denominator of a step trained in `precision` on `device`:
-    fp16 or bf16 as trained; fp32 training counts against the TF32 peak only on a CUDA GPU with
-    TF32 tensor cores (compute capability 8.0, Ampere, or newer) whose fp32 work may use them
-    (`tf32_allowed`), else against the plain fp32 peak. CPUs and Apple GPUs: fp32."""
+    """The dtype whose peak is the MFU denominator of a step in `precision` on `device`: fp16/bf16 as trained; fp32
+    against TF32 only on a GPU with TF32 tensor cores whose fp32 work may use them (`tf32_allowed`)."""
     name = _precision_name(precision)
     if name != "off":
         return name
@@ -280,10 +259,8 @@ def mfu_dtype(precision, device, matmul_precision: str | None = None) -> str:
 
 
 def mfu_peak(precision, device, matmul_precision: str | None = None) -> dict:
-    """The one MFU rule: {"dtype", "peak_flops" (FLOP/s, None when nothing can be measured),
-    "source"} for a step trained in `precision` ("off"/"fp32", "fp16", "bf16" or a torch dtype)
-    on `device`, with fp32's TF32 question answered by `matmul_precision` (`mfu_dtype`). Every MFU
-    figure of the workbook (`measure.flops`, `workbook gpu-check`, the chapters) divides by this."""
+    """The one MFU rule, by which every MFU of the workbook divides: {"dtype" (`mfu_dtype`), "peak_flops" (FLOP/s;
+    None when nothing can be measured), "source"} for a step trained in `precision` on `device`."""
     dtype = mfu_dtype(precision, device, matmul_precision)
     return {"dtype": dtype, "peak_flops": peak_flops(device, dtype), "source": peak_flops_source(device, dtype)}
 
@@ -308,10 +285,8 @@ def _copy_probe(device_name: str, size_bytes: int, repeats: int) -> dict:
 
 
 def copy_bandwidth(device, size_bytes: int | None = None, repeats: int = COPY_REPEATS) -> dict:
-    """Memory bandwidth of `device` from a same-device copy (`Tensor.copy_` of a buffer several
-    times the caches: device-to-device on a GPU, RAM to RAM on a CPU), counting bytes read plus
-    bytes written, as STREAM's copy and vendors' bandwidth figures do: {"gb_per_second" (best
-    repeat), "gb_per_second_median", "bytes_moved", ...}. The roof of memory-bound work. Cached."""
+    """Memory bandwidth of `device` (the roof of memory-bound work) from copying a buffer several times the caches,
+    bytes read plus written as STREAM's copy counts them: best repeat `gb_per_second`, and the median. Cached."""
     device = as_device(device)
     size = int(size_bytes or COPY_BYTES.get(device.type, COPY_BYTES["cpu"]))
     return _copy_probe(str(device), size, int(repeats))
@@ -325,8 +300,6 @@ def ridge_intensity(peak_flops_per_second: float, bytes_per_second: float) -> fl
 
 @functools.lru_cache(maxsize=None)
 def _recommended_precision(device_name: str) -> str:
-    from course_lib.engine.auto_precision import decide
-
     # The one rule (a reduced dtype must beat fp32 by 10%; bf16 preferred when close), applied to
     # seconds per unit of matmul work instead of seconds per training step.
     seconds = {"off" if name == "fp32" else name: (1.0 / tflops if tflops else None)
@@ -335,9 +308,8 @@ def _recommended_precision(device_name: str) -> str:
 
 
 def recommended_precision(device) -> str:
-    """"fp16" | "bf16" | "off": the doctor's advice from measured matmul throughput on `device`
-    (`auto_precision.decide` on matmul times); "off" when no reduced-precision dtype is faster than
-    fp32 there (e.g. most CPUs). The engine's precision=auto times training steps instead. Cached."""
+    """"fp16" | "bf16" | "off": the doctor's advice, `auto_precision.decide` on matmul times on `device` (the
+    engine's precision=auto times training steps instead); "off" where none beats fp32 (most CPUs). Cached."""
     return _recommended_precision(str(as_device(device)))
 
 

@@ -23,7 +23,6 @@ LINK_DESCRIPTIONS = {
 }
 
 
-
 @dataclass
 class Topology:
     """`nvidia-smi topo -m` as data: `links[i][j]` is the code between devices `devices[i]` and
@@ -99,10 +98,9 @@ def parse_topology(text: str) -> Topology:
     topology = Topology(devices=devices, links=links)
     for device in devices:
         values = dict(zip(extra_columns, extras[device]))
-        if "CPU Affinity" in values:
-            topology.cpu_affinity[device] = values["CPU Affinity"]
-        if "NUMA Affinity" in values:
-            topology.numa_affinity[device] = values["NUMA Affinity"]
+        for column, affinity in (("CPU Affinity", topology.cpu_affinity), ("NUMA Affinity", topology.numa_affinity)):
+            if column in values:
+                affinity[device] = values[column]
     for line in lines:
         legend = re.match(r"\s+(X|SYS|SOC|NODE|PHB|PXB|PIX|NV#|NVL?)\s+=\s+(.*)", line)
         if legend:

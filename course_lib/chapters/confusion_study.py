@@ -91,7 +91,8 @@ def _pairs_claim(classes_only, pairs, designed_share: float, even_share: float):
     text = f"{top['true']} -> {top['predicted']} takes {top['share_of_true']:.0%} of {top['true']}"
     if not math.isnan(designed_share):
         holds = designed_share > even_share
-        text += f"; {designed_share:.0%} of errors fall in the generator's look-alike pairs (even spread: {even_share:.0%})"
+        text += (f"; {designed_share:.0%} of errors fall in the generator's look-alike pairs (even spread: "
+                 f"{even_share:.0%})")
     else:  # an even spread of that class's errors over the other classes would give each this share
         even = (1 - classes_only.loc[top["true"], "recall"]) / max(1, len(classes_only) - 1)
         holds = top["share_of_true"] > 2 * even
@@ -161,28 +162,27 @@ def imbalance_config(setup: ConfusionSetup):
                        output_dir=f"{setup.config.output_dir.rstrip('/')}/09_imbalance")
 
 
-def imbalance_study(setup: ConfusionSetup, ratio: float = IMBALANCE_RATIO, corrections=CORRECTIONS,
-                    progress: bool = True) -> ImbalanceStudy:
-    """Cut the training split to a long tail (head = the first class), train once per class_balance value (the
-    engine's validation off: each model is scored once, here) and predict the validation split with each."""
+def imbalance_study(setup: ConfusionSetup, progress: bool = True) -> ImbalanceStudy:
+    """Cut the training split to a long tail (`IMBALANCE_RATIO`, head = the first class), train once per correction
+    (the engine's validation off: each model is scored once, here) and predict the validation split with each."""
     started = time.perf_counter()
     config = imbalance_config(setup)
     bundle = pipeline.build_datasets(config)
-    cut = long_tail.long_tail_bundle(bundle, ratio, seed=config.seed)
+    cut = long_tail.long_tail_bundle(bundle, IMBALANCE_RATIO, seed=config.seed)
     kept = limit_indices(len(bundle.val), profile_entry(IMBALANCE_VALIDATION_IMAGES, setup.profile, 0), seed=0)
     scored = bundle.val if kept is None else TransformedSubset(bundle.val, kept)
     counts = np.bincount(targets_of(cut.train), minlength=len(cut.classes))
     if len(cut.train) < config.batch_size:  # smoke: a tail of a small sample is shorter than one batch
         config = config.replace(batch_size=max(2, len(cut.train) // 4))
     predictions, labels = {}, None
-    for correction in corrections:
+    for correction in CORRECTIONS:
         run = config.replace(class_balance=correction, output_dir=f"{config.output_dir}/{correction}")
         result = train.fit(run, bundle=dataclasses.replace(cut, val=None), progress=progress, verbose=False)
         labels, probabilities = evaluation.predict(result.model, scored, run, device_stage=bundle.device_stage)
         predictions[correction] = probabilities.argmax(axis=1)
     # The data's name, not its folder: the reason lands in committed reference results (no machine's paths).
-    return ImbalanceStudy(list(cut.classes), counts, labels, predictions, config, ratio, time.perf_counter() - started,
-                          setup.data.name)
+    return ImbalanceStudy(list(cut.classes), counts, labels, predictions, config, IMBALANCE_RATIO,
+                          time.perf_counter() - started, setup.data.name)
 
 
 def imbalance_claims(study: ImbalanceStudy, draws: int = BOOTSTRAP_DRAWS) -> list:

@@ -36,10 +36,10 @@ FAMILY: dict[str, str] = {
 }
 # Per profile (models=auto): smoke checks that the section runs; cpu keeps it to about four minutes on 2
 # cores (five of the eight it once ran: resnet50, regnetx_002 and convnext_atto, the slowest per image or the least
-# taught by, left out for issue 51's 45-minute budget; `family=all` or their names run them) (training images/s at 64 px, batch 64, on a 2-core AMD EPYC: speed-run small 2,360 bf16,
-# regnetx_002 1,215, mobilenetv3_small 1,220 fp32, speed-run 900, convnext_atto 570, resnet18 465,
-# vit_tiny_patch16_64 460, efficientnet_b0 410 fp32, resnet50 196, vit_tiny_patch8_64 140, so the cpu
-# profile's ViT is the 16 px-patch one); gpu runs every family and size.
+# taught by, left out for issue 51's 45-minute budget; `family=all` or their names run them) (training images/s
+# at 64 px, batch 64, on a 2-core AMD EPYC: speed-run small 2,360 bf16, regnetx_002 1,215, mobilenetv3_small
+# 1,220 fp32, speed-run 900, convnext_atto 570, resnet18 465, vit_tiny_patch16_64 460, efficientnet_b0 410 fp32,
+# resnet50 196, vit_tiny_patch8_64 140, so the cpu profile's ViT is the 16 px-patch one); gpu runs every family.
 MODELS: dict[str, tuple[str, ...]] = {
     "smoke": ("speedrun_resnet_tiny", "resnet18", "vit_tiny_patch16_64"),
     "cpu": ("speedrun_resnet_small", "speedrun_resnet", "resnet18", "mobilenetv3_small_100", "vit_tiny_patch16_64"),
@@ -152,12 +152,13 @@ def family_table(runs: list[FamilyRun], device: str = "cpu"):
     rows = []
     for model, group in runs_frame(runs).groupby("model", sort=False):
         done = group[group["val top-1"].notna()]
+        speed = done["images/s"].mean()
         rows.append({"model": model, "family": group["family"].iloc[0],
                      "parameters (M)": group["parameters"].iloc[0] / 1e6, "seeds": len(done),
                      "diverged": len(group) - len(done), "val top-1 mean": done["val top-1"].mean(),
                      "val top-1 std": done["val top-1"].std(), "seconds mean": done["seconds"].mean(),
-                     "images/s mean": done["images/s"].mean(),
-                     "MFU": time_to_accuracy.mfu(finished[model], done["images/s"].mean(), device) if len(done) else None,
+                     "images/s mean": speed,
+                     "MFU": time_to_accuracy.mfu(finished[model], speed, device) if len(done) else None,
                      "loss gap mean": done["loss gap"].mean()})
     table = pd.DataFrame(rows).set_index("model")
     scored = table["val top-1 mean"].notna()
@@ -168,10 +169,10 @@ def family_table(runs: list[FamilyRun], device: str = "cpu"):
                         "images/s mean": 0, "MFU": 4, "loss gap mean": 3})
 
 
-def plot_family(table, title: str = "", axes=None):
+def plot_family(table, title: str = ""):
     """Validation top-1 against training seconds and against parameters (log scales), one marker per family,
     the Pareto front of each as a step line."""
-    axes = axes if axes is not None else plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)[1]
+    axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)[1]
     scored = table[table["val top-1 mean"].notna()]
     for axis, cost, front, label in ((axes[0], "seconds mean", "front (seconds)", "training seconds (mean over seeds)"),
                                      (axes[1], "parameters (M)", "front (parameters)", "parameters (millions)")):

@@ -147,8 +147,8 @@ def claims(choice: WeightChoice) -> list:
     early = runs[(runs["run"] == "early stopping") & (runs["weights"] == "best.pt")]
     stopped, planned = int(early["stopped after"].notna().sum()), choice.config.epochs
     found = []
-    for key, run, weights in (("early_stopping", "early stopping", "best.pt"), ("best_checkpoint_gain", "full", "best.pt"),
-                              ("swa_gain", "full", "SWA")):
+    for key, run, weights in (("early_stopping", "early stopping", "best.pt"),
+                              ("best_checkpoint_gain", "full", "best.pt"), ("swa_gain", "full", "SWA")):
         if (run, weights) not in points:
             found.append(claim_records.not_measurable(key, f"the full runs kept no {weights} weights"))
         elif (paired := paired_over_seeds(points[(run, weights)], last)) is None:

@@ -25,15 +25,12 @@ from course_lib.models import factory  # importing course_lib.models registers t
 
 # The models compared and their family. The speed-run nets are the workbook's own (models/speedrun.py),
 # the ViT is DeiT-Tiny's widths on 8 px patches (models/small_vit.py); the rest are timm's.
-FAMILY: dict[str, str] = {
-    "speedrun_resnet_tiny": "speed-run net", "speedrun_resnet_small": "speed-run net", "speedrun_resnet": "speed-run net",
-    "resnet18": "ResNet", "resnet34": "ResNet", "resnet50": "ResNet",
-    "efficientnet_b0": "EfficientNet", "efficientnet_b2": "EfficientNet",
-    "mobilenetv3_small_100": "MobileNetV3", "mobilenetv3_large_100": "MobileNetV3",
-    "regnetx_002": "RegNet", "regnety_004": "RegNet",
-    "convnext_atto": "ConvNeXt", "convnext_nano": "ConvNeXt",
-    "vit_tiny_patch8_64": "ViT (DeiT-Tiny)", "vit_tiny_patch16_64": "ViT (DeiT-Tiny)",
-}
+FAMILY: dict[str, str] = {model: family for family, models in {
+    "speed-run net": ("speedrun_resnet_tiny", "speedrun_resnet_small", "speedrun_resnet"),
+    "ResNet": ("resnet18", "resnet34", "resnet50"), "EfficientNet": ("efficientnet_b0", "efficientnet_b2"),
+    "MobileNetV3": ("mobilenetv3_small_100", "mobilenetv3_large_100"), "RegNet": ("regnetx_002", "regnety_004"),
+    "ConvNeXt": ("convnext_atto", "convnext_nano"), "ViT (DeiT-Tiny)": ("vit_tiny_patch8_64", "vit_tiny_patch16_64"),
+}.items() for model in models}
 # Per profile (models=auto): smoke checks that the section runs; cpu keeps it to about four minutes on 2
 # cores (five of the eight it once ran: resnet50, regnetx_002 and convnext_atto, the slowest per image or the least
 # taught by, left out for issue 51's 45-minute budget; `family=all` or their names run them) (training images/s

@@ -150,7 +150,7 @@ def claims(choice: WeightChoice) -> list:
     for key, run, weights in (("early_stopping", "early stopping", "best.pt"),
                               ("best_checkpoint_gain", "full", "best.pt"), ("swa_gain", "full", "SWA")):
         if (run, weights) not in points:
-            found.append(claim_records.not_measurable(key, f"the full runs kept no {weights} weights"))
+            found.append(claim_records.not_measurable(key, f"the {run} runs kept no {weights} weights"))
         elif (paired := paired_over_seeds(points[(run, weights)], last)) is None:
             found.append(claim_records.not_measurable(key, "fewer than 2 seeds"))
         elif key == "early_stopping":  # nothing saved (it never stopped) shows nothing, whatever the accuracy says

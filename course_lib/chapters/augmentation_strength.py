@@ -1,16 +1,21 @@
-"""Notebook 07 section 8: augmentation strength against overfitting (issue 47, point 1). Article 2's data
-augmentation section lists random crops, flips, colour jitter and small rotations, and warns that too little
-augmentation overfits. The section trains one model at three strengths over the same seeds, on a small training
-set where overfitting shows, and scores every epoch on the training images themselves (not augmented, in eval
-mode) and on validation images: the gap between the two is what augmentation is for. This module holds the
-levels, the per-profile sizes, the tables, the plot and the claim; the notebook holds the loop.
+"""Notebook 07 section 8: augmentation strength against overfitting (issue 47, point 1). Article 2 lists random
+crops, flips, colour jitter and small rotations, and warns that too little augmentation overfits. One model trains
+at three strengths over the same seeds on a small training set, scored every epoch on its training images (not
+augmented, eval mode) and on validation images: the gap between the two is what augmentation is for.
 """
 from __future__ import annotations
 
 import dataclasses
 
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from course_lib.analysis import claims as claim_records
+from course_lib.analysis import statistics
+from course_lib.chapters.regularization_study import paired_claim, paired_over_seeds, seed_list
 from course_lib.chapters.setup import sizes
 from course_lib.config import Config, ConfigError
+from course_lib.data import class_split, pipeline
 
 HEAVY_ROTATION = 15.0  # degrees: article 2's "small rotations"
 # Each level is Config values over the section's base config. none: no augmentation at all (the training images
@@ -48,8 +53,6 @@ class StrengthStudy:
 
     def bundle_for(self, config: Config):
         """`config`'s datasets, validation cut to `val_per_class` images per class (the same for every run)."""
-        from course_lib.data import class_split, pipeline
-
         data = pipeline.build_datasets(config)
         if self.val_per_class:
             data = class_split.subset_bundle(data, data.classes, val_per_class=self.val_per_class)
@@ -62,36 +65,27 @@ class StrengthStudy:
 
 
 def select_levels(choice: str) -> list[str]:
-    """"all" or comma-separated names of `LEVELS`, in the order given; "none" must be among them (every gap
-    is compared with training without augmentation)."""
+    """"all" or comma-separated names of `LEVELS`, in the order given, "none" among them (the comparison)."""
     names = list(LEVELS) if choice.strip() == "all" else [n.strip() for n in choice.split(",") if n.strip()]
-    unknown = [name for name in names if name not in LEVELS]
-    if unknown or "none" not in names or len(names) < 2:
+    if any(name not in LEVELS for name in names) or "none" not in names or len(names) < 2:
         raise ConfigError(f"augmentation_levels={choice!r}: use all, or at least two of {', '.join(LEVELS)} "
                           "with none among them (the comparison is against no augmentation)")
     return names
 
 
 def study(config: Config, profile: str, levels: str = "all", epochs: int = 0, seeds: int = 0) -> StrengthStudy:
-    """The section's study on `config` (notebook 07's: its model, batch, learning rate and data), with the
-    profile's sizes (`SIZES`; `epochs` and `seeds` 0: the profile's). A resident split (storage=device) becomes
-    the pre-decoded cache: no augmentation has to run somewhere, and only the cache serves both."""
+    """The section's study on notebook 07's `config` with the profile's `SIZES` (`epochs`, `seeds` 0: the
+    profile's). A resident split (storage=device) becomes the pre-decoded cache, which serves every level."""
     chosen = sizes(SIZES, profile)
-    count = seeds or chosen["seeds"]
-    if count < 2:
-        raise ConfigError(f"seeds={count}: the paired interval needs at least 2 seeds")
     base = config.replace(max_train_images=chosen["images"], epochs=epochs or chosen["epochs"],
                           storage="cache" if config.storage == "device" else config.storage,
                           mixup_alpha=0.0, cutmix_alpha=0.0, random_erasing=0.0, label_smoothing=0.0, ema_decay=0.0)
-    return StrengthStudy(base, select_levels(levels), list(range(config.seed, config.seed + count)),
+    return StrengthStudy(base, select_levels(levels), seed_list(config.seed, seeds or chosen["seeds"]),
                          chosen["val_per_class"])
 
 
 def curves(rows: list[dict]):
-    """Mean and spread over seeds, per level and epoch, of the training and validation top-1 (percent) and of
-    their gap (training minus validation: what the model knows of its training images and not of new ones)."""
-    import pandas as pd
-
+    """Mean and spread over seeds, per level and epoch, of the training and validation top-1 (%) and their gap."""
     frame = pd.DataFrame(rows)
     frame["gap"] = frame["train top-1"] - frame["val top-1"]
     table = frame.groupby(["level", "epoch"])[["train top-1", "val top-1", "gap"]].agg(["mean", "std"])
@@ -100,26 +94,18 @@ def curves(rows: list[dict]):
 
 
 def payoff_epoch(table, level: str, against: str = "none") -> int | None:
-    """The first epoch from which `level`'s mean validation top-1 stays at or above `against`'s to the end:
-    where the stronger augmentation starts to pay off (None: not within the run)."""
-    mine = table[table["level"] == level].set_index("epoch")["val top-1 mean"]
-    theirs = table[table["level"] == against].set_index("epoch")["val top-1 mean"]
+    """The first epoch from which `level`'s mean validation top-1 stays at or above `against`'s to the end
+    (None: not within the run)."""
+    mine, theirs = (table[table["level"] == name].set_index("epoch")["val top-1 mean"] for name in (level, against))
     ahead = (mine >= theirs).reindex(sorted(mine.index))
-    behind = [epoch for epoch, above in ahead.items() if not above]
-    last_behind = max(behind) if behind else 0
+    last_behind = max([epoch for epoch, above in ahead.items() if not above], default=0)
     return None if last_behind == max(ahead.index) else last_behind + 1
 
 
 def final_table(rows: list[dict]):
-    """One row per level at the last epoch: training and validation top-1, the gap, each a mean with its t
-    interval over seeds, the gap's paired difference with no augmentation, and where the level pays off."""
-    import pandas as pd
-
-    from course_lib.analysis import statistics
-
-    frame = _last_epoch(rows)
-    table = curves(rows)
-    out = []
+    """One row per level at the last epoch: training and validation top-1, the gap with its interval over seeds,
+    the gap's paired difference with no augmentation, and where the level pays off."""
+    frame, table, out = _last_epoch(rows), curves(rows), []
     for level, group in frame.groupby("level", sort=False):
         gap = statistics.confidence_interval(group["gap"]) if len(group) > 1 else None
         row = {"level": level, "seeds": len(group), "train top-1 %": group["train top-1"].mean(),
@@ -135,8 +121,6 @@ def final_table(rows: list[dict]):
 
 def _last_epoch(rows: list[dict]):
     """The rows of each run's last epoch, in points, with the gap."""
-    import pandas as pd
-
     frame = pd.DataFrame(rows)
     frame = frame[frame["epoch"] == frame.groupby(["level", "seed"])["epoch"].transform("max")].copy()
     frame[["train top-1", "val top-1"]] *= 100
@@ -145,18 +129,14 @@ def _last_epoch(rows: list[dict]):
 
 
 def _paired_gain(frame, level: str, metric: str, against: str = "none") -> dict | None:
-    """`level`'s `metric` minus `against`'s, paired by seed, in points (None: fewer than 2 shared seeds). The gap's
+    """`level`'s `metric` minus `against`'s, paired by seed (None: fewer than 2 shared seeds). The gap's
     reduction by `level` is `_paired_gain(frame, "none", "gap", against=level)`."""
-    from course_lib.analysis import statistics
-
-    both = frame.pivot_table(index="seed", columns="level", values=metric).reindex(columns=[level, against]).dropna()
-    return statistics.paired_difference(both[level], both[against]) if len(both) >= 2 else None
+    both = frame.pivot_table(index="seed", columns="level", values=metric).reindex(columns=[level, against])
+    return paired_over_seeds(both[level], both[against])
 
 
 def plot_curves(table, title: str = ""):
     """Validation top-1 (solid) and training top-1 (dashed) against epochs, one colour per level; right: the gap."""
-    import matplotlib.pyplot as plt
-
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
     for index, (level, group) in enumerate(table.groupby("level", sort=False)):
         colour = f"C{index}"
@@ -175,30 +155,24 @@ def plot_curves(table, title: str = ""):
 
 
 def claims(rows: list[dict], hardware: str | None = None) -> list:
-    """augmentation_prevents_overfitting: the training-minus-validation gap without augmentation minus the gap
-    with the strongest level that ran, at the last epoch, paired by seed (its rule: `analysis.claims.RULES`)."""
-    from course_lib.analysis import claims as claim_records
-
-    frame = _last_epoch(rows)
+    """augmentation_prevents_overfitting: the gap without augmentation minus the gap with the strongest level that
+    ran, at the last epoch, paired by seed; validation top-1 must rise by the same rule."""
+    key, frame = "augmentation_prevents_overfitting", _last_epoch(rows)
     strongest = [level for level in reversed(LEVELS) if level != "none" and level in set(frame["level"])]
     if not strongest:
-        return [claim_records.not_measurable("augmentation_prevents_overfitting", "no augmented level ran",
-                                             hardware=hardware)]
+        return [claim_records.not_measurable(key, "no augmented level ran", hardware=hardware)]
     level = strongest[0]
     less = _paired_gain(frame, "none", "gap", against=level)
-    gaps = frame.groupby("level")["gap"].mean()
-    tops = frame.groupby("level")["val top-1"].mean()
+    gaps, tops = (frame.groupby("level")[metric].mean() for metric in ("gap", "val top-1"))
     text = (f"gap without augmentation {gaps['none']:.1f} points, with {level} {gaps[level]:.1f} (validation top-1 "
             f"{tops['none']:.1f}% and {tops[level]:.1f}%)")
     if less is None:  # a point decides nothing (as in notebooks 05 and 13)
-        return [claim_records.checked("augmentation_prevents_overfitting", None, f"{text}; one seed gives no interval",
+        return [claim_records.checked(key, None, f"{text}; one seed gives no interval",
                                       value=float(gaps["none"] - gaps[level]), hardware=hardware)]
     # The article's second half: generalisation improves, so the validation top-1 must rise by the same rule.
-    rule = claim_records.RULES["augmentation_prevents_overfitting"]
     gain = _paired_gain(frame, level, "val top-1")
-    better = claim_records.decide(rule, gain["low"], gain["high"])
-    return [claim_records.decided(
-        "augmentation_prevents_overfitting", less["delta"], (less["low"], less["high"]),
-        f"{text}; the gap shrinks by {less['delta']:+.1f} points [{less['low']:+.1f}, {less['high']:+.1f}] and "
-        f"validation top-1 moves {gain['delta']:+.1f} [{gain['low']:+.1f}, {gain['high']:+.1f}] ({better}), over "
+    better = claim_records.decide(claim_records.RULES[key], gain["low"], gain["high"])
+    return [paired_claim(
+        key, less, f"{text}; the gap shrinks by {less['delta']:+.1f} points [{less['low']:+.1f}, {less['high']:+.1f}] "
+        f"and validation top-1 moves {gain['delta']:+.1f} [{gain['low']:+.1f}, {gain['high']:+.1f}] ({better}), over "
         f"{less['runs']} seeds, paired", hardware=hardware, also=better)]

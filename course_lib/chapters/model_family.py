@@ -1,37 +1,42 @@
-"""Notebook 12's model-family comparison: timm models of several families trained with one schedule
-on the same seeds and data, their validation top-1 against training seconds and parameters, and the
-Pareto front of both (a model is on it when no other is at least as accurate for less). It scores the
-first article's §5.1: a bigger model of a family is rarely much better at several times the cost
-(ResNet-101 against ResNet-50, EfficientNet-B5 against B3), and ViT-style models overfit small
-datasets (Dosovitskiy et al. 2021, arXiv:2010.11929; DeiT, Touvron et al. 2021, arXiv:2012.12877,
-needs heavy augmentation to train on ImageNet-1k alone).
+"""Notebook 12's model-family comparison: timm models of several families trained with one schedule on the same
+seeds and data, their validation top-1 against training seconds and parameters, and the Pareto front of both. It
+scores the first article's §5.1: a bigger model of a family is rarely much better at several times the cost, and
+ViT-style models overfit small datasets (Dosovitskiy et al. 2021, arXiv:2010.11929; DeiT, Touvron et al. 2021,
+arXiv:2012.12877, needs heavy augmentation to train on ImageNet-1k alone).
 """
 from __future__ import annotations
 
 import dataclasses
 
-from course_lib.analysis import claims as claims_registry
-from course_lib.analysis import statistics
+import matplotlib.pyplot as plt
+import pandas as pd
+import timm
+
+from course_lib.analysis import claims as claim_records
+from course_lib.chapters import time_to_accuracy
+from course_lib.chapters.regularization_study import paired_over_seeds
 from course_lib.chapters.setup import sizes
 from course_lib.config import Config
+from course_lib.data import class_split, pipeline
+from course_lib.engine import speedrun
+from course_lib.engine.loss_guard import NonFiniteLossError
+from course_lib.instruments.progress import Progress
+from course_lib.models import factory  # importing course_lib.models registers the workbook's own nets with timm
 
 # The models compared and their family. The speed-run nets are the workbook's own (models/speedrun.py),
 # the ViT is DeiT-Tiny's widths on 8 px patches (models/small_vit.py); the rest are timm's.
-FAMILY: dict[str, str] = {
-    "speedrun_resnet_tiny": "speed-run net", "speedrun_resnet_small": "speed-run net", "speedrun_resnet": "speed-run net",
-    "resnet18": "ResNet", "resnet34": "ResNet", "resnet50": "ResNet",
-    "efficientnet_b0": "EfficientNet", "efficientnet_b2": "EfficientNet",
-    "mobilenetv3_small_100": "MobileNetV3", "mobilenetv3_large_100": "MobileNetV3",
-    "regnetx_002": "RegNet", "regnety_004": "RegNet",
-    "convnext_atto": "ConvNeXt", "convnext_nano": "ConvNeXt",
-    "vit_tiny_patch8_64": "ViT (DeiT-Tiny)", "vit_tiny_patch16_64": "ViT (DeiT-Tiny)",
-}
+FAMILY: dict[str, str] = {model: family for family, models in {
+    "speed-run net": ("speedrun_resnet_tiny", "speedrun_resnet_small", "speedrun_resnet"),
+    "ResNet": ("resnet18", "resnet34", "resnet50"), "EfficientNet": ("efficientnet_b0", "efficientnet_b2"),
+    "MobileNetV3": ("mobilenetv3_small_100", "mobilenetv3_large_100"), "RegNet": ("regnetx_002", "regnety_004"),
+    "ConvNeXt": ("convnext_atto", "convnext_nano"), "ViT (DeiT-Tiny)": ("vit_tiny_patch8_64", "vit_tiny_patch16_64"),
+}.items() for model in models}
 # Per profile (models=auto): smoke checks that the section runs; cpu keeps it to about four minutes on 2
 # cores (five of the eight it once ran: resnet50, regnetx_002 and convnext_atto, the slowest per image or the least
-# taught by, left out for issue 51's 45-minute budget; `family=all` or their names run them) (training images/s at 64 px, batch 64, on a 2-core AMD EPYC: speed-run small 2,360 bf16,
-# regnetx_002 1,215, mobilenetv3_small 1,220 fp32, speed-run 900, convnext_atto 570, resnet18 465,
-# vit_tiny_patch16_64 460, efficientnet_b0 410 fp32, resnet50 196, vit_tiny_patch8_64 140, so the cpu
-# profile's ViT is the 16 px-patch one); gpu runs every family and size.
+# taught by, left out for issue 51's 45-minute budget; `family=all` or their names run them) (training images/s
+# at 64 px, batch 64, on a 2-core AMD EPYC: speed-run small 2,360 bf16, regnetx_002 1,215, mobilenetv3_small
+# 1,220 fp32, speed-run 900, convnext_atto 570, resnet18 465, vit_tiny_patch16_64 460, efficientnet_b0 410 fp32,
+# resnet50 196, vit_tiny_patch8_64 140, so the cpu profile's ViT is the 16 px-patch one); gpu runs every family.
 MODELS: dict[str, tuple[str, ...]] = {
     "smoke": ("speedrun_resnet_tiny", "resnet18", "vit_tiny_patch16_64"),
     "cpu": ("speedrun_resnet_small", "speedrun_resnet", "resnet18", "mobilenetv3_small_100", "vit_tiny_patch16_64"),
@@ -43,7 +48,7 @@ BIGGER: tuple[tuple[str, str], ...] = (
     ("mobilenetv3_small_100", "mobilenetv3_large_100"), ("convnext_atto", "convnext_nano"),
     ("speedrun_resnet_small", "speedrun_resnet"))
 # A gain of top-1 (fraction) the article would call "much better": the claim's rule, one point.
-MUCH_BETTER = claims_registry.RULES["bigger_model_not_better"].margin / 100
+MUCH_BETTER = claim_records.RULES["bigger_model_not_better"].margin / 100
 VITS, CONVNET = ("vit_tiny_patch8_64", "vit_tiny_patch16_64"), "resnet18"  # compared for overfitting: the first ViT that ran
 # One schedule for every family: AdamW (timm's default for ConvNeXt and ViT, and fine for the convnets; SGD
 # at the speed-run's learning rate diverges for a ViT), no label smoothing so that the training and validation
@@ -52,12 +57,7 @@ SETTINGS = dict(optimizer="adamw", lr=2e-3, weight_decay=0.05, label_smoothing=0
 
 
 def models_for(profile: str, choice: str = "auto") -> list[str]:
-    """The models of a run: "auto" (the profile's, `MODELS`), "all" (every model of `FAMILY`) or
-    comma-separated timm names; an unknown name is one ValueError naming the fix."""
-    import timm
-
-    import course_lib.models  # noqa: F401  (registers the workbook's own nets with timm)
-
+    """"auto" (the profile's `MODELS`), "all" (every model of `FAMILY`) or comma-separated timm names."""
     if choice == "auto":
         return list(MODELS[profile])
     if choice == "all":
@@ -78,14 +78,12 @@ SIZES = {"smoke": {"images": None, "epochs": 0}, "cpu": {"images": 1000, "epochs
 
 
 def family_config(short: Config, profile: str, epochs: int = 0, images: int = -1) -> Config:
-    """The ablation's short config (`time_to_accuracy.ablation_config`: its validation carve-out and
-    batch) with the one schedule every family trains with (`SETTINGS`), for `epochs` on `images` training
-    images (0 and -1: the profile's, `SIZES`, else the ablation's; images 0: all)."""
+    """The ablation's short config (`time_to_accuracy.ablation_config`) with the one schedule every family trains
+    with (`SETTINGS`), for `epochs` on `images` training images (0 and -1: `SIZES`, else the ablation's; 0: all)."""
     chosen = sizes(SIZES, profile)
     profile_images = short.max_train_images if chosen["images"] is None else chosen["images"]
-    images = profile_images if images < 0 else images
-    epochs = epochs or chosen["epochs"] or short.epochs
-    return short.replace(**SETTINGS, max_train_images=images, epochs=epochs)
+    return short.replace(**SETTINGS, max_train_images=profile_images if images < 0 else images,
+                         epochs=epochs or chosen["epochs"] or short.epochs)
 
 
 @dataclasses.dataclass
@@ -97,29 +95,19 @@ class FamilyRun:
     reason: str = ""  # why there is no result
 
     def row(self) -> dict:
-        result, last = self.result, (self.result.curve[-1] if self.result is not None and self.result.curve else {})
+        result = self.result
+        last = result.curve[-1] if result is not None and result.curve else {}
         return {"model": self.model, "family": FAMILY.get(self.model, "other"), "seed": self.seed,
-                "parameters": self.parameters,
-                "val top-1": result.val_top1 if result is not None else None,
+                "parameters": self.parameters, "val top-1": getattr(result, "val_top1", None),
                 "val loss": last.get("val_loss"), "train loss": last.get("train_loss"),
-                "seconds": result.seconds if result is not None else None,
-                "images/s": result.images_per_second if result is not None else None,
+                "seconds": getattr(result, "seconds", None), "images/s": getattr(result, "images_per_second", None),
                 "diverged": self.reason}
 
 
 def run_family(config: Config, models: list[str], seeds: list[int], *, validation_per_class: int = 0,
                bundle=None, progress: bool = True) -> list[FamilyRun]:
-    """Every model once per seed with `config` (the same data, schedule and epochs), each on the same
-    training images and validation images (`validation_per_class`, 0: all; one bundle shared by all).
-    A run whose loss turns non-finite is kept as diverged, with the reason, instead of stopping the rest."""
-    import timm
-
-    from course_lib.data import class_split, pipeline
-    from course_lib.engine import speedrun
-    from course_lib.engine.loss_guard import NonFiniteLossError
-    from course_lib.instruments.progress import Progress
-    from course_lib.models import factory
-
+    """Every model once per seed with `config`, all on one bundle (`validation_per_class`, 0: all validation
+    images). A run whose loss turns non-finite is kept as diverged, with the reason, instead of stopping the rest."""
     data = bundle if bundle is not None else pipeline.build_datasets(config)
     if validation_per_class:
         data = class_split.subset_bundle(data, data.classes, val_per_class=validation_per_class)
@@ -141,44 +129,34 @@ def run_family(config: Config, models: list[str], seeds: list[int], *, validatio
 
 
 def runs_frame(runs: list[FamilyRun]):
-    """One row per model and seed (`FamilyRun.row`)."""
-    import pandas as pd
-
-    return pd.DataFrame([run.row() for run in runs])
+    """One row per model and seed (`FamilyRun.row`), with the loss gap (validation minus training loss)."""
+    frame = pd.DataFrame([run.row() for run in runs])
+    return frame.assign(**{"loss gap": frame["val loss"] - frame["train loss"]})
 
 
 def pareto_front(costs, scores) -> list[bool]:
-    """For each point, whether it is on the Pareto front of low cost and high score: no other point
-    is at least as good on both and strictly better on one."""
+    """Per point, whether no other point is at least as good on both (low cost, high score) and better on one."""
     points = list(zip(costs, scores))
     return [not any(c <= cost and s >= score and (c < cost or s > score) for c, s in points)
             for cost, score in points]
 
 
 def family_table(runs: list[FamilyRun], device: str = "cpu"):
-    """One row per model: family, parameters (millions), seeds, mean and spread of the validation
-    top-1, training seconds, images/s and its MFU on `device` (`time_to_accuracy.mfu`), the loss gap
-    (validation minus training loss: how much it overfits), and whether it is on the Pareto front of
-    seconds and of parameters. Diverged runs are counted, not averaged."""
-    import pandas as pd
-
-    from course_lib.chapters import time_to_accuracy
-
-    frame = runs_frame(runs)
+    """One row per model: family, parameters (millions), seeds, the validation top-1's mean and spread, training
+    seconds, images/s and MFU on `device`, the loss gap, and whether it is on the Pareto front of seconds and of
+    parameters. Diverged runs are counted, not averaged."""
     finished = {run.model: run.result for run in runs if run.result is not None}
     rows = []
-    for model, group in frame.groupby("model", sort=False):
+    for model, group in runs_frame(runs).groupby("model", sort=False):
         done = group[group["val top-1"].notna()]
-        top1 = list(done["val top-1"])
+        speed = done["images/s"].mean()
         rows.append({"model": model, "family": group["family"].iloc[0],
-                     "parameters (M)": group["parameters"].iloc[0] / 1e6, "seeds": len(top1),
-                     "diverged": int(group["val top-1"].isna().sum()),
-                     "val top-1 mean": sum(top1) / len(top1) if top1 else None,
-                     "val top-1 std": statistics.seed_noise(top1)["std"] if len(top1) > 1 else None,
-                     "seconds mean": done["seconds"].mean() if top1 else None,
-                     "images/s mean": done["images/s"].mean() if top1 else None,
-                     "MFU": time_to_accuracy.mfu(finished[model], done["images/s"].mean(), device) if top1 else None,
-                     "loss gap mean": (done["val loss"] - done["train loss"]).mean() if top1 else None})
+                     "parameters (M)": group["parameters"].iloc[0] / 1e6, "seeds": len(done),
+                     "diverged": len(group) - len(done), "val top-1 mean": done["val top-1"].mean(),
+                     "val top-1 std": done["val top-1"].std(), "seconds mean": done["seconds"].mean(),
+                     "images/s mean": speed,
+                     "MFU": time_to_accuracy.mfu(finished[model], speed, device) if len(done) else None,
+                     "loss gap mean": done["loss gap"].mean()})
     table = pd.DataFrame(rows).set_index("model")
     scored = table["val top-1 mean"].notna()
     for cost, column in (("seconds mean", "front (seconds)"), ("parameters (M)", "front (parameters)")):
@@ -188,12 +166,10 @@ def family_table(runs: list[FamilyRun], device: str = "cpu"):
                         "images/s mean": 0, "MFU": 4, "loss gap mean": 3})
 
 
-def plot_family(table, title: str = "", axes=None):
-    """Validation top-1 against training seconds and against parameters (log scales), one marker per
-    family, the Pareto front of each as a step line."""
-    import matplotlib.pyplot as plt
-
-    axes = axes if axes is not None else plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)[1]
+def plot_family(table, title: str = ""):
+    """Validation top-1 against training seconds and against parameters (log scales), one marker per family,
+    the Pareto front of each as a step line."""
+    axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)[1]
     scored = table[table["val top-1 mean"].notna()]
     for axis, cost, front, label in ((axes[0], "seconds mean", "front (seconds)", "training seconds (mean over seeds)"),
                                      (axes[1], "parameters (M)", "front (parameters)", "parameters (millions)")):
@@ -213,65 +189,55 @@ def plot_family(table, title: str = "", axes=None):
     return axes
 
 
-def _paired(frame, model: str, metric) -> dict:
-    """seed -> value of `metric` (a column, or a function of the row) for `model`'s finished runs."""
-    rows = frame[(frame["model"] == model) & frame["val top-1"].notna()]
-    return {row["seed"]: (metric(row) if callable(metric) else row[metric]) for _, row in rows.iterrows()}
+def _paired_gain(frame, small: str, big: str, metric: str, level: float) -> dict | None:
+    """`big` minus `small` in `metric` over their finished runs, paired by seed (None: fewer than 2 shared seeds)."""
+    finished = frame[frame["val top-1"].notna()]
+    values = finished.pivot_table(index="seed", columns="model", values=metric, aggfunc="last")
+    return paired_over_seeds(values[big], values[small], level) if {small, big} <= set(values) else None
 
 
-def _paired_gain(frame, small: str, big: str, metric, level: float) -> dict | None:
-    """`big` minus `small` in `metric`, paired by seed, with its t interval (None: fewer than 2 shared seeds)."""
-    first, second = _paired(frame, small, metric), _paired(frame, big, metric)
-    seeds = sorted(set(first) & set(second))
-    if len(seeds) < 2:
-        return None
-    return statistics.paired_difference([second[s] for s in seeds], [first[s] for s in seeds], level)
-
-
-def claims(runs: list[FamilyRun], level: float = 0.95, hardware: str | None = None) -> list:
-    """The article's two §5.1 claims, decided from the runs (`analysis.claims`):
-    - bigger_model_not_better: for each `BIGGER` pair both ran, the bigger model's top-1 gain paired by
-      seed. A pair is "much better" when its whole interval is above `MUCH_BETTER`, "not much better"
-      when its whole interval is below it. Holds when most pairs are shown not much better, refuted
-      when most are shown much better, else not shown beyond noise.
-    - vit_overfits_small_data: the ViT's loss gap (validation minus training loss) minus resnet18's,
-      paired by seed: holds when the interval is above zero, refuted when below."""
-    from course_lib.analysis import claims
-
-    frame = runs_frame(runs)
+def _bigger_claim(frame, level: float, hardware: str | None):
+    """Per `BIGGER` pair that ran, the bigger model's top-1 gain paired by seed against `MUCH_BETTER` (the rule):
+    holds when most pairs are shown not much better, refuted when most are shown much better."""
+    key, ran = "bigger_model_not_better", set(frame["model"])
+    pairs = [(small, big) for small, big in BIGGER if small in ran and big in ran]
+    if not pairs:
+        return claim_records.not_measurable(key, "no smaller/bigger pair of one family ran "
+                                            f"(pairs: {', '.join(f'{a}/{b}' for a, b in BIGGER)})", hardware)
     seconds, size = frame.groupby("model")["seconds"].mean(), frame.groupby("model")["parameters"].first()
-    found, parts, much, not_much = [], [], 0, 0
-    pairs = [(a, b) for a, b in BIGGER if a in set(frame["model"]) and b in set(frame["model"])]
+    verdicts, parts = [], []
     for small, big in pairs:
         gain = _paired_gain(frame, small, big, "val top-1", level)
         cost = f"{seconds[big] / seconds[small]:.1f}x the seconds, {size[big] / size[small]:.1f}x the parameters"
         if gain is None:
             parts.append(f"{big} vs {small}: fewer than 2 seeds ({cost})")
             continue
-        pair_verdict = claims.decide(claims.RULES["bigger_model_not_better"], 100 * gain["low"], 100 * gain["high"])
-        much += pair_verdict == claims.REFUTED
-        not_much += pair_verdict == claims.HOLDS
+        verdicts.append(claim_records.decide(claim_records.RULES[key], 100 * gain["low"], 100 * gain["high"]))
         parts.append(f"{big} vs {small}: {gain['delta']:+.1%} [{gain['low']:+.1%}, {gain['high']:+.1%}] at {cost}")
-    if not pairs:
-        found.append(claims.not_measurable("bigger_model_not_better", "no smaller/bigger pair of one family ran "
-                                           f"(pairs: {', '.join(f'{a}/{b}' for a, b in BIGGER)})", hardware))
-    else:
-        holds = True if not_much > len(pairs) / 2 else False if much > len(pairs) / 2 else None
-        found.append(claims.checked(
-            "bigger_model_not_better", holds,
-            f"{not_much} of {len(pairs)} pair(s) shown not much better (gain below {MUCH_BETTER:.0%} point), {much} "
-            f"shown much better; " + "; ".join(parts), hardware=hardware))
+    much, not_much = verdicts.count(claim_records.REFUTED), verdicts.count(claim_records.HOLDS)
+    holds = True if not_much > len(pairs) / 2 else False if much > len(pairs) / 2 else None
+    return claim_records.checked(
+        key, holds, f"{not_much} of {len(pairs)} pair(s) shown not much better (gain below {MUCH_BETTER:.0%} point), "
+        f"{much} shown much better; " + "; ".join(parts), hardware=hardware)
+
+
+def _vit_claim(frame, level: float, hardware: str | None):
+    """The ViT's loss gap minus the convnet's, paired by seed: holds above zero, refuted below."""
+    key = "vit_overfits_small_data"
     vit = next((name for name in VITS if name in set(frame["model"])), VITS[0])
-    gap = _paired_gain(frame, CONVNET, vit, lambda row: row["val loss"] - row["train loss"], level)
+    gap = _paired_gain(frame, CONVNET, vit, "loss gap", level)
     if gap is None:
-        found.append(claims.not_measurable("vit_overfits_small_data", f"a ViT ({' or '.join(VITS)}) and {CONVNET} "
-                                           "did not both finish 2 or more seeds (family=auto runs both)", hardware))
-    else:
-        top1 = {model: frame[frame["model"] == model]["val top-1"].mean() for model in (vit, CONVNET)}
-        found.append(claims.checked(
-            "vit_overfits_small_data", True if gap["low"] > 0 else False if gap["high"] < 0 else None,
-            f"loss gap (validation minus training) of {vit} minus {CONVNET}'s: {gap['delta']:+.3f} "
-            f"[{gap['low']:+.3f}, {gap['high']:+.3f}] over {gap['runs']} seeds; val top-1 {top1[vit]:.1%} "
-            f"against {top1[CONVNET]:.1%}", value=gap["delta"], interval=(gap["low"], gap["high"]),
-            hardware=hardware))
-    return found
+        return claim_records.not_measurable(key, f"a ViT ({' or '.join(VITS)}) and {CONVNET} did not both finish 2 "
+                                            "or more seeds (family=auto runs both)", hardware)
+    top1 = frame.groupby("model")["val top-1"].mean()
+    return claim_records.checked(
+        key, claim_records.beyond_noise(gap["low"], gap["high"]),
+        f"loss gap (validation minus training) of {vit} minus {CONVNET}'s: {gap['delta']:+.3f} "
+        f"[{gap['low']:+.3f}, {gap['high']:+.3f}] over {gap['runs']} seeds; val top-1 {top1[vit]:.1%} "
+        f"against {top1[CONVNET]:.1%}", value=gap["delta"], interval=(gap["low"], gap["high"]), hardware=hardware)
+
+
+def claims(runs: list[FamilyRun], level: float = 0.95, hardware: str | None = None) -> list:
+    """The article's two §5.1 claims, decided from the runs: bigger_model_not_better and vit_overfits_small_data."""
+    frame = runs_frame(runs)
+    return [_bigger_claim(frame, level, hardware), _vit_claim(frame, level, hardware)]

@@ -1,27 +1,31 @@
-"""Regularization tricks compared one at a time (notebook 07): each variant is a set of Config overrides for
-the same baseline run (`VARIANTS`, `variant_config`), which the notebook trains over the same seeds; each run is
-scored here (`score_run`: top-1, cross-entropy, calibration error), and the `Study` of all runs gets an interval
-per variant and a paired comparison with the baseline (`summarize`, through `statistics.compare_variants`);
-`claims` turns it and its CIFAR-10 control (`cifar10_control`) into the article's claims.
+"""Regularization tricks compared one at a time (notebook 07): each variant is a set of Config overrides of one
+baseline (`VARIANTS`), trained over the same seeds and scored here (`score_run`: top-1, cross-entropy, calibration
+error); `summarize` pairs each with the baseline, `claims` turns the study and its CIFAR-10 control into verdicts.
 
-The tricks themselves run inside the engine (`train.fit`): label smoothing (Szegedy et al. 2016,
-arXiv:1512.00567), MixUp (Zhang et al. 2018, arXiv:1710.09412) and CutMix (Yun et al. 2019,
-arXiv:1905.04899) through timm's `Mixup`, Random Erasing (Zhong et al. 2020, arXiv:1708.04896)
-and a weight EMA (Polyak & Juditsky 1992) through timm's `ModelEmaV3`. Calibration error as in
-Guo et al., "On Calibration of Modern Neural Networks", ICML 2017 (`calibration.expected_calibration_error`).
-Section 7, which weights to keep, is `weight_choice`.
+The tricks run inside the engine (`train.fit`): label smoothing (Szegedy et al. 2016, arXiv:1512.00567), MixUp
+(Zhang et al. 2018, arXiv:1710.09412) and CutMix (Yun et al. 2019, arXiv:1905.04899) through timm's `Mixup`, Random
+Erasing (Zhong et al. 2020, arXiv:1708.04896) and a weight EMA (Polyak & Juditsky 1992) through timm's `ModelEmaV3`.
+Calibration error as in Guo et al., ICML 2017. Section 7, which weights to keep, is `weight_choice`.
 """
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
+
 from course_lib import paths
 from course_lib.analysis import claims as claim_records
-from course_lib.analysis import statistics
+from course_lib.analysis import evaluation, statistics
 from course_lib.analysis.statistics import _scores
 from course_lib.chapters.setup import ChapterSetup, sizes
 from course_lib.config import Config, ConfigError, make_config, resolve_profile
+from course_lib.data import pipeline
+from course_lib.engine.schedule import steps_per_epoch
+from course_lib.measure import flops
 
 # The article's "safe combination": label smoothing 0.1 + MixUp alpha 0.2 + light Random Erasing.
 # "Light" is read as erasing a box in a quarter of the images (timm's usual probability).
@@ -74,16 +78,14 @@ EXTRA_TIME_ALLOWED = claim_records.RULES["combo_training_time"].margin  # %: "al
 
 
 def study_config(profile: str, **values) -> Config:
-    """The baseline config of the study: the profile, then its `SIZES` entry's config, then the
-    notebook's parameters (None: not given)."""
+    """The study's baseline: the profile, its `SIZES` config, then the notebook's parameters (None: not given)."""
     return make_config(profile, **{**sizes(SIZES, resolve_profile(profile))["config"],
                                    **{k: v for k, v in values.items() if v is not None}})
 
 
 @dataclasses.dataclass(kw_only=True)
 class StudySetup(ChapterSetup):
-    """Notebook 07's data, baseline config and the training split every variant trains on, built once
-    (`setup`), with the values its parameters left to the study: variants, seeds, EMA decay and what the data is."""
+    """Notebook 07's data, baseline config and training split, built once (`setup`), with the study's choices."""
 
     steps_per_epoch: int  # optimizer steps per epoch (the engine drops the last partial batch)
     variants: list = dataclasses.field(default_factory=list)  # in run order, baseline first
@@ -93,9 +95,6 @@ class StudySetup(ChapterSetup):
     remote_sensing: bool = False  # is the training data remote-sensing evidence?
 
     def line(self) -> str:
-        """What the notebook prints after the data line: the baseline, the data path and the plan."""
-        import torch
-
         config, bundle = self.config, self.bundle
         evidence = "remote sensing" if self.remote_sensing else "not remote-sensing evidence"
         return "\n".join([f"{config.model} at {config.image_size} px, batch {config.batch_size}, {config.epochs} epoch(s) x "
@@ -108,17 +107,8 @@ class StudySetup(ChapterSetup):
 
 def setup(profile: str, data_dir: str | None = None, *, variants: str | list[str] = "all", seeds: int = 0,
           ema_decay: float | None = None, remote_sensing: str | bool = "auto", **values) -> StudySetup:
-    """`study_config` on the data `paths.choose_data` picks (data_dir, else real data when found, not
-    in smoke, else the profile's landcover-synth), its datasets, and the steps per epoch; a batch
-    larger than the training split is cut to half of it, so every epoch has steps. Then the notebook's
-    other choices: `select_variants`, `study_seeds`, the EMA decay (None: `ema_decay_for` the run) and
-    whether the data is remote sensing (`is_remote_sensing`). In smoke, torch uses one thread: handing
-    each small op of a tiny model at 32 px to 2 threads costs more than it saves."""
-    import torch
-
-    from course_lib.data import pipeline
-    from course_lib.engine.schedule import steps_per_epoch
-
+    """`study_config` on the data `paths.choose_data` picks, its datasets (a batch larger than the training split
+    is cut to half of it) and the notebook's choices (an EMA decay of None: `ema_decay_for` the run)."""
     profile = resolve_profile(profile)
     threads = sizes(SIZES, profile)["threads"]
     if threads:
@@ -130,41 +120,39 @@ def setup(profile: str, data_dir: str | None = None, *, variants: str | list[str
         config = config.replace(batch_size=max(1, len(bundle.train) // 2))
     steps = steps_per_epoch(len(bundle.train), config)
     return StudySetup(profile=profile, data=data, config=config, bundle=bundle, steps_per_epoch=steps,
-                      variants=select_variants(variants),
-                      seeds=study_seeds(config, profile, seeds),
+                      variants=select_variants(variants), seeds=study_seeds(config, profile, seeds),
                       ema_decay=ema_decay or ema_decay_for(steps * config.epochs), data_name=data_name(bundle.source),
                       remote_sensing=is_remote_sensing(remote_sensing, bundle.source))
 
 
-def study_seeds(config: Config, profile: str, count: int = 0) -> list[int]:
-    """The seeds every variant runs with: config.seed and the next ones; `count` 0 means the profile's
-    (`SIZES`: 2 in smoke, 5 in the reference, else 3). At least 2: an interval needs two runs."""
-    count = count or sizes(SIZES, profile)["seeds"]
+def seed_list(first: int, count: int) -> list[int]:
+    """`count` seeds from `first`; at least 2, since an interval needs two runs."""
     if count < 2:
         raise ConfigError(f"seeds={count}: a confidence interval needs at least 2 runs per variant")
-    return list(range(config.seed, config.seed + count))
+    return list(range(first, first + count))
+
+
+def study_seeds(config: Config, profile: str, count: int = 0) -> list[int]:
+    """The seeds every variant runs with, from config.seed; `count` 0: the profile's (`SIZES`)."""
+    return seed_list(config.seed, count or sizes(SIZES, profile)["seeds"])
 
 
 def select_variants(names: str | list[str]) -> list[str]:
-    """`"all"`, a comma-separated string or a list -> variant names in run order; "baseline" is
-    always included (every comparison is against it)."""
+    """`"all"`, a comma-separated string or a list -> variant names in run order, "baseline" always among them."""
     if isinstance(names, str):
         names = list(VARIANTS) if names.strip() == "all" else [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise ConfigError(f"unknown variant {unknown[0]!r}; valid variants: all, {', '.join(VARIANTS)}")
-    wanted = set(names) | {"baseline"}
-    return [name for name in VARIANTS if name in wanted]
+    return [name for name in VARIANTS if name in set(names) | {"baseline"}]
 
 
 def ema_decay_for(total_steps: int, horizon_fraction: float = 0.1) -> float:
-    """An EMA decay whose averaging horizon 1 / (1 - decay) is `horizon_fraction` of the run
-    (at least 2 steps). A fixed 0.9999 averages over ~10,000 steps: on a run of a few hundred
-    steps the EMA would still be mostly the random initial weights."""
+    """An EMA decay averaging over `horizon_fraction` of the run, 1 / (1 - decay) steps (at least 2). A fixed
+    0.9999 averages over ~10,000 steps: on a run of a few hundred it would still be mostly the initial weights."""
     if total_steps < 1:
         raise ConfigError(f"total_steps must be at least 1, got {total_steps}")
-    horizon = max(2.0, horizon_fraction * total_steps)
-    return 1.0 - 1.0 / horizon
+    return 1.0 - 1.0 / max(2.0, horizon_fraction * total_steps)
 
 
 def switches(name: str, ema_decay: float) -> dict:
@@ -175,9 +163,8 @@ def switches(name: str, ema_decay: float) -> dict:
 
 
 def variant_config(config, name: str, ema_decay: float, seed: int | None = None):
-    """The baseline `config` with variant `name`'s `switches` and its own output_dir
-    (`<output_dir>/07_<name>`, plus `_seed<N>` when `seed` is given: fit writes `last.pt`
-    there, so runs must not share one)."""
+    """The baseline with variant `name`'s `switches` and its own output_dir (`<output_dir>/07_<name>[_seed<N>]`:
+    fit writes `last.pt` there, so runs must not share one)."""
     overrides = switches(name, ema_decay)
     folder = f"{config.output_dir.rstrip('/')}/07_{name}"
     if seed is not None:
@@ -187,55 +174,41 @@ def variant_config(config, name: str, ema_decay: float, seed: int | None = None)
 
 
 def score(model, dataset, config, bins: int = 15, device_stage=None) -> dict:
-    """top-1, mean cross-entropy, expected calibration error and mean confidence of `model` on
-    `dataset` (fp32 forward passes, `evaluation.predict`; `device_stage` normalises uint8 batches)."""
-    from course_lib.analysis import evaluation
-
+    """top-1, mean cross-entropy, expected calibration error and mean confidence of `model` on `dataset`."""
     labels, probabilities = evaluation.predict(model, dataset, config, device_stage=device_stage)
     return _scores(labels, probabilities, bins)
 
 
 def training_speed(history: list[dict]) -> dict:
-    """images/s and seconds of training (evaluation excluded). With more than one epoch the first
-    is dropped from images/s as a warm-up (allocator, cuDNN autotuning, worker start)."""
+    """images/s (the first of several epochs dropped as a warm-up) and seconds of training."""
     if not history:
         raise ValueError("empty history: the run completed no epoch")
     timed = history[1:] if len(history) > 1 else history
     images = sum(row["images_per_second"] * row["epoch_seconds"] for row in timed)
-    seconds = sum(row["epoch_seconds"] for row in timed)
-    return {"images_per_second": images / seconds,
+    return {"images_per_second": images / sum(row["epoch_seconds"] for row in timed),
             "train_seconds": sum(row["epoch_seconds"] for row in history)}
 
 
 def choose_weights(raw: dict, ema: dict | None) -> str:
-    """The article's rule: evaluate the EMA and the raw weights on the validation set and keep
-    the better one (higher top-1; on a tie, lower loss). Returns "raw" or "ema"."""
-    if ema is None:
+    """The article's rule: keep "ema" or "raw", whichever scores the higher top-1 (on a tie, the lower loss)."""
+    if ema is None or ema["top1"] < raw["top1"]:
         return "raw"
-    if ema["top1"] != raw["top1"]:
-        return "ema" if ema["top1"] > raw["top1"] else "raw"
-    return "ema" if ema["loss"] < raw["loss"] else "raw"
+    return "ema" if ema["top1"] > raw["top1"] or ema["loss"] < raw["loss"] else "raw"
 
 
 def score_run(name: str, result, dataset, device_stage=None) -> list[dict]:
-    """Rows of the comparison table for one `train.fit` result: its raw weights and, when it kept
-    a weight EMA, the EMA weights too (variant "<name> (EMA weights)"), each scored on `dataset`;
-    "kept" marks the weights `choose_weights` keeps. Speed is the run's training speed
-    (`training_speed`) in the precision it trained in."""
+    """The comparison rows of one `train.fit` result: its raw weights and, when it kept a weight EMA, the EMA
+    weights ("<name> (EMA weights)"), each scored on `dataset`; "kept" marks what `choose_weights` keeps."""
     speed = training_speed(result.history)
-    raw = score(result.model, dataset, result.config, device_stage=device_stage)
-    ema = (score(result.ema_model, dataset, result.config, device_stage=device_stage)
-           if result.ema_model is not None else None)
-    kept = choose_weights(raw, ema)
-    rows = []
-    for weights, scores in (("raw", raw), ("ema", ema)):
-        if scores is not None:
-            rows.append({"variant": name + (EMA_SUFFIX if weights == "ema" else ""), "trick": name,
-                         "weights": weights, "kept": weights == kept, "seed": result.config.seed,
-                         "val top-1": scores["top1"], "val loss": scores["loss"], "ECE": scores["ece"],
-                         "confidence": scores["confidence"], "images/s": speed["images_per_second"],
-                         "train s": speed["train_seconds"], "precision": getattr(result, "precision", "off")})
-    return rows
+    scored = {"raw": score(result.model, dataset, result.config, device_stage=device_stage)}
+    if result.ema_model is not None:
+        scored["ema"] = score(result.ema_model, dataset, result.config, device_stage=device_stage)
+    kept = choose_weights(scored["raw"], scored.get("ema"))
+    return [{"variant": name + (EMA_SUFFIX if weights == "ema" else ""), "trick": name, "weights": weights,
+             "kept": weights == kept, "seed": result.config.seed, "val top-1": scores["top1"],
+             "val loss": scores["loss"], "ECE": scores["ece"], "confidence": scores["confidence"],
+             "images/s": speed["images_per_second"], "train s": speed["train_seconds"],
+             "precision": getattr(result, "precision", "off")} for weights, scores in scored.items()]
 
 
 @dataclasses.dataclass
@@ -261,30 +234,19 @@ class Study:
 
     @classmethod
     def from_runs(cls, rows: list[dict], config: Config, bundle, data: str, model, seconds: float) -> Study:
-        """The study of `score_run`'s rows, every run trained on `bundle.train` and scored on `bundle.val`; its
-        training FLOPs per image (for MFU) counted on `model`, the network of one of its runs."""
-        import pandas as pd
-
-        from course_lib.measure import flops
-
+        """The study of `score_run`'s rows on `bundle`, its training FLOPs per image counted on `model`."""
         return cls(pd.DataFrame(rows), config, data, len(bundle.train), len(bundle.val),
                    flops.training_flops_per_image(model, config.image_size), seconds)
 
-    def top1_points(self, weights: str = "raw"):
-        """Validation top-1 in percent, one column per trick, one row per seed."""
+    def top1_points(self, weights: str = "raw", metric: str = "val top-1"):
+        """`metric` (validation top-1 unless told) in points, one column per trick, one row per seed."""
         chosen = self.runs[self.runs["weights"] == weights]
-        return chosen.pivot(index="seed", columns="trick", values="val top-1") * 100
+        return chosen.pivot(index="seed", columns="trick", values=metric) * 100
 
 
 def summarize(study: Study):
-    """One row per variant (the EMA weights of a run are a variant of their own): top-1 in percent
-    with its 95% confidence interval over the seeds, the paired difference with the baseline
-    (variant minus baseline, seed by seed) in points with its interval and verdict, ECE (percent)
-    and its paired change, images/s with MFU, and time per image relative to the baseline."""
-    import pandas as pd
-
-    from course_lib.measure import flops
-
+    """One row per variant (a run's EMA weights are one of their own): top-1 % with its interval over seeds, the
+    difference with the baseline paired by seed, ECE % and its change, images/s, MFU and time per image."""
     frame = study.runs.assign(**{"top-1 %": study.runs["val top-1"] * 100, "ECE %": study.runs["ECE"] * 100})
     top1 = statistics.compare_variants(frame, "top-1 %")
     ece = statistics.compare_variants(frame, "ECE %")
@@ -306,10 +268,8 @@ def summarize(study: Study):
 
 
 def ema_table(study: Study):
-    """Per run with a weight EMA: raw and EMA top-1 (percent, mean over seeds), EMA minus raw paired
-    by seed with its interval and verdict, and on how many seeds the article's rule kept the EMA."""
-    import pandas as pd
-
+    """Per run with a weight EMA: raw and EMA top-1 %, EMA minus raw paired by seed with its interval and
+    verdict, and on how many seeds the article's rule kept the EMA."""
     rows = []
     for trick, group in study.runs.groupby("trick", sort=False):
         if set(group["weights"]) != {"raw", "ema"}:
@@ -325,12 +285,8 @@ def ema_table(study: Study):
 
 
 def plot_comparison(summary, title: str = ""):
-    """Two panels: top-1 per variant with its confidence interval (the grey band is the baseline's),
-    and the paired difference with the baseline with its interval; a bar that crosses 0 is
-    within noise."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
+    """Left: top-1 per variant with its interval (grey: the baseline's); right: the paired difference with the
+    baseline and its interval (a bar across 0 is within noise)."""
     colours = {"better": "tab:green", "worse": "tab:red", "within noise": "tab:blue", "(baseline)": "black"}
     names = list(summary.index)
     y = np.arange(len(names))
@@ -338,13 +294,11 @@ def plot_comparison(summary, title: str = ""):
     for position, name in zip(y, names):
         row = summary.loc[name]
         colour = colours.get(row["verdict"], "tab:grey")
-        low, high = row["CI low"], row["CI high"]
-        axes[0].errorbar(row["top-1 %"], position, xerr=[[row["top-1 %"] - low], [high - row["top-1 %"]]],
-                         fmt="o", color=colour, capsize=3)
-        if name != "baseline" and np.isfinite(row["delta (points)"]):
-            axes[1].errorbar(row["delta (points)"], position,
-                             xerr=[[row["delta (points)"] - row["delta low"]], [row["delta high"] - row["delta (points)"]]],
-                             fmt="o", color=colour, capsize=3)
+        for axis, value, low, high in ((axes[0], "top-1 %", "CI low", "CI high"),
+                                       (axes[1], "delta (points)", "delta low", "delta high")):
+            if axis is axes[0] or (name != "baseline" and np.isfinite(row[value])):
+                axis.errorbar(row[value], position, xerr=[[row[value] - row[low]], [row[high] - row[value]]],
+                              fmt="o", color=colour, capsize=3)
     base = summary.loc["baseline"]
     axes[0].axvspan(base["CI low"], base["CI high"], color="grey", alpha=0.2, label="baseline 95% CI")
     axes[0].set(xlabel="validation top-1 (%), mean and 95% CI over seeds", yticks=y, yticklabels=names)
@@ -357,16 +311,17 @@ def plot_comparison(summary, title: str = ""):
     return figure
 
 
+def _cifar10_places(folder: str = "") -> list[str]:
+    """`folder`, else data_cache/cifar10, data_cache/torchvision and ../shared/datasets/cifar10."""
+    return [folder] if folder else [str(paths.CACHE_DIR / "cifar10"), str(paths.CACHE_DIR / "torchvision"),
+                                    str(paths.project_root().parent / "shared" / "datasets" / "cifar10")]
+
+
 def find_cifar10(folder: str = "") -> tuple[Path, str] | None:
-    """Where CIFAR-10 is on this machine, and in which form: `(root, "imagefolder")` for the layout
-    `workbook data get cifar10` writes (train/ valid/ test/ class folders of PNGs: its fixed 5,000-image
-    carve-out is the validation split), or `(root, "cifar10")` for torchvision's extracted
-    `cifar-10-batches-py`. Looks in `folder` when given, else data_cache/cifar10, data_cache/torchvision
-    (where `pipeline.cifar10_bundle` looks by default) and a shared copy beside the project
-    (../shared/datasets/cifar10). None when absent: nothing is downloaded."""
-    candidates = [folder] if folder else [str(paths.CACHE_DIR / "cifar10"), str(paths.CACHE_DIR / "torchvision"),
-                                          str(paths.project_root().parent / "shared" / "datasets" / "cifar10")]
-    for candidate in candidates:
+    """Where CIFAR-10 is (`_cifar10_places`) and in which form: `(root, "imagefolder")`, the train/ valid/ test/
+    PNG folders `workbook data get cifar10` writes, or `(root, "cifar10")`, torchvision's extracted
+    `cifar-10-batches-py`. None when absent: nothing is downloaded."""
+    for candidate in _cifar10_places(folder):
         root = paths.resolve_path(candidate)
         if (root / CIFAR10_FOLDER).is_dir():
             return root, "cifar10"
@@ -376,19 +331,13 @@ def find_cifar10(folder: str = "") -> tuple[Path, str] | None:
 
 
 def cifar10_control(config: Config, folder: str = "") -> tuple[Config, object] | str:
-    """The study's `config` and datasets on CIFAR-10 (real photographs, not remote sensing: the control the
-    claims need; the notebook trains `CONTROL_VARIANTS` on them) at 32 px: read from `workbook data get
-    cifar10`'s image folder (on the study's own data path), or with `torchvision.datasets.CIFAR10(download=False)`;
-    or, when the data is not on this machine, the reason as a string."""
-    from course_lib.data import pipeline
-
+    """The study's `config` and datasets on CIFAR-10 at 32 px (real photographs, not remote sensing: the control
+    the claims need), or, when the data is not on this machine, the reason as a string."""
     found = find_cifar10(folder)
     if found is None:
-        looked = folder or (f"{paths.CACHE_DIR / 'cifar10'}, {paths.CACHE_DIR / 'torchvision'} and "
-                            "../shared/datasets/cifar10")
-        return (f"CIFAR-10 is not on this machine (no {CIFAR10_FOLDER} and no train/ valid/ folders in {looked}); "
-                "nothing is downloaded (download=False, no network assumed): run `workbook data get cifar10`, "
-                "or put the extracted data there and pass cifar10_dir")
+        return (f"CIFAR-10 is not on this machine (no {CIFAR10_FOLDER} and no train/ valid/ folders in "
+                f"{', '.join(_cifar10_places(folder))}); nothing is downloaded (download=False, no network assumed): "
+                "run `workbook data get cifar10`, or put the extracted data there and pass cifar10_dir")
     root, form = found
     # torchvision's pickles are read per image (storage=files); the image folder keeps the study's storage.
     read = ({"dataset": "imagefolder"} if form == "imagefolder" else
@@ -407,8 +356,7 @@ def data_name(source: str) -> str:
 
 
 def is_remote_sensing(choice: str, data_dir: str | None) -> bool:
-    """The notebook's `remote_sensing` parameter: "true"/"false", or "auto": only EuroSAT (a folder
-    whose path names it) counts; landcover-synth is generated, not remote-sensing evidence."""
+    """The `remote_sensing` parameter: "true"/"false", or "auto": only EuroSAT counts (landcover-synth is generated)."""
     if choice != "auto":
         return choice in (True, "true")
     return "eurosat" in str(data_dir or "").lower()
@@ -419,26 +367,35 @@ _VERDICT_WORDS = {1: "better than the baseline beyond noise", -1: "worse than th
 
 
 def interval_text(row, unit: str = "points") -> str:
-    """A paired difference and its interval; when it is within noise, the power calculation too
-    (`statistics.power_note`: how many seeds would settle it)."""
+    """A paired difference and its interval; within noise, how many seeds would settle it (`statistics.power_note`)."""
     return f"{row['delta']:+.2f} {unit} [{row['low']:+.2f}, {row['high']:+.2f}]" + statistics.power_note(row, unit)
 
 
-def paired_over_seeds(values, baseline) -> dict:
+def paired_over_seeds(values, baseline, level: float = 0.95) -> dict | None:
     """Paired difference over the seeds both ran (NaN-free), or None with fewer than 2."""
     common = values.dropna().index.intersection(baseline.dropna().index)
-    return statistics.paired_difference(values[common], baseline[common]) if len(common) >= 2 else None
+    return statistics.paired_difference(values[common], baseline[common], level) if len(common) >= 2 else None
+
+
+def paired_claim(key: str, paired: dict, reason: str, **options):
+    """`claims.decided` on a paired difference (`paired_over_seeds`): its delta and interval."""
+    return claim_records.decided(key, paired["delta"], (paired["low"], paired["high"]), reason, **options)
+
+
+def _paired(study: Study, variant: str, reference: str = "baseline", metric: str = "val top-1") -> dict | str:
+    """`variant` - `reference` in points of `metric`, paired by seed (raw weights), or why not."""
+    points = study.top1_points(metric=metric)
+    missing = [name for name in (variant, reference) if name not in points]
+    if missing:
+        return f"{' or '.join(missing)} was not run (variants parameter)"
+    paired = paired_over_seeds(points[variant], points[reference])
+    return paired if paired is not None else f"fewer than 2 seeds ran both variants on {study.data}"
 
 
 def _combo_claim(key: str, study: Study | str, evidence: bool, why_not: str):
-    if isinstance(study, str):
-        return claim_records.not_measurable(key, study)
-    points = study.top1_points()
-    if "article_combo" not in points:
-        return claim_records.not_measurable(key, "article_combo was not run (variants parameter)")
-    paired = paired_over_seeds(points["article_combo"], points["baseline"])
-    if paired is None:
-        return claim_records.not_measurable(key, f"fewer than 2 seeds ran both variants on {study.data}")
+    paired = _paired(study, "article_combo") if not isinstance(study, str) else study
+    if isinstance(paired, str):
+        return claim_records.not_measurable(key, paired)
     text = (f"article_combo - baseline top-1 on {study.data}, paired over {paired['runs']} seeds, 95% t interval: "
             f"{interval_text(paired)} ({_VERDICT_WORDS[paired['beyond']]}); {study.describe()}")
     if not evidence:
@@ -468,8 +425,6 @@ def _mixup_claim(study: Study, control: Study | str, remote_sensing: bool):
 
 
 def _ema_claim(study: Study):
-    import pandas as pd
-
     table = ema_table(study)
     if table.empty:
         return claim_records.not_measurable("ema_steady_gain", "no variant with a weight EMA ran (variants parameter)")
@@ -493,17 +448,15 @@ def _ema_claim(study: Study):
 
 
 def _time_claim(study: Study, summary):
-    import pandas as pd
-
     key = "combo_training_time"
     if "article_combo" not in summary.index:
         return claim_records.not_measurable(key, "article_combo was not run (variants parameter)")
     speeds = study.runs[study.runs["weights"] == "raw"].pivot(index="seed", columns="trick", values="images/s")
     ratio = statistics.ratio_interval(speeds["baseline"], speeds["article_combo"])  # time per image, combo / baseline
     extra = {name: (value - 1) * 100 for name, value in ratio.items()}
-    rows = summary.loc[["baseline", "article_combo"]]
-    speed_text = ", ".join(f"{name} {row['images/s']:.0f} images/s (MFU {row['MFU']:.1%})" if pd.notna(row["MFU"])
-                           else f"{name} {row['images/s']:.0f} images/s" for name, row in rows.iterrows())
+    mfu = {name: f" (MFU {value:.1%})" if pd.notna(value) else "" for name, value in summary["MFU"].items()}
+    speed_text = ", ".join(f"{name} {summary.loc[name, 'images/s']:.0f} images/s{mfu[name]}"
+                           for name in ("baseline", "article_combo"))
     return claim_records.decided(
         key, extra["ratio"], (extra["low"], extra["high"]),
         f"extra training time per image {extra['ratio']:+.1f}% [{extra['low']:+.1f}, {extra['high']:+.1f}] (bootstrap "
@@ -511,34 +464,26 @@ def _time_claim(study: Study, summary):
 
 
 def _difference_claim(key: str, study: Study, variant: str, reference: str, what: str, metric: str = "val top-1"):
-    runs = study.runs[study.runs["weights"] == "raw"]
-    if not {variant, reference} <= set(runs["trick"]):
-        return claim_records.not_measurable(key, f"{variant} or {reference} was not run (variants parameter)")
-    values = runs.pivot(index="seed", columns="trick", values=metric) * 100
-    paired = paired_over_seeds(values[variant], values[reference])
-    return claim_records.decided(
-        key, paired["delta"], (paired["low"], paired["high"]),
-        f"{variant} - {reference} {what}, paired over {paired['runs']} seeds, 95% t interval: "
-        f"{interval_text(paired)}; {study.describe()}")
+    paired = _paired(study, variant, reference, metric)
+    if isinstance(paired, str):
+        return claim_records.not_measurable(key, paired)
+    return paired_claim(key, paired, f"{variant} - {reference} {what}, paired over {paired['runs']} seeds, 95% t "
+                                     f"interval: {interval_text(paired)}; {study.describe()}")
 
 
 def claims(study: Study, control: Study | str, remote_sensing: bool) -> list:
-    """The article's claims as measured by the study (`claims.Claim` records): the combination's
-    gain on remote sensing and on CIFAR-10, MixUp's extra gain on remote sensing over the
-    CIFAR-10 control, and the qualitative ones (EMA, training time, too many tricks, label
-    smoothing alone and its effect on calibration). Every verdict on "beyond noise" is a paired
-    t interval over the seeds (`statistics.paired_difference`)."""
-    summary = summarize(study)
+    """The article's claims as measured by the study (`claims.Claim` records), each "beyond noise" a paired t
+    interval over the seeds: the combination's gain on remote sensing and on CIFAR-10, MixUp's extra gain on
+    remote sensing, EMA, training time, too many tricks, label smoothing alone and its calibration."""
     return [
         _combo_claim("regularization_remote_sensing", study, remote_sensing,
                      f"{study.data} is not remote-sensing imagery (EuroSAT is absent)"),
         _combo_claim("regularization_cifar10", control, True, ""),
         _mixup_claim(study, control, remote_sensing),
         _ema_claim(study),
-        _time_claim(study, summary),
+        _time_claim(study, summarize(study)),
         _difference_claim("too_many_tricks", study, "everything", "article_combo", "top-1"),
         _difference_claim("label_smoothing_alone", study, "label_smoothing", "baseline", "top-1"),
         _difference_claim("label_smoothing_calibration", study, "label_smoothing", "baseline", "ECE in points",
                           metric="ECE"),
     ]
-

@@ -1,19 +1,25 @@
 """Notebook 07 section 7: which weights to keep at the end of a run: the last ones, their EMA, an SWA average
 (Izmailov et al. 2018, arXiv:1803.05407, `torch.optim.swa_utils`), the best validation epoch (best.pt), or
 early stopping. Choosing by validation flatters the chosen weights, so the engine chooses on one half of the
-validation split and every kept weight is scored on the other. This module holds the section's sizes, the
-two runs per seed, the scoring, the table and the claims; the notebook holds the loop over `train.fit`.
+validation split and every kept weight is scored on the other. The notebook holds the loop over `train.fit`.
 """
 from __future__ import annotations
 
 import dataclasses
 import time
 
+import numpy as np
+import pandas as pd
+
 from course_lib.analysis import claims as claim_records
-from course_lib.chapters.regularization_study import ema_decay_for, interval_text, paired_over_seeds, score, \
-    training_speed
+from course_lib.chapters.regularization_study import ema_decay_for, interval_text, paired_claim, paired_over_seeds, \
+    score, training_speed
 from course_lib.chapters.setup import sizes
 from course_lib.config import Config, resolve_profile
+from course_lib.data import pipeline
+from course_lib.data.datasets import TransformedSubset, limit_indices
+from course_lib.engine.schedule import steps_per_epoch
+from course_lib.models import factory
 
 # Per profile: `config`, values over the study's config; `validation_half`, validation images in each half
 # (choosing, held out; 0: half the split each); `train_images`, training images of each run (a seeded choice;
@@ -44,13 +50,8 @@ def swa_epochs_for(epochs: int) -> int:
 
 
 def split_validation(dataset, seed: int = 0, limit: int = 0) -> tuple:
-    """(choosing, held out): a seeded random half of the validation split for the engine to choose on
-    (best.pt, early stopping), and the other half to score every kept weight on, so that choosing by
-    validation does not flatter the chosen weights; `limit` > 0 caps each half at that many images."""
-    import numpy as np
-
-    from course_lib.data.datasets import TransformedSubset
-
+    """(choosing, held out): a seeded random half of the validation split for the engine to choose on, and the
+    other half to score every kept weight on; `limit` > 0 caps each half at that many images."""
     order = np.random.default_rng(seed).permutation(len(dataset))
     half = len(dataset) // 2 if not limit else min(limit, len(dataset) // 2)
     return (TransformedSubset(dataset, sorted(order[:half].tolist())),
@@ -59,8 +60,7 @@ def split_validation(dataset, seed: int = 0, limit: int = 0) -> tuple:
 
 @dataclasses.dataclass
 class WeightChoice:
-    """The section's runs: its base config and datasets, the validation half the engine chooses on, the half
-    every kept weight is scored on, and per seed two runs (`plans`); `record` scores a finished run."""
+    """The section's base config and datasets, the two validation halves, and the two runs per seed (`plans`)."""
 
     config: Config
     bundle: object  # the training images every run trains on
@@ -79,8 +79,6 @@ class WeightChoice:
 
     def record(self, run: str, result) -> None:
         """Score every weight `result` (a `train.fit` result) kept on the held-out half."""
-        from course_lib.models import factory
-
         kept = {"last": result.model, "EMA": result.ema_model, "SWA": result.swa_model,
                 "best.pt": factory.model_from_checkpoint(result.best_checkpoint_path)}
         for weights in (name for name in WEIGHTS_ORDER if kept[name] is not None):
@@ -94,29 +92,24 @@ class WeightChoice:
 
     @property
     def runs(self):
-        """DataFrame: run, weights, seed, top-1 %, loss, epochs trained, best epoch, stopped after, train s."""
-        import pandas as pd
-
         return pd.DataFrame(self.rows)
 
-    def table(self):
-        """Mean over seeds per run and weights: top-1 %, the paired difference with the full run's last
-        weights (points, t interval over seeds), epochs trained, best epoch."""
-        import pandas as pd
+    def points(self):
+        """top-1 %, one row per seed, one column per (run, weights)."""
+        return self.runs.pivot_table(index="seed", columns=["run", "weights"], values="top-1 %")
 
-        runs = self.runs
-        reference = runs[(runs["run"] == "full") & (runs["weights"] == "last")].set_index("seed")["top-1 %"]
-        rows = []
-        for (run, weights), group in runs.groupby(["run", "weights"], sort=False):
-            values = group.set_index("seed")["top-1 %"]
-            row = {"run": run, "weights": weights, "seeds": len(values), "top-1 %": values.mean(),
+    def table(self):
+        """Mean over seeds per run and weights: top-1 %, the paired difference with the full run's last weights,
+        epochs trained, best epoch and on how many seeds it stopped early."""
+        points, rows = self.points(), []
+        for (run, weights), group in self.runs.groupby(["run", "weights"], sort=False):
+            row = {"run": run, "weights": weights, "seeds": len(group), "top-1 %": group["top-1 %"].mean(),
                    "epochs trained": group["epochs trained"].mean(), "best epoch": group["best epoch"].mean(),
                    "stopped early": f"{int(group['stopped after'].notna().sum())} of {len(group)}"}
-            if not (run == "full" and weights == "last"):
-                paired = paired_over_seeds(values, reference)
-                if paired is not None:
-                    row.update({"vs last (points)": paired["delta"], "low": paired["low"], "high": paired["high"],
-                                "verdict": {1: "higher", -1: "lower", 0: "within noise"}[paired["beyond"]]})
+            if (run, weights) != ("full", "last") and (
+                    paired := paired_over_seeds(points[(run, weights)], points[("full", "last")])) is not None:
+                row.update({"vs last (points)": paired["delta"], "low": paired["low"], "high": paired["high"],
+                            "verdict": {1: "higher", -1: "lower", 0: "within noise"}[paired["beyond"]]})
             rows.append(row)
         return pd.DataFrame(rows).set_index(["run", "weights"])
 
@@ -128,13 +121,8 @@ class WeightChoice:
 
 
 def study(config: Config, profile: str) -> WeightChoice:
-    """The section's runs on notebook 07's `config` with the profile's `SIZES`: its datasets, the training images
-    cut to the profile's (a batch larger than them is cut to half of them), the validation split halved
-    (`split_validation`), SWA over the last `swa_epochs_for` of the epochs and an EMA for the run's length."""
-    from course_lib.data import pipeline
-    from course_lib.data.datasets import TransformedSubset, limit_indices
-    from course_lib.engine.schedule import steps_per_epoch
-
+    """The section's runs on notebook 07's `config` with the profile's `SIZES`: its training images (a batch
+    larger than them is cut to half of them), the validation halves, SWA and an EMA for the run's length."""
     started = time.perf_counter()
     chosen = sizes(SIZES, resolve_profile(profile))
     config = config.replace(**chosen["config"])
@@ -152,39 +140,26 @@ def study(config: Config, profile: str) -> WeightChoice:
 
 
 def claims(choice: WeightChoice) -> list:
-    """"Use early stopping": the early-stopping run's best.pt against the full run's last weights,
-    paired by seed (holds when it stopped early on some seed and is not lower beyond noise; refuted
-    when lower beyond noise; not shown when it never stopped, so nothing was saved). best.pt and
-    SWA against the last weights of the same full runs: higher beyond noise holds, lower refutes."""
-    runs = choice.runs
-    points = runs.pivot_table(index="seed", columns=["run", "weights"], values="top-1 %")
+    """"Use early stopping": the stopped run's best.pt against the full run's last weights, paired by seed (not
+    shown when it never stopped: nothing was saved); best.pt and SWA against the last weights of the full runs."""
+    points, runs = choice.points(), choice.runs
     last = points[("full", "last")]
-    found = []
     early = runs[(runs["run"] == "early stopping") & (runs["weights"] == "best.pt")]
-    paired = paired_over_seeds(points[("early stopping", "best.pt")], last)
-    stopped = int(early["stopped after"].notna().sum())
-    planned = choice.config.epochs
-    saved = 1 - early["epochs trained"].mean() / planned
-    if paired is None:
-        found.append(claim_records.not_measurable("early_stopping", "fewer than 2 seeds"))
-    else:
-        # Nothing saved (it never stopped) shows nothing about early stopping, whatever the accuracy says.
-        found.append(claim_records.decided(
-            "early_stopping", paired["delta"], (paired["low"], paired["high"]),
-            f"stopped early on {stopped} of {len(early)} seeds, {saved:.0%} of the {planned} planned epochs "
-            f"saved; best.pt of the stopped run - last weights of the full run {interval_text(paired)} "
-            f"(paired over seeds, 95% t); {choice.describe()}",
-            also=claim_records.HOLDS if stopped else claim_records.NOT_SHOWN))
-    for key, weights in (("best_checkpoint_gain", "best.pt"), ("swa_gain", "SWA")):
-        if ("full", weights) not in points:
-            found.append(claim_records.not_measurable(key, f"the full runs kept no {weights} weights"))
-            continue
-        paired = paired_over_seeds(points[("full", weights)], last)
-        if paired is None:
+    stopped, planned = int(early["stopped after"].notna().sum()), choice.config.epochs
+    found = []
+    for key, run, weights in (("early_stopping", "early stopping", "best.pt"),
+                              ("best_checkpoint_gain", "full", "best.pt"), ("swa_gain", "full", "SWA")):
+        if (run, weights) not in points:
+            found.append(claim_records.not_measurable(key, f"the {run} runs kept no {weights} weights"))
+        elif (paired := paired_over_seeds(points[(run, weights)], last)) is None:
             found.append(claim_records.not_measurable(key, "fewer than 2 seeds"))
-            continue
-        found.append(claim_records.decided(
-            key, paired["delta"], (paired["low"], paired["high"]),
-            f"{weights} - last weights of the same full runs {interval_text(paired)} (paired over seeds, "
-            f"95% t); {choice.describe()}"))
+        elif key == "early_stopping":  # nothing saved (it never stopped) shows nothing, whatever the accuracy says
+            found.append(paired_claim(
+                key, paired, f"stopped early on {stopped} of {len(early)} seeds, "
+                f"{1 - early['epochs trained'].mean() / planned:.0%} of the {planned} planned epochs saved; best.pt of "
+                f"the stopped run - last weights of the full run {interval_text(paired)} (paired over seeds, 95% t); "
+                f"{choice.describe()}", also=claim_records.HOLDS if stopped else claim_records.NOT_SHOWN))
+        else:
+            found.append(paired_claim(key, paired, f"{weights} - last weights of the same full runs "
+                                      f"{interval_text(paired)} (paired over seeds, 95% t); {choice.describe()}"))
     return found

@@ -142,7 +142,7 @@ def md5_of(path: Path) -> str:
 
 def _copy(response, handle, bar, stall_seconds: float, deadline_seconds: float) -> None:
     """Write what `response` sends into `handle` as it arrives (`read1`: a trickling server cannot hold one read for a
-    whole chunk); TimeoutError when fewer than STALL_BYTES came in `stall_seconds` or all took over `deadline_seconds`."""
+    whole chunk); TimeoutError when under STALL_BYTES came in `stall_seconds` or all took over `deadline_seconds`."""
     began = window = now()
     arrived = 0
     while chunk := response.read1(CHUNK_BYTES):

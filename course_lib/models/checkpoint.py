@@ -13,7 +13,10 @@ floating tensor is finite.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
+import hashlib
+import json
 import os
 import pickle
 import re
@@ -87,6 +90,21 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
     return removed
 
 
+@contextlib.contextmanager
+def written_atomically(path: Path):
+    """Yield the temp file to write `path`'s new content into, renamed to `path` when the block ends (readers see the
+    old file or the new one, never half); on failure the temp file is removed and `path` left as it was."""
+    remove_stale_temporaries(path.parent)
+    temporary = temporary_path(path)
+    _saving.add(temporary)
+    try:
+        yield temporary
+        os.replace(temporary, path)  # atomic on POSIX and Windows when on the same filesystem
+    finally:
+        _saving.discard(temporary)
+        temporary.unlink(missing_ok=True)  # still there only when the write failed
+
+
 def _disk_full(error: BaseException) -> bool:
     """torch's zip writer turns a failed write into a RuntimeError whose context is the OSError."""
     seen = set()
@@ -107,15 +125,11 @@ def save_checkpoint(state: dict, path: str | os.PathLike) -> Path:
     except OSError as error:
         raise CheckpointError(f"cannot create the checkpoint folder {path.parent} ({_first_line(error)}); "
                               "set output_dir to a folder you can write") from None
-    remove_stale_temporaries(path.parent)
-    temporary = temporary_path(path)
-    _saving.add(temporary)
     try:
-        with open(temporary, "wb") as handle:
+        with written_atomically(path) as temporary, open(temporary, "wb") as handle:
             torch.save({"format": FORMAT, **state}, handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(temporary, path)  # atomic on POSIX and Windows when on the same filesystem
     except (OSError, RuntimeError) as error:
         if _disk_full(error):
             free = shutil.disk_usage(path.parent).free / 1e6
@@ -126,12 +140,6 @@ def save_checkpoint(state: dict, path: str | os.PathLike) -> Path:
             raise CheckpointError(f"cannot write the checkpoint {path} ({_first_line(error)}); "
                                   "set output_dir to a folder you can write") from None
         raise
-    finally:
-        _saving.discard(temporary)
-        try:
-            temporary.unlink()  # still there only when the save failed
-        except FileNotFoundError:
-            pass
     return path
 
 
@@ -215,9 +223,8 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu", *, check_finite
     if what is not None:
         raise CheckpointError(f"{path} is {what}")
     with open(path, "rb") as handle:
-        is_zip = handle.read(4) == _ZIP_MAGIC
-    if is_zip:
-        _verify_zip(path)
+        if handle.read(4) == _ZIP_MAGIC:
+            _verify_zip(path)
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
@@ -241,7 +248,6 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu", *, check_finite
 
 # Config fields that say where and how fast a run went, not what it learned: a checkpoint trained
 # with other values of these is the same model, so `config_digest` leaves them out.
-# Fields that never change the weights (where files go, how data is fed, what is logged): left out of a digest.
 BOOKKEEPING_FIELDS = ("output_dir", "resume", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers",
                       "tensorboard")
 
@@ -257,9 +263,6 @@ def config_digest(values: dict, ignore=BOOKKEEPING_FIELDS) -> str:
     the weights, e.g. the class list), without the `ignore` fields (and `LATER_FIELDS` at their old
     behaviour): the name under which a checkpoint can be found again and reused instead of retrained
     while the digest matches."""
-    import hashlib
-    import json
-
     kept = {key: value for key, value in values.items()
             if key not in ignore and not (key in LATER_FIELDS and value == LATER_FIELDS[key])}
     return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -110,8 +110,7 @@ def create_model(model_name: str, num_classes: int, pretrained: bool = False, **
     try:
         return timm.create_model(model_name, pretrained=True, num_classes=num_classes, **options)
     except Exception as error:  # hub errors come in many types (LocalEntryNotFoundError, HTTPError, ...)
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise hub._unavailable(model_name, f"{type(error).__name__}: {first_line[:120]}") from None
+        raise hub._unavailable(model_name, f"{type(error).__name__}: {checkpoint._first_line(error)[:120]}") from None
 
 
 def load_backbone(model: torch.nn.Module, path: str | os.PathLike, classes: list[str] | None = None,

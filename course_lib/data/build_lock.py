@@ -56,11 +56,9 @@ def exclusive_build(folder: Path):
 
 
 def staging_folder(out_dir: Path) -> Path:
-    """An empty `<out_dir>.partial-<pid>` to build `out_dir` in (renamed into place when whole). Called under
-    `exclusive_build`, so the partials of earlier builds of `out_dir` are left over from processes that are gone
-    (a kill -9, a full disk): they are removed first, or they would fill the disk for good. A partial whose
-    process still runs (a build on a system without file locks) is left alone, and a link of that name is
-    removed as a link: its target is never entered."""
+    """An empty `<out_dir>.partial-<pid>` to build `out_dir` in. Under `exclusive_build` the partials of earlier
+    builds are left from processes that are gone (a kill -9): removed first, or they would fill the disk for good;
+    one whose process still runs (no file locks) is left alone, and a link is removed as a link, never entered."""
     for leftover in map(Path, glob.glob(glob.escape(str(out_dir)) + ".partial-*")):
         pid = leftover.name.rsplit("-", 1)[-1]
         if not pid.isdigit() or (int(pid) != os.getpid() and process_alive(int(pid))):
@@ -91,10 +89,8 @@ def disk_full(path: Path, needed: int, what: str, fix: str = STORAGE_FIX) -> Dis
 
 
 def allocate(path: Path, size: int, what: str) -> None:
-    """Create `path` with `size` bytes reserved on the disk before anything is written into it. A memmap over a
-    sparse file faults with SIGBUS (exit 135, no message) when the disk fills halfway through; reserving the
-    blocks first turns that into ENOSPC here, raised as one DiskFullError line. Where the platform has no
-    posix_fallocate (macOS) the file is only sized."""
+    """Create `path` with `size` bytes reserved on the disk (only sized without posix_fallocate, as on macOS): a memmap
+    over a sparse file faults with SIGBUS (exit 135, no message) when the disk fills, this is one DiskFullError."""
     with open(path, "wb") as handle:
         try:
             if hasattr(os, "posix_fallocate") and size:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,6 @@ from course_lib.paths import CACHE_DIR, project_root
 
 SPLITS = ("train", "val", "test")
 log = logging.getLogger(__name__)
-# ImageNet statistics: what timm's pretrained CNNs expect (timm.data.IMAGENET_DEFAULT_MEAN/STD).
 LANDCOVER_CLASSES = ("bare_soil", "farmland", "forest", "grassland", "industrial", "residential",
                      "road", "water")
 # Pairs drawn from overlapping parameter ranges, so a confusion matrix has structure to find.
@@ -109,13 +109,9 @@ def landcover_image(name: str, index: int, size: int = 64, seed: int = 0, split:
 
 def make_landcover(out_dir: str | os.PathLike, image_size: int = 64, per_class: dict | None = None,
                    seed: int = 0, jpeg_quality: int = 90) -> Path:
-    """Write landcover-synth as JPEG in ImageFolder layout: out_dir/{train,val,test}/<class>/<n>.jpg.
-
-    `per_class` maps split to images per class (default 200/50/50); a split of 0 images gets no
-    folder (empty class folders are refused by the loader). Deterministic from `seed`.
-    Writes into a temporary folder first and renames it, so an interrupted run leaves nothing
-    half-written behind.
-    """
+    """Write landcover-synth as JPEG in ImageFolder layout, out_dir/{train,val,test}/<class>/<n>.jpg, `per_class`
+    images per class and split (default 200/50/50; 0: no folder, as the loader refuses empty class folders), into a
+    temporary folder renamed when whole, so an interrupted run leaves nothing half-written."""
     if not 16 <= image_size <= 1024:
         raise ConfigError(f"image_size={image_size} is outside 16..1024 pixels")
     per_class = per_class or {"train": 200, "val": 50, "test": 50}
@@ -128,8 +124,6 @@ def make_landcover(out_dir: str | os.PathLike, image_size: int = 64, per_class: 
         raise FileExistsError(f"{out_dir} already exists; remove it or choose another --out")
     staging = out_dir.with_name(out_dir.name + ".partial")
     if staging.exists():
-        import shutil
-
         shutil.rmtree(staging)
     for split, count in per_class.items():
         for name in LANDCOVER_CLASSES if count else ():  # no images: no empty folders for the loader to refuse

@@ -223,10 +223,6 @@ def _make_parent(target: Path, made: set) -> Path:
     return target
 
 
-def _move(source: Path, target: Path, made: set) -> None:
-    os.replace(source, _make_parent(target, made))  # a rename: the staging folder and the layout share a file system
-
-
 def _lay_out_eurosat(extracted: Path, layout: Path, progress: bool) -> dict:
     """The release's JPEGs moved as they are from 2750/<Class>/ into <split>/<Class>/, the split
     from the committed file (fixed_splits.EUROSAT_SPLIT_FILE)."""
@@ -238,7 +234,7 @@ def _lay_out_eurosat(extracted: Path, layout: Path, progress: bool) -> dict:
         if split is None or path.name.rsplit("_", 1)[0] != path.parent.name:
             raise ArchiveError(f"{path.relative_to(extracted)} is not an image of the EuroSAT RGB release "
                                "(<Class>/<Class>_<n>.jpg); give torchvision's EuroSAT.zip")
-        _move(path, layout / split / path.parent.name / path.name, made)
+        os.replace(path, _make_parent(layout / split / path.parent.name / path.name, made))  # a rename: one file system
         counts[split] += 1
     return counts
 
@@ -318,7 +314,7 @@ def _lay_out_imagenette(extracted: Path, layout: Path, progress: bool) -> dict:
             valid = carve_out([p.name for p in files], "imagenette") if official == "train" else set()
             for path in files:
                 split = "valid" if path.name in valid else ours
-                _move(path, layout / split / class_name / path.name, made)
+                os.replace(path, _make_parent(layout / split / class_name / path.name, made))
                 counts[split] += 1
     return counts
 

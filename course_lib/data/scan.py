@@ -282,18 +282,9 @@ def _class_folders(folder: Path) -> list[str] | None:
 def _holds_an_image(folder: Path) -> bool | None:
     """Whether the loader finds an image file in `folder` (folder links not followed); None when a
     folder in it cannot be listed (reported as unreadable by the walk)."""
-    stack = [folder]
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            return None
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(Path(entry.path))
-            elif entry.name.lower().endswith(IMAGE_EXTENSIONS):
-                return True
-    return False
+    unlistable: list[ScanProblem] = []
+    found = _entries(folder, unlistable)
+    return None if unlistable else any(path.name.lower().endswith(IMAGE_EXTENSIONS) for path, _ in found)
 
 
 def dataset_folders(root: Path) -> list[Path]:

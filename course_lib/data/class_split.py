@@ -90,10 +90,8 @@ class ClassSubset:
 
 def subset_bundle(bundle: DataBundle, classes: list[str], per_class: int = 0, seed: int = 0,
                   val_per_class: int = 0, parameter: str = "per_class") -> DataBundle:
-    """`bundle` restricted to `classes` (relabelled 0..len-1 in that order): `per_class` training
-    images per class drawn with `seed` (0: all; more than a class has: a ConfigError naming
-    `parameter`, the caller's name for it); `val_per_class` validation and test images per class
-    drawn with seed 0, the same for every run (0: all of them)."""
+    """`bundle` restricted to `classes` (relabelled 0..len-1 in that order): `per_class` training images per class
+    drawn with `seed`, `val_per_class` validation and test images with seed 0 for every run (0: all of them)."""
     unknown = [name for name in classes if name not in bundle.classes]
     if unknown:
         raise ConfigError(f"classes {unknown} are not in the data (its classes: {', '.join(bundle.classes)})")

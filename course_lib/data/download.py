@@ -490,10 +490,9 @@ def _outside(name: str) -> bool:
 
 
 def extract_safely(archive: Path, folder: Path) -> None:
-    """Extract a .zip or a tar archive (.tar.gz, .tgz) into `folder`, past the md5 as well: a member whose
-    path is absolute or climbs out with `..`, a link (symbolic or hard), a device file or a name that comes
-    twice (a second copy would overwrite the first) is an ArchiveError naming it, and nothing is written
-    outside `folder`. tar members also pass Python's `filter="data"` (PEP 706)."""
+    """Extract a .zip or tar archive into `folder`, past the md5 as well: a member whose path is absolute or climbs out
+    with `..`, a link, a device file or a name that comes twice is an ArchiveError naming it (tar: also PEP 706's
+    `filter="data"`), so nothing is written outside `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     seen = set()
 

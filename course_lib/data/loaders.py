@@ -62,10 +62,8 @@ def make_loader(dataset, config: Config, *, train: bool, sampler=None, drop_last
 
 def image_folder_dataset(folder, image_size: int, *, decoder: str = "pil", augmentation: str = "cpu",
                          bad_images: str = "fail", recipe=None):
-    """An ImageFolder read with `decoder` (see decode.py). augmentation="cpu": per-sample
-    augmentation by `recipe` in the workers (normalised float out; default transforms.HEAVY: crop,
-    flip and colour jitter, what notebook 02 measures); "device": only a resize here, uint8 out,
-    augmented per batch later by device_augment.DeviceAugment; "none": resize and normalise."""
+    """An ImageFolder read with `decoder`, each image through `transforms.sample_transform(image_size, augmentation,
+    recipe)` (default recipe transforms.HEAVY: crop, flip and colour jitter, what notebook 02 measures)."""
     from course_lib.data import transforms
     from course_lib.data.datasets import ImageFolderDataset
     from course_lib.data.decode import FileDecoder

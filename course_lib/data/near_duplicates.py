@@ -98,10 +98,8 @@ def _between(matches) -> dict:
 
 def find_matches(hashes: np.ndarray, names: list[str], splits: list[str], max_distance: int = DEFAULT_MAX_DISTANCE,
                  limit: int = MAX_LISTED, colours: np.ndarray | None = None) -> Matches:
-    """Every pair of rows of `hashes` (packed, `pack`) at most `max_distance` bits apart, each pair once:
-    all of them counted, the `limit` closest kept (closest first), so memory stays bounded whatever the
-    number of pairs. With `colours` (images x mean R, G, B), a pair whose means differ by more than
-    COLOUR_TOLERANCE in any channel is no match."""
+    """Every pair of rows of `hashes` (`pack`) at most `max_distance` bits apart, once: all counted, the `limit`
+    closest kept (memory stays bounded); with `colours` (mean R, G, B), means over COLOUR_TOLERANCE apart: no match."""
     if len(names) != len(hashes) or len(splits) != len(hashes):
         raise ValueError(f"{len(hashes)} hashes need as many names and splits, got {len(names)} and {len(splits)}")
     split_of = np.asarray(splits, dtype=object)

@@ -89,8 +89,7 @@ def train_transform(image_size: int, recipe: AugmentRecipe = LIGHT):
              if recipe.crop else v2.Resize((image_size, image_size), antialias=True)]
     if recipe.flip:
         steps.append(v2.RandomHorizontalFlip())
-    steps.append(v2.ToDtype(torch.float32, scale=True))
-    steps.append(v2.ToPureTensor())
+    steps += [v2.ToDtype(torch.float32, scale=True), v2.ToPureTensor()]
     if recipe.dihedral:
         steps.append(PerImage(batch_dihedral))
     if recipe.rotation:

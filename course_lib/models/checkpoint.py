@@ -82,11 +82,9 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
             except FileNotFoundError:
                 continue
         if stale:
-            try:
+            with contextlib.suppress(FileNotFoundError):  # another process removed it first
                 candidate.unlink()
                 removed.append(candidate)
-            except FileNotFoundError:
-                pass
     return removed
 
 
@@ -198,12 +196,7 @@ def first_non_finite(state, prefix: str = "") -> tuple[str, int, int] | None:
             if not bool(finite.all()):
                 return prefix, int((~finite).sum()), state.numel()
         return None
-    if isinstance(state, dict):
-        items = state.items()
-    elif isinstance(state, (list, tuple)):
-        items = enumerate(state)
-    else:
-        return None
+    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
     for key, value in items:
         found = first_non_finite(value, f"{prefix}.{key}" if prefix else str(key))
         if found is not None:
@@ -212,10 +205,8 @@ def first_non_finite(state, prefix: str = "") -> tuple[str, int, int] | None:
 
 
 def load_checkpoint(path: str | os.PathLike, map_location="cpu", *, check_finite: bool = True) -> dict:
-    """The checkpoint dict ("model", "config", "classes", "epoch", "history", ...).
-    Only tensors and plain values are accepted: a file holding other pickled objects is refused.
-    A file that is not a checkpoint, fails its CRC check or (with `check_finite`) holds NaN/inf
-    in a floating tensor raises CheckpointError naming what it is."""
+    """The checkpoint dict ("model", "config", "classes", "epoch", "history", ...) of tensors and plain values only;
+    a file that is not one, fails its CRC check or (`check_finite`) holds NaN/inf is a CheckpointError naming it."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
@@ -259,10 +250,8 @@ LATER_FIELDS = {"rotation": 0.0, "sync_batchnorm": False, "muon_lr": 0.015, "loo
 
 
 def config_digest(values: dict, ignore=BOOKKEEPING_FIELDS) -> str:
-    """A 12-hex-digit SHA-1 of `values` (a Config's `to_dict()` plus anything else that decides
-    the weights, e.g. the class list), without the `ignore` fields (and `LATER_FIELDS` at their old
-    behaviour): the name under which a checkpoint can be found again and reused instead of retrained
-    while the digest matches."""
+    """A 12-hex-digit SHA-1 of `values` (a Config's `to_dict()` plus all else that decides the weights) without the
+    `ignore` fields (and `LATER_FIELDS` at their old value): the name under which a checkpoint is found and reused."""
     kept = {key: value for key, value in values.items()
             if key not in ignore and not (key in LATER_FIELDS and value == LATER_FIELDS[key])}
     return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -115,11 +115,8 @@ def create_model(model_name: str, num_classes: int, pretrained: bool = False, **
 
 def load_backbone(model: torch.nn.Module, path: str | os.PathLike, classes: list[str] | None = None,
                   model_name: str | None = None) -> dict:
-    """Load a workbook checkpoint's weights into `model`, keeping `model`'s number of classes.
-
-    Every tensor must match (a strict load, so a wrong architecture fails loudly). The checkpoint's
-    head is kept when its classes are `classes` (or, when `classes` is None, when the count agrees);
-    otherwise the head is re-created with timm's `reset_classifier`. Returns what happened."""
+    """Load a workbook checkpoint's weights into `model` strictly (a wrong architecture fails loudly), keeping the
+    checkpoint's head when its classes are `classes` (None: when the count agrees), else a new head of `model`'s."""
     path = Path(path)
     state = checkpoint.load_checkpoint(path)
     saved_model = state.get("config", {}).get("model")

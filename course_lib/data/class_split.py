@@ -59,9 +59,8 @@ def check_per_class(targets, wanted: list[int], per_class: int, parameter: str =
 
 def sample_per_class(targets, wanted: list[int], per_class: int = 0, seed: int = 0, parameter: str = "per_class",
                      classes: list[str] | None = None) -> list[int]:
-    """Indices of `per_class` images of each class in `wanted` (class indices), drawn with `seed`;
-    per_class=0: every image of those classes. Sorted. A class with fewer images is an error naming
-    `parameter` (`check_per_class`)."""
+    """Indices of `per_class` images of each class in `wanted` (class indices), drawn with `seed`; per_class=0: every
+    image of those classes. Sorted. A class with fewer images is an error naming `parameter` (`check_per_class`)."""
     targets = np.asarray(targets)
     check_per_class(targets, wanted, per_class, parameter, classes)
     rng = np.random.default_rng(seed)

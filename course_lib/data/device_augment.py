@@ -34,9 +34,8 @@ def batch_flip_lr(images: torch.Tensor, generator: torch.Generator | None = None
 
 def random_crop_boxes(count: int, height: int, width: int, scale=LIGHT.scale, ratio=LIGHT.ratio,
                       generator: torch.Generator | None = None, device=None) -> torch.Tensor:
-    """`count` boxes (x1, y1, x2, y2) in pixels with area fraction in `scale` and aspect ratio in
-    `ratio` (log-uniform), like v2.RandomResizedCrop; boxes too big are clamped to the image
-    instead of v2's ten retries."""
+    """`count` boxes (x1, y1, x2, y2) in pixels with area fraction in `scale` and aspect ratio in `ratio` (log-uniform),
+    like v2.RandomResizedCrop; boxes too big are clamped to the image instead of v2's ten retries."""
     area = _uniform(count, *scale, generator, device) * height * width
     log_ratio = _uniform(count, math.log(ratio[0]), math.log(ratio[1]), generator, device)
     aspect = torch.exp(log_ratio)

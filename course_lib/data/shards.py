@@ -61,9 +61,8 @@ def read_shard_set(folder: str | os.PathLike) -> ShardSet:
 
 
 def verify_shard_set(shard_set: ShardSet) -> ShardSet:
-    """Check, before reuse, that every shard is there and that together they hold the bytes the index
-    recorded (a shard cut short by a full disk or a killed copy fails here, not as a tar error in a
-    worker). Raises DamagedCacheError."""
+    """Check, before reuse, that every shard is there and that together they hold the bytes the index recorded (a shard
+    cut short by a full disk or a killed copy fails here, not as a tar error in a worker). Raises DamagedCacheError."""
     missing = next((url for url in shard_set.urls if not os.path.isfile(url)), None)
     if missing is not None:
         raise damaged(shard_set.folder, f"{Path(missing).name} is missing")

@@ -101,9 +101,8 @@ class _Calibration:
 
 
 def quantize_onnx(fp32_path: str | Path, int8_path: str | Path, calibration_batches) -> Path:
-    """onnxruntime static int8 quantization of an ONNX file: QDQ format, int8 weights per output
-    channel, uint8 activations (the u8s8 scheme x86 VNNI kernels take), ranges from min/max over
-    `calibration_batches`."""
+    """onnxruntime static int8 quantization of an ONNX file: QDQ format, int8 weights per output channel, uint8
+    activations (the u8s8 scheme x86 VNNI kernels take), ranges from min/max over `calibration_batches`."""
     import logging
 
     from onnxruntime.quantization import (

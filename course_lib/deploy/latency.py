@@ -14,9 +14,8 @@ from course_lib.instruments.timing import time_repeats
 
 def inference_speed(model, batch_size: int, image_size: int, *, repeats: int = 5, warmup: int = 2,
                     min_images: int = 16, channels_last: bool = False) -> dict:
-    """{batch_size, milliseconds (median per batch), images_per_second} of `model(images)` on the CPU.
-    Each repeat runs enough batches for at least `min_images` images, so batch 1 is not timed on a
-    single sub-millisecond call."""
+    """{batch_size, milliseconds (median per batch), images_per_second} of `model(images)` on the CPU. Each repeat runs
+    enough batches for at least `min_images` images, so batch 1 is not timed on a single sub-millisecond call."""
     images = torch.randn(batch_size, 3, image_size, image_size)
     if channels_last:
         images = images.contiguous(memory_format=torch.channels_last)

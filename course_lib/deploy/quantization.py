@@ -74,9 +74,8 @@ def quantize_int8(model: torch.nn.Module, calibration_batches: Iterable[torch.Te
 
 
 def drop_unused_weights(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """Remove tensors the graph no longer reads. After `convert_pt2e` the fp32 weights stay attached
-    beside their int8 copies, so the module (and anything exported from it) would be larger than
-    the fp32 model."""
+    """Remove tensors the graph no longer reads. After `convert_pt2e` the fp32 weights stay attached beside their int8
+    copies, so the module (and anything exported from it) would be larger than the fp32 model."""
     used = {node.target for node in graph_module.graph.nodes if node.op == "get_attr"}
     for name in [name for name, _ in [*graph_module.named_parameters(), *graph_module.named_buffers()]
                  if name not in used]:

@@ -1,10 +1,9 @@
 """The build lock: one process builds a cache, a shard set or a downloaded layout while the others
 (DDP ranks, a second notebook) wait for it, then find it built. POSIX file locks (fcntl).
 
-Beside it, what every build shares: a fresh staging folder to build in, clearing the partials of builds whose
-process is gone (`staging_folder`), disk blocks reserved before a memmap writes into them (`allocate`), and the
-one line for a full disk (`disk_full`, a DiskFullError).
-"""
+Beside it, what every build shares: a fresh staging folder to build in, clearing the partials of builds whose process
+is gone (`staging_folder`), renamed into place when whole or removed when the build fails (`built_in_staging`), disk
+blocks reserved before a memmap writes into them (`allocate`), and the one line for a full disk (`disk_full`)."""
 from __future__ import annotations
 
 import contextlib
@@ -70,6 +69,22 @@ def staging_folder(out_dir: Path) -> Path:
     staging = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
     staging.mkdir(parents=True)
     return staging
+
+
+@contextlib.contextmanager
+def built_in_staging(out_dir: Path, what: str, needed):
+    """Yield a fresh `staging_folder(out_dir)`, renamed to `out_dir` when the block ends; whatever stops the build (a
+    bad image, a full disk, Ctrl-C) removes it, a full disk as one DiskFullError (`needed()`: the bytes `what` takes)."""
+    staging = staging_folder(out_dir)
+    try:
+        yield staging
+    except BaseException as error:  # no half-built folder stays behind to fill the disk
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(error, OSError) and error.errno in DISK_FULL:
+            raise disk_full(staging, needed(), what) from None
+        raise
+    shutil.rmtree(out_dir, ignore_errors=True)
+    staging.rename(out_dir)
 
 
 STORAGE_FIX = "free some space, or train with storage=files (reads the image files, builds nothing)"

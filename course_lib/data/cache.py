@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from course_lib.data.build_lock import DISK_FULL, allocate, damaged, disk_full, exclusive_build, staging_folder
+from course_lib.data.build_lock import allocate, built_in_staging, damaged, exclusive_build
 from course_lib.instruments.timing import now
 from course_lib.paths import CACHE_DIR, project_root
 
@@ -158,8 +158,7 @@ def build_cache(source: str | os.PathLike, image_size: int, out_dir: str | os.Pa
                 verified_labels(out_dir, info)
                 return info
             print(changed_line("pre-decoded cache", out_dir, info.content_key))
-        staging = staging_folder(out_dir)
-        try:  # whatever stops the build (a bad image, a full disk, Ctrl-C) leaves no partial behind
+        with built_in_staging(out_dir, "the pre-decoded cache's labels", lambda: 8 * len(indices)) as staging:
             labels, skipped = _write_pixels(staging, dataset, indices, image_size, num_workers)
             if not len(labels):
                 raise FileNotFoundError(f"no readable image in {source}; nothing to cache")
@@ -170,13 +169,6 @@ def build_cache(source: str | os.PathLike, image_size: int, out_dir: str | os.Pa
             np.save(staging / LABELS_FILE, labels)
             (staging / META_FILE).write_text(json.dumps({k: v for k, v in dataclasses.asdict(info).items()
                                                          if k != "folder"}, indent=2))
-        except BaseException as error:
-            shutil.rmtree(staging, ignore_errors=True)
-            if isinstance(error, OSError) and error.errno in DISK_FULL:
-                raise disk_full(staging, 8 * len(indices), "the pre-decoded cache's labels") from None
-            raise
-        shutil.rmtree(out_dir, ignore_errors=True)
-        staging.rename(out_dir)
         return info
 
 

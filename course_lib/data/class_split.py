@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 
 from course_lib.config import ConfigError
-from course_lib.data.datasets import DataBundle
+from course_lib.data.datasets import DataBundle, targets_of
 
 
 def split_classes(classes, target_count: int, seed: int = 0) -> tuple[list[str], list[str]]:
@@ -26,14 +26,6 @@ def split_classes(classes, target_count: int, seed: int = 0) -> tuple[list[str],
     picked = set(np.random.default_rng(seed).choice(len(classes), target_count, replace=False).tolist())
     return ([name for i, name in enumerate(classes) if i not in picked],
             [name for i, name in enumerate(classes) if i in picked])
-
-
-def targets_of(dataset) -> np.ndarray:
-    """The class index of every item of `dataset` (its `.targets` when it has them), as an array."""
-    targets = getattr(dataset, "targets", None)
-    if targets is None:
-        targets = [dataset[i][1] for i in range(len(dataset))]
-    return np.asarray(targets, dtype=np.int64)
 
 
 def smallest_class(targets, wanted: list[int]) -> int:

@@ -207,12 +207,19 @@ def image_folder_root(config: Config) -> Path:
                       "(workbook bench: or pass --folder)")
 
 
+def targets_of(dataset) -> np.ndarray:
+    """The class index of every item of `dataset` (its `.targets` when it has them), as an array."""
+    targets = getattr(dataset, "targets", None)
+    if targets is None:
+        targets = [dataset[i][1] for i in range(len(dataset))]
+    return np.asarray(targets, dtype=np.int64)
+
+
 def sample_grid(dataset, classes, per_class: int = 6, seed: int = 0):
     """A matplotlib figure: one row per class, `per_class` images each (denormalized)."""
     import matplotlib.pyplot as plt
 
-    targets = np.asarray(dataset.targets if getattr(dataset, "targets", None) is not None
-                         else [dataset[i][1] for i in range(len(dataset))])
+    targets = targets_of(dataset)
     rng = np.random.default_rng(seed)
     figure, axes = plt.subplots(len(classes), per_class, figsize=(per_class * 1.1, len(classes) * 1.15),
                                 squeeze=False)

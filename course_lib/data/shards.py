@@ -13,13 +13,12 @@ import logging
 import math
 import os
 import random
-import shutil
 from pathlib import Path
 
 import torch
 
 from course_lib.config import ConfigError
-from course_lib.data.build_lock import DISK_FULL, damaged, disk_full, exclusive_build, staging_folder
+from course_lib.data.build_lock import built_in_staging, damaged, exclusive_build
 from course_lib.data.datasets import ImageFolderDataset
 from course_lib.data.images import BadImageError, skipped_line
 from course_lib.instruments.timing import now
@@ -107,21 +106,13 @@ def write_shards(source: str | os.PathLike, out_dir: str | os.PathLike, shard_co
             raise FileNotFoundError(f"no readable image in {source}; nothing to pack")
         order = list(indices)
         random.Random(seed).shuffle(order)
-        staging = staging_folder(out_dir)
-        try:
+        with built_in_staging(out_dir, "the tar shards",
+                              lambda: sum(os.path.getsize(folder.samples[index][0]) for index in order)) as staging:
             names, sizes = _pack(staging, folder, order, shard_count)
             meta = {"urls": names, "images": len(order), "classes": list(folder.classes),
                     "shard_bytes": sum(os.path.getsize(staging / name) for name in names),
                     "write_seconds": now() - start, "sizes": sizes, "skipped": skipped, "key": key}
             (staging / INDEX_FILE).write_text(json.dumps(meta, indent=2))
-        except BaseException as error:  # no half shard set stays behind to fill the disk
-            shutil.rmtree(staging, ignore_errors=True)
-            if isinstance(error, OSError) and error.errno in DISK_FULL:
-                needed = sum(os.path.getsize(folder.samples[index][0]) for index in order)
-                raise disk_full(staging, needed, "the tar shards") from None
-            raise
-        shutil.rmtree(out_dir, ignore_errors=True)
-        staging.rename(out_dir)
         return read_shard_set(out_dir)
 
 

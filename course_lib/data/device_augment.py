@@ -37,8 +37,7 @@ def random_crop_boxes(count: int, height: int, width: int, scale=LIGHT.scale, ra
     """`count` boxes (x1, y1, x2, y2) in pixels with area fraction in `scale` and aspect ratio in `ratio` (log-uniform),
     like v2.RandomResizedCrop; boxes too big are clamped to the image instead of v2's ten retries."""
     area = _uniform(count, *scale, generator, device) * height * width
-    log_ratio = _uniform(count, math.log(ratio[0]), math.log(ratio[1]), generator, device)
-    aspect = torch.exp(log_ratio)
+    aspect = torch.exp(_uniform(count, math.log(ratio[0]), math.log(ratio[1]), generator, device))  # log-uniform
     box_width = torch.sqrt(area * aspect).clamp(1, width)
     box_height = torch.sqrt(area / aspect).clamp(1, height)
     x1 = torch.rand(count, generator=generator, device=device) * (width - box_width)

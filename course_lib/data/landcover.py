@@ -53,11 +53,10 @@ def _vegetation(rng, size, green, cells_range):
     return image + 12 * _smooth_noise(rng, size, max(2, cells * 3))[..., None]
 
 
-def _blocks(rng, size, block_fraction, roof_colours, ground):
-    """A grid of rectangular buildings; block size is a fraction of the image side."""
+def _blocks(rng, size, period, roof_colours, ground):
+    """A grid of rectangular buildings; `period`, the block size, is a fraction of the image side."""
     image = _paint(rng, size, ground, max(2, size // 16), 14)
     u, v = _rotated_coordinates(rng, size)
-    period = block_fraction
     fill = rng.uniform(0.5, 0.8)
     cell_u, cell_v = np.floor(u / period), np.floor(v / period)
     inside = ((u / period) % 1 < fill) & ((v / period) % 1 < fill)

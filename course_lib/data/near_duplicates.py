@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -80,20 +81,12 @@ class Matches(list):
         self.unreadable = list(unreadable)  # (path, reason) of the images that could not be hashed
         self.total = len(self) if total is None else total
         self.leaks = sum(match.leak for match in self) if leaks is None else leaks
-        self.between = between if between is not None else _between(self)
+        self.between = between if between is not None else dict(
+            Counter(f"{match.first_split}/{match.second_split}" for match in self if match.leak))
 
     @property
     def complete(self) -> bool:
         return self.total == len(self)
-
-
-def _between(matches) -> dict:
-    found: dict[str, int] = {}
-    for match in matches:
-        if match.leak:
-            key = f"{match.first_split}/{match.second_split}"
-            found[key] = found.get(key, 0) + 1
-    return found
 
 
 def find_matches(hashes: np.ndarray, names: list[str], splits: list[str], max_distance: int = DEFAULT_MAX_DISTANCE,

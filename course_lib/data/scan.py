@@ -129,28 +129,15 @@ def scan_file(path: Path) -> list[ScanProblem]:
 
 def _image_count(folder: Path) -> int:
     """Image files under `folder`, following links as a loader would but each real folder once (a cycle ends)."""
-    count, seen, stack = 0, set(), [folder]
-    while stack:
-        current = stack.pop()
-        try:
-            real = current.resolve(strict=True)
-        except (OSError, RuntimeError):
-            continue
-        if real in seen:
+    count, seen = 0, set()
+    for current, subfolders, files in os.walk(folder, followlinks=True):
+        real = os.path.realpath(current)
+        if real in seen:  # a link back to a folder already counted
+            subfolders[:] = []
             continue
         seen.add(real)
-        try:
-            entries = list(os.scandir(current))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.is_dir():
-                    stack.append(Path(entry.path))
-                elif entry.is_file() and Path(entry.name).suffix.lower() in IMAGE_EXTENSIONS:
-                    count += 1
-            except OSError:
-                continue
+        count += sum(Path(name).suffix.lower() in IMAGE_EXTENSIONS and os.path.isfile(os.path.join(current, name))
+                     for name in files)
     return count
 
 

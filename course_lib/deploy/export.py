@@ -20,7 +20,9 @@ checkpoint being exported never.
 from __future__ import annotations
 
 import json
+import logging
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -74,9 +76,6 @@ def onnx_model(path: str | Path) -> InferenceModel:
 
 def export_onnx(model: torch.nn.Module, example_images: torch.Tensor, path: str | Path) -> Path:
     """Write `model` as ONNX with a dynamic batch dimension (the dynamo exporter)."""
-    import logging
-    import warnings
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if example_images.shape[0] < 2:  # a dimension of size 1 would be specialised to a constant
@@ -103,14 +102,7 @@ class _Calibration:
 def quantize_onnx(fp32_path: str | Path, int8_path: str | Path, calibration_batches) -> Path:
     """onnxruntime static int8 quantization of an ONNX file: QDQ format, int8 weights per output channel, uint8
     activations (the u8s8 scheme x86 VNNI kernels take), ranges from min/max over `calibration_batches`."""
-    import logging
-
-    from onnxruntime.quantization import (
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     session = onnx_session(fp32_path)
     root = logging.getLogger()

@@ -7,6 +7,8 @@ images/s, the model FLOPs utilization of inference: forward FLOPs per image (cou
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from course_lib.instruments.timing import time_repeats
@@ -30,8 +32,6 @@ def forward_flops_per_image(model: torch.nn.Module, image_size: int, batch_size:
     """FLOPs of one forward pass per image (matmuls and convolutions, as MFU counts them), on a
     copy in eval mode on the CPU. Count it on the fp32 module: a quantized graph or an onnxruntime
     session does the same arithmetic but hides it from the counter."""
-    import copy
-
     from torch.utils.flop_counter import FlopCounterMode
 
     probe = copy.deepcopy(model).float().cpu().eval()

@@ -1,10 +1,9 @@
 """The build lock: one process builds a cache, a shard set or a downloaded layout while the others
 (DDP ranks, a second notebook) wait for it, then find it built. POSIX file locks (fcntl).
 
-Beside it, what every build shares: a fresh staging folder to build in, clearing the partials of builds whose
-process is gone (`staging_folder`), disk blocks reserved before a memmap writes into them (`allocate`), and the
-one line for a full disk (`disk_full`, a DiskFullError).
-"""
+Beside it, what every build shares: a fresh staging folder to build in, clearing the partials of builds whose process
+is gone (`staging_folder`), renamed into place when whole or removed when the build fails (`built_in_staging`), disk
+blocks reserved before a memmap writes into them (`allocate`), and the one line for a full disk (`disk_full`)."""
 from __future__ import annotations
 
 import contextlib
@@ -56,11 +55,9 @@ def exclusive_build(folder: Path):
 
 
 def staging_folder(out_dir: Path) -> Path:
-    """An empty `<out_dir>.partial-<pid>` to build `out_dir` in (renamed into place when whole). Called under
-    `exclusive_build`, so the partials of earlier builds of `out_dir` are left over from processes that are gone
-    (a kill -9, a full disk): they are removed first, or they would fill the disk for good. A partial whose
-    process still runs (a build on a system without file locks) is left alone, and a link of that name is
-    removed as a link: its target is never entered."""
+    """An empty `<out_dir>.partial-<pid>` to build `out_dir` in. Under `exclusive_build` the partials of earlier
+    builds are left from processes that are gone (a kill -9): removed first, or they would fill the disk for good;
+    one whose process still runs (no file locks) is left alone, and a link is removed as a link, never entered."""
     for leftover in map(Path, glob.glob(glob.escape(str(out_dir)) + ".partial-*")):
         pid = leftover.name.rsplit("-", 1)[-1]
         if not pid.isdigit() or (int(pid) != os.getpid() and process_alive(int(pid))):
@@ -72,6 +69,22 @@ def staging_folder(out_dir: Path) -> Path:
     staging = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
     staging.mkdir(parents=True)
     return staging
+
+
+@contextlib.contextmanager
+def built_in_staging(out_dir: Path, what: str, needed):
+    """Yield a fresh `staging_folder(out_dir)`, renamed to `out_dir` when the block ends; whatever stops the build (a
+    bad image, a full disk, Ctrl-C) removes it, a full disk as one DiskFullError (`needed()`: the bytes `what` takes)."""
+    staging = staging_folder(out_dir)
+    try:
+        yield staging
+    except BaseException as error:  # no half-built folder stays behind to fill the disk
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(error, OSError) and error.errno in DISK_FULL:
+            raise disk_full(staging, needed(), what) from None
+        raise
+    shutil.rmtree(out_dir, ignore_errors=True)
+    staging.rename(out_dir)
 
 
 STORAGE_FIX = "free some space, or train with storage=files (reads the image files, builds nothing)"
@@ -91,10 +104,8 @@ def disk_full(path: Path, needed: int, what: str, fix: str = STORAGE_FIX) -> Dis
 
 
 def allocate(path: Path, size: int, what: str) -> None:
-    """Create `path` with `size` bytes reserved on the disk before anything is written into it. A memmap over a
-    sparse file faults with SIGBUS (exit 135, no message) when the disk fills halfway through; reserving the
-    blocks first turns that into ENOSPC here, raised as one DiskFullError line. Where the platform has no
-    posix_fallocate (macOS) the file is only sized."""
+    """Create `path` with `size` bytes reserved on the disk (only sized without posix_fallocate, as on macOS): a memmap
+    over a sparse file faults with SIGBUS (exit 135, no message) when the disk fills, this is one DiskFullError."""
     with open(path, "wb") as handle:
         try:
             if hasattr(os, "posix_fallocate") and size:

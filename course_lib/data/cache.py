@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from course_lib.data.build_lock import DISK_FULL, allocate, damaged, disk_full, exclusive_build, staging_folder
+from course_lib.data.build_lock import allocate, built_in_staging, damaged, exclusive_build
 from course_lib.instruments.timing import now
 from course_lib.paths import CACHE_DIR, project_root
 
@@ -55,9 +55,8 @@ def default_cache_dir(source: str | os.PathLike, image_size: int, max_images: in
 
 
 def remove_caches(root: str | os.PathLike, image_size: int) -> int:
-    """Delete the pre-decoded caches at `image_size` of the image folder `root` and of its split
-    folders (train/, val/, valid/, test/ ...), so the next run decodes again: a benchmark whose clock
-    must include decoding. Returns how many were removed."""
+    """Delete the pre-decoded caches at `image_size` of the image folder `root` and of its split folders, so the
+    next run decodes again (a benchmark whose clock must include decoding). Returns how many were removed."""
     names = {Path(root).name} | {child.name for child in Path(root).iterdir() if child.is_dir()} \
         if Path(root).is_dir() else set()
     removed = 0
@@ -69,9 +68,8 @@ def remove_caches(root: str | os.PathLike, image_size: int) -> int:
 
 
 def selection_key(folder, indices, extra: str = "") -> str:
-    """A short hash of which files of the ImageFolderDataset `folder` were chosen (paths relative
-    to its root, in order) plus `extra`: it names a cache or shard set's folder, so adding, removing
-    or renaming images gives a new one. What the files hold is `content_key`'s."""
+    """A short hash of which files of the ImageFolderDataset `folder` were chosen (relative paths, in order) plus
+    `extra`: it names a cache or shard set's folder (what the files hold is `content_key`'s)."""
     root = Path(folder.root)
     digest = hashlib.sha1(extra.encode())
     for index in indices:
@@ -80,11 +78,9 @@ def selection_key(folder, indices, extra: str = "") -> str:
 
 
 def content_key(folder, indices, extra: str = "") -> str:
-    """A short hash of everything the cached pixels and labels depend on: for each chosen file of the
-    ImageFolderDataset `folder`, in order, its path relative to the root, its class (index and name),
-    its size and its modification time (ns, as make compares files), plus `extra` (the decoder, the
-    packing). An image edited or replaced in place, or class folders swapped, changes it, so a cache or
-    shard set built from the old files is never trained on (`build_cache` rebuilds and says so)."""
+    """A short hash of all the cached pixels and labels depend on: each chosen file's relative path, class (index
+    and name), size and modification time (ns, as make compares files), plus `extra`; an image edited in place or
+    class folders swapped change it, so a cache or shard set of the old files is rebuilt, never trained on."""
     root = Path(folder.root)
     digest = hashlib.sha1(extra.encode())
     for index in indices:
@@ -115,9 +111,8 @@ def _read_info(folder: Path) -> CacheInfo:
 
 
 def verified_labels(folder: Path, info: CacheInfo) -> np.ndarray:
-    """The cache's labels, after checking what reuse would otherwise take on trust (its key is only
-    the source and the choices): the pixel file holds exactly `images` rows of image_size^2 x 3 bytes,
-    and there is one label per row, each a class index. Raises DamagedCacheError."""
+    """The cache's labels, after checking what reuse would otherwise take on trust: the pixel file holds exactly
+    `images` rows, and there is one label per row, each a class index. Raises DamagedCacheError."""
     expected = info.images * info.image_size * info.image_size * 3
     try:
         actual = (folder / PIXELS_FILE).stat().st_size
@@ -140,12 +135,9 @@ def verified_labels(folder: Path, info: CacheInfo) -> np.ndarray:
 def build_cache(source: str | os.PathLike, image_size: int, out_dir: str | os.PathLike | None = None, *,
                 decoder: str = "pil", bad_images: str = "fail", num_workers: int = 0, max_images: int = 0,
                 indices: list[int] | None = None, rebuild: bool = False) -> CacheInfo:
-    """Decode every image under the ImageFolder `source` (resized to image_size x image_size when
-    it differs) into `out_dir`; returns the existing cache when it is already built. `indices`
-    picks which of the folder's files (ImageFolder order) to cache, in that order; otherwise
-    `max_images` files spread evenly over the folder (so every class is kept), 0 = all.
-    num_workers=-1: the recommended number. Written to a temporary folder and renamed, under a
-    lock, so an interrupted or concurrent build leaves no half cache behind."""
+    """Decode the ImageFolder `source`'s files (`indices`, else `max_images` spread evenly, 0 = all), resized to
+    image_size, into `out_dir`, or return the cache already built there. Built in a staging folder and renamed,
+    under a lock, so an interrupted or concurrent build leaves no half cache behind."""
     from course_lib.data import transforms
     from course_lib.data.datasets import ImageFolderDataset
     from course_lib.data.decode import FileDecoder
@@ -166,8 +158,7 @@ def build_cache(source: str | os.PathLike, image_size: int, out_dir: str | os.Pa
                 verified_labels(out_dir, info)
                 return info
             print(changed_line("pre-decoded cache", out_dir, info.content_key))
-        staging = staging_folder(out_dir)
-        try:  # whatever stops the build (a bad image, a full disk, Ctrl-C) leaves no partial behind
+        with built_in_staging(out_dir, "the pre-decoded cache's labels", lambda: 8 * len(indices)) as staging:
             labels, skipped = _write_pixels(staging, dataset, indices, image_size, num_workers)
             if not len(labels):
                 raise FileNotFoundError(f"no readable image in {source}; nothing to cache")
@@ -178,21 +169,13 @@ def build_cache(source: str | os.PathLike, image_size: int, out_dir: str | os.Pa
             np.save(staging / LABELS_FILE, labels)
             (staging / META_FILE).write_text(json.dumps({k: v for k, v in dataclasses.asdict(info).items()
                                                          if k != "folder"}, indent=2))
-        except BaseException as error:
-            shutil.rmtree(staging, ignore_errors=True)
-            if isinstance(error, OSError) and error.errno in DISK_FULL:
-                raise disk_full(staging, 8 * len(indices), "the pre-decoded cache's labels") from None
-            raise
-        shutil.rmtree(out_dir, ignore_errors=True)
-        staging.rename(out_dir)
         return info
 
 
 def _write_pixels(staging: Path, dataset, indices: list[int], size: int, num_workers: int) -> tuple[np.ndarray, list]:
-    """Decode `indices` of `dataset` into staging/PIXELS_FILE, one uint8 row per readable image, in order; returns
-    (their labels, the paths left out). Workers decode; this process writes rows in order and leaves bad files
-    out (skip) or stops with the worker's BadImageError naming the file (fail). Every block is reserved first
-    (`allocate`): a memmap over a sparse file is a SIGBUS when the disk fills."""
+    """Decode `indices` of `dataset` into staging/PIXELS_FILE, one row per readable image, in order; returns (their
+    labels, the paths left out). Every block is reserved first (`allocate`): a memmap over a sparse file is a
+    SIGBUS when the disk fills."""
     from course_lib.data.decode import decode_once
 
     allocate(staging / PIXELS_FILE, len(indices) * size * size * 3, "the pre-decoded cache's pixels")

@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 
 from course_lib.config import ConfigError
-from course_lib.data.datasets import DataBundle
+from course_lib.data.datasets import DataBundle, targets_of
 
 
 def split_classes(classes, target_count: int, seed: int = 0) -> tuple[list[str], list[str]]:
@@ -26,14 +26,6 @@ def split_classes(classes, target_count: int, seed: int = 0) -> tuple[list[str],
     picked = set(np.random.default_rng(seed).choice(len(classes), target_count, replace=False).tolist())
     return ([name for i, name in enumerate(classes) if i not in picked],
             [name for i, name in enumerate(classes) if i in picked])
-
-
-def targets_of(dataset) -> np.ndarray:
-    """The class index of every item of `dataset` (its `.targets` when it has them), as an array."""
-    targets = getattr(dataset, "targets", None)
-    if targets is None:
-        targets = [dataset[i][1] for i in range(len(dataset))]
-    return np.asarray(targets, dtype=np.int64)
 
 
 def smallest_class(targets, wanted: list[int]) -> int:
@@ -59,9 +51,8 @@ def check_per_class(targets, wanted: list[int], per_class: int, parameter: str =
 
 def sample_per_class(targets, wanted: list[int], per_class: int = 0, seed: int = 0, parameter: str = "per_class",
                      classes: list[str] | None = None) -> list[int]:
-    """Indices of `per_class` images of each class in `wanted` (class indices), drawn with `seed`;
-    per_class=0: every image of those classes. Sorted. A class with fewer images is an error naming
-    `parameter` (`check_per_class`)."""
+    """Indices of `per_class` images of each class in `wanted` (class indices), drawn with `seed`; per_class=0: every
+    image of those classes. Sorted. A class with fewer images is an error naming `parameter` (`check_per_class`)."""
     targets = np.asarray(targets)
     check_per_class(targets, wanted, per_class, parameter, classes)
     rng = np.random.default_rng(seed)
@@ -90,10 +81,8 @@ class ClassSubset:
 
 def subset_bundle(bundle: DataBundle, classes: list[str], per_class: int = 0, seed: int = 0,
                   val_per_class: int = 0, parameter: str = "per_class") -> DataBundle:
-    """`bundle` restricted to `classes` (relabelled 0..len-1 in that order): `per_class` training
-    images per class drawn with `seed` (0: all; more than a class has: a ConfigError naming
-    `parameter`, the caller's name for it); `val_per_class` validation and test images per class
-    drawn with seed 0, the same for every run (0: all of them)."""
+    """`bundle` restricted to `classes` (relabelled 0..len-1 in that order): `per_class` training images per class
+    drawn with `seed`, `val_per_class` validation and test images with seed 0 for every run (0: all of them)."""
     unknown = [name for name in classes if name not in bundle.classes]
     if unknown:
         raise ConfigError(f"classes {unknown} are not in the data (its classes: {', '.join(bundle.classes)})")

@@ -18,13 +18,7 @@ from PIL import Image
 
 from course_lib.config import RECIPES, Config, ConfigError, make_config, resolve_profile
 from course_lib.data.device_augment import DeviceStage
-from course_lib.data.images import (
-    BadImageError,
-    DataFolderError,
-    list_image_folder,
-    load_rgb,
-    skipped_line,
-)
+from course_lib.data.images import BadImageError, DataFolderError, list_image_folder, load_rgb, skipped_line
 from course_lib.data.landcover import SPLITS, landcover_cache_dir  # noqa: F401 (SPLITS: every bundle has these)
 from course_lib.data.transforms import denormalize
 from course_lib.paths import DataChoice, choose_data, resolve_path
@@ -33,15 +27,11 @@ log = logging.getLogger(__name__)
 
 
 class ImageFolderDataset:
-    """torchvision's ImageFolder layout (one folder per class) with the workbook's bad-image policy
-    and `list_image_folder`'s rules for links (what `workbook scan` reports is what loads).
-
-    bad_images="fail" raises BadImageError naming the file (in a worker, the DataLoader
-    re-raises it in the main process, so nothing hangs; `loaders.timed_batches` strips the worker's
-    traceback from its message); "skip" logs the file once and returns the next readable sample
-    instead. Skipped files are flagged in a shared-memory tensor, so `skipped` counts the files
-    DataLoader workers left out too (each worker holds its own copy of the dataset).
-    """
+    """torchvision's ImageFolder layout with `list_image_folder`'s rules for links (what `workbook scan` reports is
+    what loads) and the bad-image policy: "fail" raises BadImageError naming the file (a worker's is re-raised in the
+    main process, so nothing hangs); "skip" logs the file once and returns the next readable sample. Skipped files
+    are flagged in a shared-memory tensor, so `skipped` counts those the DataLoader workers (each with its own copy
+    of the dataset) left out too."""
 
     def __init__(self, root: str | os.PathLike, transform=None, bad_images: str = "fail", loader=None, *,
                  follow_links: bool = False):
@@ -126,11 +116,8 @@ class TransformedSubset:
 
     def __getitem__(self, index):
         image, target = self.dataset[self.indices[index]]
-        if isinstance(image, torch.Tensor):  # uint8 C x H x W from a FileDecoder or the pre-decoded cache
-            return (self.transform(image) if self.transform else image), int(target)
-        if not isinstance(image, Image.Image):
-            image = Image.fromarray(np.asarray(image))
-        image = image.convert("RGB")
+        if not isinstance(image, torch.Tensor):  # uint8 C x H x W from a FileDecoder or the cache pass as they are
+            image = (image if isinstance(image, Image.Image) else Image.fromarray(np.asarray(image))).convert("RGB")
         return (self.transform(image) if self.transform else image), int(target)
 
 
@@ -153,9 +140,8 @@ class DataBundle:
 
 def split_indices(targets, fractions, seed, where: str = "the data",
                   fix: str = "add a val/ folder beside train/, or"):
-    """Stratified split of range(len(targets)) into len(fractions) parts (scikit-learn). Too few
-    images for every part to hold each class is one DataFolderError naming `where` and the fix (`fix`,
-    then the images it would take)."""
+    """Stratified split of range(len(targets)) into len(fractions) parts (scikit-learn); too few images for every
+    part to hold each class is one DataFolderError naming `where` and the fix (`fix`, then the images it takes)."""
     from sklearn.model_selection import train_test_split
 
     indices = np.arange(len(targets))
@@ -177,11 +163,9 @@ def split_indices(targets, fractions, seed, where: str = "the data",
 
 def limit_indices(count: int, max_images: int, seed: int, targets=None,
                   name: str = "max_train_images") -> list[int] | None:
-    """Which `max_images` of `count` training images to keep (a seeded random choice, sorted),
-    or None for all of them: the one rule for max_train_images, whatever the storage. With `targets`
-    (each image's class) no class is left out: the random choice stands when it holds every class (so
-    every choice made before stays the same), else one image of each class is taken first and the rest
-    at random; fewer images than classes is one DataFolderError naming `name` and the fix."""
+    """Which `max_images` of `count` training images to keep (seeded, sorted; None: all), the one rule for
+    max_train_images. With `targets` no class is left out: the random choice stands when it holds every class (so
+    earlier choices stay the same), else one image of each class is taken first and the rest at random."""
     if not max_images or max_images >= count:
         return None
     keep = sorted(np.random.default_rng(seed).permutation(count)[:max_images].tolist())
@@ -201,10 +185,8 @@ def limit_indices(count: int, max_images: int, seed: int, targets=None,
 
 
 def config_with_data(profile: str | None, *overlays, find_real: bool = True, **values) -> tuple[Config, DataChoice]:
-    """(Config, DataChoice) for `profile`, a chapter's `overlays` (`config.make_config`'s) and `values`
-    (Config fields; None and "" for dataset or data_dir mean not given): the data `paths.choose_data`
-    picks, under the values. `workbook train`,
-    `data info`, `speedrun`, `ddp` and the notebooks build their configs here, so they agree on the data."""
+    """(Config, DataChoice) for `profile`, a chapter's `overlays` and `values` (None, and "" for dataset or data_dir:
+    not given), with the data `paths.choose_data` picks: the CLI and the notebooks build configs here, so they agree."""
     given = {name: value for name, value in values.items()
              if value is not None and not (name in ("dataset", "data_dir") and value == "")}
     # A recipe that names its data (imagenette) is the reader's word for it, as a data_dir parameter would be.
@@ -225,12 +207,19 @@ def image_folder_root(config: Config) -> Path:
                       "(workbook bench: or pass --folder)")
 
 
+def targets_of(dataset) -> np.ndarray:
+    """The class index of every item of `dataset` (its `.targets` when it has them), as an array."""
+    targets = getattr(dataset, "targets", None)
+    if targets is None:
+        targets = [dataset[i][1] for i in range(len(dataset))]
+    return np.asarray(targets, dtype=np.int64)
+
+
 def sample_grid(dataset, classes, per_class: int = 6, seed: int = 0):
     """A matplotlib figure: one row per class, `per_class` images each (denormalized)."""
     import matplotlib.pyplot as plt
 
-    targets = np.asarray(dataset.targets if getattr(dataset, "targets", None) is not None
-                         else [dataset[i][1] for i in range(len(dataset))])
+    targets = targets_of(dataset)
     rng = np.random.default_rng(seed)
     figure, axes = plt.subplots(len(classes), per_class, figsize=(per_class * 1.1, len(classes) * 1.15),
                                 squeeze=False)

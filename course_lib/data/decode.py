@@ -20,14 +20,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from course_lib.config import DECODER_NAMES
-from course_lib.data.images import (
-    IMAGE_EXTENSIONS,
-    SKIP_HINT,
-    BadImageError,
-    decode_reason,
-    to_rgb,
-)
+from course_lib.config import DECODER_NAMES, ConfigError
+from course_lib.data.images import IMAGE_EXTENSIONS, SKIP_HINT, BadImageError, decode_reason, to_rgb
 
 # torchvision 0.29 warns on every decode call that its image I/O moves to TorchCodec; it still
 # works and is what this module measures, so the per-call warning is silenced (this message only).
@@ -72,17 +66,14 @@ def _as_byte_tensor(data: bytes) -> torch.Tensor:
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # colour type -> samples per pixel (PNG spec, 11.2.2)
 _PNG_BIT_DEPTHS = {0: (1, 2, 4, 8, 16), 2: (8, 16), 3: (1, 2, 4, 8), 4: (8, 16), 6: (8, 16)}
-_PNG_CRITICAL = (b"IHDR", b"PLTE", b"IDAT", b"IEND")
 _ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
 
 
 def check_png(data: bytes) -> None:
-    """Raise ValueError naming what is wrong with a PNG, checking everything on which libpng calls
-    png_error while reading: chunk framing and CRCs, the header's values, PLTE for a palette image,
-    unknown critical chunks, the IDAT stream (zlib), its length and every row's filter byte.
-    torchvision's PNG decoder (0.29) crashes the process (SIGSEGV) on any png_error instead of
-    raising, so decoder=torchvision runs this first: one extra inflate (zlib, in C) per PNG.
-    PNG spec: https://www.w3.org/TR/png-3/"""
+    """Raise ValueError naming what is wrong with a PNG, checking all libpng calls png_error on while reading (chunk
+    framing and CRCs, the header, PLTE, unknown critical chunks, the IDAT stream, its length, each row's filter byte).
+    torchvision's PNG decoder (0.29) crashes the process (SIGSEGV) on any png_error instead of raising, so
+    decoder=torchvision runs this first: one extra inflate (zlib, in C) per PNG. https://www.w3.org/TR/png-3/"""
     position, header, palette, compressed = len(PNG_SIGNATURE), None, False, []
     while True:
         if position + 8 > len(data):
@@ -188,8 +179,6 @@ _FUNCTIONS = {"pil": _decode_pil, "opencv": _decode_opencv, "torchvision": _deco
 
 def get_decoder(name: str) -> Decoder:
     """The decoder called `name`; nvjpeg only when CUDA is available (one-line error otherwise)."""
-    from course_lib.config import ConfigError
-
     if name not in _FUNCTIONS:
         raise ConfigError(f"unknown decoder {name!r}; valid decoders: {', '.join(DECODER_NAMES)}")
     if name == "nvjpeg" and not torch.cuda.is_available():
@@ -225,10 +214,8 @@ class FileDecoder:
 
 
 class DecodeOrReport(torch.utils.data.Dataset):
-    """Item i of an ImageFolderDataset's `indices` as (index, transform(decoded image), label, "")
-    or, for an unreadable file under bad_images=skip, (index, None, label, path); under fail the
-    BadImageError (with the path) propagates. Decoded images come back on the CPU. The one
-    decode-everything-once pass behind the cache and the shard check (`decode_once`)."""
+    """Item i of an ImageFolderDataset's `indices` as (index, transform(image) on the CPU, label, "") or, unreadable
+    under bad_images=skip, (index, None, label, path): the one decode-everything-once pass (`decode_once`)."""
 
     def __init__(self, dataset, indices, keep_pixels: bool = True):
         self.dataset, self.indices, self.keep_pixels = dataset, list(indices), keep_pixels
@@ -252,10 +239,8 @@ class DecodeOrReport(torch.utils.data.Dataset):
 
 
 def decode_once(dataset, indices, num_workers: int = 0, keep_pixels: bool = True, batch_size: int = 256):
-    """Yield (index, image or None, label, bad path or "") for `indices` of `dataset` (an
-    ImageFolderDataset whose loader is a FileDecoder), in order, decoded by `num_workers` DataLoader
-    workers; -1 = the recommended number. nvjpeg decodes in this process (CUDA does not work in
-    forked workers)."""
+    """Yield (index, image or None, label, bad path or "") for `indices` of the ImageFolderDataset `dataset`, in order,
+    decoded by `num_workers` workers (-1: the recommended number); nvjpeg here (CUDA fails in forked workers)."""
     from torch.utils.data import DataLoader
 
     from course_lib.devices import resolve_num_workers

@@ -16,13 +16,7 @@ import torch
 
 from course_lib.data import overhead_augment
 from course_lib.data.rotation import batch_rotate
-from course_lib.data.transforms import (
-    HEAVY,
-    IMAGENET_DEFAULT_MEAN,
-    IMAGENET_DEFAULT_STD,
-    LIGHT,
-    AugmentRecipe,
-)
+from course_lib.data.transforms import HEAVY, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, LIGHT, AugmentRecipe
 
 # Colour weights of torchvision's rgb_to_grayscale (ITU-R 601-2 luma).
 _GREY_WEIGHTS = (0.2989, 0.587, 0.114)
@@ -40,12 +34,10 @@ def batch_flip_lr(images: torch.Tensor, generator: torch.Generator | None = None
 
 def random_crop_boxes(count: int, height: int, width: int, scale=LIGHT.scale, ratio=LIGHT.ratio,
                       generator: torch.Generator | None = None, device=None) -> torch.Tensor:
-    """`count` boxes (x1, y1, x2, y2) in pixels with area fraction in `scale` and aspect ratio in
-    `ratio` (log-uniform), like v2.RandomResizedCrop; boxes too big are clamped to the image
-    instead of v2's ten retries."""
+    """`count` boxes (x1, y1, x2, y2) in pixels with area fraction in `scale` and aspect ratio in `ratio` (log-uniform),
+    like v2.RandomResizedCrop; boxes too big are clamped to the image instead of v2's ten retries."""
     area = _uniform(count, *scale, generator, device) * height * width
-    log_ratio = _uniform(count, math.log(ratio[0]), math.log(ratio[1]), generator, device)
-    aspect = torch.exp(log_ratio)
+    aspect = torch.exp(_uniform(count, math.log(ratio[0]), math.log(ratio[1]), generator, device))  # log-uniform
     box_width = torch.sqrt(area * aspect).clamp(1, width)
     box_height = torch.sqrt(area / aspect).clamp(1, height)
     x1 = torch.rand(count, generator=generator, device=device) * (width - box_width)
@@ -111,17 +103,10 @@ def batch_normalize(images: torch.Tensor, mean=IMAGENET_DEFAULT_MEAN, std=IMAGEN
 
 
 class DeviceAugment:
-    """Per-batch training augmentation on the batch's device: uint8 (or [0,1] float) N x 3 x H x W
-    in, normalised float N x 3 x size x size out. `recipe` (a transforms.AugmentRecipe) is the same
-    object the per-image CPU transform reads; the default, HEAVY, is what notebook 02 compares
-    with `sample_transform(size, "cpu")`; `build_datasets` passes LIGHT, the engine's recipe.
-
-        augment = DeviceAugment(image_size=64, recipe=transforms.LIGHT)
-        images = augment(images.to(device, non_blocking=True))
-
-    seed=None draws from torch's global generator of the device, which the engine seeds per
-    (seed, epoch, rank), so a resumed run repeats the same augmentation.
-    """
+    """Per-batch training augmentation on the batch's device: uint8 (or [0,1] float) N x 3 x H x W in, normalised
+    float N x 3 x size x size out, as `recipe` says (the same AugmentRecipe the per-image CPU transform reads; HEAVY is
+    notebook 02's, `build_datasets` passes LIGHT). seed=None draws from the device's global generator, which the
+    engine seeds per (seed, epoch, rank), so a resumed run repeats the same augmentation."""
 
     def __init__(self, image_size: int, recipe: AugmentRecipe = HEAVY, mean=IMAGENET_DEFAULT_MEAN,
                  std=IMAGENET_DEFAULT_STD, seed: int | None = None):
@@ -165,13 +150,9 @@ class DeviceAugment:
 
 
 class DeviceStage:
-    """A batch's last data step, on the training device: copy it there (non_blocking, so the copy
-    from pinned memory overlaps compute), then apply `train_transform` or `eval_transform` (for
-    example DeviceAugment, or normalisation of uint8 batches). Without transforms it only copies:
-    the loader already delivered normalised float tensors.
-
-        images = bundle.device_stage(images, device, train=True)
-    """
+    """A batch's last data step, `bundle.device_stage(images, device, train=True)`: copy it to the training device
+    (non_blocking: a copy from pinned memory overlaps compute), then apply `train_transform` or `eval_transform` (e.g.
+    DeviceAugment, or normalising uint8 batches); without them it only copies (the loader gave normalised floats)."""
 
     def __init__(self, train_transform=None, eval_transform=None, description: str = "copy only"):
         self.train_transform, self.eval_transform, self.description = train_transform, eval_transform, description

@@ -26,7 +26,6 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
-from collections import defaultdict
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
@@ -141,18 +140,9 @@ def md5_of(path: Path) -> str:
     return calculate_md5(path)
 
 
-def check_md5(path: Path, expected: str, url: str) -> None:
-    """Refuse (ArchiveError, one line) a file whose md5 is not `expected`, the release's from `url`."""
-    found = md5_of(path)
-    if found != expected:
-        raise ArchiveError(f"{path} has md5 {found}, expected {expected}: it is not the release's archive "
-                           f"(cut short or altered); fetch it again from {url}")
-
-
 def _copy(response, handle, bar, stall_seconds: float, deadline_seconds: float) -> None:
-    """Write what `response` sends into `handle` as it arrives (`read1`: a trickling server cannot hold one read
-    for a whole chunk), and raise TimeoutError when fewer than STALL_BYTES came in the last `stall_seconds` or
-    the whole took longer than `deadline_seconds`."""
+    """Write what `response` sends into `handle` as it arrives (`read1`: a trickling server cannot hold one read for a
+    whole chunk); TimeoutError when under STALL_BYTES came in `stall_seconds` or all took over `deadline_seconds`."""
     began = window = now()
     arrived = 0
     while chunk := response.read1(CHUNK_BYTES):
@@ -170,10 +160,9 @@ def _copy(response, handle, bar, stall_seconds: float, deadline_seconds: float) 
 
 def fetch(url: str, destination: Path, name: str, *, progress: bool = True, timeout: float = TIMEOUT_SECONDS,
           stall_seconds: float = STALL_SECONDS, deadline_seconds: float = DEADLINE_SECONDS) -> Path:
-    """Download `url` to `destination` through `<destination>.part`, resuming a part left by an
-    earlier run with an HTTP Range request (or starting over where the server ignores it). A
-    download that ends short of its Content-Length, stalls or outlasts its deadline keeps the part and raises
-    DownloadError; a full disk removes the part (it would keep the disk full) and raises DiskFullError."""
+    """Download `url` to `destination` through `<destination>.part`, resuming an earlier run's part with an HTTP Range
+    request. A download cut short, stalled or past its deadline keeps the part (DownloadError); a full disk removes
+    it (it would keep the disk full; DiskFullError)."""
     part = destination.with_name(destination.name + ".part")
     for attempt in range(2):  # a second time only when the server refused the range (416)
         start = part.stat().st_size if part.exists() else 0
@@ -234,10 +223,6 @@ def _make_parent(target: Path, made: set) -> Path:
     return target
 
 
-def _move(source: Path, target: Path, made: set) -> None:
-    os.replace(source, _make_parent(target, made))  # a rename: the staging folder and the layout share a file system
-
-
 def _lay_out_eurosat(extracted: Path, layout: Path, progress: bool) -> dict:
     """The release's JPEGs moved as they are from 2750/<Class>/ into <split>/<Class>/, the split
     from the committed file (fixed_splits.EUROSAT_SPLIT_FILE)."""
@@ -249,7 +234,7 @@ def _lay_out_eurosat(extracted: Path, layout: Path, progress: bool) -> dict:
         if split is None or path.name.rsplit("_", 1)[0] != path.parent.name:
             raise ArchiveError(f"{path.relative_to(extracted)} is not an image of the EuroSAT RGB release "
                                "(<Class>/<Class>_<n>.jpg); give torchvision's EuroSAT.zip")
-        _move(path, layout / split / path.parent.name / path.name, made)
+        os.replace(path, _make_parent(layout / split / path.parent.name / path.name, made))  # a rename: one file system
         counts[split] += 1
     return counts
 
@@ -298,12 +283,8 @@ def _lay_out_cifar10(extracted: Path, layout: Path, progress: bool) -> dict:
         pixels = np.concatenate([batch["data"] for batch in batches]).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
         labels = [label for batch in batches for label in batch["labels"]]
         names = [f"{official}_{index:05d}.png" for index in range(len(labels))]
-        valid = set()
-        if official == "train":
-            by_class = defaultdict(list)
-            for file_name, label in zip(names, labels):
-                by_class[label].append(file_name)
-            valid = set().union(*(carve_out(members, "cifar10") for members in by_class.values()))
+        by_class = [[name for name, label in zip(names, labels) if label == wanted] for wanted in set(labels)]
+        valid = set().union(*(carve_out(members, "cifar10") for members in by_class)) if official == "train" else set()
         for image, label, file_name in zip(pixels, labels, names):
             split = "valid" if file_name in valid else official
             # Lossless at any level; level 1 writes about 3x faster than the default 6, files ~10% larger.
@@ -333,7 +314,7 @@ def _lay_out_imagenette(extracted: Path, layout: Path, progress: bool) -> dict:
             valid = carve_out([p.name for p in files], "imagenette") if official == "train" else set()
             for path in files:
                 split = "valid" if path.name in valid else ours
-                _move(path, layout / split / class_name / path.name, made)
+                os.replace(path, _make_parent(layout / split / class_name / path.name, made))
                 counts[split] += 1
     return counts
 
@@ -399,20 +380,22 @@ def _get_into(spec: Release, target: Path, staging: Path, source: Path | None, p
               say: Callable[[str], None], timeout: float) -> dict:
     """The archive (downloaded into `staging`, or `source`) checked, laid out in staging/layout and
     renamed to `target` with its manifest; the staging folder removed. Returns images per split."""
-    if source is None:
+    downloaded = source is None
+    if downloaded:
         source = staging / spec.filename
         if source.exists():
             say(f"{spec.name}: checking the archive an earlier run downloaded ({source})")
         else:
             say(f"{spec.name}: downloading {spec.url}")
             fetch(spec.url, source, spec.name, progress=progress, timeout=timeout)
-        found = md5_of(source)
-        if found != spec.md5:
-            source.unlink()  # a corrupt download must not be resumed; the next run starts afresh
-            raise ArchiveError(f"{source} (downloaded from {spec.url}) has md5 {found}, expected {spec.md5}; "
-                               "removed it: run the same command again to download afresh")
-    else:
-        check_md5(source, spec.md5, spec.url)
+    found = md5_of(source)
+    if found != spec.md5 and downloaded:
+        source.unlink()  # a corrupt download must not be resumed; the next run starts afresh
+        raise ArchiveError(f"{source} (downloaded from {spec.url}) has md5 {found}, expected {spec.md5}; "
+                           "removed it: run the same command again to download afresh")
+    if found != spec.md5:
+        raise ArchiveError(f"{source} has md5 {found}, expected {spec.md5}: it is not the release's archive "
+                           f"(cut short or altered); fetch it again from {spec.url}")
     counts = _lay_out(spec, source, staging, say, progress)
     layout = staging / "layout"
     (layout / MANIFEST).write_text(json.dumps({
@@ -469,9 +452,8 @@ def unpacked_bytes(archive: Path) -> int:
 
 
 def _refuse_tracked_folder(target: Path, name: str) -> None:
-    """Refuse a layout inside the project where git would track it (`--root notebooks/eurosat`: 27,000 images
-    one `git add .` away from the history). Inside the project it must be a folder git ignores (`git
-    check-ignore`; without git or outside a checkout, data_cache/ or runs/, the project's ignored folders)."""
+    """Refuse a layout inside the project where git would track it (`--root notebooks/eurosat`: 27,000 images one
+    `git add .` from the history): a folder git ignores (without git: data_cache/ or runs/) or none of the project."""
     import subprocess
 
     root = project_root().resolve()
@@ -508,38 +490,28 @@ def _outside(name: str) -> bool:
 
 
 def extract_safely(archive: Path, folder: Path) -> None:
-    """Extract a .zip or a tar archive (.tar.gz, .tgz) into `folder`, past the md5 as well: a member whose
-    path is absolute or climbs out with `..`, a link (symbolic or hard), a device file or a name that comes
-    twice (a second copy would overwrite the first) is an ArchiveError naming it, and nothing is written
-    outside `folder`. tar members also pass Python's `filter="data"` (PEP 706)."""
+    """Extract a .zip or tar archive into `folder`, past the md5 as well: a member whose path is absolute or climbs out
+    with `..`, a link, a device file or a name that comes twice is an ArchiveError naming it (tar: also PEP 706's
+    `filter="data"`), so nothing is written outside `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
+    seen = set()
 
-    def refuse(member: str, why: str) -> ArchiveError:
-        return ArchiveError(f"{archive.name}: member {member!r} {why}; this is not the release as published")
+    def check(name: str, kind_refused: str, overwrites: bool) -> None:
+        why = ("would be written outside the folder" if _outside(name) else kind_refused
+               or ("comes twice (the second would overwrite the first)" if overwrites and name in seen else ""))
+        if why:
+            raise ArchiveError(f"{archive.name}: member {name!r} {why}; this is not the release as published")
+        seen.add(name)
 
     if zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as handle:
-            seen = set()
             for member in handle.infolist():
-                if _outside(member.filename):
-                    raise refuse(member.filename, "would be written outside the folder")
-                if stat.S_ISLNK(member.external_attr >> 16):
-                    raise refuse(member.filename, "is a symbolic link")
-                if member.filename in seen:
-                    raise refuse(member.filename, "comes twice (the second would overwrite the first)")
-                seen.add(member.filename)
+                check(member.filename, "is a symbolic link" if stat.S_ISLNK(member.external_attr >> 16) else "", True)
             handle.extractall(folder)
         return
     with tarfile.open(archive) as handle:
-        seen = set()
         for member in handle.getmembers():
-            if _outside(member.name):
-                raise refuse(member.name, "would be written outside the folder")
-            if member.issym() or member.islnk():
-                raise refuse(member.name, "is a link")
-            if not (member.isfile() or member.isdir()):
-                raise refuse(member.name, "is neither a file nor a folder")
-            if member.isfile() and member.name in seen:
-                raise refuse(member.name, "comes twice (the second would overwrite the first)")
-            seen.add(member.name)
+            kind_refused = "is a link" if member.issym() or member.islnk() else (
+                "" if member.isfile() or member.isdir() else "is neither a file nor a folder")
+            check(member.name, kind_refused, member.isfile())
         handle.extractall(folder, filter="data")

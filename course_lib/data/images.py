@@ -34,12 +34,9 @@ SPLIT_FOLDER_NAMES = {"train": ("train",), "val": ("val", "valid", "validation")
 
 def split_folders(root: Path) -> dict[str, Path]:
     """The split folders under `root` that exist, by split name ({} when `root` has none)."""
-    found = {}
-    for split, options in SPLIT_FOLDER_NAMES.items():
-        folder = next((root / option for option in options if (root / option).is_dir()), None)
-        if folder is not None:
-            found[split] = folder
-    return found
+    found = {split: next((root / name for name in names if (root / name).is_dir()), None)
+             for split, names in SPLIT_FOLDER_NAMES.items()}
+    return {split: folder for split, folder in found.items() if folder is not None}
 
 
 def class_mismatch(classes_of: dict[str, list[str]]) -> str | None:
@@ -145,11 +142,9 @@ def file_type_name(mode: int) -> str:
 
 def list_image_folder(root: Path, *, follow_links: bool = False,
                       bad_images: str = "fail") -> tuple[list[str], list[tuple[str, int]]]:
-    """(classes, samples) of an ImageFolder tree in torchvision's order (sorted class folders, then
-    sorted folders and files in each), agreeing with `workbook scan`: links to folders inside a
-    class folder are not followed unless `follow_links` (then each real folder once, so a link to
-    an ancestor ends); a broken or looping file link, or a FIFO or other non-regular file named
-    like an image, raises BadImageError (bad_images=fail) or is left out with a warning (skip). torchvision's own walk follows every folder link, forever."""
+    """(classes, samples) of an ImageFolder tree in torchvision's order, agreeing with `workbook scan`: folder links
+    are followed only with `follow_links`, each real folder once (torchvision's walk follows every one, forever); a
+    broken file link or a FIFO named like an image raises BadImageError (bad_images=fail) or is left out (skip)."""
     from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes
 
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,6 @@ from course_lib.paths import CACHE_DIR, project_root
 
 SPLITS = ("train", "val", "test")
 log = logging.getLogger(__name__)
-# ImageNet statistics: what timm's pretrained CNNs expect (timm.data.IMAGENET_DEFAULT_MEAN/STD).
 LANDCOVER_CLASSES = ("bare_soil", "farmland", "forest", "grassland", "industrial", "residential",
                      "road", "water")
 # Pairs drawn from overlapping parameter ranges, so a confusion matrix has structure to find.
@@ -53,11 +53,10 @@ def _vegetation(rng, size, green, cells_range):
     return image + 12 * _smooth_noise(rng, size, max(2, cells * 3))[..., None]
 
 
-def _blocks(rng, size, block_fraction, roof_colours, ground):
-    """A grid of rectangular buildings; block size is a fraction of the image side."""
+def _blocks(rng, size, period, roof_colours, ground):
+    """A grid of rectangular buildings; `period`, the block size, is a fraction of the image side."""
     image = _paint(rng, size, ground, max(2, size // 16), 14)
     u, v = _rotated_coordinates(rng, size)
-    period = block_fraction
     fill = rng.uniform(0.5, 0.8)
     cell_u, cell_v = np.floor(u / period), np.floor(v / period)
     inside = ((u / period) % 1 < fill) & ((v / period) % 1 < fill)
@@ -109,13 +108,9 @@ def landcover_image(name: str, index: int, size: int = 64, seed: int = 0, split:
 
 def make_landcover(out_dir: str | os.PathLike, image_size: int = 64, per_class: dict | None = None,
                    seed: int = 0, jpeg_quality: int = 90) -> Path:
-    """Write landcover-synth as JPEG in ImageFolder layout: out_dir/{train,val,test}/<class>/<n>.jpg.
-
-    `per_class` maps split to images per class (default 200/50/50); a split of 0 images gets no
-    folder (empty class folders are refused by the loader). Deterministic from `seed`.
-    Writes into a temporary folder first and renames it, so an interrupted run leaves nothing
-    half-written behind.
-    """
+    """Write landcover-synth as JPEG in ImageFolder layout, out_dir/{train,val,test}/<class>/<n>.jpg, `per_class`
+    images per class and split (default 200/50/50; 0: no folder, as the loader refuses empty class folders), into a
+    temporary folder renamed when whole, so an interrupted run leaves nothing half-written."""
     if not 16 <= image_size <= 1024:
         raise ConfigError(f"image_size={image_size} is outside 16..1024 pixels")
     per_class = per_class or {"train": 200, "val": 50, "test": 50}
@@ -128,8 +123,6 @@ def make_landcover(out_dir: str | os.PathLike, image_size: int = 64, per_class: 
         raise FileExistsError(f"{out_dir} already exists; remove it or choose another --out")
     staging = out_dir.with_name(out_dir.name + ".partial")
     if staging.exists():
-        import shutil
-
         shutil.rmtree(staging)
     for split, count in per_class.items():
         for name in LANDCOVER_CLASSES if count else ():  # no images: no empty folders for the loader to refuse

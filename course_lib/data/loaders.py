@@ -7,6 +7,7 @@ See https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from typing import Iterable, Iterator
 
@@ -19,8 +20,6 @@ from course_lib.instruments.timing import now
 
 def local_processes() -> int:
     """Training processes on this machine: torchrun's LOCAL_WORLD_SIZE, else 1."""
-    import os
-
     return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
@@ -35,10 +34,8 @@ def resolved_num_workers(config: Config) -> int:
 
 def make_loader(dataset, config: Config, *, train: bool, sampler=None, drop_last: bool | None = None,
                 batch_size: int | None = None) -> DataLoader:
-    """One DataLoader built from the config's knobs (num_workers=-1: the recommended number);
-    `sampler` (e.g. DistributedSampler) replaces shuffling. Knobs that only matter with workers
-    are dropped at num_workers=0, where torch refuses them. A stream that splits itself across
-    ranks (shards.ShardDataset) takes no sampler: the one given is not used."""
+    """One DataLoader built from the config's knobs; `sampler` (e.g. DistributedSampler) replaces shuffling, except
+    for a stream that splits itself across ranks (shards.ShardDataset). Worker-only knobs go at num_workers=0."""
     workers = resolved_num_workers(config)
     generator = torch.Generator().manual_seed(config.seed)
     extra = {}
@@ -65,10 +62,8 @@ def make_loader(dataset, config: Config, *, train: bool, sampler=None, drop_last
 
 def image_folder_dataset(folder, image_size: int, *, decoder: str = "pil", augmentation: str = "cpu",
                          bad_images: str = "fail", recipe=None):
-    """An ImageFolder read with `decoder` (see decode.py). augmentation="cpu": per-sample
-    augmentation by `recipe` in the workers (normalised float out; default transforms.HEAVY: crop,
-    flip and colour jitter, what notebook 02 measures); "device": only a resize here, uint8 out,
-    augmented per batch later by device_augment.DeviceAugment; "none": resize and normalise."""
+    """An ImageFolder read with `decoder`, each image through `transforms.sample_transform(image_size, augmentation,
+    recipe)` (default recipe transforms.HEAVY: crop, flip and colour jitter, what notebook 02 measures)."""
     from course_lib.data import transforms
     from course_lib.data.datasets import ImageFolderDataset
     from course_lib.data.decode import FileDecoder
@@ -154,30 +149,18 @@ def batches(loader: Iterable) -> Iterator:
 
 def timed_batches(loader: Iterable, timer: DataWaitTimer | None = None, device=None,
                   max_batches: int | None = None) -> Iterator:
-    """Yield the loader's batches while `timer` records the data wait of each step.
-
-        timer = DataWaitTimer()
-        for images, labels in timed_batches(loader, timer, device=device):
-            ...train step...
-        print(timer.data_wait_fraction)
-
-    With a CUDA or MPS `device` it is synchronised when the step hands control back, so queued
-    kernels count as compute, not as the next batch's wait (one sync per step, a small cost).
-    The clock is the one timing helper's (`instruments.timing.now`)."""
+    """Yield the loader's batches (`batches`) while `timer` records the data wait of each step. With a CUDA or MPS
+    `device` it is synchronised when the step hands control back, so queued kernels count as compute, not as the
+    next batch's wait (one sync per step, a small cost)."""
     timer = timer if timer is not None else DataWaitTimer()
     device = torch.device(device) if isinstance(device, str) else device
-    iterator = iter(loader)
+    iterator = batches(loader)
     while max_batches is None or timer.batches < max_batches:
         start = now()
         try:
             batch = next(iterator)
         except StopIteration:
             return
-        except WorkbookError as error:
-            original = without_worker_traceback(error)
-            if original is error:
-                raise
-            raise original from None
         timer.wait_seconds += now() - start
         yield batch
         timer.total_seconds += now(device) - start  # the step's queued work counts as compute

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -80,28 +81,18 @@ class Matches(list):
         self.unreadable = list(unreadable)  # (path, reason) of the images that could not be hashed
         self.total = len(self) if total is None else total
         self.leaks = sum(match.leak for match in self) if leaks is None else leaks
-        self.between = between if between is not None else _between(self)
+        self.between = between if between is not None else dict(
+            Counter(f"{match.first_split}/{match.second_split}" for match in self if match.leak))
 
     @property
     def complete(self) -> bool:
         return self.total == len(self)
 
 
-def _between(matches) -> dict:
-    found: dict[str, int] = {}
-    for match in matches:
-        if match.leak:
-            key = f"{match.first_split}/{match.second_split}"
-            found[key] = found.get(key, 0) + 1
-    return found
-
-
 def find_matches(hashes: np.ndarray, names: list[str], splits: list[str], max_distance: int = DEFAULT_MAX_DISTANCE,
                  limit: int = MAX_LISTED, colours: np.ndarray | None = None) -> Matches:
-    """Every pair of rows of `hashes` (packed, `pack`) at most `max_distance` bits apart, each pair once:
-    all of them counted, the `limit` closest kept (closest first), so memory stays bounded whatever the
-    number of pairs. With `colours` (images x mean R, G, B), a pair whose means differ by more than
-    COLOUR_TOLERANCE in any channel is no match."""
+    """Every pair of rows of `hashes` (`pack`) at most `max_distance` bits apart, once: all counted, the `limit`
+    closest kept (memory stays bounded); with `colours` (mean R, G, B), means over COLOUR_TOLERANCE apart: no match."""
     if len(names) != len(hashes) or len(splits) != len(hashes):
         raise ValueError(f"{len(hashes)} hashes need as many names and splits, got {len(names)} and {len(splits)}")
     split_of = np.asarray(splits, dtype=object)

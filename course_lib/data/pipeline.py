@@ -25,23 +25,11 @@ import numpy as np
 
 from course_lib.config import Config, ConfigError
 from course_lib.data import cache, shards, transforms
-from course_lib.data.datasets import (
-    ArrayImageDataset,
-    DataBundle,
-    ImageFolderDataset,
-    TransformedSubset,
-    limit_indices,
-    split_indices,
-)
+from course_lib.data.datasets import (ArrayImageDataset, DataBundle, ImageFolderDataset, TransformedSubset,
+                                     limit_indices, split_indices)
 from course_lib.data.decode import FileDecoder, get_decoder
 from course_lib.data.device_augment import DeviceAugment, DeviceStage, batch_normalize
-from course_lib.data.images import (
-    BadImageError,
-    DataFolderError,
-    SplitClassesError,
-    class_mismatch,
-    split_folders,
-)
+from course_lib.data.images import BadImageError, DataFolderError, SplitClassesError, class_mismatch, split_folders
 from course_lib.data.landcover import landcover_cache_dir
 from course_lib.data.loaders import resolved_num_workers
 from course_lib.data.resident import ResidentSplit
@@ -86,13 +74,11 @@ CARVE_OUT_FRACTION, CARVE_OUT_SEED = 0.1, 0
 
 def plan_splits(root: Path, seed: int, max_train_images: int, listing: FolderListings,
                 validation_from: str = "folder") -> dict:
-    """train / val / test as SplitPlans (test may be None): train/ val|valid|validation/ test/
-    subfolders when present (a train/ alone gives up 10% for val), otherwise a seeded stratified
-    80/10/10 split of `root`; then max_train_images of the training files.
-    validation_from="train" validates on a fixed stratified 10% of train/ instead, and holds the
-    folder's val/ out as the test split when the data has no test/ (so a recipe is chosen on images
-    that the reported figure never sees). The class list is train/'s: a val/ or test/ with other
-    class folders is refused (SplitClassesError), as each folder would number its own classes."""
+    """train / val / test as SplitPlans (test may be None): the train/ val/ test/ subfolders (train/ alone gives up
+    10% for val), else a seeded stratified 80/10/10 split of `root`; then max_train_images of train. With
+    validation_from="train", val is a fixed stratified 10% of train/ and the folder's val/ becomes test when there is
+    no test/ (a recipe is chosen on images the reported figure never sees). Split folders with other classes than
+    train/'s are refused (SplitClassesError): each would number its own classes."""
     folders = split_folders(root)
     refuse_too_few_classes(listing(folders.get("train", root)).classes, folders.get("train", root))
     if "train" in folders:
@@ -139,12 +125,9 @@ def _carve_validation_out_of_train(plans: dict, listing: FolderListings) -> dict
 
 
 def split_transforms(config: Config, recipe: transforms.AugmentRecipe | None = None, augment: bool = True):
-    """(worker transform for training, worker transform for evaluation, DeviceStage) for the
-    config's `augmentation`; augment=False (digits) trains without augmentation wherever it runs.
-        cpu:    train_transform(recipe) in the workers -> float; the device stage only copies
-        device: ResizeUint8 in the workers -> uint8; the device stage runs DeviceAugment(recipe)
-                on training batches and normalises evaluation batches
-        none:   eval_transform for both -> float; the device stage only copies"""
+    """(worker transform for training, for evaluation, DeviceStage) for the config's `augmentation`: cpu augments in
+    the workers; device resizes there (uint8) and augments and normalises in the DeviceStage; none only resizes and
+    normalises. augment=False (digits) trains without augmentation wherever it runs."""
     size, place = config.image_size, config.augmentation
     recipe = recipe or transforms.recipe_for(config)
     if place == "device":
@@ -181,16 +164,11 @@ def _refuse_left_out(skipped: list, folder: Path, bad_images: str) -> None:
                             f"and delete {_shown(folder)}")
 
 
-def _file_splits(plans: dict, transform_of: dict, listing: FolderListings) -> dict:
-    splits = {}
-    for name, plan in plans.items():
-        if plan is None:
-            splits[name] = None
-        elif plan.indices is None:
-            splits[name] = listing(plan.folder).with_transform(transform_of[name])
-        else:
-            splits[name] = TransformedSubset(listing(plan.folder), plan.indices, transform_of[name])
-    return splits
+def _file_split(plan: SplitPlan | None, transform, listing: FolderListings):
+    if plan is None:
+        return None
+    files = listing(plan.folder)
+    return files.with_transform(transform) if plan.indices is None else TransformedSubset(files, plan.indices, transform)
 
 
 def _cached_splits(plans: dict, transform_of: dict, config: Config, listing: FolderListings):
@@ -210,10 +188,8 @@ def _cached_splits(plans: dict, transform_of: dict, config: Config, listing: Fol
                                  indices=wanted)
         _refuse_left_out(info.skipped, info.folder, config.bad_images)
         left_out = set(info.skipped)
-        rows = {}  # file index in the folder -> row of the cache (unreadable files have none)
-        for index in wanted:
-            if files.samples[index][0] not in left_out:
-                rows[index] = len(rows)
+        # file index in the folder -> row of the cache (unreadable files have none)
+        rows = {index: row for row, index in enumerate(i for i in wanted if files.samples[i][0] not in left_out)}
         for name in names:
             if len(names) == 1:  # the cache holds exactly this split's files
                 splits[name] = cache.PreDecodedDataset(info.folder, transform_of[name])
@@ -260,20 +236,18 @@ def image_folder_bundle(root: Path, config: Config, source: str | None = None) -
     plans = plan_splits(Path(root), config.seed, config.max_train_images, listing, config.validation_from)
     train_tf, eval_tf, stage = split_transforms(config)
     transform_of = {"train": train_tf, "val": eval_tf, "test": eval_tf}
-    where = ""
+    where, classes = "", list(listing(plans["train"].folder).classes)
     if config.storage in ("cache", "device"):
         splits, where = _cached_splits(plans, transform_of, config, listing)
         if config.storage == "device":  # one uint8 tensor per split, moved to the device by the engine
-            classes = list(listing(plans["train"].folder).classes)
             splits = {name: ResidentSplit.from_dataset(split, classes) if split is not None else None
                       for name, split in splits.items()}
             where += f"; resident, {sum(s.nbytes for s in splits.values() if s is not None) / 1e6:.0f} MB"
     else:
-        splits = _file_splits(plans, transform_of, listing)
+        splits = {name: _file_split(plan, transform_of[name], listing) for name, plan in plans.items()}
         if config.storage == "shards":
             splits["train"], where = _shard_train(plans["train"], train_tf, config, listing)
             where += "; evaluation from files"
-    classes = list(listing(plans["train"].folder).classes)
     return DataBundle(splits["train"], splits["val"], splits["test"], classes, source or str(root), stage,
                       describe(config, where))
 
@@ -360,10 +334,8 @@ def cifar10_bundle(root: Path, config: Config) -> DataBundle:
 
 
 def build_datasets(config: Config) -> DataBundle:
-    """The train/val/test datasets that `config.dataset` and `config.data_dir` name, read, decoded
-    and augmented as `config.storage`, `config.decoder` and `config.augmentation` say (image
-    folders: `image_folder_bundle`); `bundle.pipeline` names the choices and `bundle.device_stage` finishes each
-    batch on the training device."""
+    """The train/val/test datasets `config.dataset` and `config.data_dir` name, stored, decoded and augmented as the
+    config says; `bundle.pipeline` names the choices, `bundle.device_stage` finishes each batch on the device."""
     name = config.dataset
     if name in IN_MEMORY_DATASETS:
         _refuse_file_switches(config)

@@ -58,11 +58,9 @@ class ResidentSplit(torch.utils.data.Dataset):
 
 
 class ResidentBatches:
-    """Batches of a ResidentSplit on `device`: each epoch a permutation drawn from (seed, epoch) on
-    the CPU (so every rank and device agrees), this rank's every world_size-th share of it, then
-    batches by indexing. `set_epoch` as DistributedSampler has it; `len` is the batches per epoch.
-    `sample_weights` (one per image, e.g. `class_balance.sample_weights`) replaces the permutation by
-    a draw of as many images with replacement (`class_balance.balanced_order`): class_balance=sampler."""
+    """Batches of a ResidentSplit on `device`: each epoch (`set_epoch`) a permutation drawn from (seed, epoch) on the
+    CPU (every rank and device agrees), this rank's every world_size-th share, batches by indexing. `sample_weights`
+    (class_balance=sampler) replace the permutation by a draw with replacement (`class_balance.balanced_order`)."""
 
     generator = None  # the engine reseeds a DataLoader's generator each epoch; the order here is (seed, epoch)
 

@@ -68,8 +68,8 @@ def printable(text: str) -> str:
 
 
 def _inspect(path: Path, shown: Path | None = None) -> tuple[list[ScanProblem], tuple[int, int] | None]:
-    """Problems with one image file and its (width, height) when the header could be read.
-    `shown` is the name to report (a link's own path when `path` is its target)."""
+    """Problems with one image file and its (width, height) when the header could be read; `shown`: the name to
+    report (a link's own path when `path` is its target)."""
     name = str(shown or path)
     status = path.stat()
     if not stat.S_ISREG(status.st_mode):  # never opened: reading a FIFO blocks until a writer comes
@@ -128,30 +128,16 @@ def scan_file(path: Path) -> list[ScanProblem]:
 
 
 def _image_count(folder: Path) -> int:
-    """Image files under `folder`, following links as a loader would but visiting each real
-    folder once (a link cycle ends here instead of running forever)."""
-    count, seen, stack = 0, set(), [folder]
-    while stack:
-        current = stack.pop()
-        try:
-            real = current.resolve(strict=True)
-        except (OSError, RuntimeError):
-            continue
-        if real in seen:
+    """Image files under `folder`, following links as a loader would but each real folder once (a cycle ends)."""
+    count, seen = 0, set()
+    for current, subfolders, files in os.walk(folder, followlinks=True):
+        real = os.path.realpath(current)
+        if real in seen:  # a link back to a folder already counted
+            subfolders[:] = []
             continue
         seen.add(real)
-        try:
-            entries = list(os.scandir(current))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.is_dir():
-                    stack.append(Path(entry.path))
-                elif entry.is_file() and Path(entry.name).suffix.lower() in IMAGE_EXTENSIONS:
-                    count += 1
-            except OSError:
-                continue
+        count += sum(Path(name).suffix.lower() in IMAGE_EXTENSIONS and os.path.isfile(os.path.join(current, name))
+                     for name in files)
     return count
 
 
@@ -160,8 +146,7 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def _check_link(link: Path, root: Path) -> tuple[list[ScanProblem], Path | None]:
-    """Problems with a symbolic link, and what to scan through it: the resolved target when it
-    is a file, the resolved folder when it is a folder (scanned only with follow_links)."""
+    """Problems with a symbolic link, and what to scan through it: its resolved target (a folder: with follow_links)."""
     target = os.readlink(link)
     try:
         resolved = link.resolve(strict=True)
@@ -191,8 +176,7 @@ def _check_link(link: Path, root: Path) -> tuple[list[ScanProblem], Path | None]
 
 
 def _entries(root: Path, problems: list[ScanProblem]) -> list[tuple[Path, bool]]:
-    """(path, is_link) for every file and link under `root`, without following folder links; a
-    folder that cannot be listed is added to `problems`."""
+    """(path, is_link) of every file and link under `root` (folder links unfollowed); unlistable ones to `problems`."""
     found, stack = [], [root]
     while stack:
         folder = stack.pop()
@@ -218,9 +202,8 @@ def _skipped(path: Path) -> bool:
 
 
 def scan_folder(root: str | os.PathLike, *, follow_links: bool = False) -> tuple[int, list[ScanProblem]]:
-    """Scan every file under `root`; returns (files checked, problems). Links are reported
-    (see `_check_link`); file links are scanned through, folder links only with `follow_links`
-    (each real folder once). Image sizes are compared with the dataset's median at the end."""
+    """(files checked, problems) of every file under `root`: links reported (`_check_link`) and scanned through,
+    folder links only with `follow_links` (each real folder once); image sizes compared with the median at the end."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a folder; give the folder that holds the images")
@@ -254,8 +237,8 @@ def scan_folder(root: str | os.PathLike, *, follow_links: bool = False) -> tuple
 
 
 def _odd_sizes(sizes: dict[str, tuple[tuple[int, int], set[str]]]) -> list[ScanProblem]:
-    """Images whose side (the square root of the area) is more than ODD_SIZE_FACTOR times the
-    median side, or less than the median over it: a thumbnail, an icon or a whole scene among tiles."""
+    """Images whose side (sqrt of the area) is over ODD_SIZE_FACTOR times the median side or under the median over it:
+    a thumbnail, an icon or a whole scene among tiles."""
     if len(sizes) < ODD_SIZE_MINIMUM_IMAGES:
         return []
     sides = {name: math.sqrt(width * height) for name, ((width, height), _) in sizes.items()}
@@ -286,18 +269,9 @@ def _class_folders(folder: Path) -> list[str] | None:
 def _holds_an_image(folder: Path) -> bool | None:
     """Whether the loader finds an image file in `folder` (folder links not followed); None when a
     folder in it cannot be listed (reported as unreadable by the walk)."""
-    stack = [folder]
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            return None
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(Path(entry.path))
-            elif entry.name.lower().endswith(IMAGE_EXTENSIONS):
-                return True
-    return False
+    unlistable: list[ScanProblem] = []
+    found = _entries(folder, unlistable)
+    return None if unlistable else any(path.name.lower().endswith(IMAGE_EXTENSIONS) for path, _ in found)
 
 
 def dataset_folders(root: Path) -> list[Path]:
@@ -313,10 +287,8 @@ def dataset_folders(root: Path) -> list[Path]:
 
 
 def _layout_problems(root: Path, empty: bool) -> list[ScanProblem]:
-    """What the loader would refuse or get wrong in the folder layout: nothing to check at all,
-    class folders without images, a single class, and splits whose class folders differ from
-    train/'s (each split would number its own classes). A folder without subfolders is a plain
-    folder of images and has no classes to check; a folder of datasets has each dataset checked."""
+    """What the loader would refuse or get wrong in the layout: nothing to check, class folders without images, a
+    single class, splits whose classes differ from train/'s; a folder of datasets has each dataset checked."""
     if empty:
         return [ScanProblem(str(root), "empty-folder", "no files to check; give the folder that holds train/ and "
                                                        "val/, or the class folders")]

@@ -13,14 +13,12 @@ import logging
 import math
 import os
 import random
-import shutil
-import tarfile
 from pathlib import Path
 
 import torch
 
 from course_lib.config import ConfigError
-from course_lib.data.build_lock import DISK_FULL, damaged, disk_full, exclusive_build, staging_folder
+from course_lib.data.build_lock import built_in_staging, damaged, exclusive_build
 from course_lib.data.datasets import ImageFolderDataset
 from course_lib.data.images import BadImageError, skipped_line
 from course_lib.instruments.timing import now
@@ -62,12 +60,10 @@ def read_shard_set(folder: str | os.PathLike) -> ShardSet:
 
 
 def verify_shard_set(shard_set: ShardSet) -> ShardSet:
-    """Check, before reuse, that every shard is there and that together they hold the bytes the index
-    recorded (a shard cut short by a full disk or a killed copy fails here, not as a tar error in a
-    worker). Raises DamagedCacheError."""
-    present = [url for url in shard_set.urls if os.path.isfile(url)]
-    if len(present) != len(shard_set.urls):
-        missing = next(url for url in shard_set.urls if url not in present)
+    """Check, before reuse, that every shard is there and that together they hold the bytes the index recorded (a shard
+    cut short by a full disk or a killed copy fails here, not as a tar error in a worker). Raises DamagedCacheError."""
+    missing = next((url for url in shard_set.urls if not os.path.isfile(url)), None)
+    if missing is not None:
         raise damaged(shard_set.folder, f"{Path(missing).name} is missing")
     total = sum(os.path.getsize(url) for url in shard_set.urls)
     if total != shard_set.shard_bytes:
@@ -79,16 +75,12 @@ def verify_shard_set(shard_set: ShardSet) -> ShardSet:
 def write_shards(source: str | os.PathLike, out_dir: str | os.PathLike, shard_count: int = 8, *,
                  max_images: int = 0, seed: int = 0, indices: list[int] | None = None, decoder: str | None = None,
                  bad_images: str = "fail", num_workers: int = 0, rebuild: bool = False) -> ShardSet:
-    """Pack the ImageFolder `source` into `shard_count` tar files under `out_dir`, sizes differing
-    by at most one image. The files are shuffled once (seeded) before packing, so every shard
-    mixes classes: readers shuffle only within a buffer, and class-sorted shards would give
-    class-sorted batches. The encoded bytes are stored unchanged (no re-encoding), so reading
-    back gives exactly the original pixels; each sample's key is its index in the folder.
-
-    `indices` picks the folder's files (ImageFolder order); otherwise `max_images` spread evenly,
-    0 = all. With `decoder`, every file is decoded once first (`num_workers` workers) and
-    unreadable ones fail naming the file (bad_images=fail) or are left out (skip), so a reader's
-    image count is exact. An out_dir already holding the same packing is reused unless `rebuild`."""
+    """Pack the ImageFolder `source` (its `indices`, else `max_images` spread evenly, 0 = all) into `shard_count`
+    tar files under `out_dir`, sizes differing by at most one image, the encoded bytes unchanged (reading back gives
+    the original pixels); an out_dir holding the same packing is reused unless `rebuild`. The files are shuffled
+    once (seeded): readers shuffle only within a buffer, so class-sorted shards would give class-sorted batches.
+    With `decoder`, every file is decoded once first and an unreadable one fails (bad_images=fail) or is left out
+    (skip), so a reader's image count is exact."""
     from course_lib.data.cache import changed_line, content_key
     from course_lib.data.decode import FileDecoder
 
@@ -114,21 +106,13 @@ def write_shards(source: str | os.PathLike, out_dir: str | os.PathLike, shard_co
             raise FileNotFoundError(f"no readable image in {source}; nothing to pack")
         order = list(indices)
         random.Random(seed).shuffle(order)
-        staging = staging_folder(out_dir)
-        try:
+        with built_in_staging(out_dir, "the tar shards",
+                              lambda: sum(os.path.getsize(folder.samples[index][0]) for index in order)) as staging:
             names, sizes = _pack(staging, folder, order, shard_count)
             meta = {"urls": names, "images": len(order), "classes": list(folder.classes),
                     "shard_bytes": sum(os.path.getsize(staging / name) for name in names),
                     "write_seconds": now() - start, "sizes": sizes, "skipped": skipped, "key": key}
             (staging / INDEX_FILE).write_text(json.dumps(meta, indent=2))
-        except BaseException as error:  # no half shard set stays behind to fill the disk
-            shutil.rmtree(staging, ignore_errors=True)
-            if isinstance(error, OSError) and error.errno in DISK_FULL:
-                needed = sum(os.path.getsize(folder.samples[index][0]) for index in order)
-                raise disk_full(staging, needed, "the tar shards") from None
-            raise
-        shutil.rmtree(out_dir, ignore_errors=True)
-        staging.rename(out_dir)
         return read_shard_set(out_dir)
 
 
@@ -196,22 +180,14 @@ def reader_shards(count: int, rank: int, world_size: int, worker: int, workers: 
 
 
 class ShardDataset(torch.utils.data.IterableDataset):
-    """Stream samples from shards: each DDP rank, and each DataLoader worker within it, reads its
-    own subset of shards (`reader_shards`), decodes with `decoder` and applies `transform`.
-    bad_images="fail" raises BadImageError naming the shard and key; "skip" logs it.
-    shuffle_buffer > 0 shuffles the reader's shard order and its samples through a buffer of that
-    many encoded samples, drawing a new order each epoch from torch's generator (seeded per epoch
-    by the engine) mixed with `seed`.
-
-    Sized (given `shard_sizes`, `batch_size`, `num_workers`, `rank`, `world_size`, as
-    `pipeline.image_folder_bundle` does), each reader yields whole batches only and `len()` is the
-    number of images this rank yields per epoch, so `len(loader)` counts its batches exactly: a
-    DataLoader batches each worker's stream separately, and a worker's last partial batch would
-    otherwise be dropped (drop_last) or be short. Unsized (notebook 02), readers follow the
-    loader's actual worker count and the dataset has no length.
-
-    A reader that is given no shard yields nothing, so fewer shards than ranks x workers gives
-    ranks different batch counts (see `check_shard_count`)."""
+    """Stream samples from shards: each DDP rank, and each DataLoader worker in it, reads its own shards
+    (`reader_shards`; a reader given none yields nothing, see `check_shard_count`), decodes with `decoder`, applies
+    `transform`; bad_images="fail" raises naming the shard and key, "skip" logs it. shuffle_buffer > 0 shuffles the
+    reader's shards and samples, a new order each epoch (torch's generator, seeded by the engine, mixed with `seed`).
+    Sized (`shard_sizes` ... `world_size`, as `pipeline.image_folder_bundle` gives), each reader yields whole
+    batches only and `len()` is this rank's images per epoch, so `len(loader)` is exact (a DataLoader batches each
+    worker's stream apart: a worker's last partial batch would be short or dropped). Unsized (notebook 02), readers
+    follow the loader's worker count and the dataset has no length."""
 
     splits_by_rank = True  # make_loader: no DistributedSampler needed (nor possible)
 
@@ -255,18 +231,15 @@ class ShardDataset(torch.utils.data.IterableDataset):
         quota = self._quota(worker) if self.shard_sizes is not None else None
         if not urls or quota == 0:
             return
-        decoder = get_decoder(self.decoder_name)
-        stream = None
+        decoder, rng = get_decoder(self.decoder_name), None
         if self.shuffle_buffer:
             # A fresh draw per epoch: from the worker's torch generator, which the DataLoader seeds
             # from the main process's, which the engine seeds per (seed, epoch, rank).
             rng = random.Random(f"{self.seed}-{int(torch.randint(2**62, ()))}")
             rng.shuffle(urls)
-            stream = wds.WebDataset(urls, shardshuffle=False, nodesplitter=None, workersplitter=None,
-                                    empty_check=False).shuffle(self.shuffle_buffer, rng=rng)
-        else:
-            stream = wds.WebDataset(urls, shardshuffle=False, nodesplitter=None, workersplitter=None,
-                                    empty_check=False)
+        stream = wds.WebDataset(urls, shardshuffle=False, nodesplitter=None, workersplitter=None, empty_check=False)
+        if rng is not None:
+            stream = stream.shuffle(self.shuffle_buffer, rng=rng)
         yielded = 0
         for sample in stream:
             if quota is not None and yielded >= quota:
@@ -323,8 +296,3 @@ def check_shard_count(shard_count: int, ranks: int, workers_per_rank: int) -> li
                         f"counts differ; use a multiple of {readers} or cap the epoch (webdataset .with_epoch)")
     return problems
 
-
-def tar_member_names(url: str) -> list[str]:
-    """Names inside one shard (for inspection in the notebook)."""
-    with tarfile.open(url) as archive:
-        return archive.getnames()

@@ -13,6 +13,10 @@ import torch
 # ImageNet statistics: what timm's pretrained CNNs expect (timm.data.IMAGENET_DEFAULT_MEAN/STD).
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD  # noqa: E402
 
+from course_lib.config import AUGMENTATION_PLACES, ConfigError
+from course_lib.data.overhead_augment import batch_dihedral, batch_translate
+from course_lib.data.rotation import batch_rotate
+
 
 @dataclasses.dataclass(frozen=True)
 class AugmentRecipe:
@@ -56,40 +60,22 @@ def recipe_for(config) -> AugmentRecipe:
     return dataclasses.replace(recipe, rotation=config.rotation) if config.rotation else recipe
 
 
-class RandomDihedral:
-    """One of the eight symmetries of the square for one C x H x W image (per-sample twin of
-    `overhead_augment.batch_dihedral`), drawn from torch's generator (seeded per worker)."""
+class PerImage:
+    """A per-batch augmentation, `batch_function(images, *arguments)`, on one C x H x W image: its per-sample twin
+    in the DataLoader workers (the same arithmetic), drawing from torch's generator (seeded per worker)."""
+
+    def __init__(self, batch_function, *arguments):
+        self.batch_function, self.arguments = batch_function, arguments
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
-        from course_lib.data.overhead_augment import DIHEDRAL_VIEWS, dihedral
-
-        return dihedral(image, int(torch.randint(DIHEDRAL_VIEWS, ())))
+        return self.batch_function(image[None], *self.arguments)[0]
 
 
-class RandomRotate:
-    """Turn one C x H x W float image by an angle in [-max_degrees, max_degrees] (per-sample twin of
-    `rotation.batch_rotate`, the same arithmetic), drawn from torch's generator."""
+class RandomRotate(PerImage):
+    """Turn one float image by an angle in [-max_degrees, max_degrees] (`rotation.batch_rotate`)."""
 
     def __init__(self, max_degrees: float):
-        self.max_degrees = max_degrees
-
-    def __call__(self, image: torch.Tensor) -> torch.Tensor:
-        from course_lib.data.rotation import batch_rotate
-
-        return batch_rotate(image[None], self.max_degrees)[0]
-
-
-class RandomTranslate:
-    """Shift one C x H x W image by up to `max_shift` pixels, reflect-padded (per-sample twin of
-    `overhead_augment.batch_translate`)."""
-
-    def __init__(self, max_shift: int):
-        self.max_shift = max_shift
-
-    def __call__(self, image: torch.Tensor) -> torch.Tensor:
-        from course_lib.data.overhead_augment import batch_translate
-
-        return batch_translate(image[None], self.max_shift)[0]
+        super().__init__(batch_rotate, max_degrees)
 
 
 def train_transform(image_size: int, recipe: AugmentRecipe = LIGHT):
@@ -103,14 +89,13 @@ def train_transform(image_size: int, recipe: AugmentRecipe = LIGHT):
              if recipe.crop else v2.Resize((image_size, image_size), antialias=True)]
     if recipe.flip:
         steps.append(v2.RandomHorizontalFlip())
-    steps.append(v2.ToDtype(torch.float32, scale=True))
-    steps.append(v2.ToPureTensor())
+    steps += [v2.ToDtype(torch.float32, scale=True), v2.ToPureTensor()]
     if recipe.dihedral:
-        steps.append(RandomDihedral())
+        steps.append(PerImage(batch_dihedral))
     if recipe.rotation:
         steps.append(RandomRotate(recipe.rotation))
     if recipe.translate:
-        steps.append(RandomTranslate(recipe.shift_pixels(image_size)))
+        steps.append(PerImage(batch_translate, recipe.shift_pixels(image_size)))
     if recipe.jitters:
         steps.append(v2.ColorJitter(brightness=recipe.brightness, contrast=recipe.contrast,
                                     saturation=recipe.saturation))
@@ -122,13 +107,9 @@ def eval_transform(image_size: int):
     """Resize to image_size x image_size and normalise (evaluation, and augmentation=none)."""
     from torchvision.transforms import v2
 
-    return v2.Compose([
-        v2.ToImage(),
-        v2.Resize((image_size, image_size), antialias=True),
-        v2.ToDtype(torch.float32, scale=True),
-        v2.Normalize(IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD),
-        v2.ToPureTensor(),
-    ])
+    return v2.Compose([v2.ToImage(), v2.Resize((image_size, image_size), antialias=True),
+                       v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD),
+                       v2.ToPureTensor()])
 
 
 def denormalize(batch):
@@ -139,13 +120,8 @@ def denormalize(batch):
 
 
 def sample_transform(image_size: int, augmentation: str = "cpu", recipe: AugmentRecipe = HEAVY):
-    """The per-sample transform for a decoded image (PIL or uint8 tensor), by where augmentation
-    runs: "cpu": `train_transform(image_size, recipe)` in the worker, normalised float out;
-    "device": resize only, uint8 out, for DeviceAugment later; "none": `eval_transform`.
-    The default recipe is HEAVY, what notebook 02 and the data benchmark measure;
-    `build_datasets` passes LIGHT."""
-    from course_lib.config import AUGMENTATION_PLACES, ConfigError
-
+    """The per-sample transform by where augmentation runs: "cpu": `train_transform(image_size, recipe)`; "device":
+    resize only, uint8 out, for DeviceAugment; "none": `eval_transform`. The default recipe HEAVY is notebook 02's."""
     if augmentation == "cpu":
         return train_transform(image_size, recipe)
     if augmentation == "device":

@@ -20,7 +20,9 @@ checkpoint being exported never.
 from __future__ import annotations
 
 import json
+import logging
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -74,9 +76,6 @@ def onnx_model(path: str | Path) -> InferenceModel:
 
 def export_onnx(model: torch.nn.Module, example_images: torch.Tensor, path: str | Path) -> Path:
     """Write `model` as ONNX with a dynamic batch dimension (the dynamo exporter)."""
-    import logging
-    import warnings
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if example_images.shape[0] < 2:  # a dimension of size 1 would be specialised to a constant
@@ -101,17 +100,9 @@ class _Calibration:
 
 
 def quantize_onnx(fp32_path: str | Path, int8_path: str | Path, calibration_batches) -> Path:
-    """onnxruntime static int8 quantization of an ONNX file: QDQ format, int8 weights per output
-    channel, uint8 activations (the u8s8 scheme x86 VNNI kernels take), ranges from min/max over
-    `calibration_batches`."""
-    import logging
-
-    from onnxruntime.quantization import (
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
+    """onnxruntime static int8 quantization of an ONNX file: QDQ format, int8 weights per output channel, uint8
+    activations (the u8s8 scheme x86 VNNI kernels take), ranges from min/max over `calibration_batches`."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     session = onnx_session(fp32_path)
     root = logging.getLogger()
@@ -188,40 +179,12 @@ def refuse_overwrite(artifact: Path, checkpoint_path: Path, force: bool) -> None
         raise FileExistsError(f"{artifact} already exists; pass --force to replace it, or choose another --output")
 
 
-def _written_atomically(path: Path, write) -> Path:
-    """`write(temp_path)` then the temp file renamed to `path` (a reader never sees half a file);
-    on failure the temp file is removed and `path`, if it exists, is unchanged."""
-    from course_lib.models.checkpoint import remove_stale_temporaries, temporary_path
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path.parent)
-    temporary = temporary_path(path)
-    try:
-        write(temporary)
-        temporary.replace(path)
-    finally:
-        temporary.unlink(missing_ok=True)  # still there only when the write failed
-    return path
-
-
-def check_artifact_path(artifact: Path) -> None:
-    """Refuse, before any export work, an artifact in a folder that cannot be written (one line naming
-    the folder and the fix; a folder as the artifact itself is `refuse_overwrite`'s)."""
-    from course_lib.paths import check_writable
-
-    # relative to the working folder, as the artifact is
-    check_writable(artifact.parent.absolute(), "--output another path")
-
-
 def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", *, int8: bool = False,
                       output: str | Path | None = None, calibration_batches: int = 8, repeats: int = 5,
                       force: bool = False, **overrides) -> dict:
-    """Export a `workbook train` checkpoint as `export_format` (onnx | pt2), int8 when asked; check
-    it against the PyTorch model; measure its validation top-1 and CPU latency at batch 1 and 64;
-    write `<artifact>.json` beside the artifact and a ledger row (kind "export"). `overrides` are
-    Config values for the data (data_dir=..., batch_size=...); `repeats`: timed repeats per batch size
-    (the median is reported); `force`: replace an existing artifact (never the checkpoint itself).
-    Returns the JSON's content."""
+    """Export a `workbook train` checkpoint as `export_format` (onnx | pt2), int8 when asked; check it against the
+    PyTorch model; measure its validation top-1 and CPU latency (median of `repeats`) at batch 1 and 64; write
+    `<artifact>.json` beside it and a ledger row. `overrides`: Config values for the data. Returns the JSON content."""
     from course_lib import ledger, machine
     from course_lib.data.pipeline import build_datasets
     from course_lib.models import factory
@@ -264,6 +227,8 @@ def export_checkpoint(checkpoint_path: str | Path, export_format: str = "onnx", 
 def _export_paths(checkpoint_path, export_format: str, int8: bool, output, repeats: int, force: bool) -> tuple:
     """(checkpoint, artifact) after every check that needs no work: the format, the checkpoint, the repeats, an
     artifact already there (`force`) and a folder that cannot be written, each in one line."""
+    from course_lib.paths import check_writable
+
     if export_format not in FORMATS:
         raise ConfigError(f"--format {export_format!r} is not one of {', '.join(FORMATS)}")
     path = Path(checkpoint_path)
@@ -274,18 +239,17 @@ def _export_paths(checkpoint_path, export_format: str, int8: bool, output, repea
     suffix = "-int8" if int8 else ""
     artifact = Path(output) if output else path.with_name(f"{path.stem}{suffix}.{export_format}")
     refuse_overwrite(artifact, path, force)  # before any work: nothing is lost, no time is spent
-    check_artifact_path(artifact)  # a folder that cannot be written: one line, before any work
+    check_writable(artifact.parent.absolute(), "--output another path")  # relative to the working folder, as artifact
     return path, artifact
 
 
 def _write_checked(model, export_format: str, int8: bool, artifact: Path, check_images, calibration) -> tuple:
     """Export `model` to `artifact` (int8: calibrated on `calibration()`'s batches), check the served model's logits
     against PyTorch's on `check_images` and rename it into place only once checked. (served model, max difference)."""
-    from course_lib.models.checkpoint import temporary_path
+    from course_lib.models.checkpoint import temporary_path, written_atomically
 
-    found = {}
-
-    def write_and_check(temporary: Path) -> None:
+    artifact.parent.mkdir(parents=True, exist_ok=True)
+    with written_atomically(artifact) as temporary:
         if export_format == "onnx":
             if int8:  # the fp32 intermediate has a temp name too: an existing <stem>-fp32.onnx is left alone
                 fp32_file = temporary_path(artifact.with_name(artifact.stem + "-fp32.onnx"))
@@ -305,7 +269,4 @@ def _write_checked(model, export_format: str, int8: bool, artifact: Path, check_
         if not int8 and difference > FP32_TOLERANCE:
             raise RuntimeError(f"the exported {export_format} model's logits differ from PyTorch's by {difference:.2e} "
                                f"(> {FP32_TOLERANCE}); the export is wrong, do not serve it")
-        found.update(served=served, difference=difference)
-
-    _written_atomically(artifact, write_and_check)
-    return found["served"], found["difference"]
+    return served, difference

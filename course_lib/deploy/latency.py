@@ -7,6 +7,8 @@ images/s, the model FLOPs utilization of inference: forward FLOPs per image (cou
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from course_lib.instruments.timing import time_repeats
@@ -14,9 +16,8 @@ from course_lib.instruments.timing import time_repeats
 
 def inference_speed(model, batch_size: int, image_size: int, *, repeats: int = 5, warmup: int = 2,
                     min_images: int = 16, channels_last: bool = False) -> dict:
-    """{batch_size, milliseconds (median per batch), images_per_second} of `model(images)` on the CPU.
-    Each repeat runs enough batches for at least `min_images` images, so batch 1 is not timed on a
-    single sub-millisecond call."""
+    """{batch_size, milliseconds (median per batch), images_per_second} of `model(images)` on the CPU. Each repeat runs
+    enough batches for at least `min_images` images, so batch 1 is not timed on a single sub-millisecond call."""
     images = torch.randn(batch_size, 3, image_size, image_size)
     if channels_last:
         images = images.contiguous(memory_format=torch.channels_last)
@@ -31,8 +32,6 @@ def forward_flops_per_image(model: torch.nn.Module, image_size: int, batch_size:
     """FLOPs of one forward pass per image (matmuls and convolutions, as MFU counts them), on a
     copy in eval mode on the CPU. Count it on the fp32 module: a quantized graph or an onnxruntime
     session does the same arithmetic but hides it from the counter."""
-    import copy
-
     from torch.utils.flop_counter import FlopCounterMode
 
     probe = copy.deepcopy(model).float().cpu().eval()

@@ -22,10 +22,8 @@ def prunable_layers(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str]]
 
 
 def prune_unstructured(model: torch.nn.Module, sparsity: float) -> torch.nn.Module:
-    """Zero the `sparsity` fraction (0-1) of convolution and linear weights with the smallest
-    magnitude, ranked across all layers together (global L1). The zeros stay zero during
-    fine-tuning (torch keeps a mask and multiplies it in before each forward); `make_permanent`
-    folds the masks into plain weights. Changes `model` in place and returns it."""
+    """Zero, in place, the `sparsity` fraction of convolution and linear weights of smallest magnitude across all
+    layers (global L1); they stay zero during fine-tuning (a mask multiplied in), `make_permanent` folds the masks."""
     import torch.nn.utils.prune as prune
 
     if not 0.0 <= sparsity < 1.0:
@@ -50,19 +48,13 @@ def make_permanent(model: torch.nn.Module) -> torch.nn.Module:
 
 def weight_sparsity(model: torch.nn.Module) -> float:
     """Fraction of convolution and linear weights that are exactly zero."""
-    zeros = total = 0
-    for module, name in prunable_layers(model):
-        weight = getattr(module, name)
-        zeros += int((weight == 0).sum())
-        total += weight.numel()
-    return zeros / max(total, 1)
+    weights = [getattr(module, name) for module, name in prunable_layers(model)]
+    return sum(int((weight == 0).sum()) for weight in weights) / max(sum(weight.numel() for weight in weights), 1)
 
 
 def prune_channels(model: torch.nn.Module, ratio: float, example_inputs: torch.Tensor) -> torch.nn.Module:
-    """Remove the `ratio` fraction (0-1) of output channels in every prunable group (L1 norm of the
-    filters, Li et al. 2017), keeping the classifier's outputs. The layers really shrink: fewer
-    parameters, fewer FLOPs, a smaller dense model. `example_inputs` is a batch the model accepts
-    (Torch-Pruning traces it to find the channel groups). Changes `model` in place and returns it."""
+    """Remove, in place, the `ratio` fraction of output channels of smallest L1 norm in every prunable group (Torch-
+    Pruning traces `example_inputs` to find them), keeping the classifier's outputs: a smaller, faster dense model."""
     import torch_pruning
 
     if not 0.0 <= ratio < 1.0:

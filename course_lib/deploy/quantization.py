@@ -20,6 +20,7 @@ on torch >= 2.11, and the NGC containers keep NVIDIA's older torch build, so the
 """
 from __future__ import annotations
 
+import copy
 from typing import Iterable
 
 import torch
@@ -51,10 +52,8 @@ def export_model(model: torch.nn.Module, example_images: torch.Tensor) -> torch.
 
 
 def quantize_int8(model: torch.nn.Module, calibration_batches: Iterable[torch.Tensor]) -> torch.fx.GraphModule:
-    """The PT2E int8 model: export, X86 Inductor quantizer, calibrate on `calibration_batches`
-    (normalised image tensors, e.g. a few training batches), convert. Returns the reference int8
-    graph (run it as is for accuracy; `torch.compile` it for int8 speed). `model` is not changed.
-    Without torchao (`torchao_missing`): a ConfigError in one line."""
+    """The PT2E int8 reference graph of `model` (unchanged): export, X86 Inductor quantizer, calibrate on a few
+    normalised batches, convert (`torch.compile` it for int8 speed). Without torchao: a one-line ConfigError."""
     if (missing := torchao_missing()) is not None:
         raise ConfigError(missing)
     import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as x86
@@ -75,9 +74,8 @@ def quantize_int8(model: torch.nn.Module, calibration_batches: Iterable[torch.Te
 
 
 def drop_unused_weights(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """Remove tensors the graph no longer reads. After `convert_pt2e` the fp32 weights stay attached
-    beside their int8 copies, so the module (and anything exported from it) would be larger than
-    the fp32 model."""
+    """Remove tensors the graph no longer reads. After `convert_pt2e` the fp32 weights stay attached beside their int8
+    copies, so the module (and anything exported from it) would be larger than the fp32 model."""
     used = {node.target for node in graph_module.graph.nodes if node.op == "get_attr"}
     for name in [name for name, _ in [*graph_module.named_parameters(), *graph_module.named_buffers()]
                  if name not in used]:
@@ -94,8 +92,6 @@ class BFloat16Model(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module):
         super().__init__()
-        import copy
-
         self.model = copy.deepcopy(model).to(torch.bfloat16).eval()
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -105,8 +101,7 @@ class BFloat16Model(torch.nn.Module):
 def model_size_bytes(model: torch.nn.Module) -> int:
     """Bytes of the weights and buffers a model holds (for a graph, those it reads): int8 weights
     count 1 byte each, bf16 2, fp32 4. Pruned zeros still count: they are stored."""
-    tensors = dict(model.named_parameters())
-    tensors.update(dict(model.named_buffers()))
+    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     if isinstance(model, torch.fx.GraphModule):
         used = {node.target for node in model.graph.nodes if node.op == "get_attr"}
         tensors = {name: tensor for name, tensor in tensors.items() if name in used}

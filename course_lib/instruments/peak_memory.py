@@ -34,14 +34,10 @@ def quiet_stderr():
 
 @contextmanager
 def cpu_peak_tracker():
-    """Track the peak of CPU tensor memory allocated inside the block, above what was live before.
-
-    Method: `torch.profiler` with `profile_memory=True` routes every CPU tensor allocation and
-    free through c10's ProfiledCPUMemoryReporter, which records a "[memory]" event with the bytes
-    and the running "Total Allocated". The peak of that running total, minus its value when the
-    block started, is the block's peak of tensor memory. It counts what torch allocates for tensors
-    (the same thing `torch.cuda.max_memory_allocated` counts on a GPU), not allocator slack or
-    Python objects, which process RSS would mix in. Yields a dict whose "peak_bytes" is set on exit."""
+    """Track the peak of CPU tensor memory allocated inside the block, above what was live before; yields a dict whose
+    "peak_bytes" is set on exit. `torch.profiler(profile_memory=True)` records each CPU tensor allocation and free as
+    a "[memory]" event with the running "Total Allocated": its peak minus its start is what torch allocated for
+    tensors (as `torch.cuda.max_memory_allocated` counts), without the allocator slack or Python objects of RSS."""
     from torch.profiler import ProfilerActivity, profile
 
     result = {"peak_bytes": None}
@@ -63,11 +59,8 @@ def cpu_peak_tracker():
                 os.unlink(path)
         memory = sorted((e for e in events if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 0),
                         key=lambda e: e["ts"])
-        if memory:
-            start = memory[0]["args"]["Total Allocated"] - memory[0]["args"]["Bytes"]
-            result["peak_bytes"] = max(e["args"]["Total Allocated"] for e in memory) - start
-        else:
-            result["peak_bytes"] = 0
+        start = memory[0]["args"]["Total Allocated"] - memory[0]["args"]["Bytes"] if memory else 0
+        result["peak_bytes"] = max((e["args"]["Total Allocated"] for e in memory), default=start) - start
 
 
 def peak_bytes_during(step: Callable[[], object], device) -> int:
@@ -123,11 +116,9 @@ def peak_memory_kind(device) -> str:
 
 def is_out_of_memory(error: BaseException) -> bool:
     """True for CUDA OOM and for the CPU allocator failing to allocate."""
-    if isinstance(error, torch.OutOfMemoryError):
-        return True
     text = str(error).lower()
-    return isinstance(error, (RuntimeError, MemoryError)) and ("out of memory" in text or "can't allocate" in text
-                                                               or isinstance(error, MemoryError))
+    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate" in text))
 
 
 def release_memory(device=None) -> None:

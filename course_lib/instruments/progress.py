@@ -38,20 +38,12 @@ def _duration(seconds: float) -> str:
     return f"{minutes} min {whole:02d} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
-def _mebibytes(count: float) -> str:
-    return f"{count / 2**20:.1f}"
-
-
 class Progress:
-    """One long call's progress, with tqdm's verbs: `update(n)`, `set_postfix(loss=...)` or
-    `set_postfix_str("what runs now")`, `close()` (or a `with` block).
-
-    `plain=None` decides from where the output goes: a bar in a notebook or when `stream` (default
-    stderr, as tqdm) is a terminal, plain lines otherwise. `enabled=False` shows nothing.
-    `in_bytes`: counts are bytes, shown in MiB (`initial`: bytes already there, a resumed download).
-    `delay`: no bar (and no start line) for a call that ends within that many seconds, tqdm's `delay`.
-    A plain line reads `grid: 3/18 fits (17%), 42 s, about 3 min 30 s left; adamw lr 0.003 seed 1`.
-    """
+    """One long call's progress, with tqdm's verbs: `update(n)`, `set_postfix(loss=...)`, `set_postfix_str(...)`,
+    `close()` (or a `with` block). `plain=None`: a bar in a notebook or when `stream` (default stderr) is a terminal,
+    plain lines otherwise, e.g. `grid: 3/18 fits (17%), 42 s, about 3 min 30 s left; adamw lr 0.003 seed 1`.
+    `in_bytes`: counts are bytes, shown in MiB (`initial`: bytes already there, a resumed download); `delay`: no bar
+    (and no start line) for a call that ends within that many seconds, tqdm's `delay`."""
 
     def __init__(self, total: int | None, description: str, *, unit: str = "", enabled: bool = True,
                  leave: bool = True, stream=None, plain: bool | None = None, in_bytes: bool = False,
@@ -78,15 +70,11 @@ class Progress:
             from tqdm.notebook import tqdm
         else:
             from tqdm.auto import tqdm
-        options = {"file": stream} if stream is not None else {}
-        if in_bytes:
-            options.update(unit="B", unit_scale=True, unit_divisor=1024)
-        else:
-            options["unit"] = f" {unit}" if unit else "it"
-        if widget:  # shown by `_show` under a display id, so that `close` can put text in its place
-            options.update(display=False, delay=0)
-        else:
-            options["delay"] = delay
+        options = (dict(unit="B", unit_scale=True, unit_divisor=1024) if in_bytes
+                   else dict(unit=f" {unit}" if unit else "it"))
+        options.update({"file": stream} if stream is not None else {})
+        # A widget is shown by `_show` under a display id, so that `close` can put text in its place.
+        options.update(dict(display=False, delay=0) if widget else dict(delay=delay))
         self.bar = tqdm(total=total, desc=description, initial=initial, leave=leave, dynamic_ncols=True, **options)
         if widget and not delay:
             self._show()
@@ -149,7 +137,7 @@ class Progress:
         """The plain line as things stand; `state`: "started", "done" or "" (under way)."""
         seconds = self.clock() - self.started
         unit = f" {self.unit}" if self.unit else ""
-        shown = _mebibytes if self.in_bytes else str
+        shown = (lambda count: f"{count / 2**20:.1f}") if self.in_bytes else str  # bytes shown in MiB
         if state == "started":
             return f"{self.description}: " + (f"{shown(self.total)}{unit}, started" if self.total is not None
                                               else "started")

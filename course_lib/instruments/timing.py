@@ -66,11 +66,7 @@ def time_repeats(work: Callable[[], object], *, repeats: int = 5, warmup: int = 
     if repeats < 1 or warmup < 0 or calls < 1:
         raise ValueError(f"repeats and calls must be at least 1 and warmup at least 0, got "
                          f"repeats={repeats}, calls={calls}, warmup={warmup}")
-    result = None
     for _ in range(warmup):
-        result = work()
-    seconds = []
-    for _ in range(repeats):
-        elapsed, result = stopwatch(work, device, calls)
-        seconds.append(elapsed)
-    return Timing(seconds, calls, warmup, result)
+        work()
+    timed = [stopwatch(work, device, calls) for _ in range(repeats)]
+    return Timing([seconds for seconds, _ in timed], calls, warmup, timed[-1][1])

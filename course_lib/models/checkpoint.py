@@ -13,7 +13,10 @@ floating tensor is finite.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
+import hashlib
+import json
 import os
 import pickle
 import re
@@ -79,12 +82,25 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
             except FileNotFoundError:
                 continue
         if stale:
-            try:
+            with contextlib.suppress(FileNotFoundError):  # another process removed it first
                 candidate.unlink()
                 removed.append(candidate)
-            except FileNotFoundError:
-                pass
     return removed
+
+
+@contextlib.contextmanager
+def written_atomically(path: Path):
+    """Yield the temp file to write `path`'s new content into, renamed to `path` when the block ends (readers see the
+    old file or the new one, never half); on failure the temp file is removed and `path` left as it was."""
+    remove_stale_temporaries(path.parent)
+    temporary = temporary_path(path)
+    _saving.add(temporary)
+    try:
+        yield temporary
+        os.replace(temporary, path)  # atomic on POSIX and Windows when on the same filesystem
+    finally:
+        _saving.discard(temporary)
+        temporary.unlink(missing_ok=True)  # still there only when the write failed
 
 
 def _disk_full(error: BaseException) -> bool:
@@ -107,15 +123,11 @@ def save_checkpoint(state: dict, path: str | os.PathLike) -> Path:
     except OSError as error:
         raise CheckpointError(f"cannot create the checkpoint folder {path.parent} ({_first_line(error)}); "
                               "set output_dir to a folder you can write") from None
-    remove_stale_temporaries(path.parent)
-    temporary = temporary_path(path)
-    _saving.add(temporary)
     try:
-        with open(temporary, "wb") as handle:
+        with written_atomically(path) as temporary, open(temporary, "wb") as handle:
             torch.save({"format": FORMAT, **state}, handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(temporary, path)  # atomic on POSIX and Windows when on the same filesystem
     except (OSError, RuntimeError) as error:
         if _disk_full(error):
             free = shutil.disk_usage(path.parent).free / 1e6
@@ -126,12 +138,6 @@ def save_checkpoint(state: dict, path: str | os.PathLike) -> Path:
             raise CheckpointError(f"cannot write the checkpoint {path} ({_first_line(error)}); "
                                   "set output_dir to a folder you can write") from None
         raise
-    finally:
-        _saving.discard(temporary)
-        try:
-            temporary.unlink()  # still there only when the save failed
-        except FileNotFoundError:
-            pass
     return path
 
 
@@ -190,12 +196,7 @@ def first_non_finite(state, prefix: str = "") -> tuple[str, int, int] | None:
             if not bool(finite.all()):
                 return prefix, int((~finite).sum()), state.numel()
         return None
-    if isinstance(state, dict):
-        items = state.items()
-    elif isinstance(state, (list, tuple)):
-        items = enumerate(state)
-    else:
-        return None
+    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
     for key, value in items:
         found = first_non_finite(value, f"{prefix}.{key}" if prefix else str(key))
         if found is not None:
@@ -204,10 +205,8 @@ def first_non_finite(state, prefix: str = "") -> tuple[str, int, int] | None:
 
 
 def load_checkpoint(path: str | os.PathLike, map_location="cpu", *, check_finite: bool = True) -> dict:
-    """The checkpoint dict ("model", "config", "classes", "epoch", "history", ...).
-    Only tensors and plain values are accepted: a file holding other pickled objects is refused.
-    A file that is not a checkpoint, fails its CRC check or (with `check_finite`) holds NaN/inf
-    in a floating tensor raises CheckpointError naming what it is."""
+    """The checkpoint dict ("model", "config", "classes", "epoch", "history", ...) of tensors and plain values only;
+    a file that is not one, fails its CRC check or (`check_finite`) holds NaN/inf is a CheckpointError naming it."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
@@ -215,9 +214,8 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu", *, check_finite
     if what is not None:
         raise CheckpointError(f"{path} is {what}")
     with open(path, "rb") as handle:
-        is_zip = handle.read(4) == _ZIP_MAGIC
-    if is_zip:
-        _verify_zip(path)
+        if handle.read(4) == _ZIP_MAGIC:
+            _verify_zip(path)
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
@@ -241,7 +239,6 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu", *, check_finite
 
 # Config fields that say where and how fast a run went, not what it learned: a checkpoint trained
 # with other values of these is the same model, so `config_digest` leaves them out.
-# Fields that never change the weights (where files go, how data is fed, what is logged): left out of a digest.
 BOOKKEEPING_FIELDS = ("output_dir", "resume", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers",
                       "tensorboard")
 
@@ -253,13 +250,8 @@ LATER_FIELDS = {"rotation": 0.0, "sync_batchnorm": False, "muon_lr": 0.015, "loo
 
 
 def config_digest(values: dict, ignore=BOOKKEEPING_FIELDS) -> str:
-    """A 12-hex-digit SHA-1 of `values` (a Config's `to_dict()` plus anything else that decides
-    the weights, e.g. the class list), without the `ignore` fields (and `LATER_FIELDS` at their old
-    behaviour): the name under which a checkpoint can be found again and reused instead of retrained
-    while the digest matches."""
-    import hashlib
-    import json
-
+    """A 12-hex-digit SHA-1 of `values` (a Config's `to_dict()` plus all else that decides the weights) without the
+    `ignore` fields (and `LATER_FIELDS` at their old value): the name under which a checkpoint is found and reused."""
     kept = {key: value for key, value in values.items()
             if key not in ignore and not (key in LATER_FIELDS and value == LATER_FIELDS[key])}
     return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]

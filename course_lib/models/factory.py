@@ -110,17 +110,13 @@ def create_model(model_name: str, num_classes: int, pretrained: bool = False, **
     try:
         return timm.create_model(model_name, pretrained=True, num_classes=num_classes, **options)
     except Exception as error:  # hub errors come in many types (LocalEntryNotFoundError, HTTPError, ...)
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise hub._unavailable(model_name, f"{type(error).__name__}: {first_line[:120]}") from None
+        raise hub._unavailable(model_name, f"{type(error).__name__}: {checkpoint._first_line(error)[:120]}") from None
 
 
 def load_backbone(model: torch.nn.Module, path: str | os.PathLike, classes: list[str] | None = None,
                   model_name: str | None = None) -> dict:
-    """Load a workbook checkpoint's weights into `model`, keeping `model`'s number of classes.
-
-    Every tensor must match (a strict load, so a wrong architecture fails loudly). The checkpoint's
-    head is kept when its classes are `classes` (or, when `classes` is None, when the count agrees);
-    otherwise the head is re-created with timm's `reset_classifier`. Returns what happened."""
+    """Load a workbook checkpoint's weights into `model` strictly (a wrong architecture fails loudly), keeping the
+    checkpoint's head when its classes are `classes` (None: when the count agrees), else a new head of `model`'s."""
     path = Path(path)
     state = checkpoint.load_checkpoint(path)
     saved_model = state.get("config", {}).get("model")

@@ -18,8 +18,7 @@ def weights_repository(model_name: str) -> str | None:
     """The Hugging Face hub repository timm loads `model_name`'s default weights from, or None."""
     from timm.models import get_pretrained_cfg
 
-    pretrained_cfg = get_pretrained_cfg(model_name)
-    return getattr(pretrained_cfg, "hf_hub_id", None) or None
+    return getattr(get_pretrained_cfg(model_name), "hf_hub_id", None) or None
 
 
 def weights_cached(model_name: str) -> bool:
@@ -27,10 +26,8 @@ def weights_cached(model_name: str) -> bool:
     from huggingface_hub import try_to_load_from_cache
 
     repository = weights_repository(model_name)
-    if repository is None:
-        return False
-    return any(isinstance(try_to_load_from_cache(repository, name), str)
-               for name in ("model.safetensors", "pytorch_model.bin"))
+    return repository is not None and any(isinstance(try_to_load_from_cache(repository, name), str)
+                                          for name in ("model.safetensors", "pytorch_model.bin"))
 
 
 def hub_reachable(timeout_seconds: float = 3.0) -> bool:

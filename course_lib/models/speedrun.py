@@ -90,38 +90,30 @@ class SpeedrunResNet(nn.Module):
         self.fc = nn.Linear(self.num_features, num_classes) if num_classes else nn.Identity()
 
 
-def _config(name: str) -> dict:
-    return {"url": "", "num_classes": 1000, "input_size": (3, 64, 64), "pool_size": (4, 4),
-            "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "first_conv": "stem.0",
-            "classifier": "fc", "architecture": name}
+def _speedrun(name: str, pretrained: bool, kwargs: dict, **sizes) -> SpeedrunResNet:
+    if pretrained:
+        raise ValueError(f"{name} has no pretrained weights; set pretrained=false")
+    model = SpeedrunResNet(**{**sizes, **kwargs})
+    model.pretrained_cfg = model.default_cfg = {
+        "url": "", "num_classes": 1000, "input_size": (3, 64, 64), "pool_size": (4, 4), "mean": (0.485, 0.456, 0.406),
+        "std": (0.229, 0.224, 0.225), "first_conv": "stem.0", "classifier": "fc", "architecture": name}
+    return model
 
 
 @register_model
 def speedrun_resnet(pretrained: bool = False, **kwargs) -> SpeedrunResNet:
     """Widths 64/128/256 (1.94 M parameters with 10 classes); no pretrained weights exist."""
-    if pretrained:
-        raise ValueError("speedrun_resnet has no pretrained weights; set pretrained=false")
-    model = SpeedrunResNet(**{"widths": (64, 128, 256), **kwargs})
-    model.pretrained_cfg = model.default_cfg = _config("speedrun_resnet")
-    return model
+    return _speedrun("speedrun_resnet", pretrained, kwargs, widths=(64, 128, 256))
 
 
 @register_model
 def speedrun_resnet_small(pretrained: bool = False, **kwargs) -> SpeedrunResNet:
     """Widths 32/64/128, stem 16 (0.49 M parameters with 10 classes): a quarter of the arithmetic."""
-    if pretrained:
-        raise ValueError("speedrun_resnet_small has no pretrained weights; set pretrained=false")
-    model = SpeedrunResNet(**{"widths": (32, 64, 128), "stem_width": 16, **kwargs})
-    model.pretrained_cfg = model.default_cfg = _config("speedrun_resnet_small")
-    return model
+    return _speedrun("speedrun_resnet_small", pretrained, kwargs, widths=(32, 64, 128), stem_width=16)
 
 
 @register_model
 def speedrun_resnet_tiny(pretrained: bool = False, **kwargs) -> SpeedrunResNet:
     """Widths 16/32/64, stem 8 (0.12 M parameters with 10 classes): a quarter of the small net's
     arithmetic, the student notebook 13 distils the speed-run recipe's model into."""
-    if pretrained:
-        raise ValueError("speedrun_resnet_tiny has no pretrained weights; set pretrained=false")
-    model = SpeedrunResNet(**{"widths": (16, 32, 64), "stem_width": 8, **kwargs})
-    model.pretrained_cfg = model.default_cfg = _config("speedrun_resnet_tiny")
-    return model
+    return _speedrun("speedrun_resnet_tiny", pretrained, kwargs, widths=(16, 32, 64), stem_width=8)

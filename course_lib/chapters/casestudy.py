@@ -77,11 +77,9 @@ SIZES = {
 }
 
 
-
 @dataclasses.dataclass(kw_only=True)
 class CaseSetup(ChapterSetup):
-    """Notebook 10's data, config, the baseline's datasets (`bundle`, shared by the stages that read files)
-    and the choices its parameters left to the profile (`setup`)."""
+    """Notebook 10's data, config, the baseline's datasets (shared by the stages that read files) and choices."""
 
     noise_seeds: list  # baseline seeds after the first, for the accuracy noise band
     ddp_processes: int  # processes of the DDP stage; 0: skipped
@@ -100,10 +98,9 @@ class CaseSetup(ChapterSetup):
 
 def setup(profile: str, dataset: str | None = None, data_dir: str | None = None, source_image_size: int = 0,
           *, noise_seeds: int = 0, run_ddp: str | bool = "auto", **given) -> CaseSetup:
-    """The study's data (`dataset`/`data_dir`, else `paths.choose_data`'s; without real data landcover-synth generated
-    at `source_image_size` px, 0: the profile's), its config (`SIZES`, then `given`; None: not given), the baseline's
-    datasets, `noise_seeds` baseline runs (0: the profile's) and the DDP stage's processes (`ddp_world_size`;
-    `run_ddp` false skips it, true forces 2 processes where the profile launches it)."""
+    """The study's data (`dataset`/`data_dir`, else `paths.choose_data`'s, else landcover-synth generated at
+    `source_image_size` px; 0: the profile's), config (`SIZES`, then `given`), the baseline's datasets, `noise_seeds`
+    (0: the profile's) and the DDP stage's processes (`run_ddp` false skips it, true forces 2 where it launches)."""
     resolved = resolve_profile(profile)
     chosen = sizes(SIZES, resolved)
     data = paths.choose_data(resolved, data_dir, dataset)
@@ -150,8 +147,7 @@ def pretrained_weights_cached(model: str) -> tuple[bool, str]:
 
 
 def ddp_world_size(profile: str, device) -> tuple[int, str]:
-    """(processes, reason) for the DDP stage (`SIZES`): every GPU when there are 2 or more; else the profile's
-    CPU processes with gloo (cpu: 2); none in smoke (a torchrun launch takes tens of seconds)."""
+    """(processes, reason) for the DDP stage: every GPU when there are 2 or more, else the profile's (`SIZES`)."""
     plan = sizes(SIZES, profile)["ddp"]
     if not plan["launch"]:
         return 0, plan["reason"]
@@ -196,8 +192,8 @@ def stage_changes(stage: str, config: Config, *, device, gpus: int = 0, pretrain
 
 @dataclasses.dataclass
 class CaseStudy:
-    """The stages' bookkeeping: the notebook trains each stage on top of the kept config (`config`); `record` makes
-    its row, decides whether it is kept and carries a kept stage's config forward; `table` and `plot` show them."""
+    """The stages' bookkeeping: the notebook trains each stage on the kept `config`; `record` makes its row, decides
+    whether it is kept and carries a kept stage's config forward; `table` and `plot` show them."""
 
     config: Config  # the configuration the next stage starts from
     profile: str  # smoke | cpu | gpu (resolved): DDP workers rebuild their config from it
@@ -231,8 +227,8 @@ class CaseStudy:
         self.baseline_rates.extend(row["images_per_second"] for row in result.history)
 
     def _noise(self, top1: float = 0.0) -> dict | None:
-        """The baseline seeds' mean, std and runs (`statistics.seed_noise`) and the binomial standard error of an
-        accuracy on the validation images (`floor`); None before 2 seeds or without a `top1`."""
+        """`statistics.seed_noise` of the baseline seeds with the binomial error of an accuracy on the validation images
+        (`floor`); None before 2 seeds or without a `top1`."""
         if len(self.baseline_top1s) < 2 or top1 is None or math.isnan(top1):
             return None
         noise = statistics.seed_noise(self.baseline_top1s)
@@ -279,9 +275,18 @@ class CaseStudy:
                 self.train_images, self.num_classes = len(bundle.train), len(bundle.classes)
             if stage == "baseline" and not self.baseline_top1s:
                 self.record_seed(result)
-        processes = result.world_size
-        row = self._row(stage, config, processes, metrics, precision_used, changes, note, result.duration_seconds)
-        row["epoch_rates"] = rates
+        processes, rate = result.world_size, metrics.get("images_per_second")
+        change = ", ".join(f"{k}={v}" for k, v in changes.items()) or "-"
+        row = {"stage": stage, "change": change if stage != "ddp" else f"{processes} processes",
+               "world_size": processes, "batch_per_process": config.batch_size, "precision": precision_used,
+               "num_workers": devices.resolve_num_workers(config.num_workers), "images_per_second": rate,
+               # The capped epoch measured (max_steps) and the time a full pass over the split would take.
+               "epoch_seconds": metrics.get("epoch_seconds"),
+               "full_epoch_seconds": self.train_images / rate if self.train_images and rate else None,
+               **{key: metrics.get(key) for key in ("data_wait_fraction", "peak_memory_bytes", "peak_memory_kind",
+                                                    "train_loss", "val_top1", "val_images")},
+               "epochs": config.epochs, "train_images": metrics.get("train_images", self.train_images),
+               "wall_seconds": result.duration_seconds, "note": note, "epoch_rates": rates}
         self._decide(row)
         self.rows.append(row)
         ledger.record(LEDGER_KIND, stage, duration_seconds=row["wall_seconds"],
@@ -311,28 +316,9 @@ class CaseStudy:
             metrics={"note": reason})
         return row
 
-    def _row(self, stage, config, processes, metrics, precision_used, changes, note, wall_seconds) -> dict:
-        images_per_second = metrics.get("images_per_second")
-        full_epoch = (self.train_images / images_per_second) if self.train_images and images_per_second else None
-        change = ", ".join(f"{k}={v}" for k, v in changes.items()) or "-"
-        return {
-            "stage": stage, "change": change if stage != "ddp" else f"{processes} processes",
-            "world_size": processes, "batch_per_process": config.batch_size, "precision": precision_used,
-            "num_workers": devices.resolve_num_workers(config.num_workers), "images_per_second": images_per_second,
-            # The capped epoch measured (max_steps) and the time a full pass over the split would take.
-            "epoch_seconds": metrics.get("epoch_seconds"), "full_epoch_seconds": full_epoch,
-            "data_wait_fraction": metrics.get("data_wait_fraction"),
-            "peak_memory_bytes": metrics.get("peak_memory_bytes"), "peak_memory_kind": metrics.get("peak_memory_kind"),
-            "train_loss": metrics.get("train_loss"), "val_top1": metrics.get("val_top1"),
-            "val_images": metrics.get("val_images"), "epochs": config.epochs,
-            "train_images": metrics.get("train_images", self.train_images),
-            "wall_seconds": wall_seconds, "note": note,
-        }
-
     def _decide(self, row: dict) -> None:
-        """Speed-up against the baseline and the last kept stage. A speed stage is kept only when its per-epoch
-        images/s beat the last kept stage's beyond the noise of both (`statistics.difference_beyond_noise`, z = 2);
-        without 2 timings on either side there is no noise estimate and the stage is not kept."""
+        """Speed-up against the baseline and the last kept stage; a speed stage is kept only when its epochs' images/s
+        beat the last kept stage's beyond the noise of both (`statistics.difference_beyond_noise`, z = 2)."""
         measured = [r for r in self.rows if r.get("images_per_second")]
         baseline = measured[0] if measured else row
         kept = [r for r in measured if r["kept"]]
@@ -377,8 +363,7 @@ class CaseStudy:
         return table[[c for c in columns if c in table.columns]]
 
     def _with_mfu(self, table):
-        """The MFU column after images/s (`measure.flops.with_mfu`: the study's model's training FLOPs per image
-        times images/s over the device's peak in each stage's precision), per process."""
+        """The MFU column after images/s, per process, against the device's peak in each stage's precision."""
         if "images_per_second" not in table or table["images_per_second"].notna().sum() == 0:
             return table
         if self.flops_per_image is None:
@@ -452,9 +437,8 @@ def previous_studies(limit: int = 10):
 
 
 def speedup_interval(study: CaseStudy, stage: str = "fastest_recipe") -> dict | None:
-    """Images/s of `stage` over the baseline's with a bootstrap interval over each epoch of both
-    (`statistics.ratio_interval`): {ratio, low, high, timings}, low = high = None with fewer than 2 timings on a side;
-    None when the stage has no speed."""
+    """Images/s of `stage` over the baseline's with a bootstrap interval over each epoch of both (`ratio_interval`):
+    {ratio, low, high, timings}, low = high = None with fewer than 2 timings on a side; None without a speed."""
     row = next((r for r in study.rows if r["stage"] == stage and r.get("images_per_second")), None)
     if row is None or not study.baseline_rates:
         return None
@@ -492,9 +476,8 @@ def _missing(rows: dict, key: str, stage: str, hardware: str):
 
 
 def _other_global_batch(rows: dict, key: str, stage: str, hardware: str):
-    """A not-measurable record when `stage` trained at another global batch than the baseline, else None. A kept DDP
-    stage multiplies the batch by its processes, so the same epochs take that many times fewer optimizer steps: the
-    stage's top-1 then differs by its steps as much as by its change, and the baseline seeds' band does not apply."""
+    """A not-measurable record when `stage` trained at another global batch than the baseline (a kept DDP stage's):
+    fewer optimizer steps in the same epochs, so its top-1 differs by its steps as much as by its change."""
     row, baseline = rows[stage], rows.get("baseline", {})
     ours, theirs = ((r.get("world_size") or 1) * (r.get("batch_per_process") or 0) for r in (row, baseline))
     if not baseline or ours == theirs:

@@ -199,8 +199,7 @@ class CaseStudy:
     profile: str  # smoke | cpu | gpu (resolved): DDP workers rebuild their config from it
     bundle: object = None  # a data.DataBundle shared by the single-process stages (None: `bundle_for` builds one)
     world_size: int = 1  # processes the next stage trains with (DDP kept: more than 1, torchrun.launch)
-    study_id: str = dataclasses.field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-")
-                                      + secrets.token_hex(2))
+    study_id: str = dataclasses.field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2))
     notebook: str = "10_case_study"
     rows: list[dict] = dataclasses.field(default_factory=list)
     train_images: int | None = None  # images per full epoch, to turn images/s into epoch time

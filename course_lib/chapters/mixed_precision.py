@@ -45,9 +45,9 @@ class StepSpeeds:
         for label, speeds in self.images_per_second.items():
             ratio = statistics.paired_ratio_interval(speeds, self.images_per_second[baseline])
             median, setting = float(pd.Series(speeds).median()), self.settings[label]
-            rows[label] = {"precision": setting.get("precision", "off"),
-                           **({"matmul_precision": setting["matmul_precision"]} if "matmul_precision" in setting else {}),
-                           "images/s": median, "speed-up": ratio["ratio"], "low": ratio["low"], "high": ratio["high"],
+            matmul = {"matmul_precision": setting["matmul_precision"]} if "matmul_precision" in setting else {}
+            rows[label] = {"precision": setting.get("precision", "off"), **matmul, "images/s": median,
+                           "speed-up": ratio["ratio"], "low": ratio["low"], "high": ratio["high"],
                            "first step s": self.first_step_seconds[label], "step s": self.batch_size / median}
         return pd.DataFrame.from_dict(rows, orient="index")
 

@@ -92,8 +92,7 @@ def setup(profile: str, model_without_batchnorm: str = "test_nfnet", *, max_step
     """The profile's own data (the lesson is the gradients, not the data), one epoch of at most `max_steps` (None: 3)
     steps, and one training batch staged as the model takes it (augmented here with augmentation=device)."""
     config, data = config_with_data(profile, find_real=False, epochs=1, max_steps=max_steps or 3,
-                                    output_dir="runs/checkpoints/04_accumulation",
-                                    **{k: v for k, v in given.items() if v is not None})
+                                    output_dir="runs/checkpoints/04_accumulation", **given)  # None: not given
     device = devices.resolve_device(config.device)
     if device.type == "cpu":
         config = config.replace(precision="off")  # exact weight comparisons, and no per-run precision probe

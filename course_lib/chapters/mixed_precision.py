@@ -266,8 +266,7 @@ def setup(profile: str, *, steps_per_run: int = 0, seeds: int = 0, repeats: int 
     max_steps = max_steps or chosen["max_steps"]
     steps_per_run = steps_per_run or chosen["steps_per_run"]
     base, data = config_with_data(profile, find_real=False, batch_size=batch_size or chosen["batch_size"],
-                                  image_size=image_size or chosen["image_size"],
-                                  **{k: v for k, v in given.items() if v is not None})
+                                  image_size=image_size or chosen["image_size"], **given)  # None: not given
     config = base.replace(epochs=max(2, base.epochs),
                           max_steps=max_steps or min(base.max_steps or steps_per_run, steps_per_run),
                           output_dir="runs/checkpoints/03_mixed_precision")

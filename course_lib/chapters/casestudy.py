@@ -1,64 +1,60 @@
-"""The article's staged remote-sensing case study (its section 6), re-run on the real data every run
-finds (`paths.choose_data`: EuroSAT when present; landcover-synth otherwise): the same model at every stage, one change
+"""The article's staged remote-sensing case study (its section 6), re-run on the real data every run finds
+(`paths.choose_data`: EuroSAT when present; landcover-synth otherwise): the same model at every stage, one change
 per stage (`stage_changes`), each trained in the notebook's own cells with the workbook's engine (`train.fit`, or
 `torchrun.launch` for several processes) and recorded here (`CaseStudy.record`: its row, kept or not, the ledger);
 a last stage runs the workbook's fastest recipe.
 
-Stages follow the article's order: data pipeline, then mixed precision, then DDP, then the
-training recipe (AdamW, warmup and cosine decay, Loshchilov & Hutter 2019, arXiv:1711.05101),
-then the accuracy combination (ImageNet weights, label smoothing, Szegedy et al. 2016,
-arXiv:1512.00567, and MixUp, Zhang et al. 2018, arXiv:1710.09412). A speed stage is carried into
-the next stage only when its images/s beat the last kept stage's by more than the timing noise of
-both (each epoch is one timing; `statistics.difference_beyond_noise`); accuracy is read against the
+Stages follow the article's order: data pipeline, then mixed precision, then DDP, then the training recipe (AdamW,
+warmup and cosine decay, Loshchilov & Hutter 2019, arXiv:1711.05101), then the accuracy combination (ImageNet
+weights, label smoothing, Szegedy et al. 2016, arXiv:1512.00567, and MixUp, Zhang et al. 2018, arXiv:1710.09412).
+A speed stage is carried into the next stage only when its images/s beat the last kept stage's by more than the
+timing noise of both (each epoch is one timing; `statistics.difference_beyond_noise`); accuracy is read against the
 seed-noise band of repeated baseline runs.
 """
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import secrets
 import time
 
-from course_lib import devices, ledger, machine
+import matplotlib.pyplot as plt
+import pandas as pd
+import timm
+import torch
+from huggingface_hub import try_to_load_from_cache
+from timm.models import get_pretrained_cfg
+
+from course_lib import devices, ledger, machine, paths
+from course_lib.analysis import claims as claim_records
+from course_lib.analysis import statistics
 from course_lib.chapters.setup import ChapterSetup, sizes
-from course_lib.config import RECIPES, Config, ConfigError
+from course_lib.config import RECIPES, Config, ConfigError, make_config, resolve_profile
+from course_lib.data import landcover, pipeline
+from course_lib.engine import torchrun
+from course_lib.engine.auto_precision import reduced_precision
+from course_lib.measure import flops
 
 LEDGER_KIND = "casestudy"
 SPEED_STAGES = ("data_loader", "amp", "ddp")  # kept only when they speed this machine up beyond noise
 # Fields that change which batches a bundle yields: a stage changing one of them gets its own bundle.
 DATA_FIELDS = ("dataset", "data_dir", "image_size", "max_train_images", "bad_images", "decoder", "storage",
                "augmentation", "augment_recipe")
-# The article's numbers (section 6): 8 classes, ~120k images of 512-1024 px, 4x A100 40 GB.
-# minutes per epoch, top-1 (fraction), what changed. None: the article gives no number.
+# The article's numbers (section 6: 8 classes, ~120k images of 512-1024 px, 4x A100 40 GB) after each stage: minutes
+# per epoch and top-1 (a fraction; None: the article gives none), and what the stage changed.
 ARTICLE_STAGES = {
-    "baseline": {"change": "single-GPU ResNet-50, every setting default (num_workers=0, fp32, SGD)",
-                 "article_epoch_minutes": 40.0, "article_top1": 0.886,
-                 "article_note": "GPU utilisation 40%"},
-    "data_loader": {"change": "num_workers 0->16, pin_memory, prefetch_factor 8, persistent_workers",
-                    "article_epoch_minutes": 26.0, "article_top1": None,
-                    "article_note": "GPU utilisation 40% -> 85%+"},
-    "amp": {"change": "automatic mixed precision (the freed memory let batch 96 -> 160)",
-            "article_epoch_minutes": 13.0, "article_top1": 0.885,
-            "article_note": "memory 39 GB -> 23 GB, no accuracy loss"},
-    "ddp": {"change": "DistributedDataParallel on 4 GPUs",
-            "article_epoch_minutes": 5.0, "article_top1": None,
-            "article_note": "about 2.5x over single-GPU AMP"},
-    "optimizer": {"change": "AdamW lr 2e-4, 5 warmup epochs + cosine (article: 100 epochs)",
-                  "article_epoch_minutes": 5.0, "article_top1": 0.912,
-                  "article_note": "stage 3 accuracy (DDP and recipe together)"},
-    "regularization": {"change": "ImageNet weights + label smoothing 0.1 + MixUp alpha 0.3 (article: 60 epochs)",
-                       "article_epoch_minutes": 4.0, "article_top1": 0.938,
-                       "article_note": "total time 1/16 of the original, +5 points"},
-    "fastest_recipe": {"change": "the workbook's fastest recipe (config.RECIPES['speedrun'])",
-                       "article_epoch_minutes": None, "article_top1": None,
-                       "article_note": "not in the article: the workbook's own speed-run recipe"},
+    "baseline": (40.0, 0.886),  # single-GPU ResNet-50, every setting default (num_workers=0, fp32, SGD): GPU at 40%
+    "data_loader": (26.0, None),  # num_workers 0->16, pin_memory, prefetch_factor 8, persistent_workers: 40% -> 85%+
+    "amp": (13.0, 0.885),  # mixed precision (the freed memory let batch 96 -> 160): 39 GB -> 23 GB, no accuracy loss
+    "ddp": (5.0, None),  # DistributedDataParallel on 4 GPUs: about 2.5x over single-GPU AMP
+    "optimizer": (5.0, 0.912),  # AdamW lr 2e-4, 5 warmup epochs + cosine of 100 epochs (top-1 with DDP and recipe)
+    "regularization": (4.0, 0.938),  # ImageNet weights + label smoothing 0.1 + MixUp 0.3 (60 epochs): 1/16 the time
+    "fastest_recipe": (None, None),  # not in the article: the workbook's own speed-run recipe (config.RECIPES)
 }
-STAGE_NAMES = tuple(ARTICLE_STAGES)
 ARTICLE_LR = 2e-4  # AdamW learning rate of the article's stage 3
 ARTICLE_WARMUP_FRACTION = 5 / 100  # 5 warmup epochs of 100
 ARTICLE_WORKERS = 16  # num_workers of the article's stage 1
-ARTICLE_TOTAL_TIME_FRACTION = 1 / 16
-
 
 # Per profile: the study's Config values over the profile's (smoke: the profile's tiny model, 3 steps an epoch;
 # cpu: a quarter of EuroSAT's split, so the nine trainings fit in minutes on 2 cores; gpu: all of it); baseline
@@ -81,74 +77,49 @@ SIZES = {
 }
 
 
-def case_config(profile: str, dataset: str | None = None, data_dir: str | None = None, source_image_size: int = 0,
-                **given):
-    """(Config, paths.DataChoice) of the study: `dataset`/`data_dir`, else the data `paths.choose_data`
-    picks; without real data, landcover-synth generated at `source_image_size` pixels (0: the profile's,
-    `SIZES`; none in smoke). Then the study's sizes (`SIZES`), then `given` (None: not given)."""
-    from course_lib import paths
-    from course_lib.config import make_config, resolve_profile
-    from course_lib.data import landcover
-
-    resolved = resolve_profile(profile)
-    chosen = sizes(SIZES, resolved)
-    data = paths.choose_data(resolved, data_dir, dataset)
-    overrides = data.overrides
-    if data.synthetic and chosen["source_image_size"] and not data.overrides.get("data_dir"):
-        folder = landcover.landcover_cache_dir(source_image_size or chosen["source_image_size"])
-        overrides = {"dataset": "landcover-synth", "data_dir": str(folder)}
-        data = dataclasses.replace(data, overrides=overrides, folder=folder)
-    given = {k: v for k, v in given.items() if v is not None}
-    config = make_config(profile, **{**overrides, **chosen["config"], "output_dir": "runs/checkpoints/10_case_study",
-                                     **given})
-    return config, data
-
-
 @dataclasses.dataclass(kw_only=True)
 class CaseSetup(ChapterSetup):
-    """Notebook 10's data, config, the baseline's datasets (`bundle`, shared by the stages that read files)
-    and the choices its parameters left to the profile (`setup`)."""
+    """Notebook 10's data, config, the baseline's datasets (shared by the stages that read files) and choices."""
 
     noise_seeds: list  # baseline seeds after the first, for the accuracy noise band
     ddp_processes: int  # processes of the DDP stage; 0: skipped
     ddp_reason: str
-
-    @property
-    def smoke(self) -> bool:
-        """A check that the notebook runs (the smoke profile's 3 steps an epoch), not a measurement: its run
-        notes say so."""
-        return sizes(SIZES, self.profile)["check_only"]
+    smoke: bool  # a check that the notebook runs (smoke's 3 steps an epoch), not a measurement: run notes say so
 
     def line(self) -> str:
         config, bundle = self.config, self.bundle
         budget = f" of at most {config.max_steps} steps" if config.max_steps else " over the training images"
         source = ("SYNTHETIC DATA: landcover-synth (generated images), not real satellite tiles. "
                   if self.data.synthetic else "Real images: ") + f"{bundle.source}"
-        return "\n".join([source, f"{config.model} at {config.image_size} px; {len(bundle.train)} training images, "
-                                   f"{len(bundle.val)} validation; budget per stage: {config.epochs} epoch(s){budget}",
-                           f"hardware: {self.hardware}"])
+        return (f"{source}\n{config.model} at {config.image_size} px; {len(bundle.train)} training images, "
+                f"{len(bundle.val)} validation; budget per stage: {config.epochs} epoch(s){budget}\n"
+                f"hardware: {self.hardware}")
 
 
 def setup(profile: str, dataset: str | None = None, data_dir: str | None = None, source_image_size: int = 0,
-                   *, noise_seeds: int = 0, run_ddp: str | bool = "auto", **given) -> CaseSetup:
-    """`case_config` and the baseline's datasets, built once; `noise_seeds` baseline runs (0: 3, smoke 2)
-    for the noise band; the DDP stage's processes (`ddp_world_size`; `run_ddp` false skips it, true
-    forces 2 processes outside smoke)."""
-    from course_lib.config import resolve_profile
-    from course_lib.data import pipeline
-
+          *, noise_seeds: int = 0, run_ddp: str | bool = "auto", **given) -> CaseSetup:
+    """The study's data (`dataset`/`data_dir`, else `paths.choose_data`'s, else landcover-synth generated at
+    `source_image_size` px; 0: the profile's), config (`SIZES`, then `given`), the baseline's datasets, `noise_seeds`
+    (0: the profile's) and the DDP stage's processes (`run_ddp` false skips it, true forces 2 where it launches)."""
     resolved = resolve_profile(profile)
     chosen = sizes(SIZES, resolved)
-    config, data = case_config(profile, dataset, data_dir, source_image_size, **given)
-    bundle = pipeline.build_datasets(baseline_config(config))
+    data = paths.choose_data(resolved, data_dir, dataset)
+    if data.synthetic and chosen["source_image_size"] and not data.overrides.get("data_dir"):
+        folder = landcover.landcover_cache_dir(source_image_size or chosen["source_image_size"])
+        data = dataclasses.replace(data, overrides={"dataset": "landcover-synth", "data_dir": str(folder)},
+                                   folder=folder)
+    given = {k: v for k, v in given.items() if v is not None}
+    config = make_config(profile, **{**data.overrides, **chosen["config"],
+                                     "output_dir": "runs/checkpoints/10_case_study", **given})
     processes, reason = ddp_world_size(resolved, "cuda" if config.device.startswith("cuda") else "cpu")
     if run_ddp is False or run_ddp == "false":
         processes, reason = 0, "skipped: run_ddp is false"
     elif (run_ddp is True or run_ddp == "true") and processes < 2 and chosen["ddp"]["launch"]:
         processes, reason = 2, "forced by run_ddp"
-    seeds = list(range(1, noise_seeds or chosen["noise_seeds"]))
-    return CaseSetup(profile=resolved, data=data, config=config, bundle=bundle, noise_seeds=seeds,
-                     ddp_processes=processes, ddp_reason=reason)
+    bundle = pipeline.build_datasets(baseline_config(config))
+    return CaseSetup(profile=resolved, data=data, config=config, bundle=bundle,
+                     noise_seeds=list(range(1, noise_seeds or chosen["noise_seeds"])), ddp_processes=processes,
+                     ddp_reason=reason, smoke=chosen["check_only"])
 
 
 def baseline_config(config: Config) -> Config:
@@ -160,34 +131,13 @@ def baseline_config(config: Config) -> Config:
                           accumulation_steps=1)
 
 
-def loader_workers(gpus: int = 0) -> int:
-    """Workers per training process for stage 1: the article's 16, but no more than this
-    machine's starting point (`devices.recommended_num_workers`: half the physical cores per process)."""
-    return min(ARTICLE_WORKERS, devices.recommended_num_workers(max(1, gpus)))
-
-
-def amp_precision(device) -> str:
-    """What the AMP stage switches on: `auto_precision.reduced_precision`, the one rule (bf16 where the
-    device runs it, fp16 with GradScaler otherwise). The stage always measures a reduced precision,
-    even where precision='auto' would keep fp32."""
-    from course_lib.engine.auto_precision import reduced_precision
-
-    return reduced_precision(device)
-
-
 def pretrained_weights_cached(model: str) -> tuple[bool, str]:
-    """(available, reason): are timm's ImageNet weights for `model` in the local Hugging Face
-    cache? Checked without the network, so a notebook never hangs on a download."""
-    from timm.models import get_pretrained_cfg
-
+    """(available, reason): are timm's ImageNet weights for `model` in the local Hugging Face cache? Checked without
+    the network, so a notebook never hangs on a download."""
     config = get_pretrained_cfg(model)
     hub_id = getattr(config, "hf_hub_id", None) if config else None
     if not hub_id:
         return False, f"timm has no pretrained weights for {model}"
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return False, "huggingface_hub is not installed"
     for filename in ("model.safetensors", "pytorch_model.bin"):
         found = try_to_load_from_cache(hub_id, filename)
         if isinstance(found, str):
@@ -197,10 +147,7 @@ def pretrained_weights_cached(model: str) -> tuple[bool, str]:
 
 
 def ddp_world_size(profile: str, device) -> tuple[int, str]:
-    """(processes, reason) for the DDP stage (`SIZES`): every GPU when there are 2 or more; else the profile's
-    CPU processes with gloo (cpu: 2); none in smoke (a torchrun launch takes tens of seconds)."""
-    import torch
-
+    """(processes, reason) for the DDP stage: every GPU when there are 2 or more, else the profile's (`SIZES`)."""
     plan = sizes(SIZES, profile)["ddp"]
     if not plan["launch"]:
         return 0, plan["reason"]
@@ -215,15 +162,17 @@ def ddp_world_size(profile: str, device) -> tuple[int, str]:
 def stage_changes(stage: str, config: Config, *, device, gpus: int = 0, pretrained: bool = False,
                   lr: float = ARTICLE_LR) -> dict:
     """The Config fields stage `stage` changes, computed for this machine."""
-    if stage == "baseline":
-        return {}
+    if stage in ("baseline", "ddp"):
+        return {}  # ddp: the number of processes, not a Config field
     if stage == "data_loader":
-        return {"num_workers": loader_workers(gpus), "pin_memory": True, "prefetch_factor": 8,
-                "persistent_workers": True}
+        # The article's 16 workers, but no more than this machine's starting point (half the physical cores per
+        # training process, `devices.recommended_num_workers`).
+        return {"num_workers": min(ARTICLE_WORKERS, devices.recommended_num_workers(max(1, gpus))),
+                "pin_memory": True, "prefetch_factor": 8, "persistent_workers": True}
     if stage == "amp":
-        return {"precision": amp_precision(device)}
-    if stage == "ddp":
-        return {}  # the number of processes, not a Config field
+        # The one precision rule (bf16 where the device runs it, fp16 with GradScaler otherwise): the stage always
+        # measures a reduced precision, even where precision='auto' would keep fp32.
+        return {"precision": reduced_precision(device)}
     if stage == "optimizer":
         # At least one optimizer step of warmup in short runs: 5% of 2 epochs is a fraction of an epoch.
         return {"optimizer": "adamw", "lr": lr, "weight_decay": 0.05,
@@ -238,31 +187,19 @@ def stage_changes(stage: str, config: Config, *, device, gpus: int = 0, pretrain
         # one view at validation like every other stage.
         recipe = {k: v for k, v in RECIPES["speedrun"].items() if k not in ("model", "image_size", "max_steps")}
         return {**recipe, "tta_views": 1, "mixup_alpha": 0.0, "pretrained": False}
-    raise ConfigError(f"unknown stage {stage!r}; stages: {', '.join(STAGE_NAMES)}")
-
-
-def _describe(changes: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in changes.items()) or "-"
+    raise ConfigError(f"unknown stage {stage!r}; stages: {', '.join(ARTICLE_STAGES)}")
 
 
 @dataclasses.dataclass
 class CaseStudy:
-    """The stages' bookkeeping: the notebook trains each stage on top of the kept config, the study
-    records it and carries the kept changes forward.
-
-        study = CaseStudy(baseline_config(config), profile="cpu", bundle=bundle)
-        changes = {"num_workers": 1, "pin_memory": True}
-        tuned = study.config.replace(**changes)
-        study.record("data_loader", tuned, train.fit(tuned, bundle=study.bundle_for(tuned)), changes)
-        study.table()
-    """
+    """The stages' bookkeeping: the notebook trains each stage on the kept `config`; `record` makes its row, decides
+    whether it is kept and carries a kept stage's config forward; `table` and `plot` show them."""
 
     config: Config  # the configuration the next stage starts from
     profile: str  # smoke | cpu | gpu (resolved): DDP workers rebuild their config from it
     bundle: object = None  # a data.DataBundle shared by the single-process stages (None: `bundle_for` builds one)
     world_size: int = 1  # processes the next stage trains with (DDP kept: more than 1, torchrun.launch)
-    study_id: str = dataclasses.field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-")
-                                      + secrets.token_hex(2))
+    study_id: str = dataclasses.field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2))
     notebook: str = "10_case_study"
     rows: list[dict] = dataclasses.field(default_factory=list)
     train_images: int | None = None  # images per full epoch, to turn images/s into epoch time
@@ -275,8 +212,6 @@ class CaseStudy:
 
     def bundle_for(self, config: Config):
         """The bundle for `config`'s data fields: the one given for the first, else one built once."""
-        from course_lib.data import pipeline
-
         key = tuple(getattr(config, name) for name in DATA_FIELDS)
         if not self.bundles and self.bundle is not None:
             self.bundles[tuple(getattr(self.config, name) for name in DATA_FIELDS)] = self.bundle
@@ -285,59 +220,43 @@ class CaseStudy:
         return self.bundles[key]
 
     def record_seed(self, result) -> None:
-        """Count one more baseline run (`train.fit` of the baseline's config with another seed; the first run
-        counts too) in the seed-noise band every stage's top-1 is read against, and its epochs' images/s
-        in the baseline's timings."""
+        """Count one more baseline run (`train.fit` with another seed; the first counts too) in the seed-noise band
+        and its epochs' images/s in the baseline's timings."""
         self.baseline_top1s.append(result.final["val_top1"])
         self.baseline_rates.extend(row["images_per_second"] for row in result.history)
 
-    def accuracy_band(self, z: float = 2.0) -> float | None:
-        """Half-width of the band a stage's single-seed top-1 stays within around the baseline seeds'
-        mean when the stage changed nothing (`statistics.noise_band`, the std floored at the
-        binomial standard error of an accuracy on the validation images); None before 2 seeds."""
-        from course_lib.analysis import statistics
-
-        if len(self.baseline_top1s) < 2:
+    def _noise(self, top1: float = 0.0) -> dict | None:
+        """`statistics.seed_noise` of the baseline seeds with the binomial error of an accuracy on the validation images
+        (`floor`); None before 2 seeds or without a `top1`."""
+        if len(self.baseline_top1s) < 2 or top1 is None or math.isnan(top1):
             return None
         noise = statistics.seed_noise(self.baseline_top1s)
-        images = self.rows[0].get("val_images") or 1
-        std = max(noise["std"], statistics.binomial_std(noise["mean"], images))
-        return statistics.noise_band(std, noise["runs"], z)
+        return {**noise, "floor": statistics.binomial_std(noise["mean"], self.rows[0].get("val_images") or 1)}
+
+    def accuracy_band(self, z: float = 2.0) -> float | None:
+        """Half-width of the band a stage's single-seed top-1 stays within around the baseline seeds' mean when the
+        stage changed nothing (`statistics.noise_band`, the std floored at the binomial error); None before 2 seeds."""
+        noise = self._noise()
+        return None if noise is None else statistics.noise_band(max(noise["std"], noise["floor"]), noise["runs"], z)
 
     def top1_test(self, top1: float, z: float = 2.0) -> dict | None:
-        """Is a stage's single-seed top-1 beyond the baseline seeds' noise? `statistics.difference_beyond_noise`
-        of [top1] against the baseline seeds (one run borrows their std, floored at the binomial
-        standard error on the validation images): delta, band, beyond (+1, -1, 0). None before 2 seeds."""
-        from course_lib.analysis import statistics
-
-        if len(self.baseline_top1s) < 2 or top1 is None or math.isnan(top1):
-            return None
-        mean = sum(self.baseline_top1s) / len(self.baseline_top1s)
-        floor = statistics.binomial_std(mean, self.rows[0].get("val_images") or 1)
-        return statistics.difference_beyond_noise([top1], self.baseline_top1s, z=z, floor=floor)
+        """Is a stage's single-seed top-1 beyond the baseline seeds' noise (`statistics.difference_beyond_noise`,
+        their std floored at the binomial error)? delta, band, beyond (+1, -1, 0); None before 2 seeds."""
+        noise = self._noise(top1)
+        return None if noise is None else statistics.difference_beyond_noise([top1], self.baseline_top1s, z=z,
+                                                                                floor=noise["floor"])
 
     def seeds_needed(self, top1: float) -> int | None:
-        """The power calculation for a stage whose top-1 is within the baseline's noise: how many seeds
-        of the stage and of the baseline, paired, would show a difference of this size at 80% power
-        (`statistics.seeds_needed`, with the spread of one run's difference from another: the baseline
-        seeds' std times sqrt 2). None before 2 baseline seeds."""
-        from course_lib.analysis import statistics
-
-        if len(self.baseline_top1s) < 2 or top1 is None or math.isnan(top1):
-            return None
-        mean = sum(self.baseline_top1s) / len(self.baseline_top1s)
-        std = math.sqrt(sum((value - mean) ** 2 for value in self.baseline_top1s) / (len(self.baseline_top1s) - 1))
-        return statistics.seeds_needed(top1 - mean, std * math.sqrt(2))
+        """How many paired seeds of a stage and the baseline would show its difference at 80% power
+        (`statistics.seeds_needed`; one run's difference spreads by the seeds' std times sqrt 2); None before 2."""
+        noise = self._noise(top1)
+        return None if noise is None else statistics.seeds_needed(top1 - noise["mean"], noise["std"] * math.sqrt(2))
 
     def record(self, stage: str, config: Config, result, changes: dict, note: str = "") -> dict:
-        """Record a stage the notebook trained with `config` (`changes` on top of the kept `self.config`):
-        `result` is train.fit's FitResult, or torchrun.launch's LaunchResult for several processes. Makes
-        the stage's row, decides whether it is kept (`_decide`), records it in the ledger, carries a kept
-        stage's config and processes into the next stage, and returns the row."""
-        from course_lib.engine import torchrun
-
+        """Record a stage trained with `config` (`changes` on the kept `self.config`; `result`: train.fit's FitResult
+        or torchrun.launch's LaunchResult): its row, kept or not, the ledger; a kept stage is carried forward."""
         if stage not in ARTICLE_STAGES:
-            raise ConfigError(f"unknown stage {stage!r}; stages: {', '.join(STAGE_NAMES)}")
+            raise ConfigError(f"unknown stage {stage!r}; stages: {', '.join(ARTICLE_STAGES)}")
         self.config_of[stage] = config
         if isinstance(result, torchrun.LaunchResult):
             metrics = dict(result.metrics)
@@ -355,9 +274,18 @@ class CaseStudy:
                 self.train_images, self.num_classes = len(bundle.train), len(bundle.classes)
             if stage == "baseline" and not self.baseline_top1s:
                 self.record_seed(result)
-        processes = result.world_size
-        row = self._row(stage, config, processes, metrics, precision_used, changes, note, result.duration_seconds)
-        row["epoch_rates"] = rates
+        processes, rate = result.world_size, metrics.get("images_per_second")
+        change = ", ".join(f"{k}={v}" for k, v in changes.items()) or "-"
+        row = {"stage": stage, "change": change if stage != "ddp" else f"{processes} processes",
+               "world_size": processes, "batch_per_process": config.batch_size, "precision": precision_used,
+               "num_workers": devices.resolve_num_workers(config.num_workers), "images_per_second": rate,
+               # The capped epoch measured (max_steps) and the time a full pass over the split would take.
+               "epoch_seconds": metrics.get("epoch_seconds"),
+               "full_epoch_seconds": self.train_images / rate if self.train_images and rate else None,
+               **{key: metrics.get(key) for key in ("data_wait_fraction", "peak_memory_bytes", "peak_memory_kind",
+                                                    "train_loss", "val_top1", "val_images")},
+               "epochs": config.epochs, "train_images": metrics.get("train_images", self.train_images),
+               "wall_seconds": result.duration_seconds, "note": note, "epoch_rates": rates}
         self._decide(row)
         self.rows.append(row)
         ledger.record(LEDGER_KIND, stage, duration_seconds=row["wall_seconds"],
@@ -387,30 +315,9 @@ class CaseStudy:
             metrics={"note": reason})
         return row
 
-    def _row(self, stage, config, processes, metrics, precision_used, changes, note, wall_seconds) -> dict:
-        images_per_second = metrics.get("images_per_second")
-        full_epoch = (self.train_images / images_per_second) if self.train_images and images_per_second else None
-        return {
-            "stage": stage, "change": _describe(changes) if stage != "ddp" else f"{processes} processes",
-            "world_size": processes, "batch_per_process": config.batch_size, "precision": precision_used,
-            "num_workers": devices.resolve_num_workers(config.num_workers), "images_per_second": images_per_second,
-            # The capped epoch measured (max_steps) and the time a full pass over the split would take.
-            "epoch_seconds": metrics.get("epoch_seconds"), "full_epoch_seconds": full_epoch,
-            "data_wait_fraction": metrics.get("data_wait_fraction"),
-            "peak_memory_bytes": metrics.get("peak_memory_bytes"), "peak_memory_kind": metrics.get("peak_memory_kind"),
-            "train_loss": metrics.get("train_loss"), "val_top1": metrics.get("val_top1"),
-            "val_images": metrics.get("val_images"), "epochs": config.epochs,
-            "train_images": metrics.get("train_images", self.train_images),
-            "wall_seconds": wall_seconds, "note": note,
-        }
-
     def _decide(self, row: dict) -> None:
-        """Speed-up against the baseline and the last kept stage. A speed stage is kept only when its
-        per-epoch images/s beat the last kept stage's by more than the noise of both samples
-        (`statistics.difference_beyond_noise`, z = 2); without 2 timings on either side there is
-        no noise estimate and the stage is not kept."""
-        from course_lib.analysis import statistics
-
+        """Speed-up against the baseline and the last kept stage; a speed stage is kept only when its epochs' images/s
+        beat the last kept stage's beyond the noise of both (`statistics.difference_beyond_noise`, z = 2)."""
         measured = [r for r in self.rows if r.get("images_per_second")]
         baseline = measured[0] if measured else row
         kept = [r for r in measured if r["kept"]]
@@ -422,28 +329,25 @@ class CaseStudy:
         if row["stage"] not in SPEED_STAGES:
             row["kept"] = True
             return
-        mine, theirs = row.get("epoch_rates") or ([rate] if rate else []), previous.get("epoch_rates") or \
-            [previous["images_per_second"]]
+        mine = row.get("epoch_rates") or ([rate] if rate else [])
+        theirs = previous.get("epoch_rates") or [previous["images_per_second"]]
         if not rate or (len(mine) < 2 and len(theirs) < 2):
             row["kept"] = False
             reason = "no noise estimate (one timing on each side)"
         else:
             test = statistics.difference_beyond_noise(mine, theirs)
             row["rate_noise_band"] = test["band"]
-            row["faster_beyond_noise"] = test["beyond"] > 0
-            row["kept"] = bool(test["beyond"] > 0)
+            row["faster_beyond_noise"] = row["kept"] = bool(test["beyond"] > 0)
             reason = (f"{row['speedup_vs_previous']:.2f}x the previous kept stage's images/s, "
                       f"{test['delta']:+.0f} images/s against a noise band of ±{test['band']:.0f}")
         row["note"] = (row["note"] + "; " if row["note"] else "") + ("kept: " if row["kept"] else "not kept: ") + reason
 
     def table(self):
         """The cumulative table: this machine's measurements next to the article's numbers."""
-        import pandas as pd
-
         table = pd.DataFrame(self.rows).set_index("stage")
-        article = pd.DataFrame.from_dict(ARTICLE_STAGES, orient="index")
-        table = table.join(article[["article_epoch_minutes", "article_top1"]], how="left")
-        table["article_speedup"] = ARTICLE_STAGES["baseline"]["article_epoch_minutes"] / table["article_epoch_minutes"]
+        table = table.join(pd.DataFrame.from_dict(ARTICLE_STAGES, orient="index",
+                                                  columns=["article_epoch_minutes", "article_top1"]), how="left")
+        table["article_speedup"] = ARTICLE_STAGES["baseline"][0] / table["article_epoch_minutes"]
         band = self.accuracy_band()
         if band is not None and "val_top1" in table:
             table["val_top1_band"] = band
@@ -451,40 +355,31 @@ class CaseStudy:
             table["top1_vs_baseline_seeds"] = [None if test is None else {1: "higher", -1: "lower", 0: "within noise"}[
                 test["beyond"]] for test in tests]
         table = self._with_mfu(table)
-        columns = ["change", "kept", "world_size", "precision", "num_workers", "epochs", "train_images", "images_per_second", "MFU",
-                   "rate_noise_band", "full_epoch_seconds", "data_wait_fraction", "peak_memory_bytes", "val_top1",
-                   "val_top1_band", "top1_vs_baseline_seeds", "speedup_vs_baseline", "article_epoch_minutes",
-                   "article_speedup", "article_top1", "note"]
+        columns = ["change", "kept", "world_size", "precision", "num_workers", "epochs", "train_images",
+                   "images_per_second", "MFU", "rate_noise_band", "full_epoch_seconds", "data_wait_fraction",
+                   "peak_memory_bytes", "val_top1", "val_top1_band", "top1_vs_baseline_seeds", "speedup_vs_baseline",
+                   "article_epoch_minutes", "article_speedup", "article_top1", "note"]
         return table[[c for c in columns if c in table.columns]]
 
     def _with_mfu(self, table):
-        """The MFU column after images/s (`measure.flops.with_mfu`: training FLOPs per image of the
-        study's model times images/s over the device's peak in each stage's precision), per process."""
-        import timm
-        import torch
-
-        from course_lib.measure import flops
-
+        """The MFU column after images/s, per process, against the device's peak in each stage's precision."""
         if "images_per_second" not in table or table["images_per_second"].notna().sum() == 0:
             return table
         if self.flops_per_image is None:
             model = timm.create_model(self.config.model, num_classes=self.num_classes or 10)
             self.flops_per_image = flops.training_flops_per_image(model, self.config.image_size)
-        device = devices.resolve_device(self.config.device)
         speeds = table["images_per_second"].astype(float) / table["world_size"].fillna(1).astype(float)
         precisions = table["precision"].where(table["precision"].notna(), "off") if "precision" in table else "off"
         per_process = table.assign(images_per_second=speeds, precision=precisions)
-        with_mfu = flops.with_mfu(per_process, None, self.config.image_size, torch.device(device), "precision",
-                                  images_per_second="images_per_second", flops_per_image=self.flops_per_image,
-                                  matmul_precision=self.config.matmul_precision)
+        with_mfu = flops.with_mfu(per_process, None, self.config.image_size, devices.resolve_device(self.config.device),
+                                  "precision", images_per_second="images_per_second",
+                                  flops_per_image=self.flops_per_image, matmul_precision=self.config.matmul_precision)
         table = table.copy()
         table.insert(list(table.columns).index("images_per_second") + 1, "MFU", with_mfu["MFU"])
         return table
 
     def plot(self, axes=None):
-        """The staircase: time per full epoch and speed-up per stage, measured vs the article."""
-        import matplotlib.pyplot as plt
-
+        """The staircase: speed-up and top-1 per stage, measured vs the article."""
         table = self.table()
         measured = table[table["images_per_second"].notna()] if "images_per_second" in table else table.iloc[:0]
         if axes is None:
@@ -494,36 +389,31 @@ class CaseStudy:
         article_speedup = table["article_speedup"].tolist()
         axes[0].step(positions, article_speedup, where="mid", color="grey", linestyle="--", label="article (4x A100)")
         axes[0].plot(positions, article_speedup, "s", color="grey")
-        here = [stages.index(s) for s in measured.index]
         colours = ["C0" if kept else "C3" for kept in measured["kept"]]
-        axes[0].scatter(here, measured["speedup_vs_baseline"], c=colours, zorder=3, label="measured (red: not kept)")
+        axes[0].scatter([stages.index(s) for s in measured.index], measured["speedup_vs_baseline"], c=colours,
+                        zorder=3, label="measured (red: not kept)")
         kept = measured[measured["kept"]]
         axes[0].step([stages.index(s) for s in kept.index], kept["speedup_vs_baseline"], where="mid", color="C0",
                      linewidth=1)
-        axes[0].set_yscale("log")
-        axes[0].set_ylabel("speed-up vs baseline (log)")
         axes[0].axhline(1.0, color="black", linewidth=0.5)
+        axes[0].set(yscale="log", ylabel="speed-up vs baseline (log)", title="speed staircase")
         axes[1].bar([p - 0.2 for p in positions], table["article_top1"].fillna(0), width=0.4, color="grey",
                     label="article top-1")
         axes[1].bar([stages.index(s) + 0.2 for s in measured.index], measured["val_top1"], width=0.4, color="C0",
                     label="measured val top-1")
-        axes[1].set_ylabel("top-1 accuracy")
-        axes[1].set_ylim(0, 1.2)  # room for the legend above the bars
+        # ylim: room for the legend above the bars
+        axes[1].set(ylabel="top-1 accuracy", ylim=(0, 1.2), title="accuracy per stage")
         for axis in axes:
             axis.set_xticks(list(positions))
             axis.set_xticklabels(stages, rotation=30, ha="right")
             axis.legend(fontsize=8, loc="upper left", ncol=2)
-        axes[0].set_title("speed staircase")
-        axes[1].set_title("accuracy per stage")
         plt.tight_layout()
         return axes
 
 
 def previous_studies(limit: int = 10):
-    """Earlier case-study runs from the ledger, one row per study (newest first): speed-up vs
-    baseline and val top-1 per stage, with profile and hardware."""
-    import pandas as pd
-
+    """Earlier case-study runs from the ledger, one row per study (newest first): speed-up vs baseline and val top-1
+    per stage, with profile and hardware."""
     studies: dict[str, dict] = {}
     for row in ledger.Ledger().rows(kind=LEDGER_KIND):
         parameters, metrics = row["parameters"], row["metrics"]
@@ -546,12 +436,8 @@ def previous_studies(limit: int = 10):
 
 
 def speedup_interval(study: CaseStudy, stage: str = "fastest_recipe") -> dict | None:
-    """Images/s of `stage` over the baseline's, with a bootstrap interval over the timings behind
-    both (`statistics.ratio_interval`: each epoch of the stage against each epoch of every baseline
-    seed). {ratio, low, high, timings}; no interval (low = high = None) with fewer than 2 timings
-    on a side; None when the stage has no speed."""
-    from course_lib.analysis import statistics
-
+    """Images/s of `stage` over the baseline's with a bootstrap interval over each epoch of both (`ratio_interval`):
+    {ratio, low, high, timings}, low = high = None with fewer than 2 timings on a side; None without a speed."""
     row = next((r for r in study.rows if r["stage"] == stage and r.get("images_per_second")), None)
     if row is None or not study.baseline_rates:
         return None
@@ -564,14 +450,8 @@ def speedup_interval(study: CaseStudy, stage: str = "fastest_recipe") -> dict | 
 
 
 def claims(study: CaseStudy, hardware: str | None = None) -> list:
-    """The article's section-6 claims decided from this study's rows: the overall speed-up
-    (ARTICLE_CLAIMS "case_study_speedup": the fastest recipe's images/s over the baseline's, with a
-    bootstrap interval over the epochs' timings) and each stage's claim (QUALITATIVE_CLAIMS of
-    notebook 10): a speed stage holds when it was kept (faster beyond the timing noise), an accuracy
-    stage when its top-1 beats the baseline seeds beyond noise (`CaseStudy.top1_test`). Returns
-    Claim records for `claims.show`."""
-    from course_lib.analysis import claims
-
+    """The article's section-6 claims from this study's rows: the overall speed-up (the fastest recipe's images/s over
+    the baseline's), a speed stage's when it was kept, an accuracy stage's when its top-1 beats the seeds' noise."""
     rows = {r["stage"]: r for r in study.rows}
     hardware = hardware or machine.describe_hardware()
     found = [_speedup_claim(study, rows, hardware)]
@@ -579,37 +459,32 @@ def claims(study: CaseStudy, hardware: str | None = None) -> list:
               for key, stage in (("casestudy_dataloader", "data_loader"), ("casestudy_amp", "amp"),
                                  ("casestudy_ddp", "ddp"))]
     found += [_missing(rows, key, stage, hardware) or _other_global_batch(rows, key, stage, hardware)
-              or claims.checked(key, *_accuracy(study, rows[stage]), hardware=hardware)
+              or claim_records.checked(key, *_accuracy(study, rows[stage]), hardware=hardware)
               for key, stage in (("casestudy_adamw", "optimizer"), ("casestudy_regularization", "regularization"))]
     return found + [_overall_accuracy_claim(study, rows, hardware)]
 
 
 def _missing(rows: dict, key: str, stage: str, hardware: str):
     """A not-measurable record when `stage` was not run or was skipped, else None."""
-    from course_lib.analysis import claims
-
     row = rows.get(stage)
     if row is None:
-        return claims.not_measurable(key, f"stage {stage} was not run", hardware)
+        return claim_records.not_measurable(key, f"stage {stage} was not run", hardware)
     if row.get("images_per_second") is None:
-        return claims.not_measurable(key, row.get("note") or "skipped", hardware)
+        return claim_records.not_measurable(key, row.get("note") or "skipped", hardware)
     return None
 
 
 def _other_global_batch(rows: dict, key: str, stage: str, hardware: str):
-    """A not-measurable record when `stage` trained at another global batch than the baseline, else None. A kept DDP
-    stage multiplies the batch by its processes, so the same epochs take that many times fewer optimizer steps: the
-    stage's top-1 then differs by its steps as much as by its change, and the baseline seeds' band does not apply."""
-    from course_lib.analysis import claims
-
+    """A not-measurable record when `stage` trained at another global batch than the baseline (a kept DDP stage's):
+    fewer optimizer steps in the same epochs, so its top-1 differs by its steps as much as by its change."""
     row, baseline = rows[stage], rows.get("baseline", {})
     ours, theirs = ((r.get("world_size") or 1) * (r.get("batch_per_process") or 0) for r in (row, baseline))
     if not baseline or ours == theirs:
         return None
-    return claims.not_measurable(key, f"{stage} trained on {row['world_size']} processes at a global batch of {ours} "
-                                      f"against the baseline's {theirs} (a kept DDP stage): fewer optimizer steps in "
-                                      "the same epochs, so its top-1 does not compare with the baseline seeds' "
-                                      "(run_ddp=false decides it)", hardware)
+    return claim_records.not_measurable(
+        key, f"{stage} trained on {row['world_size']} processes at a global batch of {ours} against the baseline's "
+             f"{theirs} (a kept DDP stage): fewer optimizer steps in the same epochs, so its top-1 does not compare "
+             "with the baseline seeds' (run_ddp=false decides it)", hardware)
 
 
 def _accuracy(study: CaseStudy, row: dict) -> tuple[bool | None, str]:
@@ -629,14 +504,13 @@ def _accuracy(study: CaseStudy, row: dict) -> tuple[bool | None, str]:
 
 def _speedup_claim(study: CaseStudy, rows: dict, hardware: str):
     """The fastest recipe's images/s over the baseline's, with its bootstrap interval."""
-    from course_lib.analysis import claims
-
     speedup = speedup_interval(study)
     if speedup is None:
-        return claims.not_measurable("case_study_speedup", "the fastest recipe or the baseline was not timed", hardware)
+        return claim_records.not_measurable("case_study_speedup", "the fastest recipe or the baseline was not timed",
+                                            hardware)
     staircase = rows.get("regularization", {}).get("speedup_vs_baseline")
     interval = (speedup["low"], speedup["high"]) if speedup["low"] is not None else None
-    return claims.measured(
+    return claim_records.measured(
         "case_study_speedup", speedup["ratio"], interval,
         f"the workbook's fastest recipe vs the baseline, images/s (= time per epoch), {speedup['timings']} "
         f"baseline timings (bootstrap interval); the article's own staircase (through regularization) "
@@ -646,10 +520,8 @@ def _speedup_claim(study: CaseStudy, rows: dict, hardware: str):
 
 def _speed_stage_claim(study: CaseStudy, rows: dict, key: str, stage: str, hardware: str):
     """A speed stage (data loader, AMP, DDP) holds when it was kept; AMP must also keep its top-1."""
-    from course_lib.analysis import claims
-
     row, baseline = rows[stage], rows.get("baseline", {})
-    return claims.checked(
+    return claim_records.checked(
         key, bool(row["kept"]) and (stage != "amp" or study.top1_test(row["val_top1"]) is None
                                     or study.top1_test(row["val_top1"])["beyond"] >= 0),
         f"{row['speedup_vs_previous']:.2f}x the previous kept stage's images/s, "
@@ -664,22 +536,20 @@ def _speed_stage_claim(study: CaseStudy, rows: dict, key: str, stage: str, hardw
 
 def _overall_accuracy_claim(study: CaseStudy, rows: dict, hardware: str):
     """The last stage's top-1 against the baseline's, only when both trained the same budget."""
-    from course_lib.analysis import claims
-
     baseline = rows.get("baseline", {})
     last = study.rows[-1] if study.rows else {}
     budget = {name: (last.get(name), baseline.get(name)) for name in ("epochs", "train_images")}
     if last.get("images_per_second") and baseline and any(ours != theirs for ours, theirs in budget.values()):
-        return claims.not_measurable(
-            "casestudy_accuracy", f"{last['stage']} trained {budget['epochs'][0]} epoch(s) of {budget['train_images'][0]} "
-            f"images (top-1 {last['val_top1']:.1%}), the baseline {budget['epochs'][1]} of {budget['train_images'][1]}: "
-            "top-1s of different budgets do not compare (the article's stages at one budget: "
-            "casestudy_regularization)", hardware)
+        return claim_records.not_measurable(
+            "casestudy_accuracy", f"{last['stage']} trained {budget['epochs'][0]} epoch(s) of "
+            f"{budget['train_images'][0]} images (top-1 {last['val_top1']:.1%}), the baseline {budget['epochs'][1]} of "
+            f"{budget['train_images'][1]}: top-1s of different budgets do not compare (the article's stages at one "
+            "budget: casestudy_regularization)", hardware)
     if last.get("images_per_second") and baseline:
         holds, text = _accuracy(study, last)
-        return claims.checked("casestudy_accuracy", holds, f"{last['stage']}: {text}", hardware=hardware)
+        return claim_records.checked("casestudy_accuracy", holds, f"{last['stage']}: {text}", hardware=hardware)
     return (_missing(rows, "casestudy_accuracy", last.get("stage", "baseline"), hardware)
-            or claims.not_measurable("casestudy_accuracy", "no baseline was run", hardware))
+            or claim_records.not_measurable("casestudy_accuracy", "no baseline was run", hardware))
 
 
 def run_notes(study: CaseStudy, *, smoke: bool = False, synthetic: bool = False) -> str:
@@ -687,21 +557,17 @@ def run_notes(study: CaseStudy, *, smoke: bool = False, synthetic: bool = False)
     notes = ["Stages not kept on this hardware: " + (", ".join(r["stage"] for r in study.rows if not r["kept"])
                                                      or "none")]
     if smoke:
-        notes.append("Smoke profile: a few steps of a tiny model on 32 px images; the speed numbers mostly show start-up "
-                     "costs and a busy CPU, and accuracy after 3 steps is noise. Run with profile='cpu' or 'gpu'.")
+        notes.append("Smoke profile: a few steps of a tiny model on 32 px images; the speed numbers mostly show "
+                     "start-up costs and a busy CPU, and accuracy after 3 steps is noise. Run with profile='cpu' or "
+                     "'gpu'.")
     if synthetic:
         notes.append("These numbers were measured on SYNTHETIC DATA (landcover-synth), not on real satellite tiles.")
     return "\n".join(notes)
 
 
 def _last_kept_before(rows: list[dict], stage: str, field: str):
-    earlier = []
-    for row in rows:
-        if row["stage"] == stage:
-            break
-        if row.get("kept") and row.get(field):
-            earlier.append(row[field])
-    return earlier[-1] if earlier else None
+    earlier = itertools.takewhile(lambda row: row["stage"] != stage, rows)
+    return ([row[field] for row in earlier if row.get("kept") and row.get(field)] or [None])[-1]
 
 
 def _ratio(after, before) -> str:

@@ -6,31 +6,36 @@ from __future__ import annotations
 
 import dataclasses
 
+import pandas as pd
+import torch
+
+from course_lib import devices
 from course_lib.analysis import claims as claim_records
 from course_lib.chapters.setup import ChapterSetup
+from course_lib.config import resolve_profile
+from course_lib.data import pipeline
+from course_lib.data.datasets import config_with_data
+from course_lib.data.loaders import make_loader
+from course_lib.engine import train
+from course_lib.measure import flops
+from course_lib.models import factory
 
 ROUNDING = 1e-4  # largest relative difference float32 rounding explains (about 1e-6 measured)
 
 
 def engine_table(rows: list[dict], models: dict, image_size: int, device, precision: str = "off"):
-    """The engine runs (one row per model and accumulation_steps, with "images/s") with an MFU column
-    computed from each row's own model (`models`: name -> module)."""
-    import pandas as pd
-
-    from course_lib.measure import flops
-
+    """The engine runs (a row per model and accumulation_steps, with "images/s") with an MFU column computed from
+    each row's own model (`models`: name -> module)."""
     table = pd.DataFrame(rows)
-    parts = [flops.with_mfu(group, models[name], image_size, device, precision=precision)
-             for name, group in table.groupby("model", sort=False)]
-    return pd.concat(parts)
+    return pd.concat([flops.with_mfu(group, models[name], image_size, device, precision=precision)
+                      for name, group in table.groupby("model", sort=False)])
 
 
 def claims(gradients, engine, memory_table, max_steps: int) -> list:
-    """`gradients`: notebook 04's section-2 table; `engine`: section 3's (with "images/s", "MFU");
-    `memory_table`: section 4's. Returns the five claims in the notebook's order."""
+    """The five claims in the notebook's order, from its section-2 gradients, section-3 engine runs (with "images/s"
+    and "MFU") and section-4 memory tables."""
     no_bn, with_bn = gradients[~gradients["BatchNorm"]], gradients[gradients["BatchNorm"]]
-    free = no_bn["max relative difference"].max()
-    bn = with_bn["max relative difference"].max()
+    free, bn = no_bn["max relative difference"].max(), with_bn["max relative difference"].max()
     free_model, bn_model = no_bn["model"].iloc[0], with_bn["model"].iloc[0]
     weights = engine.groupby("model")["max weight difference vs steps=1"].max()
     # Without the 1/N each gradient is N times the right one: a relative error of N - 1.
@@ -38,8 +43,7 @@ def claims(gradients, engine, memory_table, max_steps: int) -> list:
     largest = memory_table.iloc[-1]
     memory_ratio = largest["accumulated MiB"] / largest["bigger batch MiB"]
     speed = engine[engine["model"] == bn_model].set_index("accumulation_steps")
-    first, last = speed.index.min(), speed.index.max()
-    slowdown = speed.loc[last, "images/s"] / speed.loc[first, "images/s"]
+    slowdown = speed.loc[speed.index.max(), "images/s"] / speed.loc[speed.index.min(), "images/s"]
     return [
         claim_records.checked(
             "accumulation_equals_big_batch", free < ROUNDING, value=free,
@@ -68,8 +72,8 @@ def claims(gradients, engine, memory_table, max_steps: int) -> list:
 
 @dataclasses.dataclass(kw_only=True)
 class AccumulationSetup(ChapterSetup):
-    """Notebook 04's config, data, one big batch of real images as the model takes it, and the two
-    models the equivalence compares (`setup`)."""
+    """Notebook 04's config, data, one big batch of real images as the model takes it, and the two models the
+    equivalence compares (`setup`)."""
 
     images: object  # the big batch, staged for the model (augmented, normalised, on the device)
     targets: object
@@ -85,26 +89,13 @@ class AccumulationSetup(ChapterSetup):
 
 def setup(profile: str, model_without_batchnorm: str = "test_nfnet", *, max_steps: int | None = None,
           **given) -> AccumulationSetup:
-    """The profile's own data (`config_with_data(find_real=False)`: the lesson is the gradients, not the
-    data), one epoch of at most `max_steps` (None: 3) steps; fp32 on a CPU (exact weight comparisons,
-    and no per-run precision probe); one training batch staged as the model takes it (with
-    augmentation=device, the gpu profile's, the loader gives uint8, augmented here); and both models."""
-    import torch
-
-    from course_lib import devices
-    from course_lib.config import resolve_profile
-    from course_lib.data import pipeline
-    from course_lib.data.datasets import config_with_data
-    from course_lib.data.loaders import make_loader
-    from course_lib.engine import train
-    from course_lib.models import factory
-
+    """The profile's own data (the lesson is the gradients, not the data), one epoch of at most `max_steps` (None: 3)
+    steps, and one training batch staged as the model takes it (augmented here with augmentation=device)."""
     config, data = config_with_data(profile, find_real=False, epochs=1, max_steps=max_steps or 3,
-                                    output_dir="runs/checkpoints/04_accumulation",
-                                    **{k: v for k, v in given.items() if v is not None})
+                                    output_dir="runs/checkpoints/04_accumulation", **given)  # None: not given
     device = devices.resolve_device(config.device)
     if device.type == "cpu":
-        config = config.replace(precision="off")
+        config = config.replace(precision="off")  # exact weight comparisons, and no per-run precision probe
     bundle = pipeline.build_datasets(config)
     torch.manual_seed(config.seed)
     images, targets = next(iter(make_loader(bundle.train, config, train=True)))

@@ -11,14 +11,15 @@ import torch
 
 from course_lib.analysis import claims as claim_records
 from course_lib.chapters.setup import ChapterSetup
+from course_lib.config import make_config, resolve_profile
 from course_lib.instruments import peak_memory
-from course_lib.measure import memory, memory_probe
+from course_lib.measure import doctor, memory, memory_probe
+from course_lib.paths import resolve_path
 
 
 @dataclasses.dataclass(kw_only=True)
 class HardwareSetup(ChapterSetup):
-    """Notebook 01's config (the model, batch, precision and optimizer of the memory estimate), sweep and the
-    folder its disk probe reads (`setup`)."""
+    """Notebook 01's config (the memory estimate's model, batch, precision and optimizer), sweep and disk folder."""
 
     sweep_profile: str  # which estimate-vs-measured sweep runs (`memory_probe.sweep_plan`)
     probe_folder: object  # Path the disk probe reads
@@ -26,34 +27,24 @@ class HardwareSetup(ChapterSetup):
     @property
     def device(self) -> torch.device:
         """Where the memory is measured: the CUDA GPU the config names, else the CPU (never an error here)."""
-        cuda = self.config.device.startswith("cuda") and torch.cuda.is_available()
-        return torch.device("cuda" if cuda else "cpu")
+        return torch.device("cuda" if self.config.device.startswith("cuda") and torch.cuda.is_available() else "cpu")
 
     def line(self) -> str:
-        config = self.config
-        return (f"profile {self.profile} -> sweep {self.sweep_profile}; {config.model} at {config.image_size} px on "
-                f"{self.device}\nmachine: {self.hardware}")
+        return (f"profile {self.profile} -> sweep {self.sweep_profile}; {self.config.model} at "
+                f"{self.config.image_size} px on {self.device}\nmachine: {self.hardware}")
 
     def memory_cap(self, probe, plan: dict, cap_mib: int = 0) -> int | None:
-        """Bytes the largest-batch search may use: on a CPU `cap_mib` (0: the estimate at twice the
-        plan's largest batch, so the search stops before the machine swaps); on a GPU None, its
-        own memory is the limit (the search stops at CUDA's out-of-memory error)."""
+        """Bytes the largest-batch search may use: on a CPU `cap_mib` (0: the estimate at twice the plan's largest
+        batch, so the search stops before the machine swaps); on a GPU None (it stops at CUDA's out-of-memory)."""
         if self.device.type != "cpu":
             return None
         return cap_mib * 2**20 or probe.estimate(2).at_batch(2 * plan["batch_sizes"][-1]).total_bytes
 
 
 def setup(profile: str, data_dir: str | None = None, memory_sweep: str = "auto", **params) -> HardwareSetup:
-    """The profile with `params` (None: the profile's), the device the config names (the CPU when it
-    names CUDA and none is here), the sweep (`memory_sweep` "auto": the profile's) and the disk
-    probe's folder: data_dir, else the config's data_dir, else the real data every run finds, or
-    the committed sample."""
-    from course_lib.config import make_config, resolve_profile
-    from course_lib.measure import doctor
-    from course_lib.paths import resolve_path
-
-    config = make_config(profile, **params)
-    resolved = resolve_profile(profile)
+    """The profile with `params` (None: the profile's), the sweep (`memory_sweep` auto: the profile's) and the disk
+    probe's folder: data_dir, else the config's, else the real data every run finds, or the committed sample."""
+    config, resolved = make_config(profile, **params), resolve_profile(profile)
     folder = data_dir or config.data_dir
     return HardwareSetup(profile=resolved, config=config,
                          sweep_profile=resolved if memory_sweep == "auto" else memory_sweep,
@@ -61,13 +52,13 @@ def setup(profile: str, data_dir: str | None = None, memory_sweep: str = "auto",
 
 
 def resnet50_memory(device) -> dict:
-    """The article's setting (ResNet-50, 224 px, fp16 autocast, SGD) at batch 256 and 512: the estimate
-    (shapes only, on the meta device, any machine) and, on CUDA, the measured peak of one training step
-    (None where it ran out of memory, or without CUDA)."""
+    """The article's setting (ResNet-50, 224 px, fp16 autocast, SGD) at batch 256 and 512: the estimate (on the meta
+    device) and, on CUDA, the measured peak of one training step (None where it ran out of memory)."""
     estimate = memory.estimate_training_memory("resnet50", 256, 224, precision="fp16", device="meta")
     fp32 = memory.estimate_training_memory("resnet50", 256, 224, precision="off", device="meta")
     result = {"estimate_bytes": {256: estimate.total_bytes, 512: estimate.at_batch(512).total_bytes},
-              "fp32_estimate_bytes": fp32.total_bytes, "activation_share": estimate.activations_bytes / estimate.total_bytes,
+              "fp32_estimate_bytes": fp32.total_bytes,
+              "activation_share": estimate.activations_bytes / estimate.total_bytes,
               "largest_batch_24gb": memory.largest_batch_within(estimate, 24 * 10**9), "measured_bytes": {}}
     device = torch.device(device)
     if device.type == "cuda":
@@ -92,23 +83,25 @@ def resnet50_claim(r50: dict):
     estimate_text = (f"the workbook's estimate (parameters, gradients, momentum, activations counted on the meta "
                      f"device) is {estimate[256] / 1e9:.1f} GB, and batch 512 adds {_growth(estimate):+.0%} "
                      f"(activations are {r50['activation_share']:.0%} of the total; the article: +30-40%)")
-    if measured.get(256):
-        growth = _growth(measured)
-        return claim_records.measured(
-            "resnet50_amp_memory", measured[256] / 1e9,
-            reason="torch.cuda.max_memory_allocated of one fp16-autocast SGD step (tensors only; nvidia-smi adds "
-                   "the CUDA context and cached blocks); batch 512: "
-                   + (f"{measured[512] / 1e9:.1f} GB ({growth:+.0%}; the article: +30-40%)" if growth is not None
-                      else "out of memory") + f"; {estimate_text}")
-    why = "no CUDA GPU" if not measured else "batch 256 ran out of GPU memory"
-    return claim_records.not_measurable("resnet50_amp_memory", f"{why}: {estimate_text}")
+    if not measured.get(256):
+        why = "no CUDA GPU" if not measured else "batch 256 ran out of GPU memory"
+        return claim_records.not_measurable("resnet50_amp_memory", f"{why}: {estimate_text}")
+    growth = _growth(measured)
+    return claim_records.measured(
+        "resnet50_amp_memory", measured[256] / 1e9,
+        reason="torch.cuda.max_memory_allocated of one fp16-autocast SGD step (tensors only; nvidia-smi adds "
+               "the CUDA context and cached blocks); batch 512: "
+               + (f"{measured[512] / 1e9:.1f} GB ({growth:+.0%}; the article: +30-40%)" if growth is not None
+                  else "out of memory") + f"; {estimate_text}")
 
 
 def memory_claims(r50: dict, sweep_growth: str):
     """The doubling-the-batch, AMP-halves-memory and 24 GB claims, from the estimate (and measurements)."""
-    growth = _growth(r50["measured_bytes"]) if r50["measured_bytes"].get(512) else _growth(r50["estimate_bytes"])
-    source = "measured" if r50["measured_bytes"].get(512) else "estimated"
+    measured = r50["measured_bytes"].get(512)
+    growth = _growth(r50["measured_bytes"] if measured else r50["estimate_bytes"])
+    source = "measured" if measured else "estimated"
     ratio = r50["estimate_bytes"][256] / r50["fp32_estimate_bytes"]
+    largest = r50["largest_batch_24gb"]
     return [
         claim_records.checked("batch_doubling_memory", 0.30 <= growth <= 0.40, value=100 * growth,
                               reason=f"ResNet-50 224 px fp16, batch 256 -> 512: {growth:+.0%} ({source}); this "
@@ -116,51 +109,45 @@ def memory_claims(r50: dict, sweep_growth: str):
         claim_records.checked("amp_memory_estimate", 0.4 <= ratio <= 0.6, value=ratio,
                               reason=f"estimate fp16 / fp32 at batch 256: {ratio:.2f} (fp32 master weights, "
                                      "gradients and optimizer state do not shrink; notebook 03 measures it)"),
-        claim_records.checked("card_24gb_batch256", 256 <= r50["largest_batch_24gb"] < 512, value=r50["largest_batch_24gb"],
-                              reason=f"estimate: the largest batch within 24 GB is {r50['largest_batch_24gb']} (tensors "
-                                     "only; the CUDA context, cuDNN workspaces and fragmentation take more)"),
+        claim_records.checked("card_24gb_batch256", 256 <= largest < 512, value=largest,
+                              reason=f"estimate: the largest batch within 24 GB is {largest} (tensors only; the CUDA "
+                                     "context, cuDNN workspaces and fragmentation take more)"),
     ]
 
 
 def machine_claims(facts: dict, matmul_rows: list[dict], recommended_workers: int):
     """Cores and RAM per GPU, the workers rule, random vs sequential reads, fast reduced precision."""
     cores, ram, gpus = facts["cpu"]["physical_cores"], facts["cpu"]["ram_bytes"], len(facts["gpus"])
-    found = []
-    if gpus:
-        meets = cores / gpus >= 16 and ram / gpus >= 64e9
-        found.append(claim_records.checked("cores_and_ram_per_gpu", meets, value=cores / gpus,
-                                           reason=f"this machine: {cores / gpus:.0f} physical cores and "
-                                                  f"{ram / gpus / 1e9:.0f} GB RAM per GPU ({gpus} GPUs); notebook 02 "
-                                                  "measures how many cores a GPU needs (cpu_cores_per_gpu)"))
-    else:
-        found.append(claim_records.not_measurable("cores_and_ram_per_gpu",
-                                                  f"no GPU; this machine has {cores} physical cores and {ram / 1e9:.0f} GB"))
-    expected = max(1, cores // 2 // max(1, gpus))
-    found.append(claim_records.checked(
-        "workers_half_the_cores", recommended_workers == expected, value=recommended_workers,
-        reason=f"{cores} physical cores, {max(1, gpus)} training process(es) -> the doctor recommends "
-               f"num_workers={recommended_workers}; notebook 02 measures where throughput stops growing"))
     disk = facts["disk"]
     sequential, random_reads = disk.get("read_sequential_mb_per_s"), disk.get("read_random_mb_per_s")
-    if sequential and random_reads:
-        found.append(claim_records.checked(
-            "random_reads_slower", random_reads < sequential / 2, value=random_reads / sequential,
-            reason=f"{disk['kind']} disk ({disk['block_device']}): random 4 KiB {random_reads:.1f} MiB/s "
-                   f"({disk['read_random_reads_per_s']:.0f} reads/s) vs sequential {sequential:.0f} MiB/s"))
-    else:
-        found.append(claim_records.not_measurable("random_reads_slower", f"no files to read: {disk.get('read_note')}"))
     by_device: dict[str, dict] = {}
     for row in matmul_rows:
         by_device.setdefault(row["device"], {})[row["dtype"]] = row.get("speed_vs_fp32")
-    gpu_speeds = {d: s for d, s in by_device.items() if d != "cpu"}
-    text = "; ".join(f"{d}: " + ", ".join(f"{k} {v:.2g}x" for k, v in s.items() if k in ("bf16", "fp16") and v)
-                     for d, s in by_device.items()) + " fp32 matmul"
-    if gpu_speeds:
-        best = max(v for s in gpu_speeds.values() for k, v in s.items() if k in ("bf16", "fp16") and v)
-        found.append(claim_records.checked("tensor_cores_fp16", best > 1.1, value=best, reason=text))
-    else:
-        found.append(claim_records.not_measurable("tensor_cores_fp16", f"no GPU, so no tensor cores; {text}"))
-    return found
+    reduced = {d: {k: v for k, v in s.items() if k in ("bf16", "fp16") and v} for d, s in by_device.items()}
+    text = "; ".join(f"{d}: " + ", ".join(f"{k} {v:.2g}x" for k, v in s.items()) for d, s in reduced.items())
+    gpu_speeds = [v for d, s in reduced.items() if d != "cpu" for v in s.values()]
+    return [
+        claim_records.checked(
+            "cores_and_ram_per_gpu", cores / gpus >= 16 and ram / gpus >= 64e9, value=cores / gpus,
+            reason=f"this machine: {cores / gpus:.0f} physical cores and {ram / gpus / 1e9:.0f} GB RAM per GPU ({gpus} "
+                   "GPUs); notebook 02 measures how many cores a GPU needs (cpu_cores_per_gpu)") if gpus else
+        claim_records.not_measurable("cores_and_ram_per_gpu",
+                                     f"no GPU; this machine has {cores} physical cores and {ram / 1e9:.0f} GB"),
+        claim_records.checked(
+            "workers_half_the_cores", recommended_workers == max(1, cores // 2 // max(1, gpus)),
+            value=recommended_workers,
+            reason=f"{cores} physical cores, {max(1, gpus)} training process(es) -> the doctor recommends "
+                   f"num_workers={recommended_workers}; notebook 02 measures where throughput stops growing"),
+        claim_records.checked(
+            "random_reads_slower", random_reads < sequential / 2, value=random_reads / sequential,
+            reason=f"{disk['kind']} disk ({disk['block_device']}): random 4 KiB {random_reads:.1f} MiB/s "
+                   f"({disk['read_random_reads_per_s']:.0f} reads/s) vs sequential {sequential:.0f} MiB/s")
+        if sequential and random_reads else
+        claim_records.not_measurable("random_reads_slower", f"no files to read: {disk.get('read_note')}"),
+        claim_records.checked("tensor_cores_fp16", max(gpu_speeds) > 1.1, value=max(gpu_speeds),
+                              reason=f"{text} fp32 matmul") if any(d != "cpu" for d in reduced) else
+        claim_records.not_measurable("tensor_cores_fp16", f"no GPU, so no tensor cores; {text} fp32 matmul"),
+    ]
 
 
 def claims(r50: dict, sweep_growth: str, facts: dict, matmul_rows: list[dict], recommended_workers: int):

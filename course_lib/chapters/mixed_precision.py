@@ -1,21 +1,29 @@
-"""Mixed precision, channels_last and torch.compile timed side by side (notebook 03), and the
-articles' claims about them as `analysis.claims.Claim`s.
+"""Mixed precision, channels_last and torch.compile timed side by side (notebook 03), and the articles' claims about
+them as `analysis.claims.Claim`s.
 
-Mixed precision: Micikevicius et al., "Mixed Precision Training", ICLR 2018 (arXiv:1710.03740);
-torch.compile: Ansel et al., "PyTorch 2", ASPLOS 2024. Each variant trains its own copy of the model
-with the engine's step, built and timed by the step harness (`engine.step_bench`); the variants take
-turns, repeat after repeat, so that a shared machine's slow moments fall on all of them alike, and
-the speed-up's interval comes from those pairs of repeats (`statistics.paired_ratio_interval`: repeat i of a variant over repeat i of the
-baseline, point estimate the ratio of the medians the table shows).
+Mixed precision: Micikevicius et al., "Mixed Precision Training", ICLR 2018 (arXiv:1710.03740); torch.compile:
+Ansel et al., "PyTorch 2", ASPLOS 2024. Each variant trains its own copy of the model with the engine's step, built
+and timed by the step harness (`engine.step_bench`); the variants take turns, repeat after repeat, so that a shared
+machine's slow moments fall on all of them alike, and the speed-up's interval comes from those pairs of repeats
+(`statistics.paired_ratio_interval`: repeat i of a variant over repeat i of the baseline, point estimate the ratio of
+the medians the table shows).
 """
 from __future__ import annotations
 
 import dataclasses
 
+import pandas as pd
 import torch
 
+from course_lib.analysis import claims as claim_records
+from course_lib.analysis import statistics
 from course_lib.chapters.setup import ChapterSetup, sizes
-from course_lib.config import Config
+from course_lib.config import Config, resolve_profile
+from course_lib.data.datasets import config_with_data
+from course_lib.devices import resolve_device
+from course_lib.engine.step_bench import StepBench
+from course_lib.engine.train import recorded_compile_runs
+from course_lib.models.factory import build_model
 
 REDUCED = ("fp16", "bf16")
 
@@ -31,39 +39,26 @@ class StepSpeeds:
     device: str
 
     def table(self, baseline: str):
-        """One row per variant: precision, median images/s, speed-up over `baseline` (the ratio of the
-        two medians in the images/s column) with its 95% interval from the paired repeats, first step
-        and steady step seconds. The baseline's own row is exactly 1.0x [1.0, 1.0]."""
-        import pandas as pd
-
-        from course_lib.analysis import statistics
-
+        """One row per variant: precision, median images/s, speed-up over `baseline` (the ratio of the two medians)
+        with its 95% interval from the paired repeats, first and steady step seconds (the baseline: 1.0x [1.0, 1.0])."""
         rows = {}
         for label, speeds in self.images_per_second.items():
             ratio = statistics.paired_ratio_interval(speeds, self.images_per_second[baseline])
-            median = float(pd.Series(speeds).median())
-            rows[label] = {"precision": self.settings[label].get("precision", "off"),
-                           **({"matmul_precision": self.settings[label]["matmul_precision"]}
-                              if "matmul_precision" in self.settings[label] else {}), "images/s": median,
+            median, setting = float(pd.Series(speeds).median()), self.settings[label]
+            matmul = {"matmul_precision": setting["matmul_precision"]} if "matmul_precision" in setting else {}
+            rows[label] = {"precision": setting.get("precision", "off"), **matmul, "images/s": median,
                            "speed-up": ratio["ratio"], "low": ratio["low"], "high": ratio["high"],
                            "first step s": self.first_step_seconds[label], "step s": self.batch_size / median}
         return pd.DataFrame.from_dict(rows, orient="index")
 
 
 def time_training_steps(config: Config, variants: dict[str, dict], num_classes: int, *, repeats: int = 5,
-                        steps: int = 1, device=None, model: torch.nn.Module | None = None) -> StepSpeeds:
-    """Train a copy of `config.model` per variant (a dict of `precision`, `channels_last`,
-    `compile`, `matmul_precision`, `cudnn_benchmark`; missing keys come from `config`) on one fixed
-    random batch of `config.batch_size`.
-    The first step of each variant (allocations, kernel choice, the compile) is timed and thrown
-    away with a second one; then the variants take turns, `repeats` times, `steps` steps each."""
-    from course_lib.devices import resolve_device
-    from course_lib.engine.step_bench import StepBench
-    from course_lib.models.factory import build_model
-
+                        steps: int = 1, device=None) -> StepSpeeds:
+    """Train a copy of `config.model` per variant (`precision`, `channels_last`, `compile`, `matmul_precision`,
+    `cudnn_benchmark`; the rest from `config`) on one fixed random batch of `config.batch_size`."""
     device = torch.device(device) if device is not None else resolve_device(config.device)
-    base = model if model is not None else build_model(config, num_classes)
-    bench = StepBench(base, config.image_size, config.batch_size, device, num_classes, seed=config.seed)
+    bench = StepBench(build_model(config, num_classes), config.image_size, config.batch_size, device, num_classes,
+                      seed=config.seed)
     timed_steps, first, settings = {}, {}, {}
     for label, changes in variants.items():
         setting = {"precision": config.precision, "channels_last": config.channels_last, "compile": config.compile,
@@ -73,8 +68,10 @@ def time_training_steps(config: Config, variants: dict[str, dict], num_classes: 
         timed = bench.variant(setting["precision"], setting["channels_last"], setting["compile"],
                               compile_mode=config.compile_mode, matmul_precision=setting["matmul_precision"],
                               cudnn_benchmark=setting["cudnn_benchmark"])
+        # The first step (allocations, kernel choice, the compile) is timed and thrown away with a second one, in
+        # which fp16's scale and the allocator settle; then the variants take turns, `repeats` times, `steps` each.
         first[label] = timed.first_step()
-        timed.step()  # a second warm-up step: fp16's scale and the allocator settle
+        timed.step()
         timed_steps[label], settings[label] = timed, setting
     speeds = {label: [] for label in variants}
     for _ in range(repeats):
@@ -84,9 +81,9 @@ def time_training_steps(config: Config, variants: dict[str, dict], num_classes: 
 
 
 def gpu_switch_variants(precision: str) -> dict[str, dict]:
-    """The PyTorch performance-tuning guide's two GPU switches, one at a time: fp32 at each
-    `matmul_precision` (highest: exact fp32; high and medium: TF32 tensor cores on Ampere and newer),
-    then cuDNN's autotuner off and on at `precision` with channels_last."""
+    """The PyTorch performance-tuning guide's two GPU switches, one at a time: fp32 at each `matmul_precision`
+    (highest: exact fp32; high and medium: TF32 tensor cores on Ampere and newer), then cuDNN's autotuner off and on
+    at `precision` with channels_last."""
     variants = {f"fp32, matmul_precision={name}": {"precision": "off", "matmul_precision": name,
                                                    "cudnn_benchmark": False}
                 for name in ("highest", "high", "medium")}
@@ -106,12 +103,10 @@ def gpu_switch_note(device) -> str | None:
             "Run with profile='gpu' on a CUDA GPU, or `workbook gpu-check`, which times them too")
 
 
-def compile_skipped_note(profile: str, model: str | None = None) -> str:
-    """Why torch.compile was not measured in this run, with the newest earlier measurement on this
-    machine's ledger when there is one."""
-    from course_lib.engine.train import recorded_compile_runs
-
-    earlier = recorded_compile_runs(model)
+def compile_skipped_note(profile: str) -> str:
+    """Why torch.compile was not measured in this run, with the newest earlier measurement on this machine's
+    ledger when there is one."""
+    earlier = recorded_compile_runs()
     if earlier:
         last = earlier[0]
         return (f"skipped in the {profile} profile; an earlier run's first compile took about "
@@ -121,17 +116,14 @@ def compile_skipped_note(profile: str, model: str | None = None) -> str:
 
 
 def faster_reduced_precision(speeds) -> str:
-    """fp16 or bf16, whichever ran more images/s (a table with an "images/s" column, or a dict)."""
-    values = speeds["images/s"] if hasattr(speeds, "columns") else speeds
-    return max(REDUCED, key=lambda name: values[name])
+    """fp16 or bf16, whichever ran more images/s (a table with an "images/s" column)."""
+    return max(REDUCED, key=lambda name: speeds.loc[name, "images/s"])
 
 
 def precision_advice(speeds, best: str, recommended: str, matmul=None) -> str:
-    """One sentence on what the measured speed-ups mean on this device: whether reduced precision helps
-    (the faster one's whole interval above 1x) and what precision='auto' chose (`recommended`:
-    `auto_precision.decide` on the same step times). `matmul`: section 1's probe (a DataFrame with columns
-    dtype and speed_vs_fp32), which tells a device without fast 16-bit units from one whose units this
-    model's step does not reach."""
+    """One sentence on what the measured speed-ups mean here: whether reduced precision helps (the faster one's whole
+    interval above 1x) and what precision='auto' chose (`recommended`); `matmul`, section 1's probe (dtype,
+    speed_vs_fp32), tells a device without fast 16-bit units from one whose units this model's step does not reach."""
     row = speeds.loc[best]
     chosen = f"precision='auto' chooses {recommended!r} for it"
     if row["high"] >= 1.0:
@@ -139,8 +131,7 @@ def precision_advice(speeds, best: str, recommended: str, matmul=None) -> str:
                 f"{row['high']:.2f}]; {chosen} on these step times.")
     said = (f"On this device reduced precision does not help: bf16 runs at {speeds.loc['bf16', 'speed-up']:.2f}x "
             f"and fp16 at {speeds.loc['fp16', 'speed-up']:.2f}x fp32's speed. ")
-    probe = matmul[matmul["dtype"].isin(REDUCED)] if matmul is not None else None
-    fast = probe[probe["speed_vs_fp32"].fillna(0) > 1.2] if probe is not None else []
+    fast = [] if matmul is None else matmul[matmul["dtype"].isin(REDUCED) & (matmul["speed_vs_fp32"].fillna(0) > 1.2)]
     if len(fast):
         units = ", ".join(f"{r.dtype} at {r.speed_vs_fp32:.1f}x" for r in fast.itertuples())
         return said + (f"Yet its matrix units are fast (the matmul probe of section 1 runs {units} fp32): a "
@@ -159,59 +150,58 @@ def accuracy_rows(runs: dict) -> list[dict]:
 
 def claims(speeds, best: str, memory_ratio: float, accuracy, *, device: str, layout=None, compile_speeds=None,
            compile_note: str = "") -> list:
-    """The claims of notebook 03. `speeds`: `StepSpeeds.table("off")` of off/fp16/bf16; `best`: the
-    reduced precision compared; `memory_ratio`: its step peak over fp32's; `accuracy`:
-    `statistics.compare_variants` over seeds with "off" as baseline; `layout`: the table of
-    channels_last False/True; `compile_speeds`: the table of eager/compiled (None when not measured,
-    with `compile_note` saying why)."""
-    from course_lib.analysis import claims as claim
-
+    """Notebook 03's claims from `StepSpeeds.table("off")` of off/fp16/bf16, the reduced precision `best`, its step
+    peak over fp32's, `statistics.compare_variants` over seeds ("off" the baseline), and the channels_last and
+    eager/compiled tables (None: not measured; `compile_note` says why)."""
     row = speeds.loc[best]
     other = "fp16" if best == "bf16" else "bf16"
     how = (f"{best} (faster here than {other}: {speeds.loc[other, 'images/s']:.0f} images/s) over fp32, median "
            f"{row['images/s']:.0f} vs {speeds.loc['off', 'images/s']:.0f} images/s, training steps timed side by "
-           f"side after warm-up on {device}")
-    if device.startswith("cpu"):
-        how += "; a CPU without fp16 matrix units emulates fp16"
+           f"side after warm-up on {device}" + ("; a CPU without fp16 matrix units emulates fp16"
+                                                if device.startswith("cpu") else ""))
     delta = accuracy.loc[best] if best in accuracy.index else None
     if delta is not None and "delta" in accuracy.columns and delta.notna().get("delta", False):
         accuracy_text = (f"top-1 {100 * delta['delta']:+.1f} points vs fp32 over {int(delta['runs'])} seeds, 95% "
                          f"interval [{100 * delta['delta low']:+.1f}, {100 * delta['delta high']:+.1f}]: "
                          f"{delta['verdict']}")
-        accuracy_claim = claim.decided("amp_accuracy", 100 * delta["delta"],
-                                       (100 * delta["delta low"], 100 * delta["delta high"]), accuracy_text)
+        accuracy_claim = claim_records.decided("amp_accuracy", 100 * delta["delta"],
+                                               (100 * delta["delta low"], 100 * delta["delta high"]), accuracy_text)
     else:
         accuracy_text = "accuracy over seeds not compared (fewer than 2 seeds)"
-        accuracy_claim = claim.checked("amp_accuracy", None, reason=accuracy_text)
-    accuracy_kept = accuracy_claim.verdict != claim.REFUTED
+        accuracy_claim = claim_records.checked("amp_accuracy", None, reason=accuracy_text)
     speed_interval = (row["low"], row["high"])
-    second = (claim.measured("amp_second_article", row["speed-up"], speed_interval, reason=f"{how}; {accuracy_text}")
-              if accuracy_kept else
-              claim.checked("amp_second_article", False, value=row["speed-up"], interval=speed_interval,
-                            reason=f"accuracy fell beyond seed noise: {accuracy_text}; {how}"))
-    rows = [claim.measured("amp_speedup", row["speed-up"], speed_interval, reason=how), second,
-            claim.measured("amp_memory", memory_ratio, reason=f"measured peak of one training step, {best} over fp32 "
-                                                              f"(TrainingStepProbe on {device})"),
-            accuracy_claim]
-    if compile_speeds is not None:
-        compiled = compile_speeds.loc["compiled"]
-        gain = (100 * (compiled["speed-up"] - 1), (100 * (compiled["low"] - 1), 100 * (compiled["high"] - 1)))
-        compile_seconds = compiled["first step s"] - compiled["step s"]
-        rows.append(claim.measured("torch_compile", gain[0], gain[1],
-                                   reason=f"compiled over eager images/s at {compiled['precision']}, steps timed side "
-                                          f"by side after the compile, on {device}"))
-        rows.append(claim.checked("compile_first_run", compile_seconds >= 10,
-                                  reason=f"the first compiled step took {compiled['first step s']:.0f} s, a later one "
-                                         f"{compiled['step s']:.2f} s: about {compile_seconds:.0f} s of compiling"))
+    if accuracy_claim.verdict != claim_records.REFUTED:
+        second = claim_records.measured("amp_second_article", row["speed-up"], speed_interval,
+                                        reason=f"{how}; {accuracy_text}")
     else:
-        rows.append(claim.not_measurable("torch_compile", compile_note or "not measured in this run"))
-        rows.append(claim.not_measurable("compile_first_run", compile_note or "not measured in this run"))
+        second = claim_records.checked("amp_second_article", False, value=row["speed-up"], interval=speed_interval,
+                                       reason=f"accuracy fell beyond seed noise: {accuracy_text}; {how}")
+    rows = [claim_records.measured("amp_speedup", row["speed-up"], speed_interval, reason=how), second,
+            claim_records.measured("amp_memory", memory_ratio, reason=f"measured peak of one training step, {best} "
+                                                                      f"over fp32 (TrainingStepProbe on {device})"),
+            accuracy_claim]
+    if compile_speeds is None:
+        rows += [claim_records.not_measurable(key, compile_note or "not measured in this run")
+                 for key in ("torch_compile", "compile_first_run")]
+    else:
+        compiled = compile_speeds.loc["compiled"]
+        compile_seconds = compiled["first step s"] - compiled["step s"]
+        rows += [claim_records.measured(
+                     "torch_compile", 100 * (compiled["speed-up"] - 1),
+                     (100 * (compiled["low"] - 1), 100 * (compiled["high"] - 1)),
+                     reason=f"compiled over eager images/s at {compiled['precision']}, steps timed side by side "
+                            f"after the compile, on {device}"),
+                 claim_records.checked(
+                     "compile_first_run", compile_seconds >= 10,
+                     reason=f"the first compiled step took {compiled['first step s']:.0f} s, a later one "
+                            f"{compiled['step s']:.2f} s: about {compile_seconds:.0f} s of compiling")]
     if layout is not None:
         flipped = layout.loc["channels_last"]
-        rows.append(claim.checked("channels_last", claim.beyond_noise(flipped["low"], flipped["high"], 1.0),
-                                  reason=f"channels_last over the default layout at {flipped['precision']}: "
-                                         f"{flipped['speed-up']:.2f}x [{flipped['low']:.2f}, {flipped['high']:.2f}] "
-                                         f"(holds when the whole interval is above 1, refuted when below)"))
+        rows.append(claim_records.checked(
+            "channels_last", claim_records.beyond_noise(flipped["low"], flipped["high"], 1.0),
+            reason=f"channels_last over the default layout at {flipped['precision']}: {flipped['speed-up']:.2f}x "
+                   f"[{flipped['low']:.2f}, {flipped['high']:.2f}] (holds when the whole interval is above 1, "
+                   "refuted when below)"))
     return rows
 
 
@@ -259,9 +249,8 @@ class PrecisionSetup(ChapterSetup):
         return text + f"\nhardware: {self.hardware}"
 
     def reused(self, runs: dict) -> dict:
-        """Section 2's runs ({precision: FitResult}) that the accuracy comparison takes as its seed
-        `config.seed`, as {(precision, seed): FitResult}: all of them when it trains `config` itself (cpu,
-        smoke), none when it trains a recipe on other data (reference)."""
+        """Section 2's runs ({precision: FitResult}) as the accuracy comparison's seed `config.seed`, keyed (precision,
+        seed): all of them when it trains `config` itself (cpu, smoke), none when it trains a recipe (reference)."""
         if self.accuracy_config is not self.config:
             return {}
         return {(precision, self.config.seed): result for precision, result in runs.items()}
@@ -270,20 +259,14 @@ class PrecisionSetup(ChapterSetup):
 def setup(profile: str, *, steps_per_run: int = 0, seeds: int = 0, repeats: int = 0,
           measure_compile: str | bool = "auto", max_steps: int | None = None, batch_size: int | None = None,
           image_size: int | None = None, **given) -> PrecisionSetup:
-    """Speed on the profile's own data (`config_with_data(find_real=False)`; WORKBOOK_DATA=<folder>
-    changes it), at the profile's sizes (`SIZES`; 0 and None: the profile's). The accuracy comparison trains
-    the same config, except where the profile's sizes name a recipe (reference: the speed-run recipe on the real
-    data `config_with_data` finds; the notebook's model and sizes leave it alone)."""
-    from course_lib.config import resolve_profile
-    from course_lib.data.datasets import config_with_data
-
+    """Speed on the profile's own data (`config_with_data(find_real=False)`) at the profile's sizes (`SIZES`; 0 and
+    None: the profile's); the accuracy comparison trains the same config, or the recipe the profile's sizes name."""
     resolved = resolve_profile(profile)
     chosen = sizes(SIZES, resolved)
     max_steps = max_steps or chosen["max_steps"]
     steps_per_run = steps_per_run or chosen["steps_per_run"]
     base, data = config_with_data(profile, find_real=False, batch_size=batch_size or chosen["batch_size"],
-                                  image_size=image_size or chosen["image_size"],
-                                  **{k: v for k, v in given.items() if v is not None})
+                                  image_size=image_size or chosen["image_size"], **given)  # None: not given
     config = base.replace(epochs=max(2, base.epochs),
                           max_steps=max_steps or min(base.max_steps or steps_per_run, steps_per_run),
                           output_dir="runs/checkpoints/03_mixed_precision")

@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from course_lib.config import Config
+from course_lib import devices, machine
+from course_lib.analysis import expected_time
+from course_lib.config import Config, ConfigError, profile_entry, resolve_profile
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -25,25 +27,17 @@ class ChapterSetup:
     announces_time: ClassVar[bool] = True
 
     def __post_init__(self):
-        from course_lib.analysis import expected_time
-
-        if not self.hardware:
-            from course_lib import machine
-
-            self.hardware = machine.describe_hardware()
+        self.hardware = self.hardware or machine.describe_hardware()
         if self.announces_time:  # the notebook's expected time in this profile, and a line before each long cell
             expected_time.announce(self.profile)
 
     @property
     def device(self):
         """The torch.device `config` trains on (a ConfigError when it names a GPU that is not here)."""
-        from course_lib import devices
-
         return devices.resolve_device(self.config.device if self.config is not None else "cpu")
 
     def line(self) -> str:
-        """What the notebook prints under the data line: the profile, the model and its images, the datasets'
-        sizes and the hardware. A chapter with more to say overrides it."""
+        """The profile, the model and its images, the datasets' sizes and the hardware (printed under the data line)."""
         parts = [f"profile {self.profile}"]
         if self.config is not None:
             parts.append(f"{self.config.model} at {self.config.image_size} px")
@@ -56,8 +50,6 @@ class ChapterSetup:
 def sizes(table: dict, profile: str) -> dict:
     """A chapter's per-profile sizes and choices, `table[profile]` (auto: resolved; rehearsal: smoke's): the one
     way a chapter reads its `SIZES`, so that no chapter branches on the profile inline (tests/test_layout.py)."""
-    from course_lib.config import ConfigError, profile_entry, resolve_profile
-
     entry = profile_entry(table, resolve_profile(profile))
     if entry is None:
         raise ConfigError(f"this chapter has no sizes for profile {profile!r}; it has {', '.join(table)}")

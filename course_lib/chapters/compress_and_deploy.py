@@ -132,8 +132,7 @@ def top1(model, bundle, config) -> float:
     return export.top1(model, bundle.val, config, bundle.device_stage)
 
 
-# Timing settings for `deploy.latency.speed_row` in the smoke profile: one repeat, so the notebook
-# checks that everything runs without spending its minute on clocks.
+# `deploy.latency.speed_row`'s smoke timing: one repeat, a check that runs without spending its minute on clocks.
 SMOKE_SPEED = SIZES["smoke"]["speed"]
 
 

@@ -127,13 +127,10 @@ def setup(profile: str, data_dir: str | None = None, budget_seconds: float = 0.0
     always a folder (landcover-synth included): the hand-written loop reads its train/ and val/ itself."""
     profile = resolve_profile(profile)
     chosen = sizes(SIZES, profile)
-    small = chosen["config"]
-    recipe, data = datasets.config_with_data(profile, data_dir=data_dir, recipe="speedrun", **small)
+    recipe, data = datasets.config_with_data(profile, data_dir=data_dir, recipe="speedrun", **chosen["config"])
     pinned = {"dataset": recipe.dataset, "data_dir": str(datasets.image_folder_root(recipe))}
-    recipe = recipe.replace(**pinned)
-    if recipe_epochs:
-        recipe = recipe.replace(epochs=recipe_epochs)
-    default, _ = datasets.config_with_data(profile, **{**pinned, "max_train_images": 0, **small})
+    recipe = recipe.replace(**pinned, **({"epochs": recipe_epochs} if recipe_epochs else {}))
+    default, _ = datasets.config_with_data(profile, **{**pinned, "max_train_images": 0, **chosen["config"]})
     budget = budget_seconds or chosen["budget"]
     rivals = rival_seconds or (chosen["rivals"] if chosen["rivals"] and not budget_seconds else budget)
     return RaceSetup(profile=profile, data=data, config=recipe, default=default, budget=budget, rivals=rivals,

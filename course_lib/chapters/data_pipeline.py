@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import statistics as stats
 
+import pandas as pd
 import timm
 import torch
 
@@ -174,8 +175,6 @@ def pin_memory_claim(pin_rows: list[dict] | None):
 
 def training_rate_table(training_rows: list[dict]):
     """Median per loader of the training rows (images/s, data wait, compute-only images/s)."""
-    import pandas as pd
-
     frame = pd.DataFrame(training_rows)
     table = frame.groupby("loader", sort=False)[["images_per_second", "data_wait_fraction",
                                                  "compute_images_per_second"]].median()

@@ -347,23 +347,21 @@ def claims(results: dict, verdict, *, source_seconds: float = 0.0, setting: str 
 
 def _saved_claim(results: dict, labels: int, source_seconds: float, setting: str, pretrained, hardware):
     """"transfer_learning": the share of training the better pretrained strategy saves, mean and t interval."""
-    where = f"{labels} labels per class" + (f"; {setting}" if setting else "")
     saved = {name: training_saved(results, labels, name) for name in pretrained}
-    best = max(pretrained, key=lambda name: (sum(s["epochs saved"] for s in saved[name]) / max(1, len(saved[name]))))
-    shares = [100 * s["epochs saved"] for s in saved[best]]
-    seconds = [100 * s["seconds saved"] for s in saved[best]]
-    missed = sum(not s["reached"] for s in saved[best])
-    with_source = [100 * (1 - ((s["seconds"] or s["baseline seconds"]) + source_seconds) / s["baseline seconds"])
-                   for s in saved[best]]
-    others = "; ".join(f"{name}: {sum(100 * s['epochs saved'] for s in runs) / len(runs):.0f}%"
-                       for name, runs in saved.items() if name != best and runs)
+    epochs = {name: [100 * s["epochs saved"] for s in runs] for name, runs in saved.items()}
+    best = max(pretrained, key=lambda name: sum(epochs[name]) / max(1, len(epochs[name])))
+    runs, shares = saved[best], epochs[best]
+    seconds = sum(100 * s["seconds saved"] for s in runs) / len(runs)
+    with_source = sum(100 * (1 - ((s["seconds"] or s["baseline seconds"]) + source_seconds) / s["baseline seconds"])
+                      for s in runs) / len(runs)
+    missed = sum(not s["reached"] for s in runs)
+    others = "; ".join(f"{name}: {sum(values) / len(values):.0f}%" for name, values in epochs.items()
+                       if name != best and values)
     reason = (f"{best}: epochs saved to reach each seed's from-scratch final top-1, against the epochs from scratch "
-              f"needed to first reach it (training seconds saved "
-              f"{sum(seconds) / len(seconds):.0f}%" + (f", {sum(with_source) / len(with_source):.0f}% counting the "
-                                                        f"{source_seconds:.0f} s of source pretraining" if source_seconds
-                                                        else "") + ")"
-              + (f"; {missed} seed(s) never reached it (counted as 0%)" if missed else "")
-              + (f"; {others}" if others else "") + f"; {where}")
+              f"needed to first reach it (training seconds saved {seconds:.0f}%"
+              + (f", {with_source:.0f}% counting the {source_seconds:.0f} s of source pretraining" if source_seconds
+                 else "") + ")" + (f"; {missed} seed(s) never reached it (counted as 0%)" if missed else "")
+              + (f"; {others}" if others else "") + f"; {labels} labels per class" + (f"; {setting}" if setting else ""))
     if len(shares) >= 2:
         interval = statistics.confidence_interval(shares)
         return claim_records.measured("transfer_learning", interval["mean"], (interval["low"], interval["high"]),

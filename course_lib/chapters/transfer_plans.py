@@ -71,14 +71,11 @@ def plan_transfer(config: Config, source: str | None = None, target: str | None 
     if source not in SOURCE_NAMES:
         raise ConfigError(f"source={source!r} is not one of {', '.join(SOURCE_NAMES)}")
     source_config = None
-    if source == "classes":
-        source_config = data_config.replace(epochs=source_epochs)
-    elif source == "digits":
-        source_config = config.replace(dataset="digits", data_dir="", epochs=source_epochs, max_train_images=0,
-                                       storage="files", decoder="pil")
-    if source_config is not None:
-        source_config = source_config.replace(pretrained=False, checkpoint="", freeze_backbone_epochs=0,
-                                              backbone_lr_scale=1.0, output_dir=str(Path(config.output_dir) / "source"))
+    if source != "imagenet":  # pre-trained here from random weights
+        base = data_config if source == "classes" else config.replace(
+            dataset="digits", data_dir="", max_train_images=0, storage="files", decoder="pil")
+        source_config = base.replace(epochs=source_epochs, pretrained=False, checkpoint="", freeze_backbone_epochs=0,
+                                     backbone_lr_scale=1.0, output_dir=str(Path(config.output_dir) / "source"))
     reasons.append(f"source {source}, target {target}" + (" (generated images: synthetic data)"
                                                          if synthetic else " (real images)"))
     return TransferPlan(source, target, data_config, source_config, data_config, synthetic, "; ".join(reasons))

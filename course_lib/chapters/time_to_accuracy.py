@@ -329,8 +329,7 @@ def claims(racers: list, budget_seconds: float, target_seconds: float = 600.0,
     Wilson interval on its final top-1), the 97%-within-10-minutes target, and airbench's pipeline's images/s."""
     speed, default = racers[-1], next((r for r in racers if r.label == "workbook default"), racers[0])
     images = speed.val_images or 1
-    correct = round(speed.val_top1 * images)
-    low, high = statistics.binomial_interval(correct, images)
+    low, high = statistics.binomial_interval(round(speed.val_top1 * images), images)
     views = speed.config.tta_views if getattr(speed, "config", None) is not None else 1
     top1 = (f"{speed.val_top1:.2%} [{low:.2%}, {high:.2%}] from scratch after {speed.seconds:.0f} s, "
             + (f"{views}-view test-time augmentation (the milestones are single view)" if views > 1 else "single view"))
@@ -405,9 +404,9 @@ def imagenette_table(results: list, device: str = "cpu"):
 
 def imagenette_line(plan: ImagenettePlan, results: list, hardware: str) -> str:
     """Where the recipe stands against the leaderboard (`analysis.imagenette.gap_line`), or the plan's line."""
-    if not plan.on_imagenette or not results:
-        return plan.line
-    return imagenette.gap_line(speedrun.seed_summary(results), plan.config, hardware)
+    if plan.on_imagenette and results:
+        return imagenette.gap_line(speedrun.seed_summary(results), plan.config, hardware)
+    return plan.line
 
 
 def imagenette_claim(plan: ImagenettePlan, results: list, hardware: str):
@@ -415,7 +414,5 @@ def imagenette_claim(plan: ImagenettePlan, results: list, hardware: str):
     result on Imagenette (an expensive result is loaded when present), else not measurable with the plan's reason."""
     if plan.on_imagenette and results:
         return imagenette.claim(speedrun.seed_summary(results), plan.config, hardware)
-    saved = imagenette.saved_claim()
-    if saved is not None:
-        return saved
-    return imagenette.claim(None, plan.config, hardware, why_not=plan.line.removeprefix("not run here: "))
+    return imagenette.saved_claim() or imagenette.claim(None, plan.config, hardware,
+                                                        why_not=plan.line.removeprefix("not run here: "))

@@ -1,20 +1,24 @@
-"""Notebook 13's studies: after training, a teacher trained by the workbook is distilled, pruned,
-quantized, exported and taught new classes, and each result is a table row of accuracy, size and
-speed. The techniques live in `engine.distillation`, `engine.continual`, `deploy.pruning`,
-`deploy.quantization`, `deploy.export` and `deploy.latency`, and the notebook's cells apply them; this
-module sets the chapter up, makes each table row and decides the article's claims (`claims`; their
-words are in `analysis.claims`).
+"""Notebook 13's studies: a teacher trained by the workbook is distilled, pruned, quantized, exported and taught
+new classes, each result a table row of accuracy, size and speed. The techniques live in `engine.distillation`,
+`engine.continual` and `deploy.*`, applied in the notebook's cells; this module sets the chapter up, makes each
+table row and decides the article's claims.
 """
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
+import pandas as pd
+
+from course_lib.analysis import claims as claim_records
+from course_lib.analysis import statistics
 from course_lib.chapters.setup import ChapterSetup, sizes
 from course_lib.chapters.time_to_accuracy import SMOKE_SIZES
-from course_lib.config import PROFILES, Config
+from course_lib.config import PROFILES, Config, resolve_profile
+from course_lib.data import class_split, datasets, pipeline
 from course_lib.deploy import export, pruning, quantization
 from course_lib.deploy.latency import forward_flops_per_image, speed_row
+from course_lib.measure.inventory import CPU_ISA_MEANING, cpu_isa
 from course_lib.models import factory
 
 
@@ -97,17 +101,9 @@ STUDENT_MODEL = "speedrun_resnet_tiny"  # a quarter of the teacher's arithmetic 
 
 def setup(profile: str, data_dir: str | None = None, *, val_per_class: int = -1, model: str | None = None,
           epochs: int | None = None, seeds: int = 0, **given) -> DeploySetup:
-    """The data `datasets.config_with_data` picks (data_dir, else real data when found, not in smoke,
-    else the profile's landcover-synth), with the teacher worth compressing: the speed-run recipe
-    (`recipe=speedrun`, about 97% on EuroSAT) on the whole training split, `model` and `epochs`
-    replacing its own when given (`SIZES`: smoke's teacher is the profile's test_resnet). Every later fit uses
-    the recipe's values on the profile's fit sizes (stored pre-decoded: `storage=cache`, `augmentation=device`,
-    no progressive resizing) and `given` (None: not given), and every evaluation the same validation images
-    per class (`val_per_class=-1`: the profile's, 100 on cpu; fewer when a class has fewer; 0: all), and the
-    profile's choices (`SIZES`; `seeds` 0: the profile's number of students per method)."""
-    from course_lib.config import resolve_profile
-    from course_lib.data import class_split, datasets, pipeline
-
+    """The data `datasets.config_with_data` picks and the teacher: the speed-run recipe on the whole training split
+    (`model`, `epochs` replacing its own). Later fits: the recipe on the profile's fit sizes, pre-decoded, and `given`
+    (None: not given); every evaluation on `val_per_class` images per class (-1: the profile's; 0: all)."""
     profile = resolve_profile(profile)
     given = {k: v for k, v in given.items() if v is not None}
     choices = dict(sizes(SIZES, profile))
@@ -132,20 +128,18 @@ def setup(profile: str, data_dir: str | None = None, *, val_per_class: int = -1,
 
 
 def top1(model, bundle, config) -> float:
+    """Top-1 of `model` on `bundle`'s validation split."""
     return export.top1(model, bundle.val, config, bundle.device_stage)
 
 
-# Timing settings for `deploy.latency.speed_row` in the smoke profile: one repeat, so the notebook
-# checks that everything runs without spending its minute on clocks.
+# `deploy.latency.speed_row`'s smoke timing: one repeat, a check that runs without spending its minute on clocks.
 SMOKE_SPEED = SIZES["smoke"]["speed"]
 
 
 def describe(model, bundle, config, speed: dict | None = None, *, flops_of=None, peak_precision: str = "fp32",
              **extra) -> dict:
-    """One table row: top-1 on the validation split, parameters, bytes of weights, speed at batch 1
-    and 64 (`speed`: options for `deploy.latency.speed_row`, e.g. SMOKE_SPEED) with the inference
-    MFU next to each images/s: forward FLOPs counted on `flops_of` (default `model`; pass the fp32
-    module for a bf16 copy, an int8 graph or an exported runner) over the CPU's `peak_precision` peak."""
+    """One table row: top-1, parameters, MB of weights, speed at batch 1 and 64 (`speed`: `speed_row`'s options) with
+    the inference MFU: forward FLOPs of `flops_of` (default `model`; the fp32 module of a bf16/int8/exported copy)."""
     flops_per_image = forward_flops_per_image(flops_of if flops_of is not None else model, config.image_size)
     return {**extra, "val top-1": top1(model, bundle, config), "parameters": factory.count_parameters(model),
             "MB": quantization.model_size_bytes(model) / 1e6,
@@ -160,8 +154,8 @@ def pruned_row(model, bundle, config, speed: dict | None, method: str, requested
 
 
 def int8_row(graph, model, bundle, config, speed: dict | None, precision: str, compiled=None, **extra) -> dict:
-    """One int8 row of notebook 13's quantization table: the PT2E `graph` (or `compiled`, its torch.compile) run as
-    a module, its FLOPs and parameters those of the fp32 `model` it came from, its MB those of the int8 weights."""
+    """An int8 row of the quantization table: the PT2E `graph` (or `compiled`) run as a module, with the FLOPs and
+    parameters of the fp32 `model` it came from and the MB of its int8 weights."""
     runner = (export.InferenceModel(graph, "PT2E int8 reference") if compiled is None
               else export.InferenceModel(compiled, "PT2E int8 + Inductor"))
     return {**describe(runner, bundle, config, speed, flops_of=model, precision=precision),
@@ -169,9 +163,8 @@ def int8_row(graph, model, bundle, config, speed: dict | None, precision: str, c
 
 
 def served_row(label: str, runner, model, path: Path | None, images, bundle, config, speed: dict | None = None) -> dict:
-    """One row of notebook 13's export table: `model` served as `runner` from the file at `path` (None: PyTorch
-    eager, `runner` is `model`), its largest logit difference from `model` on `images`, top-1 and speed (MFU on
-    `model`'s FLOPs: the arithmetic is the same however it is served)."""
+    """A row of the export table: `model` served as `runner` from `path` (None: eager), its largest logit difference
+    from `model` on `images`, top-1 and speed (MFU on `model`'s FLOPs: the same however it is served)."""
     flops_per_image = forward_flops_per_image(model, config.image_size)
     return {"served as": label, "file MB": Path(path).stat().st_size / 1e6 if path is not None else None,
             "max |logit diff|": export.max_difference(model, runner, images) if runner is not model else 0.0,
@@ -189,22 +182,14 @@ LWF_WEIGHT = 0.95
 
 def isa_table():
     """The CPU's reduced-precision instruction sets: present or not, and what each means."""
-    import pandas as pd
-
-    from course_lib.measure.inventory import CPU_ISA_MEANING, cpu_isa
-
     flags = cpu_isa()
     return pd.DataFrame([{"instruction set": name, "present": "yes" if flags[name] else "no", "meaning": meaning}
                          for name, meaning in CPU_ISA_MEANING.items()]).set_index("instruction set")
 
 
 def claims(distillation, pruned, quantized, served, continual_rows) -> list:
-    """The article's five claims (`analysis.claims.QUALITATIVE_CLAIMS`, notebook 13), each decided
-    from the studies' tables: `distillation` (one row per student and seed), `pruned`, `quantized`
-    (indexed by precision), `served` (indexed by "served as") and `continual_rows` (one row per
-    strategy). Returns Claim records for `claims.show`."""
-    import pandas as pd
-
+    """The article's five claims from the studies' tables: `distillation` (a row per student and seed), `pruned`,
+    `quantized` (by precision), `served` (by "served as") and `continual_rows` (a row per strategy)."""
     distillation, pruned, continual_rows = (pd.DataFrame(distillation), pd.DataFrame(pruned),
                                             pd.DataFrame(continual_rows))
     dense = pruned[pruned["method"] == "dense (teacher)"].iloc[0]
@@ -214,8 +199,6 @@ def claims(distillation, pruned, quantized, served, continual_rows) -> list:
 
 def _distillation_claim(distillation, dense):
     """Distilled against labels-only students, paired by seed; the students must also serve 1.5x the teacher."""
-    from course_lib.analysis import claims, statistics
-
     labels_only = distillation[distillation["method"] == "labels only"].sort_values("seed")
     distilled = distillation[distillation["method"] != "labels only"].sort_values("seed")
     if len(labels_only) >= 2:
@@ -231,43 +214,37 @@ def _distillation_claim(distillation, dense):
               f"{faster:.1f}x the teacher's images/s at batch 64 (the rule asks at least 1.5x: "
               f"{'met' if faster >= 1.5 else 'missed'})")
     if interval is None:  # one seed (the cpu pass): a point decides nothing; a missed speed still refutes
-        return claims.checked("deploy_distillation", None if faster >= 1.5 else False,
-                              f"{reason}; one seed gives no interval, the reference profile's five decide", value=delta)
+        return claim_records.checked("deploy_distillation", None if faster >= 1.5 else False,
+                                     f"{reason}; one seed gives no interval, the reference profile's five decide", value=delta)
     # Accuracy and speed together: the rule decides the accuracy, and the student must also be 1.5x faster.
-    return claims.decided("deploy_distillation", delta, interval, reason,
-                          also=claims.HOLDS if faster >= 1.5 else claims.REFUTED)
+    return claim_records.decided("deploy_distillation", delta, interval, reason,
+                                 also=claim_records.HOLDS if faster >= 1.5 else claim_records.REFUTED)
 
 
 def _pruning_claim(pruned, dense):
     """The fastest pruned model against the dense teacher: 10% less time and top-1 kept, both."""
-    from course_lib.analysis import claims
-
     unstructured = pruned[pruned["method"] == "unstructured L1"]
     channels = pruned[pruned["method"] == "channels L1"]
     fastest = channels.sort_values("ms@64").iloc[0] if len(channels) else dense
     most_zeros = unstructured.sort_values("requested").iloc[-1] if len(unstructured) else dense
     # Speed and accuracy together: the fastest pruned model must be at least 10% faster and keep its top-1.
     quicker = fastest["ms@64"] < 0.9 * dense["ms@64"]
-    return claims.decided(
+    return claim_records.decided(
         "deploy_pruning", float(100 * (fastest["val top-1"] - dense["val top-1"])), None,
         f"dense {dense['ms@64']:.1f} ms per 64 images at top-1 {dense['val top-1']:.1%}; "
         f"{most_zeros['zero weights']:.0%} zero weights {most_zeros['ms@64']:.1f} ms (dense kernels multiply the "
         f"zeros); {fastest['requested']:.0%} of the channels removed {fastest['ms@64']:.1f} ms at top-1 "
         f"{fastest['val top-1']:.1%}, {1 - fastest['ms@64'] / dense['ms@64']:.0%} less time (the rule asks at least "
         f"10% less: {'met' if quicker else 'missed'})",
-        also=claims.HOLDS if quicker else claims.REFUTED)
+        also=claim_records.HOLDS if quicker else claim_records.REFUTED)
 
 
 def _quantization_claim(quantized, served):
     """The fastest int8 form (eager or served) against fp32: at least 10% faster."""
-    import pandas as pd
-
-    from course_lib.analysis import claims
-
     fp32 = quantized.iloc[0]
     int8 = pd.concat([quantized[quantized.index.str.contains("int8")], served[served.index.str.contains("int8")]])
     best = int8.sort_values("ms@64").iloc[0]
-    return claims.checked(
+    return claim_records.checked(
         "deploy_quantization", best["ms@64"] < 0.9 * fp32["ms@64"],
         f"fastest int8: {best.name}, {best['ms@64']:.1f} ms vs fp32 {fp32['ms@64']:.1f} ms per 64 images, "
         f"top-1 {100 * (best['val top-1'] - fp32['val top-1']):+.1f} points (holds: at least 10% faster)")
@@ -275,29 +252,25 @@ def _quantization_claim(quantized, served):
 
 def _export_claim(served):
     """Every fp32 export agrees with PyTorch, and the fastest served form beats eager."""
-    from course_lib.analysis import claims
-    from course_lib.deploy.export import FP32_TOLERANCE
-
+    tolerance = export.FP32_TOLERANCE
     exported = served[served.index.str.contains("fp32") & (served.index != "PyTorch eager fp32")]
-    agree = bool((exported["max |logit diff|"] <= FP32_TOLERANCE).all())
+    agree = bool((exported["max |logit diff|"] <= tolerance).all())
     quickest = served.sort_values("ms@64").iloc[0]
     eager = served.loc["PyTorch eager fp32"]
-    return claims.checked(
+    return claim_records.checked(
         "deploy_export", agree and quickest["ms@64"] < eager["ms@64"],
-        f"fp32 exports agree with PyTorch within {FP32_TOLERANCE:g}: {'yes' if agree else 'no'} (largest "
+        f"fp32 exports agree with PyTorch within {tolerance:g}: {'yes' if agree else 'no'} (largest "
         f"{exported['max |logit diff|'].max():.1e}); fastest served form {quickest.name} {quickest['ms@64']:.1f} ms "
         f"vs eager {eager['ms@64']:.1f} ms per 64 images")
 
 
 def _continual_claim(continual_rows):
     """The best cure against naive fine-tuning: at most half its forgetting, and the new classes learnt."""
-    from course_lib.analysis import claims
-
     steps = continual_rows.set_index("strategy")
     forgetting = steps["forgetting (old, points)"]
     cures = forgetting.drop(["step 1: old classes only", "step 2: naive"])
     cure, naive = cures.idxmin(), float(forgetting["step 2: naive"])
-    return claims.checked(
+    return claim_records.checked(
         "continual_learning", naive > 0 and cures.min() <= naive / 2 and steps.loc[cure, "new classes"] > 0,
         f"old-class top-1 {steps['old classes'].iloc[0]:.1%} before; forgetting (points): naive {naive:.1f}, "
         + ", ".join(f"{name.removeprefix('step 2: ')} {value:.1f}" for name, value in cures.items())

@@ -1,20 +1,23 @@
-"""Notebook 02's measurements turned into the articles' claims (`analysis.claims`): decoders, tar
-shards, the DataLoader knee, pinned memory, the starved accelerator, DataLoader tuning, the disk and
-CPU cores per GPU. The measuring lives in `measure.loader_sweep`, `data.decode`, `data.shards` and
-`measure.disk`; this module only compares what they measured with what the article says, and picks
-the notebook's data, sizes and machine (`setup`)."""
+"""Notebook 02's measurements turned into the articles' claims (`analysis.claims`): decoders, tar shards, the
+DataLoader knee, pinned memory, the starved accelerator, DataLoader tuning, the disk and CPU cores per GPU. The
+measuring lives in `measure.loader_sweep`, `data.decode`, `data.shards` and `measure.disk`; this module picks the
+notebook's data, sizes and machine (`setup`) and compares what they measured with what the article says."""
 from __future__ import annotations
 
 import dataclasses
 import statistics as stats
 
+import pandas as pd
+import timm
 import torch
 
+from course_lib import devices, paths
 from course_lib.analysis import claims as claim_records
 from course_lib.analysis import statistics
-from course_lib.chapters.setup import ChapterSetup
-from course_lib.data import loaders
-from course_lib.measure import loader_sweep
+from course_lib.chapters.setup import ChapterSetup, sizes
+from course_lib.config import resolve_profile
+from course_lib.data import datasets, loaders
+from course_lib.measure import bench, disk, flops, loader_sweep
 
 DEFAULT_LOADER = "default DataLoader"  # num_workers=0, no pinning, no prefetch, no persistent workers
 
@@ -60,8 +63,6 @@ class PipelineSetup(ChapterSetup):
     @property
     def device(self):
         """The torch.device batches are copied to; None on a CPU-only machine (`devices.transfer_device`)."""
-        from course_lib import devices
-
         return devices.transfer_device(self.config.device)
 
     @property
@@ -71,42 +72,29 @@ class PipelineSetup(ChapterSetup):
 
     def generated_count(self, size: int) -> int:
         """Generated JPEGs to decode at `size` pixels."""
-        from course_lib.measure import bench
-
         return self.generated_images or bench.images_for_size(size)
 
     def line(self) -> str:
         """What the notebook prints after the data line."""
         config = self.config
-        return "\n".join([(f"profile {self.profile}: {self.folder} at {config.image_size} px, {self.images} images per timed "
-                 f"epoch, batch {config.batch_size}"),
-                (f"machine: {self.hardware}; {self.cores} usable cores; batches go to "
-                 f"{self.device or 'the CPU (no GPU)'}; {torch.get_num_threads()} torch thread(s) in this process")])
+        return (f"profile {self.profile}: {self.folder} at {config.image_size} px, {self.images} images per timed "
+                f"epoch, batch {config.batch_size}\nmachine: {self.hardware}; {self.cores} usable cores; batches go to "
+                f"{self.device or 'the CPU (no GPU)'}; {torch.get_num_threads()} torch thread(s) in this process")
 
 
 def setup(profile: str, data_dir: str | None = None, *, sweep_workers: list | None = None,
           decode_sizes: list | None = None, torch_threads: int = 1, **params) -> PipelineSetup:
-    """The data `datasets.config_with_data` picks (data_dir, else real data when found, not in smoke,
-    else the profile's landcover-synth), the config with `params` (None: the profile's), the images
-    per timed epoch cut to what the training folder has, the model section 3 trains, and the profile's
-    measurement sizes (`PIPELINE_CHOICES`). `sweep_workers` empty: [0, 1] in smoke, else 0, 1, 2, half
-    the cores, the cores and twice the cores; `decode_sizes` empty: the profile's. `torch_threads`
-    (0: torch's default) sets this process's intra-op threads: num_workers=0 and DeviceAugment on the
-    CPU run in this process, so keep it to one core."""
-    import timm
-
-    from course_lib import devices, paths
-    from course_lib.config import profile_entry, resolve_profile
-    from course_lib.data import datasets
-    from course_lib.measure import flops
-
+    """The data `datasets.config_with_data` picks, the config with `params` (None: the profile's), the images per
+    timed epoch, the model section 3 trains and the profile's sizes (`PIPELINE_CHOICES`; `sweep_workers` [] off
+    smoke: 0, 1, 2, half, all and twice the cores). `torch_threads` (0: torch's default) sets this process's
+    intra-op threads: num_workers=0 and DeviceAugment on the CPU run in this process, so keep it to one core."""
     config, data = datasets.config_with_data(profile, data_dir=data_dir, **params)
     # num_workers=-1 (the profile's "recommended") becomes this machine's number: the comparisons print it
     config = config.replace(num_workers=devices.resolve_num_workers(config.num_workers))
     folder = loaders.default_image_folder(config)
     whole = datasets.ImageFolderDataset(folder)
-    resolved, cores = resolve_profile(profile), devices.usable_cores()
-    choices = dict(profile_entry(PIPELINE_CHOICES, resolved))
+    cores = devices.usable_cores()
+    choices = dict(sizes(PIPELINE_CHOICES, profile))
     choices["decode_sizes"] = list(decode_sizes or choices["decode_sizes"])
     profile_workers = choices.pop("sweep_workers")  # []: from none to twice the cores
     sweep_workers = list(sweep_workers or profile_workers or sorted({0, 1, 2, max(1, cores // 2), cores, 2 * cores}))
@@ -114,7 +102,7 @@ def setup(profile: str, data_dir: str | None = None, *, sweep_workers: list | No
         torch.set_num_threads(torch_threads)
     device = devices.transfer_device(config.device)
     model = timm.create_model(config.model, num_classes=len(whole.classes)).to(device or torch.device("cpu"))
-    return PipelineSetup(profile=resolved, data=data, config=config, folder=folder,
+    return PipelineSetup(profile=resolve_profile(profile), data=data, config=config, folder=folder,
                          images=min(config.max_train_images or len(whole), len(whole)), cores=cores, model=model,
                          flops_per_image=flops.training_flops_per_image(model, config.image_size),
                          sweep_workers=sweep_workers, pins=(False, True) if torch.cuda.is_available() else (False,),
@@ -131,8 +119,9 @@ def pin_memory_rows(dataset, config, setting: loader_sweep.LoaderSetting, epochs
     return loader_sweep.sweep_loader(dataset, config, pair, epochs=epochs, repeats=repeats, device=device)
 
 
-def _rates(rows, **match) -> list[float]:
-    return [r["images_per_second"] for r in rows if all(r.get(k) == v for k, v in match.items())]
+def _rates(rows, key: str = "images_per_second", **match) -> list:
+    """`key` of every row whose values match `match`."""
+    return [r[key] for r in rows if all(r.get(k) == v for k, v in match.items())]
 
 
 def decoder_claim(decode_rows: list[dict]):
@@ -177,20 +166,15 @@ def pin_memory_claim(pin_rows: list[dict] | None):
         return claim_records.not_measurable(
             "pin_memory", "no CUDA device: pinned (page-locked) buffers only speed up host-to-GPU copies, and "
             "make_loader leaves pinning off without one; run this notebook on a GPU")
-    ratio = statistics.ratio_interval(_rates_of(pin_rows, True), _rates_of(pin_rows, False))
+    pinned, unpinned = (_rates(pin_rows, "images_per_second_repeats", pin_memory=pin)[0] for pin in (True, False))
+    ratio = statistics.ratio_interval(pinned, unpinned)
     return claim_records.measured(
         "pin_memory", (ratio["ratio"] - 1) * 100, ((ratio["low"] - 1) * 100, (ratio["high"] - 1) * 100),
         f"{pin_rows[0]['setting']} with batches copied to the GPU, {pin_rows[0]['repeats']} interleaved repeats")
 
 
-def _rates_of(rows: list[dict], pin: bool) -> list[float]:
-    return next(r["images_per_second_repeats"] for r in rows if r["pin_memory"] == pin)
-
-
 def training_rate_table(training_rows: list[dict]):
     """Median per loader of the training rows (images/s, data wait, compute-only images/s)."""
-    import pandas as pd
-
     frame = pd.DataFrame(training_rows)
     table = frame.groupby("loader", sort=False)[["images_per_second", "data_wait_fraction",
                                                  "compute_images_per_second"]].median()
@@ -240,8 +224,6 @@ def cores_claim(training_rows: list[dict], images_per_second_per_core: float, cu
 
 def disk_claim(probe: dict):
     """nvme_vs_sata: one disk cannot be compared with another; say what it is and how fast it reads."""
-    from course_lib.measure import disk
-
     return claim_records.not_measurable(
         "nvme_vs_sata", "the claim compares an NVMe with a SATA SSD and this machine has one disk: "
         + disk.describe_reads(probe))
@@ -275,14 +257,11 @@ def claims(decode_rows, raw, knee, physical_cores, best_share, training_rows, im
             *([augmentation_claim(augment_speedup, device_name)] if augment_speedup is not None else [])]
 
 
-def with_ceilings(table, model, image_size: int, device, flops_per_image: float, decode_per_core: float, cores: int,
-                  images_per_second: str = "images_per_second"):
+def with_ceilings(table, model, image_size: int, device, flops_per_image: float, decode_per_core: float, cores: int):
     """A speed table with MFU (the model's training FLOPs at that rate over the device's fp32 peak: for a
     loader, the ceiling it puts on training) and, when it has num_workers, the share of the decode limit."""
-    from course_lib.measure import flops
-
-    table = flops.with_mfu(table, model, image_size, device, images_per_second=images_per_second,
+    table = flops.with_mfu(table, model, image_size, device, images_per_second="images_per_second",
                            flops_per_image=flops_per_image)
     if "num_workers" in table.columns:
-        table = loader_sweep.with_decode_share(table, decode_per_core, cores, images_per_second=images_per_second)
+        table = loader_sweep.with_decode_share(table, decode_per_core, cores)
     return table

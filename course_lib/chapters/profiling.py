@@ -1,13 +1,11 @@
 """Notebook 14's measurements: where the engine's training step spends its time and memory.
 
-- `profile_epoch`: `torch.profiler` around one epoch of the engine's own loop (`train.train_one_epoch`,
-  after a thrown-away warm-up step), its operators grouped by the step's named regions ("data wait",
-  "forward", "backward", "optimizer"), and a Chrome/Perfetto trace file (https://ui.perfetto.dev) in
-  the run's folder; `phase_events` reads the trace back for a timeline drawn in the notebook.
-- `memory_categories`: one step's measured peak next to notebook 01's estimate by category; on CUDA
-  `cuda_memory_snapshot` writes a snapshot for https://pytorch.org/memory_viz.
-- `checkpointing_table`: activation checkpointing (`torch.utils.checkpoint`, through timm's
-  `set_grad_checkpointing`; Chen et al. 2016, arXiv:1604.06174): memory saved against time paid.
+- `profile_epoch`: `torch.profiler` around one epoch of the engine's loop, grouped by the step's named regions,
+  with a Chrome/Perfetto trace (https://ui.perfetto.dev) that `phase_events` reads back for a timeline.
+- `memory_categories`: one step's measured peak next to notebook 01's estimate; on CUDA `cuda_memory_snapshot`
+  writes a snapshot for https://pytorch.org/memory_viz.
+- `checkpointing_table`: activation checkpointing (timm's `set_grad_checkpointing`; Chen et al. 2016,
+  arXiv:1604.06174): memory saved against time paid.
 PyTorch profiler recipe: https://pytorch.org/tutorials/recipes/recipes/profiler_recipe.html.
 """
 from __future__ import annotations
@@ -17,19 +15,23 @@ import json
 import time
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pandas as pd
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from course_lib import devices, paths
 from course_lib.analysis import claims as claim_records
 from course_lib.chapters.setup import ChapterSetup, sizes
-from course_lib.config import Config, ConfigError
+from course_lib.config import Config, ConfigError, resolve_profile
+from course_lib.data.datasets import config_with_data
 from course_lib.engine import train
 from course_lib.engine.grad_norm import GradientNormLog
 from course_lib.engine.monitor import UtilisationMonitor
 from course_lib.engine.step_bench import StepBench
 from course_lib.instruments import peak_memory
 from course_lib.measure import memory_probe
+from course_lib.models import factory
 
 PHASES = ("data wait", "forward", "backward", "optimizer")  # the engine's record_function regions
 OUTPUT_DIR = "runs/checkpoints/14_profiling"
@@ -58,8 +60,7 @@ SIZES = {"smoke": {"max_steps": 4, "repeats": 2}, "cpu": {"max_steps": 10, "repe
 
 @dataclasses.dataclass(kw_only=True)
 class ProfilingSetup(ChapterSetup):
-    """Notebook 14's config (one epoch of a few profiled steps, writing into OUTPUT_DIR), data and the sizes
-    its parameters left to the profile (`setup`)."""
+    """Notebook 14's config (one epoch of a few profiled steps, into OUTPUT_DIR), data and sizes (`setup`)."""
 
     folder: str  # the run's folder, absolute (under the project root): traces, timelines, snapshots, checkpoints
     monitor_interval: float  # seconds between utilisation samples
@@ -73,12 +74,8 @@ class ProfilingSetup(ChapterSetup):
 
 def setup(profile: str, *, max_steps: int | None = None, monitor_interval: float = 0.0, repeats: int = 0,
           **given) -> ProfilingSetup:
-    """The data `datasets.config_with_data` picks (real data when found), one epoch of `max_steps`
-    profiled steps, utilisation sampled every `monitor_interval` seconds (0: 0.1) and `repeats` timed
-    repeats (None and 0: the profile's, `SIZES`)."""
-    from course_lib.config import resolve_profile
-    from course_lib.data.datasets import config_with_data
-
+    """The data `config_with_data` picks, one epoch of `max_steps` profiled steps, utilisation sampled every
+    `monitor_interval` seconds (0: 0.1) and `repeats` timed repeats (None and 0: the profile's, `SIZES`)."""
     resolved = resolve_profile(profile)
     chosen = sizes(SIZES, resolved)
     base, data = config_with_data(profile, **{k: v for k, v in given.items() if v is not None})
@@ -87,18 +84,10 @@ def setup(profile: str, *, max_steps: int | None = None, monitor_interval: float
                           monitor_interval=monitor_interval or 0.1, repeats=repeats or chosen["repeats"])
 
 
-def _profiler_activities(device: torch.device) -> list:
-    from torch.profiler import ProfilerActivity
-
-    return [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-
-
 def profile_epoch(config: Config, folder: str | Path, label: str = "baseline", *,
                   monitor_interval: float = 0.1) -> EpochProfile:
     """Profile one epoch (max_steps optimizer steps) of the engine's loop after a warm-up step, with the
     utilisation monitor sampling alongside; the trace goes to `folder/trace_<label>.json`."""
-    from torch.profiler import profile
-
     folder = paths.resolve_path(folder)  # relative to the project root, as every output folder
     folder.mkdir(parents=True, exist_ok=True)
     state = train.prepare(config, verbose=False)
@@ -106,7 +95,8 @@ def profile_epoch(config: Config, folder: str | Path, label: str = "baseline", *
     train.train_one_epoch(state, 0, progress=False)          # lazy initialisation, and is thrown away
     state.steps_per_epoch = steps
     device = state.device
-    with peak_memory.quiet_stderr(), profile(activities=_profiler_activities(device)) as profiler, \
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with peak_memory.quiet_stderr(), profile(activities=activities) as profiler, \
             UtilisationMonitor(monitor_interval, device) as monitor:
         started = time.perf_counter()
         row = train.train_one_epoch(state, 0, progress=False)
@@ -122,17 +112,15 @@ def profile_epoch(config: Config, folder: str | Path, label: str = "baseline", *
 
 
 def phase_table(averages, seconds: float, with_device: bool = False) -> pd.DataFrame:
-    """The step's named regions from `key_averages()`: calls, CPU seconds (and device seconds on CUDA,
-    where the CPU only launches kernels), each as a share of the epoch's wall time; "other" is the rest
-    (the device stage of each batch, metrics, the scheduler)."""
+    """The step's named regions from `key_averages()`: calls, CPU seconds (and device seconds on CUDA, where the CPU
+    only launches kernels), each a share of the epoch's wall time; "other" is the rest (device stage, metrics)."""
     found = {event.key: event for event in averages if event.key in PHASES}
     rows = {}
     for name in PHASES:
         event = found.get(name)
-        rows[name] = {"calls": event.count if event else 0,
-                      "CPU s": (event.cpu_time_total if event else 0) / 1e6}  # the profiler counts microseconds
-        if with_device:
-            rows[name]["device s"] = (event.device_time_total if event else 0) / 1e6
+        # the profiler counts microseconds
+        rows[name] = {"calls": event.count if event else 0, "CPU s": (event.cpu_time_total if event else 0) / 1e6,
+                      **({"device s": (event.device_time_total if event else 0) / 1e6} if with_device else {})}
     table = pd.DataFrame.from_dict(rows, orient="index")
     table.loc["other"] = {"calls": 0, "CPU s": max(0.0, seconds - table["CPU s"].sum()),
                           **({"device s": float("nan")} if with_device else {})}
@@ -161,8 +149,6 @@ def phase_events(trace_path: str | Path) -> pd.DataFrame:
 
 def plot_timeline(events: pd.DataFrame, title: str = "", axis=None):
     """One lane per phase, one bar per region: the trace as Perfetto would draw its top rows."""
-    import matplotlib.pyplot as plt
-
     axis = axis or plt.subplots(figsize=(10, 2.2))[1]
     colours = dict(zip(PHASES, ("#cf222e", "#0969da", "#8250df", "#1a7f37")))
     for lane, name in enumerate(PHASES):
@@ -189,8 +175,7 @@ def before_after(profiles: list[EpochProfile]) -> pd.DataFrame:
 # --- memory -----------------------------------------------------------------------------------
 
 def _probe(config: Config, num_classes: int, device, checkpointing: bool = False):
-    from course_lib.models import factory
-
+    """The model with checkpointing switched, and a `TrainingStepProbe` of one step of it."""
     module = factory.build_model(config, num_classes)
     if not hasattr(module, "set_grad_checkpointing"):
         raise ConfigError(f"model {config.model!r} has no set_grad_checkpointing (timm's switch for activation "
@@ -198,7 +183,7 @@ def _probe(config: Config, num_classes: int, device, checkpointing: bool = False
     module.set_grad_checkpointing(checkpointing)
     precision = "off" if config.precision == "auto" else config.precision  # the same format for both variants
     return module, memory_probe.TrainingStepProbe(module, config.image_size, precision, config.optimizer,
-                                            config.momentum, device=device, num_classes=num_classes)
+                                                  config.momentum, device=device, num_classes=num_classes)
 
 
 def memory_categories(config: Config, num_classes: int, device) -> pd.DataFrame:
@@ -216,7 +201,7 @@ def memory_categories(config: Config, num_classes: int, device) -> pd.DataFrame:
 
 def cuda_memory_snapshot(config: Config, path: str | Path, steps: int = 3) -> Path | None:
     """CUDA only: record every allocation of a few engine steps and dump the snapshot that
-    https://pytorch.org/memory_viz draws (None on other devices: the allocator history is CUDA's)."""
+    https://pytorch.org/memory_viz draws (None elsewhere: the allocator history is CUDA's)."""
     if devices.resolve_device(config.device).type != "cuda":
         return None
     state = train.prepare(config.replace(max_steps=steps), verbose=False)
@@ -232,9 +217,8 @@ def cuda_memory_snapshot(config: Config, path: str | Path, steps: int = 3) -> Pa
 
 
 def checkpointing_table(config: Config, num_classes: int, device, *, repeats: int = 3) -> pd.DataFrame:
-    """Activation checkpointing off and on, same model, batch and precision: the step's measured peak,
-    the median step time (one warm-up step thrown away) and each as a ratio to "off"; the estimate of
-    notebook 01 (every activation kept) stands next to them."""
+    """Activation checkpointing off and on, same model, batch and precision: the step's measured peak and median
+    time (one warm-up step thrown away), each as a ratio to "off", beside notebook 01's estimate."""
     rows = {}
     for label, enabled in (("off", False), ("on", True)):
         module, probe = _probe(config, num_classes, device, checkpointing=enabled)

@@ -1,17 +1,24 @@
-"""Notebook 12's race and ablation: the speed-run recipe against the workbook's default recipe and a
-naive loop, each for the same wall-clock budget, then the recipe with one ingredient taken out at a
-time, over several seeds (each change paired by seed against the full recipe,
-`analysis.statistics.compare_variants`); and section 5, the `imagenette` recipe raced under fast.ai's Imagenette
-leaderboard rules (`imagenette_plan`, the claim in `analysis.imagenette`).
+"""Notebook 12's race and ablation: the speed-run recipe against the workbook's default recipe and a naive loop
+for the same wall-clock budget, then the recipe with one ingredient taken out at a time over several seeds
+(paired by seed, `analysis.statistics.compare_variants`); section 5 races the `imagenette` recipe under fast.ai's
+Imagenette leaderboard rules (`imagenette_plan`, the claim in `analysis.imagenette`).
 The race itself is `engine.speedrun.race`; this module holds what only the notebook needs.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from course_lib.analysis import statistics
+import matplotlib.pyplot as plt
+import pandas as pd
+import timm
+import torch
+
+from course_lib import paths
+from course_lib.analysis import claims as claim_records
+from course_lib.analysis import imagenette, statistics
 from course_lib.chapters.setup import ChapterSetup, sizes
-from course_lib.config import RECIPES, Config
+from course_lib.config import RECIPES, SAMPLE_DATA_DIR, Config, make_config, resolve_profile
+from course_lib.data import class_split, datasets, pipeline
 from course_lib.engine import speedrun
 from course_lib.instruments.progress import Progress
 from course_lib.measure import flops
@@ -53,18 +60,15 @@ CPU_LEAVES_OUT = {"small residual net (vs resnet18)": "resnet18 is a slow net on
 
 # The smoke profile is a check that the notebook runs: tiny images, few steps, a quarter-size net.
 SMOKE_SIZES = dict(image_size=32, max_train_images=128, max_steps=2, epochs=2, batch_size=16, precision="off")
-# Per profile: the racers' Config values over the recipe's; the speed-run racer's wall clock (seconds); the naive
-# and default racers' clock (0: the racer's; cpu: 60 s unless budget_seconds is given); seeds per ablation run;
-# whether the racers train on CUDA where it is here (the MFU of the tables); the ablation's ingredients="auto"
-# (the first `first` of ABLATIONS, 0: all, without those in `leaves_out`); and the ablation's sizes (images:
-# None the recipe's; validation images per class, 0: all; batch, 0: the recipe's, with the learning rate scaled
-# to it; epochs, 0: the recipe's). cpu measures what each ingredient changes, not the final figure: 3 short epochs
-# of at most 2,000 images at batch 64 (about 110 steps on EuroSAT), a fixed 100 images per class.
-# Section 5, the Imagenette recipe against fastai's leaderboard (`imagenette_plan`): where it races ("imagenette":
-# data_cache/imagenette/ when `workbook data get imagenette` has put it there; "sample": the committed sample, a check
-# that the section runs), how many runs (seeds 0..runs-1; 0: not run here, for the reason `why`) and its Config
-# values over the recipe's. The leaderboard averages 5 runs; on the cpu profile they are left out (`imagenette_seeds`
-# asks for them), the smoke check trains the smoke profile's tiny net for two steps.
+# Per profile: the racers' Config values over the recipe's; the speed-run racer's clock (s); the naive and default
+# racers' clock (0: the racer's; cpu: 60 s unless budget_seconds is given); seeds per ablation run; whether the
+# racers train on CUDA where it is here (the MFU); ingredients="auto" (the first `first` of ABLATIONS, 0: all, less
+# `leaves_out`); the ablation's sizes (images None, batch 0, epochs 0: the recipe's, the learning rate scaled to the
+# batch; validation images per class, 0: all). cpu measures what each ingredient changes, not the final figure:
+# 3 epochs of at most 2,000 images at batch 64 (about 110 steps on EuroSAT), a fixed 100 images per class.
+# Section 5 (`imagenette_plan`): where it races ("imagenette": data_cache/imagenette/ from `workbook data get
+# imagenette`; "sample": the committed sample, a check that it runs), how many runs (0: not here, for `why`; the
+# leaderboard averages 5, which `imagenette_seeds` asks for on cpu) and its Config values over the recipe's.
 IMAGENETTE_SMOKE = dict(model="test_resnet", image_size=32, batch_size=16, epochs=1, max_steps=2, max_train_images=128,
                         precision="off")
 IMAGENETTE_CPU_WHY = ("5 runs of resnet50d (23.5 M parameters) at 160 px for 5 epochs are over 200,000 training "
@@ -100,13 +104,10 @@ class RaceSetup(ChapterSetup):
     @property
     def device(self) -> str:
         """Where the racers trained, for the MFU of the tables: cuda in the gpu profile on a CUDA machine."""
-        import torch
-
         return "cuda" if sizes(SIZES, self.profile)["cuda"] and torch.cuda.is_available() else "cpu"
 
     def ingredients(self, choice: str = "auto") -> list[str]:
-        """The ablation's ingredients (names of ABLATIONS): "all"; "auto" (the profile's, `SIZES`: smoke the
-        first two; cpu all but CPU_LEAVES_OUT; gpu all); or comma-separated names."""
+        """The ablation's ingredients (names of ABLATIONS): "all", "auto" (the profile's, `SIZES`) or a list."""
         everything = list(ABLATIONS)
         if choice == "all":
             return everything
@@ -122,21 +123,14 @@ class RaceSetup(ChapterSetup):
 
 def setup(profile: str, data_dir: str | None = None, budget_seconds: float = 0.0, rival_seconds: float = 0.0,
           recipe_epochs: int = 0, seeds: int = 0) -> RaceSetup:
-    """The notebook's parameters (0 and None: the profile's choice) as racers on the data
-    `datasets.config_with_data` picks. Their data_dir is always a folder, the generated landcover-synth
-    included, because the hand-written loop reads its train/ and val/ folders itself."""
-    from course_lib.config import resolve_profile
-    from course_lib.data import datasets
-
+    """The notebook's parameters (0 and None: the profile's) as racers on the data `datasets.config_with_data` picks,
+    always a folder (landcover-synth included): the hand-written loop reads its train/ and val/ itself."""
     profile = resolve_profile(profile)
     chosen = sizes(SIZES, profile)
-    small = chosen["config"]
-    recipe, data = datasets.config_with_data(profile, data_dir=data_dir, recipe="speedrun", **small)
+    recipe, data = datasets.config_with_data(profile, data_dir=data_dir, recipe="speedrun", **chosen["config"])
     pinned = {"dataset": recipe.dataset, "data_dir": str(datasets.image_folder_root(recipe))}
-    recipe = recipe.replace(**pinned)
-    if recipe_epochs:
-        recipe = recipe.replace(epochs=recipe_epochs)
-    default, _ = datasets.config_with_data(profile, **{**pinned, "max_train_images": 0, **small})
+    recipe = recipe.replace(**pinned, **({"epochs": recipe_epochs} if recipe_epochs else {}))
+    default, _ = datasets.config_with_data(profile, **{**pinned, "max_train_images": 0, **chosen["config"]})
     budget = budget_seconds or chosen["budget"]
     rivals = rival_seconds or (chosen["rivals"] if chosen["rivals"] and not budget_seconds else budget)
     return RaceSetup(profile=profile, data=data, config=recipe, default=default, budget=budget, rivals=rivals,
@@ -144,10 +138,8 @@ def setup(profile: str, data_dir: str | None = None, budget_seconds: float = 0.0
 
 
 def ablation_config(setup: RaceSetup, epochs: int = 0, images: int = -1, validation: int = -1) -> tuple[Config, int]:
-    """(config of every ablation run, validation images per class scoring each; 0: all). The ablation is
-    where the recipe is chosen, so it validates on a fixed carve-out of train (validation_from=train),
-    never on the split the race and the benchmark report; at the profile's sizes (`SIZES`) where the
-    arguments are -1 or 0."""
+    """(config of every ablation run, validation images per class; 0: all), at the profile's sizes where an argument
+    is -1 or 0. The recipe is chosen here, so it validates on a carve-out of train, never on the split reported."""
     recipe, chosen = setup.recipe, sizes(SIZES, setup.profile)["ablation"]
     profile_images = recipe.max_train_images if chosen["images"] is None else chosen["images"]
     images = profile_images if images < 0 else images
@@ -176,34 +168,28 @@ class Ablation:
                 "images/s mean": sum(r.images_per_second for r in self.results) / len(self.results)}
 
 
-def ablate(config: Config, seeds: list[int], ingredients: list[str] | None = None, *, bundle=None,
-           validation_per_class: int = 0, progress: bool = True) -> list[Ablation]:
-    """The full recipe and the recipe without each ingredient, once per seed, all with `config`'s
-    epochs (no budget: the same training length, so accuracy differences are the ingredient's).
-    `validation_per_class` (0: all) scores every run on the same validation images per class
-    (`data.class_split.subset_bundle`), the shared bundle and each one a data ingredient rebuilds."""
-    from course_lib.data import class_split, pipeline
+def ablate(config: Config, seeds: list[int], ingredients: list[str], *, validation_per_class: int = 0,
+           progress: bool = True) -> list[Ablation]:
+    """The full recipe and the recipe without each ingredient, once per seed, for `config`'s epochs (no budget: the
+    differences are the ingredient's); every run scored on the same `validation_per_class` images per class (0: all)."""
+    def scored(changes: dict):  # the bundle holding those validation images (None: each run builds its own)
+        if not validation_per_class:
+            return None
+        data = pipeline.build_datasets(config.replace(**changes))
+        return class_split.subset_bundle(data, data.classes, val_per_class=validation_per_class)
 
-    def scored(data):
-        return class_split.subset_bundle(data, data.classes, val_per_class=validation_per_class) \
-            if validation_per_class else data
-
-    chosen = list(ABLATIONS) if ingredients is None else ingredients
-    unknown = [name for name in chosen if name not in ABLATIONS]
+    unknown = [name for name in ingredients if name not in ABLATIONS]
     if unknown:
         raise ValueError(f"unknown ingredient {unknown[0]!r}; choose from: {', '.join(ABLATIONS)}")
-    runs = [("full recipe", {})] + [(name, ABLATIONS[name]) for name in chosen]
-    shared = scored(bundle if bundle is not None else pipeline.build_datasets(config)) \
-        if validation_per_class or bundle is not None else None
-    out = []
+    runs = [("full recipe", {})] + [(name, ABLATIONS[name]) for name in ingredients]
+    shared, out = scored({}), []
     # One bar over all the fits (about 280 s on cpu); `progress` adds a bar per epoch of each.
     bar = Progress(len(runs) * len(seeds), "ablation", unit="fits")
     for ingredient, changes in runs:
         results = []
         # The data pipeline changes with storage/augmentation: only reuse the bundle when it cannot.
         same_data = not {"storage", "augmentation", "augment_recipe", "num_workers"} & set(changes)
-        own = shared if same_data else (scored(pipeline.build_datasets(config.replace(**changes)))
-                                        if validation_per_class else None)
+        own = shared if same_data else scored(changes)
         for seed in seeds:
             bar.set_postfix_str(f"{ingredient}, seed {seed}")
             variant = config.replace(**changes, seed=seed)
@@ -216,14 +202,13 @@ def ablate(config: Config, seeds: list[int], ingredients: list[str] | None = Non
 
 
 def run_label(ingredient: str, changes: dict) -> str:
-    """A run's label: "without X" for an ingredient taken out, the name itself for the full recipe and for a
-    candidate turned on ("+ Muon (conv weights)")."""
+    """"without X" for an ingredient taken out; the name itself for the full recipe and a "+" candidate."""
     return f"without {ingredient}" if changes and not ingredient.startswith("+") else ingredient
 
 
 def rounded(table):
-    """`table` with each number to the digits it means: top-1 and its changes (fractions) to a tenth of a
-    point, MFU (a fraction) to a hundredth of a percent, images/s whole, seconds to a tenth."""
+    """`table` with each number to the digits it means: top-1 and changes to a tenth of a point, MFU to a hundredth
+    of a percent, images/s whole, seconds to a tenth."""
     digits = {}
     for column in table.columns:
         name = str(column).lower()
@@ -239,19 +224,14 @@ def rounded(table):
 
 
 def shown(table):
-    """`table` as a notebook displays it: numbers as `rounded` left them (no padding zeros), and a value a
-    row cannot have (a threshold never reached, the spread of one seed, the full recipe's change against
-    itself) as "-", not "None" or "NaN". The table itself keeps its numbers for plots and claims."""
+    """`table` as displayed: numbers as `rounded` left them, and a value a row cannot have (a threshold never
+    reached, the spread of one seed) as "-", not "None" or "NaN"; the table keeps its numbers."""
     return table.style.format(lambda value: f"{value:g}" if isinstance(value, float) else value, na_rep="-")
 
 
 def ablation_table(ablations: list[Ablation], level: float = 0.95, device: str = "cpu"):
-    """One row per ingredient taken out: mean and spread of the final validation top-1 over seeds,
-    images/s with its MFU (`mfu`), the change against the full recipe paired by seed with its
-    confidence interval, and the verdict (`statistics.compare_variants`: "better", "worse" or
-    "within noise"; none with one seed). "beyond noise" is True when the paired interval excludes zero."""
-    import pandas as pd
-
+    """One row per ingredient taken out: top-1 mean and spread over seeds, images/s and MFU, the change against the
+    full recipe paired by seed with its interval and verdict (`statistics.compare_variants`; none with one seed)."""
     rows = [a.row() for a in ablations]
     for row, ablation in zip(rows, ablations):
         row["MFU"] = mfu(ablation.results[0], row["images/s mean"], device)
@@ -271,9 +251,8 @@ def ablation_table(ablations: list[Ablation], level: float = 0.95, device: str =
 
 
 def top1_at(result, seconds: float, slack: float = 0.05) -> float | None:
-    """The best validation top-1 a racer's curve shows by `seconds` on its clock (None: no point
-    yet); `slack` (a fraction) admits the point measured just after a budget of `seconds`, which a
-    racer passes by the optimizer step in flight."""
+    """The best validation top-1 a racer's curve shows by `seconds` (None: no point yet); `slack` admits the point
+    just after a budget of `seconds`, which a racer passes by the optimizer step in flight."""
     points = [p["val_top1"] for p in result.curve if p["seconds"] <= seconds * (1 + slack)]
     return max(points) if points else None
 
@@ -281,31 +260,27 @@ def top1_at(result, seconds: float, slack: float = 0.05) -> float | None:
 _FLOPS: dict = {}  # (model, image size, classes) -> training FLOPs per image
 
 
-def mfu(result, images_per_second: float, device: str = "cpu") -> float | None:
-    """Model FLOPs utilization of a race result's model at `images_per_second`, against `device`'s
-    peak at the precision the race used (`measure.flops`)."""
-    import timm
-
+def _utilization(result, images_per_second: float, device: str) -> dict:
+    """`flops.model_flops_utilization` of a race result's model at `images_per_second` on `device`'s peak at the
+    race's precision, its training FLOPs per image counted once per (model, image size, classes)."""
     key = (result.config.model, result.config.image_size, result.num_classes or 1000)
     if key not in _FLOPS:
         _FLOPS[key] = flops.training_flops_per_image(timm.create_model(key[0], num_classes=key[2]), key[1])
     return flops.model_flops_utilization(_FLOPS[key], images_per_second, device, result.precision,
-                                         result.config.matmul_precision)["mfu"]
+                                         result.config.matmul_precision)
+
+
+def mfu(result, images_per_second: float, device: str = "cpu") -> float | None:
+    """Model FLOPs utilization of a race result's model at `images_per_second` (`measure.flops`)."""
+    return _utilization(result, images_per_second, device)["mfu"]
 
 
 def race_table(results: list, device: str = "cpu", at_seconds: float | None = None) -> object:
-    """Time to 90/95/97% validation top-1, final top-1, images/s and MFU per racer: training FLOPs
-    per image (`measure.flops`) times images/s, against this device's peak at the racer's precision.
-    With `at_seconds`, a column compares every racer at that same clock (`top1_at`)."""
-    import pandas as pd
-    import timm
-
+    """Time to 90/95/97% validation top-1, final top-1, images/s and MFU per racer; with `at_seconds`, a column
+    compares every racer at that same clock (`top1_at`)."""
     rows = []
     for result in results:
-        model = timm.create_model(result.config.model, num_classes=result.num_classes or 1000)
-        per_image = flops.training_flops_per_image(model, result.config.image_size)
-        utilization = flops.model_flops_utilization(per_image, result.images_per_second, device, result.precision,
-                                                    result.config.matmul_precision)
+        utilization = _utilization(result, result.images_per_second, device)
         row = result.row()
         if at_seconds:
             row = {"label": row.pop("label"), f"val top-1 at {at_seconds:.0f} s": top1_at(result, at_seconds), **row}
@@ -317,10 +292,8 @@ def race_table(results: list, device: str = "cpu", at_seconds: float | None = No
 
 
 def plot_race(results: list, title: str = "", axis=None, equal_seconds: float | None = None):
-    """Validation top-1 against wall-clock seconds, one line per racer; `equal_seconds` marks the
-    clock at which every racer is compared (the shortest budget)."""
-    import matplotlib.pyplot as plt
-
+    """Validation top-1 against wall-clock seconds, one line per racer; `equal_seconds` marks the clock at which every
+    racer is compared (the shortest budget)."""
     axis = axis or plt.subplots(figsize=(7, 4))[1]
     for result in results:
         seconds = [0.0] + [p["seconds"] for p in result.curve]
@@ -339,34 +312,24 @@ def plot_race(results: list, title: str = "", axis=None, equal_seconds: float | 
 
 
 def _reference_claim(key: str, top1: str, low: float, high: float, reference: float, what: str, hardware):
-    """A published figure against the racer's Wilson interval: reached when the whole interval is at
-    or above it, refuted when the whole interval is below it, else not shown beyond noise. The
-    reason says which, so the test, the text and the verdict cannot disagree."""
-    from course_lib.analysis import claims
-
+    """A published figure against the racer's Wilson interval: holds when the whole interval is at or above it,
+    refuted when wholly below, else not shown; the reason says which."""
     if low >= reference:
         holds, said = True, f"the whole interval is at or above {reference:.2%}"
     elif high < reference:
         holds, said = False, f"the whole interval is below {reference:.2%}"
     else:
         holds, said = None, f"the interval contains {reference:.2%}"
-    return claims.checked(key, holds, f"{top1}: {said}, {what}", hardware=hardware)
+    return claim_records.checked(key, holds, f"{top1}: {said}, {what}", hardware=hardware)
 
 
 def claims(racers: list, budget_seconds: float, target_seconds: float = 600.0,
                  hardware: str | None = None) -> list:
-    """The references notebook 12 races against (`analysis.claims.QUALITATIVE_CLAIMS`, notebook 12),
-    decided from the race: the speed-run racer (the last) against the published EuroSAT figures
-    (its final top-1 with a Wilson interval on the validation images, `statistics.binomial_interval`),
-    the workbook's 97%-within-10-minutes target (not measurable when this budget is shorter and 97%
-    was not reached: `benchmarks/bench_speedrun.py` runs the 10-minute demonstration), and airbench's
-    pipeline against the default recipe's images/s. Returns Claim records."""
-    from course_lib.analysis import claims
-
+    """Notebook 12's claims from the race: the speed-run racer (the last) against the published EuroSAT figures (a
+    Wilson interval on its final top-1), the 97%-within-10-minutes target, and airbench's pipeline's images/s."""
     speed, default = racers[-1], next((r for r in racers if r.label == "workbook default"), racers[0])
     images = speed.val_images or 1
-    correct = round(speed.val_top1 * images)
-    low, high = statistics.binomial_interval(correct, images)
+    low, high = statistics.binomial_interval(round(speed.val_top1 * images), images)
     views = speed.config.tta_views if getattr(speed, "config", None) is not None else 1
     top1 = (f"{speed.val_top1:.2%} [{low:.2%}, {high:.2%}] from scratch after {speed.seconds:.0f} s, "
             + (f"{views}-view test-time augmentation (the milestones are single view)" if views > 1 else "single view"))
@@ -375,17 +338,16 @@ def claims(racers: list, budget_seconds: float, target_seconds: float = 600.0,
              _reference_claim("eurosat_scratch_reference", top1, low, high, 0.9723,
                               "the best from-scratch figure we know of", hardware)]
     reached, budget = speed.time_to(0.97), budget_seconds
-    if reached is not None:
-        found.append(claims.checked("speedrun_97_in_10_minutes", reached <= target_seconds,
-                                    f"97% at {reached:.0f} s on the clock (decoding included)", hardware=hardware))
-    elif budget < target_seconds:
-        found.append(claims.not_measurable("speedrun_97_in_10_minutes", f"this racer's budget ({budget:.0f} s) is "
-                                           "shorter than 10 minutes and it did not reach 97%; "
-                                           "benchmarks/bench_speedrun.py runs the 10-minute demonstration", hardware))
+    if reached is None and budget < target_seconds:
+        found.append(claim_records.not_measurable(
+            "speedrun_97_in_10_minutes", f"this racer's budget ({budget:.0f} s) is shorter than 10 minutes and it did "
+            "not reach 97%; benchmarks/bench_speedrun.py runs the 10-minute demonstration", hardware))
     else:
-        found.append(claims.checked("speedrun_97_in_10_minutes", False, f"97% not reached in {budget:.0f} s",
-                                    hardware=hardware))
-    found.append(claims.checked(
+        found.append(claim_records.checked(
+            "speedrun_97_in_10_minutes", reached is not None and reached <= target_seconds,
+            f"97% at {reached:.0f} s on the clock (decoding included)" if reached is not None
+            else f"97% not reached in {budget:.0f} s", hardware=hardware))
+    found.append(claim_records.checked(
         "airbench_pipeline", speed.images_per_second > default.images_per_second,
         f"speed-run recipe {speed.images_per_second:.0f} images/s against {default.images_per_second:.0f} for the "
         f"{default.label} ({speed.images_per_second / max(default.images_per_second, 1e-9):.1f}x; cached uint8 data, "
@@ -395,8 +357,7 @@ def claims(racers: list, budget_seconds: float, target_seconds: float = 600.0,
 
 @dataclasses.dataclass
 class ImagenettePlan:
-    """What section 5 races: the Imagenette recipe's config (None: not run here), the seeds, whether the data is
-    Imagenette itself (not the committed sample's check), and one line saying which, or why not."""
+    """What section 5 races (config None: not run here), whether on Imagenette itself, and one line saying so."""
 
     config: Config | None
     seeds: list[int]
@@ -405,13 +366,8 @@ class ImagenettePlan:
 
 
 def imagenette_plan(setup: RaceSetup, runs: int = -1) -> ImagenettePlan:
-    """Section 5 in this profile (`SIZES[profile]["imagenette"]`): `runs` seeds of `RECIPES["imagenette"]` (-1: the
-    profile's number) on data_cache/imagenette/, or the smoke check on the committed sample, or nothing, with the
-    reason: the profile leaves it out, or no Imagenette is here (and the one command that gets it)."""
-    from course_lib import paths
-    from course_lib.analysis import imagenette
-    from course_lib.config import SAMPLE_DATA_DIR, make_config
-
+    """Section 5 in this profile: `runs` seeds (-1: the profile's) of the imagenette recipe on data_cache/imagenette/,
+    the smoke check on the committed sample, or nothing, with the reason (and the command that gets the data)."""
     chosen = sizes(SIZES, setup.profile)["imagenette"]
     runs = chosen["runs"] if runs < 0 else runs
     if runs == 0:
@@ -432,10 +388,8 @@ def imagenette_plan(setup: RaceSetup, runs: int = -1) -> ImagenettePlan:
 
 
 def imagenette_table(results: list, device: str = "cpu"):
-    """One row per run of section 5 (top-1 and top-5 on the official val and on `valid`, seconds, images/s and
-    MFU), then the mean over the runs with its 95% t interval (`speedrun.seed_summary`), as fractions."""
-    import pandas as pd
-
+    """One row per run of section 5 (official val top-1/top-5, `valid` top-1, seconds, images/s, MFU), then the mean
+    over the runs with its 95% t interval (`speedrun.seed_summary`)."""
     rows = [{"run": f"seed {r.config.seed}", "official val top-1": r.test_top1, "official val top-5": r.test_top5,
              "valid top-1": r.val_top1, "seconds": r.seconds, "images/s": r.images_per_second,
              "MFU": mfu(r, r.images_per_second, device)} for r in results]
@@ -450,22 +404,15 @@ def imagenette_table(results: list, device: str = "cpu"):
 
 def imagenette_line(plan: ImagenettePlan, results: list, hardware: str) -> str:
     """Where the recipe stands against the leaderboard (`analysis.imagenette.gap_line`), or the plan's line."""
-    from course_lib.analysis import imagenette
-
-    if not plan.on_imagenette or not results:
-        return plan.line
-    return imagenette.gap_line(speedrun.seed_summary(results), plan.config, hardware)
+    if plan.on_imagenette and results:
+        return imagenette.gap_line(speedrun.seed_summary(results), plan.config, hardware)
+    return plan.line
 
 
 def imagenette_claim(plan: ImagenettePlan, results: list, hardware: str):
-    """The claim `imagenette_leaderboard` from section 5's runs on Imagenette (`analysis.imagenette.claim`); without
-    them, from benchmarks/bench_imagenette.py's results when that ran on Imagenette (uvadlc's habit: an expensive
-    result is loaded when present), else not measurable with the plan's reason."""
-    from course_lib.analysis import imagenette
-
+    """`imagenette_leaderboard` from section 5's runs; without them, from benchmarks/bench_imagenette.py's saved
+    result on Imagenette (an expensive result is loaded when present), else not measurable with the plan's reason."""
     if plan.on_imagenette and results:
         return imagenette.claim(speedrun.seed_summary(results), plan.config, hardware)
-    saved = imagenette.saved_claim()
-    if saved is not None:
-        return saved
-    return imagenette.claim(None, plan.config, hardware, why_not=plan.line.removeprefix("not run here: "))
+    return imagenette.saved_claim() or imagenette.claim(None, plan.config, hardware,
+                                                        why_not=plan.line.removeprefix("not run here: "))

@@ -1,28 +1,28 @@
-"""Notebook 08's transfer-learning plan and its measurements. The source of the pretrained weights
-is timm's ImageNet weights when they are cached, else a model pre-trained here on classes of the
-same dataset that the target never sees (the real data every run finds, `paths.choose_data`, such as
-EuroSAT; landcover-synth otherwise; `data.class_split`), or scikit-learn's digits as an unrelated source. The target is
-the remaining classes with a few labels per class (Kornblith et al. 2019, arXiv:1805.08974).
-The pre-trained source is cached under runs/ by a digest of its config (`models.checkpoint`) and
-reused while the digest matches. The mechanics live in `models.factory` (a new head on a loaded
-backbone) and `engine.freeze`; noise comes from `analysis.statistics`.
+"""Notebook 08's transfer-learning plan and its measurements (Kornblith et al. 2019, arXiv:1805.08974). The source
+of the pretrained weights is timm's ImageNet weights when cached, else a model pre-trained here on classes of the
+same dataset the target never sees (`data.class_split`), or scikit-learn's digits as an unrelated source; the target
+is the remaining classes with a few labels per class. The source is trained once and reused by the digest of its
+config (`engine.cached_fit`); the mechanics live in `models.factory` and `engine.freeze`.
 """
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from course_lib import paths
+from course_lib.analysis import claims as claim_records
+from course_lib.analysis import statistics
 from course_lib.chapters.setup import ChapterSetup, sizes
-from course_lib.config import SAMPLE_DATA_DIR, Config, ConfigError
+from course_lib.config import SAMPLE_DATA_DIR, Config, ConfigError, make_config, resolve_profile
+from course_lib.data import class_split, pipeline
+from course_lib.engine import train
+from course_lib.engine.cached_fit import cached_fit
 from course_lib.models import hub
 
-if TYPE_CHECKING:
-    from course_lib import paths
-
-# What the article reports (section 5.4): an industrial inspection task, ResNet-50.
-ARTICLE = {"scratch_epochs": 350, "scratch_top1": 0.92, "finetune_epochs": 40, "finetune_top1": 0.935,
-           "time_saved": 0.80, "head_lr": 1e-3, "finetune_lr": 1e-4}
 SOURCE_NAMES = ("imagenet", "classes", "digits")
 
 
@@ -38,16 +38,10 @@ class TransferPlan:
 
 
 def plan_transfer(config: Config, source: str | None = None, target: str | None = None,
-                  source_epochs: int = 6, data: "paths.DataChoice | None" = None) -> TransferPlan:
-    """Pick a source of pretrained weights and a target dataset that exist on this machine.
-
-    target: None or "auto": `data` when it is real (`data` None: the real data `paths.find_real_data`
-    finds), else landcover-synth; "eurosat": real EuroSAT (`paths.eurosat_dir`); "landcover-synth": the config's
-    own landcover-synth (the committed sample in smoke, generated otherwise), or the sample. source:
-    timm's ImageNet weights when cached (or downloadable), else `classes`: the same architecture
-    pre-trained here on the dataset's other classes."""
-    from course_lib import paths
-
+                  source_epochs: int = 6, data: paths.DataChoice | None = None) -> TransferPlan:
+    """A source of pretrained weights and a target dataset that exist here. target auto: `data` when real (None: what
+    `paths.find_real_data` finds), else landcover-synth; eurosat; or landcover-synth (the config's own, else the
+    sample). source None: timm's ImageNet weights when cached or downloadable, else `classes`."""
     if target in (None, "auto"):
         data = data if data is not None else paths.find_real_data()
         found = data if data is not None and data.real else None
@@ -63,15 +57,12 @@ def plan_transfer(config: Config, source: str | None = None, target: str | None 
         found = None
     else:
         raise ConfigError(f"target={target!r} is not one of auto, eurosat, landcover-synth")
-    if found is not None:
-        target = found.name
-        data_config = config.replace(**found.overrides, max_train_images=0)
-    elif config.dataset == "landcover-synth":  # the profile's own: the sample in smoke, else generated on first use
-        target, data_config = "landcover-synth", config.replace(max_train_images=0)
-    else:  # the committed sample: 8 generated classes, 40 training images each
-        target = "landcover-synth"
-        data_config = config.replace(dataset="landcover-synth", data_dir=SAMPLE_DATA_DIR, max_train_images=0)
     synthetic = found is None
+    # Else the profile's own landcover-synth (the sample in smoke, generated on first use otherwise), else the
+    # committed sample (8 generated classes, 40 training images each).
+    own = found.overrides if found else {} if config.dataset == "landcover-synth" else {
+        "dataset": "landcover-synth", "data_dir": SAMPLE_DATA_DIR}
+    target, data_config = found.name if found else "landcover-synth", config.replace(**own, max_train_images=0)
     reasons = []
     if source is None:
         source = "imagenet" if hub.pretrained_available(config.model) else "classes"
@@ -80,14 +71,11 @@ def plan_transfer(config: Config, source: str | None = None, target: str | None 
     if source not in SOURCE_NAMES:
         raise ConfigError(f"source={source!r} is not one of {', '.join(SOURCE_NAMES)}")
     source_config = None
-    if source == "classes":
-        source_config = data_config.replace(epochs=source_epochs)
-    elif source == "digits":
-        source_config = config.replace(dataset="digits", data_dir="", epochs=source_epochs, max_train_images=0,
-                                       storage="files", decoder="pil")
-    if source_config is not None:
-        source_config = source_config.replace(pretrained=False, checkpoint="", freeze_backbone_epochs=0,
-                                              backbone_lr_scale=1.0, output_dir=str(Path(config.output_dir) / "source"))
+    if source != "imagenet":  # pre-trained here from random weights
+        base = data_config if source == "classes" else config.replace(
+            dataset="digits", data_dir="", max_train_images=0, storage="files", decoder="pil")
+        source_config = base.replace(epochs=source_epochs, pretrained=False, checkpoint="", freeze_backbone_epochs=0,
+                                     backbone_lr_scale=1.0, output_dir=str(Path(config.output_dir) / "source"))
     reasons.append(f"source {source}, target {target}" + (" (generated images: synthetic data)"
                                                          if synthetic else " (real images)"))
     return TransferPlan(source, target, data_config, source_config, data_config, synthetic, "; ".join(reasons))
@@ -114,8 +102,7 @@ SIZES = {
 
 @dataclasses.dataclass(kw_only=True)
 class TransferSetup(ChapterSetup):
-    """Notebook 08's setup: the data, the plan, the whole labelled dataset (`bundle`: every class, built and
-    cached once), and the sizes, each fitted to what the data has (`setup`)."""
+    """Notebook 08's data, plan, whole labelled dataset (`bundle`: every class) and sizes fitted to the data."""
 
     plan: TransferPlan
     source_classes: list[str]
@@ -141,8 +128,8 @@ class TransferSetup(ChapterSetup):
 
 
 def _fitted(parameter: str, asked: int, available: int, given: bool, notes: list[str]) -> int:
-    """`asked` when the data holds it; a value the notebook chose itself is cut to `available` (noted);
-    one the reader gave is a ConfigError naming the parameter and the largest value that fits."""
+    """`asked` when the data holds it; else the profile's choice is cut to `available` (noted), the reader's a
+    ConfigError naming the largest value that fits."""
     if asked <= available:
         return asked
     if given:
@@ -156,14 +143,8 @@ def setup(profile: str, *, model: str | None = None, batch_size: int | None = No
           image_size: int | None = None, epochs: int | None = None, freeze_backbone_epochs: int | None = None,
           source: str = "auto", target: str = "auto", source_epochs: int = 0, source_per_class: int = 0,
           target_classes: int = 3, labels_per_class=(), seeds: int = 0, **fields) -> TransferSetup:
-    """Notebook 08's data choice and sizes, from its parameters (0, [] and None: the profile's choice):
-    the data `paths.choose_data` picks (real data when found, not in smoke), then the source images
-    per class and the labels per class cut to what the smallest class of the data has. `fields`:
-    other Config fields (e.g. max_steps, storage), applied last."""
-    from course_lib import paths
-    from course_lib.config import make_config, resolve_profile
-    from course_lib.data import class_split, pipeline
-
+    """Notebook 08's data (`paths.choose_data`) and sizes from its parameters (0, [] and None: the profile's), the
+    source images and labels per class cut to the smallest class; `fields`: other Config fields, applied last."""
     profile = resolve_profile(profile)
     chosen = sizes(SIZES, profile)
     given = {k: v for k, v in {"model": model, "batch_size": batch_size, "image_size": image_size}.items() if v}
@@ -198,35 +179,26 @@ def setup(profile: str, *, model: str | None = None, batch_size: int | None = No
 
 
 def source_checkpoint(source_config: Config, bundle, *, extra: dict | None = None, progress: bool = True) -> dict:
-    """The pre-trained source model's checkpoint (`engine.cached_fit`: reused from `<output_dir>/<digest>/`
-    while the config and `extra`, e.g. the source classes, match; else trained now). Returns its
-    description: checkpoint, digest, reused (bool), classes, training images, epochs, val top-1, seconds."""
-    from course_lib.engine.cached_fit import cached_fit
-
+    """The source model's checkpoint (`engine.cached_fit`: reused from `<output_dir>/<digest>/` while the config and
+    `extra`, e.g. its classes, match; else trained now), described for the notebook's table."""
     fitted = cached_fit(source_config, bundle, extra=extra, folder=source_config.output_dir, progress=progress,
                         verbose=False)
     return {"digest": fitted.digest, "checkpoint": str(fitted.checkpoint_path), "classes": fitted.classes,
-            "config": source_config.to_dict(), "extra": extra or {}, "training_images": len(bundle.train),
-            "epochs": len(fitted.history), "val_top1": fitted.final.get("val_top1"),
+            "training_images": len(bundle.train), "epochs": len(fitted.history), "val_top1": fitted.final.get("val_top1"),
             "training_seconds": fitted.training_seconds, "reused": fitted.reused}
 
 
 def target_batch_size(images: int, batch_size: int) -> int:
-    """The batch for a target of `images` labelled images: at most `batch_size`, and small enough
-    for two optimizer steps per epoch (the engine drops the last partial batch)."""
+    """At most `batch_size`, and small enough for two optimizer steps per epoch of `images` (the engine drops the
+    last partial batch)."""
     return max(1, min(batch_size, images // 2))
 
 
 def label_grid(strategies: dict, bundle, classes: list[str], labels_per_class, seeds, *, val_per_class: int = 0,
                progress: bool = True, echo=print) -> tuple[list[dict], dict]:
-    """Train every strategy (label -> Config) on `labels_per_class` labelled images of each class in
-    `classes` (cut from `bundle` with `class_split.subset_bundle`), once per seed; the seed picks the
-    labelled images as well as the initial head and the data order. Every run is scored on the same
-    `val_per_class` validation images per class (0: all). Returns (one row per run,
-    {(labels, strategy, seed): FitResult})."""
-    from course_lib.data import class_split
-    from course_lib.engine import train
-
+    """Train every strategy (label -> Config) on `labels_per_class` labelled images of each of `classes`, once per
+    seed (which picks the images, the head and the data order), scored on `val_per_class` images per class (0: all).
+    Returns (one row per run, {(labels, strategy, seed): FitResult})."""
     rows, results = [], {}
     for labels in labels_per_class:
         for seed in seeds:
@@ -249,14 +221,8 @@ def label_grid(strategies: dict, bundle, classes: list[str], labels_per_class, s
 
 def transfer_verdict(rows: list[dict], baseline: str = "from scratch", metric: str = "final val top-1",
                      z: float = 2.0):
-    """Per labels-per-class and strategy: mean and std over seeds, the difference from `baseline`'s
-    mean, the noise band of that difference (`statistics.difference_beyond_noise`, with the
-    binomial standard error of the accuracy on the validation images as the floor of each std)
-    and the verdict: "beats from scratch" only when the difference is above the band."""
-    import pandas as pd
-
-    from course_lib.analysis import statistics
-
+    """Per labels-per-class and strategy: mean and std over seeds, the difference from `baseline` and its noise band
+    (`statistics.difference_beyond_noise`, the binomial error on the validation images as the floor) and the verdict."""
     frame = pd.DataFrame(rows)
     out = []
     for labels, group in frame.groupby("labels per class", sort=True):
@@ -277,10 +243,8 @@ def transfer_verdict(rows: list[dict], baseline: str = "from scratch", metric: s
 
 
 def mean_curves(results: dict, labels: int) -> dict:
-    """{strategy: {"epoch": [...], "seconds": [...], "val_top1": [...]}} for `labels` labels per class:
-    validation top-1 after each epoch and the training seconds so far, averaged over the seeds."""
-    import numpy as np
-
+    """{strategy: {"epoch", "seconds", "val_top1"}} at `labels` labels per class: validation top-1 after each epoch
+    and the training seconds so far, averaged over the seeds."""
     curves: dict[str, list] = {}
     for (count, name, _seed), result in results.items():
         if count == labels:
@@ -294,25 +258,25 @@ def mean_curves(results: dict, labels: int) -> dict:
     return out
 
 
+def _first_reached(accuracies: list[float], target_top1: float) -> int | None:
+    """The index of the first accuracy at `target_top1` or above (None: never)."""
+    return next((i for i, value in enumerate(accuracies) if value >= target_top1 - 1e-9), None)
+
+
 def time_to_target(history: list[dict], target_top1: float) -> dict:
-    """Epochs and training seconds (evaluation excluded) until val top-1 first reaches `target_top1`;
-    None when it never does."""
-    seconds = 0.0
-    for row in history:
-        seconds += row["epoch_seconds"]
-        if row.get("val_top1", 0.0) >= target_top1 - 1e-9:
-            return {"epochs": row["epoch"], "seconds": seconds}
-    return {"epochs": None, "seconds": None}
+    """Epochs and training seconds (evaluation excluded) until val top-1 first reaches `target_top1` (None: never)."""
+    reached = _first_reached([row.get("val_top1", 0.0) for row in history], target_top1)
+    if reached is None:
+        return {"epochs": None, "seconds": None}
+    return {"epochs": history[reached]["epoch"], "seconds": sum(row["epoch_seconds"] for row in history[:reached + 1])}
 
 
 def curve_table(curves: dict, target_top1: float):
-    """One row per strategy of `mean_curves`: final val top-1, and the epochs and training seconds
-    (evaluation excluded) until the seed-averaged curve first reaches `target_top1` (None: never)."""
-    import pandas as pd
-
+    """One row per strategy of `mean_curves`: final and best val top-1, and the epochs and training seconds until the
+    seed-averaged curve first reaches `target_top1` (None: never)."""
     rows = {}
     for name, curve in curves.items():
-        reached = next((i for i, value in enumerate(curve["val_top1"]) if value >= target_top1 - 1e-9), None)
+        reached = _first_reached(curve["val_top1"], target_top1)
         rows[name] = {"final val top-1": curve["val_top1"][-1], "best val top-1": max(curve["val_top1"]),
                       "epochs to target": None if reached is None else curve["epoch"][reached],
                       "train s to target": None if reached is None else curve["seconds"][reached],
@@ -322,10 +286,8 @@ def curve_table(curves: dict, target_top1: float):
 
 def plot_curves(curves: dict, target_top1: float | None = None, axis=None, x: str = "epoch", frozen_epochs: int = 0,
                 frozen_strategy: str = "freeze, then unfreeze"):
-    """Seed-averaged validation top-1 of each strategy (`mean_curves`) against the epoch (`x="epoch"`)
-    or the training seconds so far (`x="seconds"`); head-only epochs drawn with open markers."""
-    import matplotlib.pyplot as plt
-
+    """Seed-averaged validation top-1 of each strategy (`mean_curves`) against `x`, "epoch" or "seconds"; head-only
+    epochs drawn with open markers."""
     axis = axis or plt.gca()
     for name, curve in curves.items():
         positions, accuracy = curve[x], curve["val_top1"]
@@ -342,8 +304,6 @@ def plot_curves(curves: dict, target_top1: float | None = None, axis=None, x: st
 
 def plot_labels(verdict, axis=None):
     """Mean val top-1 (error bars: std over seeds) against labels per class, one line per strategy."""
-    import matplotlib.pyplot as plt
-
     axis = axis or plt.gca()
     frame = verdict.reset_index()
     for name, group in frame.groupby("strategy", sort=False):
@@ -356,10 +316,8 @@ def plot_labels(verdict, axis=None):
 
 
 def training_saved(results: dict, labels: int, strategy: str, baseline: str = "from scratch") -> list[dict]:
-    """Per seed at `labels` labels per class: the share of training `strategy` saves to reach
-    `baseline`'s final val top-1 of the same seed (the same labelled images), against the training
-    `baseline` itself needed to first reach it, in epochs (1 - epochs / the baseline's epochs) and in
-    training seconds (evaluation excluded). A run that never reaches it saves nothing: 0, reached False."""
+    """Per seed at `labels` labels per class: the share of epochs and training seconds `strategy` saves to reach
+    `baseline`'s final val top-1 of the same seed, against what `baseline` needed to first reach it (never: 0)."""
     out = []
     for (count, name, seed), result in sorted(results.items(), key=lambda item: item[0][2]):
         if count != labels or name != baseline or (labels, strategy, seed) not in results:
@@ -377,13 +335,8 @@ def training_saved(results: dict, labels: int, strategy: str, baseline: str = "f
 
 def claims(results: dict, verdict, *, source_seconds: float = 0.0, setting: str = "",
                  pretrained=("fine-tune all", "freeze, then unfreeze"), hardware: str | None = None) -> list:
-    """The article's section-5.4 claims from the label grid (`label_grid`'s results, `transfer_verdict`'s table):
-    "transfer_learning": the share of training the better pretrained strategy saves to reach the from-scratch
-    run's final accuracy at the largest label count (per seed, `training_saved`; mean and t interval over seeds,
-    `statistics.confidence_interval`); "transfer_beats_scratch": a pretrained start beats from scratch beyond seed
-    noise at that label count (`transfer_verdict`); "transfer_freeze_recipe": freezing first and fine-tuning the
-    backbone at a small rate is not worse than fine-tuning everything (paired by seed,
-    `statistics.paired_difference`). `setting` says what was transferred. Returns Claim records."""
+    """The article's section-5.4 claims at the largest label count of `label_grid`'s results and `transfer_verdict`'s
+    table: training saved, a pretrained start beating from scratch, freezing first not worse than fine-tuning all."""
     labels = max(count for count, _, _ in results)
     return [_saved_claim(results, labels, source_seconds, setting, pretrained, hardware),
             _beats_claim(verdict, labels, hardware), _freeze_claim(results, labels, pretrained, hardware)]
@@ -391,36 +344,30 @@ def claims(results: dict, verdict, *, source_seconds: float = 0.0, setting: str 
 
 def _saved_claim(results: dict, labels: int, source_seconds: float, setting: str, pretrained, hardware):
     """"transfer_learning": the share of training the better pretrained strategy saves, mean and t interval."""
-    from course_lib.analysis import claims, statistics
-
-    where = f"{labels} labels per class" + (f"; {setting}" if setting else "")
     saved = {name: training_saved(results, labels, name) for name in pretrained}
-    best = max(pretrained, key=lambda name: (sum(s["epochs saved"] for s in saved[name]) / max(1, len(saved[name]))))
-    shares = [100 * s["epochs saved"] for s in saved[best]]
-    seconds = [100 * s["seconds saved"] for s in saved[best]]
-    missed = sum(not s["reached"] for s in saved[best])
-    with_source = [100 * (1 - ((s["seconds"] or s["baseline seconds"]) + source_seconds) / s["baseline seconds"])
-                   for s in saved[best]]
-    others = "; ".join(f"{name}: {sum(100 * s['epochs saved'] for s in runs) / len(runs):.0f}%"
-                       for name, runs in saved.items() if name != best and runs)
+    epochs = {name: [100 * s["epochs saved"] for s in runs] for name, runs in saved.items()}
+    best = max(pretrained, key=lambda name: sum(epochs[name]) / max(1, len(epochs[name])))
+    runs, shares = saved[best], epochs[best]
+    seconds = sum(100 * s["seconds saved"] for s in runs) / len(runs)
+    with_source = sum(100 * (1 - ((s["seconds"] or s["baseline seconds"]) + source_seconds) / s["baseline seconds"])
+                      for s in runs) / len(runs)
+    missed = sum(not s["reached"] for s in runs)
+    others = "; ".join(f"{name}: {sum(values) / len(values):.0f}%" for name, values in epochs.items()
+                       if name != best and values)
     reason = (f"{best}: epochs saved to reach each seed's from-scratch final top-1, against the epochs from scratch "
-              f"needed to first reach it (training seconds saved "
-              f"{sum(seconds) / len(seconds):.0f}%" + (f", {sum(with_source) / len(with_source):.0f}% counting the "
-                                                        f"{source_seconds:.0f} s of source pretraining" if source_seconds
-                                                        else "") + ")"
-              + (f"; {missed} seed(s) never reached it (counted as 0%)" if missed else "")
-              + (f"; {others}" if others else "") + f"; {where}")
+              f"needed to first reach it (training seconds saved {seconds:.0f}%"
+              + (f", {with_source:.0f}% counting the {source_seconds:.0f} s of source pretraining" if source_seconds
+                 else "") + ")" + (f"; {missed} seed(s) never reached it (counted as 0%)" if missed else "")
+              + (f"; {others}" if others else "") + f"; {labels} labels per class" + (f"; {setting}" if setting else ""))
     if len(shares) >= 2:
         interval = statistics.confidence_interval(shares)
-        return claims.measured("transfer_learning", interval["mean"], (interval["low"], interval["high"]),
-                               f"{len(shares)} seeds, t interval; " + reason, hardware)
-    return claims.measured("transfer_learning", shares[0], None, "1 seed, no interval; " + reason, hardware)
+        return claim_records.measured("transfer_learning", interval["mean"], (interval["low"], interval["high"]),
+                                      f"{len(shares)} seeds, t interval; " + reason, hardware)
+    return claim_records.measured("transfer_learning", shares[0], None, "1 seed, no interval; " + reason, hardware)
 
 
 def _beats_claim(verdict, labels: int, hardware):
     """"transfer_beats_scratch": the best pretrained plan against from scratch, its interval the noise band."""
-    from course_lib.analysis import claims
-
     tested = verdict.loc[labels].drop("from scratch", errors="ignore")
     lines = [f"{name} {100 * row['delta vs scratch']:+.1f} points (band ±{100 * row['noise band']:.1f})"
              for name, row in tested.iterrows() if isinstance(row.get("verdict"), str)]
@@ -434,23 +381,21 @@ def _beats_claim(verdict, labels: int, hardware):
     if len(banded):  # the best pretrained plan against from scratch, its interval the noise band
         best_plan = banded.sort_values("delta vs scratch").iloc[-1]
         delta, band = 100 * best_plan["delta vs scratch"], 100 * best_plan["noise band"]
-        return claims.decided("transfer_beats_scratch", delta, (delta - band, delta + band),
-                              f"{best_plan.name}, " + text, hardware=hardware)
-    return claims.not_measurable("transfer_beats_scratch", text, hardware)
+        return claim_records.decided("transfer_beats_scratch", delta, (delta - band, delta + band),
+                                     f"{best_plan.name}, " + text, hardware=hardware)
+    return claim_records.not_measurable("transfer_beats_scratch", text, hardware)
 
 
 def _freeze_claim(results: dict, labels: int, pretrained, hardware):
     """"transfer_freeze_recipe": freeze-then-unfreeze minus fine-tune-all, paired by seed."""
-    from course_lib.analysis import claims, statistics
-
     frozen, everything = pretrained[1], pretrained[0]
     pairs = [(results[(labels, frozen, seed)].history[-1]["val_top1"], results[(labels, everything, seed)].history[-1][
         "val_top1"]) for (count, name, seed) in results if count == labels and name == everything
         and (labels, frozen, seed) in results]
     if len(pairs) >= 2:
         paired = statistics.paired_difference([100 * a for a, _ in pairs], [100 * b for _, b in pairs])
-        return claims.decided(
+        return claim_records.decided(
             "transfer_freeze_recipe", paired["delta"], (paired["low"], paired["high"]),
             f"{frozen} minus {everything}: {paired['delta']:+.1f} points [{paired['low']:+.1f}, "
             f"{paired['high']:+.1f}] paired by seed at {labels} labels per class", hardware=hardware)
-    return claims.not_measurable("transfer_freeze_recipe", "fewer than 2 seeds: no paired interval", hardware)
+    return claim_records.not_measurable("transfer_freeze_recipe", "fewer than 2 seeds: no paired interval", hardware)

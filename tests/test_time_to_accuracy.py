@@ -107,3 +107,49 @@ def test_every_ingredient_the_speed_run_recipe_adopts_has_its_ablation():
     no_ops = [name for name, changes in time_to_accuracy.ABLATIONS.items() if recipe.replace(**changes) == recipe]
     assert no_ops == [], "an ingredient whose changes leave the recipe as it is measures nothing"
     assert set(time_to_accuracy.CPU_LEAVES_OUT) <= set(time_to_accuracy.ABLATIONS)
+
+
+def _bench_ablation():
+    import importlib
+    import sys
+
+    from conftest import ROOT
+
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+    return importlib.import_module("bench_ablation")
+
+
+def test_the_ablation_benchmark_names_its_files_and_writes_its_table_in_points():
+    import pandas as pd
+
+    bench = _bench_ablation()
+    assert bench.slug(["+ torch.compile (default mode)"]) == "torch-compile-default-mode"
+    assert bench.slug(["ReLU (vs GELU)", "warm-up"]) == "relu-vs-gelu_warm-up"
+    table = pd.DataFrame([{"without": "full recipe", "val top-1 mean": 0.9, "val top-1 std": 0.01, "seeds": 3,
+                           "seconds mean": 60.0, "images/s mean": 800.0, "change vs full": 0.0,
+                           "change low": None, "change high": None, "verdict": None},
+                          {"without": "+ x", "val top-1 mean": 0.88, "val top-1 std": 0.02, "seeds": 3,
+                           "seconds mean": 90.5, "images/s mean": 1200.4, "change vs full": -0.02,
+                           "change low": -0.05, "change high": 0.01, "verdict": "within noise"}]).set_index("without")
+    lines = bench.markdown_table(table)
+    assert lines[0].startswith("| row | val top-1 mean |") and len(lines) == 4
+    assert lines[3] == "| + x | 88.0% | 2.0% | 3 | 90.5 | 1200 | -2.0 | -5.0 | +1.0 | within noise |"
+    assert "| - | - | - |" in lines[2]  # the full recipe's own change has no interval and no verdict
+
+
+@pytest.mark.slow
+def test_the_ablation_benchmark_races_each_seed_in_turn_and_states_the_warmup(tmp_path, isolated_ledger, capsys):
+    import json
+
+    bench = _bench_ablation()
+    assert bench.main(["--profile", "smoke", "--ingredients", "ReLU (vs GELU)", "--seeds", "2", "--warmup",
+                       "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "ablation_relu-vs-gelu.json").read_text())
+    assert [(run["ingredient"], run["seed"]) for run in record["runs"]] == [
+        ("full recipe", 0), ("full recipe", 1), ("ReLU (vs GELU)", 0), ("ReLU (vs GELU)", 1)]
+    assert [w["ingredient"] for w in record["warmups"]] == ["ReLU (vs GELU)"]
+    printed = capsys.readouterr().out
+    assert printed.index("seed 0 ReLU") < printed.index("seed 1 full recipe")  # interleaved seed by seed
+    assert "Warm-up race before the seeds" in (tmp_path / "ablation_relu-vs-gelu.md").read_text()
+    assert bench.main(["--profile", "smoke", "--ingredients", "no such row", "--out", str(tmp_path)]) == 2

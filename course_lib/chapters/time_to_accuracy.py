@@ -52,10 +52,15 @@ ABLATIONS: dict[str, dict] = {
     "+ whitened stem": {"whiten_stem": True},
     "+ selective TTA (least-confident quarter)": {"tta_selective": 0.25},
     "ReLU (vs GELU)": {"activation": "relu"},
+    # torch.compile (Inductor, default mode) over the recipe's eager steps: a compile per image size and per
+    # train/eval mode, inside the race's clock (benchmarks/bench_ablation.py --warmup states a cold compile apart).
+    "+ torch.compile (default mode)": {"compile": True},
 }
 # What the cpu profile's `ingredients="auto"` leaves out, and why (`ingredients=all` runs them).
 CPU_LEAVES_OUT = {"small residual net (vs resnet18)": "resnet18 is a slow net on 2 cores",
-                  "batch 128, learning rate scaled with it (vs 64)": "the cpu ablation already trains at batch 64"}
+                  "batch 128, learning rate scaled with it (vs 64)": "the cpu ablation already trains at batch 64",
+                  "+ torch.compile (default mode)": "a compile per image size, minutes on 2 cores: "
+                                                    "benchmarks/bench_ablation.py measures it"}
 
 
 # The smoke profile is a check that the notebook runs: tiny images, few steps, a quarter-size net.

@@ -2,6 +2,7 @@
 leaves stay leaves, data knows nothing of training, analysis needs no training loop, and only
 `__main__` reaches the command line."""
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -90,6 +91,38 @@ def test_benchmarks_train_with_the_engines_step():
                           and any(isinstance(node, ast.Attribute) and node.attr == "backward"
                                   for node in ast.walk(ast.parse(path.read_text()))))
     assert hand_written == []
+
+
+def missing_project_attributes(source: str) -> list[str]:
+    """`Y.attr` in `source` where Y is bound by `from course_lib... import X [as Y]` or `import course_lib.X as Y`
+    and the imported object has no `attr` (a call to a function the library no longer has)."""
+    tree, bound = ast.parse(source), {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "course_lib":
+            for alias in node.names:
+                module = importlib.import_module(node.module)
+                bound[alias.asname or alias.name] = (getattr(module, alias.name) if hasattr(module, alias.name)
+                                                     else importlib.import_module(f"{node.module}.{alias.name}"))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname and alias.name.split(".")[0] == "course_lib":
+                    bound[alias.asname] = importlib.import_module(alias.name)
+    return sorted({f"{node.value.id}.{node.attr}" for node in ast.walk(tree)
+                   if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                   and node.value.id in bound and not hasattr(bound[node.value.id], node.attr)})
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "benchmarks").glob("*.py")))
+def test_benchmarks_call_what_the_library_has(script):
+    """Every `study.x` a benchmark calls exists (bench_deploy called four removed studies and nobody ran it)."""
+    assert missing_project_attributes((ROOT / "benchmarks" / script).read_text()) == []
+
+
+def test_the_attribute_check_sees_a_removed_function():
+    source = ("from course_lib.chapters import compress_and_deploy as study\n"
+              "import course_lib.deploy.export as export\n"
+              "study.quantization_study(); study.setup(); export.export_onnx(); export.no_such_thing")
+    assert missing_project_attributes(source) == ["export.no_such_thing", "study.quantization_study"]
 
 
 def test_only_main_imports_the_cli():

@@ -179,7 +179,6 @@ _seconds_by_file: dict[str, float] = {}
 _seconds_by_kind: dict[str, float] = {}
 _tests_by_kind: dict[str, int] = {}
 _budget_lines: list[str] = []
-_calibration_key = pytest.StashKey[float]()  # this machine's time_budget.calibrate(), taken as the run starts
 
 
 def kind_of_test(keywords) -> str:
@@ -261,22 +260,18 @@ def time_table(by_kind: dict, tests: dict, by_file: dict, files: int = 12) -> li
     return lines
 
 
-def pytest_sessionstart(session):
-    if _controlling(session.config) and not session.config.option.collectonly:
-        import time_budget
-
-        session.config.stash[_calibration_key] = time_budget.calibrate()
-
-
 def pytest_sessionfinish(session):
-    """The time budget per kind (tests/time_budget.py): a kind past it fails the run, unless WORKBOOK_TEST_BUDGET=off."""
-    if not _controlling(session.config) or _calibration_key not in session.config.stash or not _seconds_by_kind:
+    """The time budget per kind (tests/time_budget.py): a kind past it fails the run, unless WORKBOOK_TEST_BUDGET=off.
+    The machine is calibrated here, after the tests, and only when a kind can be checked: a run of a few tests does not
+    pay for it."""
+    if not _controlling(session.config) or session.config.option.collectonly or not _seconds_by_kind:
         return
     import time_budget
 
     workers = getattr(session.config.option, "numprocesses", None) or 1
-    lines, failed = time_budget.check(_seconds_by_kind, _tests_by_kind, time_budget.load(),
-                                      session.config.stash[_calibration_key], workers)
+    budget = time_budget.load()
+    here = time_budget.calibrate() if time_budget.checkable(_tests_by_kind, budget, workers) else None
+    lines, failed = time_budget.check(_seconds_by_kind, _tests_by_kind, budget, here, workers)
     _budget_lines[:] = lines
     if failed and time_budget.enforced() and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -254,6 +254,17 @@ def test_a_slower_machine_gets_a_proportionally_larger_budget():
     assert lines[1].split()[:5] == ["unit", "250.0", "s", "of", "200.0"] and "ok: 1.25x" in lines[1]
 
 
+def test_the_machine_is_calibrated_only_when_a_kind_can_be_checked():
+    """calibrate() starts three torch processes: a run of a few tests, or with another worker count, skips it."""
+    import time_budget
+
+    assert time_budget.checkable({"unit": 900, "notebook": 3}, BUDGET, workers=2)
+    assert not time_budget.checkable({"unit": 899, "notebook": 35}, BUDGET, workers=2)
+    assert not time_budget.checkable({"unit": 1000, "notebook": 40}, BUDGET, workers=1)
+    lines, failed = time_budget.check({"unit": 5.0}, {"unit": 10}, BUDGET, seconds_here=None, workers=2)
+    assert not failed and "not calibrated" in lines[0] and "not checked: 10 of its 1000 tests ran" in lines[1]
+
+
 def test_a_partial_run_or_another_worker_count_is_not_checked():
     import time_budget
 

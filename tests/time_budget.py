@@ -52,14 +52,23 @@ def load(path: Path = BUDGET_FILE) -> dict:
     return json.loads(path.read_text())
 
 
-def check(by_kind: dict, tests: dict, budget: dict, seconds_here: float, workers: int) -> tuple[list[str], bool]:
+def checkable(tests: dict, budget: dict, workers: int) -> bool:
+    """Whether `check` would check a kind: the budget's number of workers, and (nearly) all of some kind's tests ran.
+    Only then is `calibrate()` worth its seconds (three fresh processes importing torch)."""
+    return workers == budget["workers"] and any(tests.get(kind, 0) >= COMPLETE * recorded["tests"]
+                                                for kind, recorded in budget["kinds"].items())
+
+
+def check(by_kind: dict, tests: dict, budget: dict, seconds_here: float | None, workers: int) -> tuple[list[str], bool]:
     """(the lines of the budget table, whether a checked kind went past `MARGIN` times its scaled budget).
 
-    `by_kind`/`tests`: this run's seconds and tests per kind; `seconds_here`: this machine's `calibrate()`."""
-    scale = seconds_here / budget["calibration_seconds"]
-    lines = [f"time budget (tests/time_budget.json: {budget['machine']}, {budget['workers']} worker(s); this "
-             f"machine's calibration took {seconds_here:.3f} s, {scale:.2f}x its, so each budget x {scale:.2f}; a kind "
-             f"fails past {MARGIN:g}x):"]
+    `by_kind`/`tests`: this run's seconds and tests per kind; `seconds_here`: this machine's `calibrate()`, None when
+    nothing is `checkable` (the budgets are then shown unscaled)."""
+    scale = 1.0 if seconds_here is None else seconds_here / budget["calibration_seconds"]
+    lines = [f"time budget (tests/time_budget.json: {budget['machine']}, {budget['workers']} worker(s); "
+             + ("this machine not calibrated: nothing to check; budgets unscaled" if seconds_here is None else
+                f"this machine's calibration took {seconds_here:.3f} s, {scale:.2f}x its, so each budget x {scale:.2f}")
+             + f"; a kind fails past {MARGIN:g}x):"]
     if workers != budget["workers"]:
         return lines + [f"  not checked: this run has {workers} worker(s), the budget was measured with "
                         f"{budget['workers']}"], False

@@ -151,5 +151,15 @@ def test_the_ablation_benchmark_races_each_seed_in_turn_and_states_the_warmup(tm
     assert [w["ingredient"] for w in record["warmups"]] == ["ReLU (vs GELU)"]
     printed = capsys.readouterr().out
     assert printed.index("seed 0 ReLU") < printed.index("seed 1 full recipe")  # interleaved seed by seed
-    assert "Warm-up race before the seeds" in (tmp_path / "ablation_relu-vs-gelu.md").read_text()
+    markdown = (tmp_path / "ablation_relu-vs-gelu.md").read_text()
+    assert "Warm-up race before the seeds" in markdown
+    single = markdown[markdown.index("Single view"):].splitlines()
+    relu = next(line for line in single if line.startswith("| ReLU (vs GELU) |"))
+    assert relu.endswith(" of 2 |") and relu.count("|") == 9  # change paired by seed, seconds to 97%, reached
+    assert printed.count("| full recipe |") >= 4  # the tables written (and printed) after each seed
+    assert bench.main(["--profile", "smoke", "--ingredients", "ReLU (vs GELU)", "--seeds", "1", "--recipe-budget",
+                       "--out", str(tmp_path / "budget")]) == 0
+    record = json.loads((tmp_path / "budget" / "ablation_relu-vs-gelu.json").read_text())
+    assert record["split"] == "carve-out of train, all validation images per class"
+    assert record["config"]["validation_from"] == "train" and record["config"]["epochs"] == record["config"]["epochs"]
     assert bench.main(["--profile", "smoke", "--ingredients", "no such row", "--out", str(tmp_path)]) == 2

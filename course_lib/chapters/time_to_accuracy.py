@@ -55,12 +55,17 @@ ABLATIONS: dict[str, dict] = {
     # torch.compile (Inductor, default mode) over the recipe's eager steps: a compile per image size and per
     # train/eval mode, inside the race's clock (benchmarks/bench_ablation.py --warmup states a cold compile apart).
     "+ torch.compile (default mode)": {"compile": True},
+    # The run's length and a larger batch, at the recipe's budget only (bench_ablation.py -p epochs=21).
+    "21 epochs (vs 14)": {"epochs": 14},
+    "+ batch 256, learning rate scaled with it": {"batch_size": 256, "lr": RECIPES["speedrun"]["lr"] * 2},
 }
 # What the cpu profile's `ingredients="auto"` leaves out, and why (`ingredients=all` runs them).
 CPU_LEAVES_OUT = {"small residual net (vs resnet18)": "resnet18 is a slow net on 2 cores",
                   "batch 128, learning rate scaled with it (vs 64)": "the cpu ablation already trains at batch 64",
                   "+ torch.compile (default mode)": "a compile per image size, minutes on 2 cores: "
-                                                    "benchmarks/bench_ablation.py measures it"}
+                                                    "benchmarks/bench_ablation.py measures it",
+                  "21 epochs (vs 14)": "the cpu ablation trains 3 epochs", "+ batch 256, learning rate scaled with it":
+                      "24 steps of 2,000 images: bench_ablation.py measures both at the recipe's budget"}
 
 
 # The smoke profile is a check that the notebook runs: tiny images, few steps, a quarter-size net.

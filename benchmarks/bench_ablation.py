@@ -2,7 +2,7 @@
 ingredients taken out or turned on, seed by seed, on the fixed carve-out of `train`, at the profile's ablation sizes.
 
     .venv/bin/python benchmarks/bench_ablation.py --ingredients "+ torch.compile (default mode)" --warmup
-    .venv/bin/python benchmarks/bench_ablation.py --ingredients "+ Muon (conv weights)" --seeds 5 --recipe-budget
+    .venv/bin/python benchmarks/bench_ablation.py --ingredients "+ Muon (conv weights); ReLU (vs GELU)" --seeds 5 --recipe-budget
 
 Each seed races the full recipe and then every chosen ingredient (`time_to_accuracy.ablate` with one seed), so a
 change in the machine's load hits both sides alike. `--warmup` races the full recipe and each chosen ingredient once before the
@@ -62,7 +62,7 @@ def markdown_table(table) -> list[str]:
 def main(argv=None) -> int:
     parser = argument_parser(__doc__)
     parser.add_argument("--ingredients", required=True,
-                        help="comma-separated names of time_to_accuracy.ABLATIONS (or all, auto)")
+                        help="names of time_to_accuracy.ABLATIONS separated by ; (or , where no name holds one), all or auto")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
     parser.add_argument("--warmup", action="store_true", help="race each ingredient once before the seeds")
     parser.add_argument("--ablation-images", type=int, default=-1,

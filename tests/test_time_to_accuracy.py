@@ -89,6 +89,7 @@ def test_the_ablations_ingredients_follow_the_profile(profile, expected):
     assert profile != "cpu" or not set(chosen) & set(time_to_accuracy.CPU_LEAVES_OUT)
     assert race.ingredients("all") == list(time_to_accuracy.ABLATIONS)
     assert race.ingredients(" a, b ,") == ["a", "b"]
+    assert race.ingredients("+ Lookahead (k=5, alpha=0.5); warm-up") == ["+ Lookahead (k=5, alpha=0.5)", "warm-up"]
     assert race.device == "cpu" or profile == "gpu"
 
 

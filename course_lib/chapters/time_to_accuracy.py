@@ -117,14 +117,15 @@ class RaceSetup(ChapterSetup):
         return "cuda" if sizes(SIZES, self.profile)["cuda"] and torch.cuda.is_available() else "cpu"
 
     def ingredients(self, choice: str = "auto") -> list[str]:
-        """The ablation's ingredients (names of ABLATIONS): "all", "auto" (the profile's, `SIZES`) or a list."""
+        """The ablation's ingredients (names of ABLATIONS): "all", "auto" (the profile's, `SIZES`) or a list, split at
+        ";" where it holds one (names such as "+ Lookahead (k=5, alpha=0.5)" hold commas), else at ","."""
         everything = list(ABLATIONS)
         if choice == "all":
             return everything
         if choice == "auto":
             chosen = sizes(SIZES, self.profile)
             return [name for name in everything[:chosen["first"] or None] if name not in chosen["leaves_out"]]
-        return [name.strip() for name in choice.split(",") if name.strip()]
+        return [name.strip() for name in choice.split(";" if ";" in choice else ",") if name.strip()]
 
     def line(self) -> str:
         return (f"profile {self.profile}: budget {self.budget:.0f} s for the speed-run racer, {self.rivals:.0f} s "

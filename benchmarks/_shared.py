@@ -33,6 +33,15 @@ def eurosat_or_skip(why: str) -> Path | None:
     return folder
 
 
+def eurosat_data(profile: str, why: str) -> dict | None:
+    """The Config values that race on real EuroSAT ({} in the smoke profile: the committed sample, a check of the
+    script, not a measurement), or None, after `eurosat_or_skip`'s line, where none is found."""
+    if profile == "smoke":
+        return {}
+    eurosat = eurosat_or_skip(why)
+    return None if eurosat is None else {"dataset": "imagefolder", "data_dir": str(eurosat)}
+
+
 def imagenette_or_skip(why: str) -> Path | None:
     """data_cache/imagenette/ where `workbook data get imagenette` lays it out (`paths.imagenette_dir`), or None
     after printing one line saying the benchmark is skipped, how to get the data, and why it needs it."""

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from _shared import ROOT, argument_parser, eurosat_or_skip, write  # noqa: E402 (puts the project on sys.path)
+from _shared import ROOT, argument_parser, eurosat_data, write  # noqa: E402 (puts the project on sys.path)
 from course_lib import machine  # noqa: E402
 from course_lib.config import make_config, parse_assignments  # noqa: E402
 from course_lib.data import cache  # noqa: E402
@@ -37,13 +37,9 @@ def main(argv=None) -> int:
     parser.add_argument("--validation-from", default="folder", choices=("folder", "train"),
                         help="folder: score EuroSAT's valid split (reporting); train: a fixed carve-out (choosing)")
     args = parser.parse_args(argv)
-    if args.profile == "smoke":
-        data = {}  # the committed sample: the script's check, not a measurement
-    else:
-        eurosat = eurosat_or_skip("the targets are about real EuroSAT tiles")
-        if eurosat is None:
-            return 0
-        data = {"dataset": "imagefolder", "data_dir": str(eurosat)}
+    data = eurosat_data(args.profile, "the targets are about real EuroSAT tiles")
+    if data is None:
+        return 0
     config = make_config(args.profile, **{**data, "recipe": args.recipe, "validation_from": args.validation_from,
                                           **parse_assignments(args.param)})
     load_before, started = os.getloadavg()[0], time.strftime("%Y-%m-%d %H:%M")

@@ -164,3 +164,50 @@ def test_the_ablation_benchmark_races_each_seed_in_turn_and_states_the_warmup(tm
     assert record["split"] == "carve-out of train, all validation images per class"
     assert record["config"]["validation_from"] == "train" and record["config"]["epochs"] == record["config"]["epochs"]
     assert bench.main(["--profile", "smoke", "--ingredients", "no such row", "--out", str(tmp_path)]) == 2
+
+
+def _bench_race():
+    _bench_ablation()  # puts benchmarks/ on sys.path
+    import importlib
+
+    return importlib.import_module("bench_race")
+
+
+def test_the_race_speedup_pairs_the_seeds_where_both_recipes_reached_97():
+    class Raced:
+        def __init__(self, seconds):
+            self.seconds = seconds
+
+        def time_to(self, level):
+            return self.seconds
+
+    bench = _bench_race()
+    results = {"a": [Raced(100.0), Raced(120.0), Raced(None), Raced(110.0)],
+               "b": [Raced(50.0), Raced(60.0), Raced(40.0), Raced(None)]}
+    ratio = bench.speedup(results, "a", "b")
+    assert ratio["pairs"] == 2 and ratio["ratio"] == pytest.approx(2.0)  # seeds 2 and 3 lack one side
+    assert ratio["low"] <= 2.0 <= ratio["high"]
+    assert bench.speedup({"a": results["a"][:2], "b": [Raced(None), Raced(60.0)]}, "a", "b") is None
+
+
+@pytest.mark.slow
+def test_the_race_benchmark_interleaves_two_recipes_and_states_their_ceilings(tmp_path, isolated_ledger, capsys):
+    import json
+
+    bench = _bench_race()
+    small = ["-p", "model=speedrun_resnet_small", "-p", "image_size=32", "-p", "min_image_size=0", "-p", "epochs=1",
+             "-p", "max_train_images=64", "-p", "batch_size=32", "-p", "tta_views=2"]
+    assert bench.main(["--profile", "smoke", "--recipes", "speedrun,best", "--seeds", "2", "--out", str(tmp_path),
+                       *small]) == 0
+    record = json.loads((tmp_path / "race_speedrun_vs_best.json").read_text())
+    assert [(run["recipe"], run["seed"]) for run in record["seeds"]] == [
+        ("speedrun", 0), ("speedrun", 1), ("best", 0), ("best", 1)]
+    printed = capsys.readouterr().out
+    # seed 0: speedrun then best; seed 1: best first, so neither recipe always races on a fresh machine
+    assert printed.index("seed 0 speedrun") < printed.index("seed 0 best") < printed.index("seed 1 best") \
+        < printed.index("seed 1 speedrun")
+    assert all(len(values) == 2 and min(values) > 0 for values in record["ceilings"].values())
+    markdown = (tmp_path / "race_speedrun_vs_best.md").read_text()
+    assert "Compute-only ceiling (after its first race, after the last seed)" in markdown
+    assert ("Speed-up to 97% single view" in markdown) == (record["speedup"] is not None)
+    assert bench.main(["--profile", "smoke", "--recipes", "speedrun", "--out", str(tmp_path)]) == 2

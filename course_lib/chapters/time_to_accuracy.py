@@ -52,20 +52,18 @@ ABLATIONS: dict[str, dict] = {
     "+ whitened stem": {"whiten_stem": True},
     "+ selective TTA (least-confident quarter)": {"tta_selective": 0.25},
     "ReLU (vs GELU)": {"activation": "relu"},
-    # torch.compile (Inductor, default mode) over the recipe's eager steps: a compile per image size and per
-    # train/eval mode, inside the race's clock (benchmarks/bench_ablation.py --warmup states a cold compile apart).
-    "+ torch.compile (default mode)": {"compile": True},
-    # The run's length and a larger batch, at the recipe's budget only (bench_ablation.py -p epochs=21).
-    "21 epochs (vs 14)": {"epochs": 14},
+    # torch.compile (Inductor, default mode): a compile per image size and train/eval mode, inside the race's clock
+    # (benchmarks/bench_ablation.py --warmup states a cold compile apart). Then the run's length and a larger batch.
+    "+ torch.compile (default mode)": {"compile": True}, "21 epochs (vs 14)": {"epochs": 14},
     "+ batch 256, learning rate scaled with it": {"batch_size": 256, "lr": RECIPES["speedrun"]["lr"] * 2},
 }
-# What the cpu profile's `ingredients="auto"` leaves out, and why (`ingredients=all` runs them).
+# What the cpu profile's `ingredients="auto"` leaves out, and why (`ingredients=all` runs them;
+# benchmarks/bench_ablation.py --recipe-budget measures the last four at the recipe's own sizes).
 CPU_LEAVES_OUT = {"small residual net (vs resnet18)": "resnet18 is a slow net on 2 cores",
                   "batch 128, learning rate scaled with it (vs 64)": "the cpu ablation already trains at batch 64",
-                  "+ torch.compile (default mode)": "a compile per image size, minutes on 2 cores: "
-                                                    "benchmarks/bench_ablation.py measures it",
-                  "21 epochs (vs 14)": "the cpu ablation trains 3 epochs", "+ batch 256, learning rate scaled with it":
-                      "24 steps of 2,000 images: bench_ablation.py measures both at the recipe's budget"}
+                  "+ torch.compile (default mode)": "a compile per image size, minutes on 2 cores",
+                  "21 epochs (vs 14)": "the cpu ablation trains 3 epochs",
+                  "+ batch 256, learning rate scaled with it": "24 steps of 2,000 images"}
 
 
 # The smoke profile is a check that the notebook runs: tiny images, few steps, a quarter-size net.
@@ -117,8 +115,7 @@ class RaceSetup(ChapterSetup):
         return "cuda" if sizes(SIZES, self.profile)["cuda"] and torch.cuda.is_available() else "cpu"
 
     def ingredients(self, choice: str = "auto") -> list[str]:
-        """The ablation's ingredients (names of ABLATIONS): "all", "auto" (the profile's, `SIZES`) or a list, split at
-        ";" where it holds one (names such as "+ Lookahead (k=5, alpha=0.5)" hold commas), else at ","."""
+        """Names of ABLATIONS: "all", "auto" (the profile's, `SIZES`) or a list split at ";" if any (names hold ",")."""
         everything = list(ABLATIONS)
         if choice == "all":
             return everything
@@ -314,9 +311,7 @@ def plot_race(results: list, title: str = "", axis=None, equal_seconds: float | 
         axis.axhline(level, ls=":", c="grey", lw=0.8)
     if equal_seconds:
         axis.axvline(equal_seconds, ls="--", c="black", lw=0.8, label=f"all racers compared at {equal_seconds:.0f} s")
-    axis.set_xlabel("wall-clock seconds (decoding included)")
-    axis.set_ylabel("validation top-1")
-    axis.set_ylim(0, 1)
+    axis.set(xlabel="wall-clock seconds (decoding included)", ylabel="validation top-1", ylim=(0, 1))
     axis.set_title(title, fontsize=9)
     axis.legend()
     return axis
@@ -334,8 +329,7 @@ def _reference_claim(key: str, top1: str, low: float, high: float, reference: fl
     return claim_records.checked(key, holds, f"{top1}: {said}, {what}", hardware=hardware)
 
 
-def claims(racers: list, budget_seconds: float, target_seconds: float = 600.0,
-                 hardware: str | None = None) -> list:
+def claims(racers: list, budget_seconds: float, target_seconds: float = 600.0, hardware: str | None = None) -> list:
     """Notebook 12's claims from the race: the speed-run racer (the last) against the published EuroSAT figures (a
     Wilson interval on its final top-1), the 97%-within-10-minutes target, and airbench's pipeline's images/s."""
     speed, default = racers[-1], next((r for r in racers if r.label == "workbook default"), racers[0])

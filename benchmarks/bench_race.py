@@ -1,0 +1,147 @@
+"""Two recipes raced side by side to 97% on EuroSAT (issue 48, point 1): the ratio of their times, with its interval.
+
+    .venv/bin/python benchmarks/bench_race.py --recipes speedrun,speedrun2 --seeds 5
+    .venv/bin/python benchmarks/bench_race.py --recipes speedrun,speedrun2 --seeds 5 --validation-from train
+
+Seed by seed, each recipe races in turn (the first recipe first on even seeds, second on odd ones), so a change
+in the machine's load hits both alike; every race decodes its own data (the pre-decoded cache is removed before
+it), and its clock runs from the first decoded image to the final prediction, test-time augmentation included:
+the race's seconds. Nothing is compiled or warmed up outside a clock. The speed-up is the first recipe's seconds
+to 97% single view over the second's, paired by seed (`statistics.paired_ratio_interval`: the ratio of the
+medians, a t interval on the logs of the per-seed ratios), over the seeds where both reached 97%. Each recipe's
+compute-only ceiling is measured in the same invocation, after its first race (which settles its precision) and
+after the last seed: training steps of its model at its final image size and precision on one batch already in
+memory, no data path; the report gives each recipe's images/s (the last epoch's) as a share of it, so machines
+can be compared.
+
+Scored on EuroSAT's `valid` split by default (reporting; no choice was made on it), `--validation-from train`
+for the fixed carve-out (choosing). Writes benchmarks/results/race_<first>_vs_<second>.json and .md (hardware
+and load average named) after every seed. In the smoke profile it races on the committed sample (a check of the
+script); in other profiles it needs real EuroSAT and otherwise skips, saying why.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from _shared import ROOT, argument_parser, eurosat_data, write  # noqa: E402 (puts the project on sys.path)
+from bench_engine_data import compute_ceiling  # noqa: E402
+from course_lib import devices, machine  # noqa: E402
+from course_lib.analysis import statistics  # noqa: E402
+from course_lib.config import RECIPES, make_config, parse_assignments  # noqa: E402
+from course_lib.data import cache  # noqa: E402
+from course_lib.engine import speedrun  # noqa: E402
+
+TARGET = 0.97
+CEILING_STEPS = 12
+
+
+def ceiling(config, result) -> float:
+    """Images/s of training steps of `config`'s model at its final image size and the precision its race used, on
+    one batch in memory (`bench_engine_data.compute_ceiling`)."""
+    return compute_ceiling(config.replace(precision=result.precision), result.num_classes,
+                           devices.resolve_device(config.device), CEILING_STEPS)
+
+
+def speedup(results: dict, first: str, second: str) -> dict | None:
+    """The first recipe's seconds to 97% over the second's, paired by seed, where both reached it (None: fewer
+    than 2 such seeds)."""
+    pairs = [(a.time_to(TARGET), b.time_to(TARGET)) for a, b in zip(results[first], results[second])]
+    pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+    if len(pairs) < 2:
+        return None
+    return statistics.paired_ratio_interval([a for a, _ in pairs], [b for _, b in pairs])
+
+
+def report(out: Path, recipes: list[str], configs: dict, results: dict, ceilings: dict, facts: dict) -> list[str]:
+    """Writes the race so far (json and markdown) and returns the markdown lines."""
+    first, second = recipes
+    ratio = speedup(results, first, second)
+    summaries = {name: speedrun.seed_summary(results[name]) for name in recipes}
+    record = {**facts, "recipes": recipes, "load_average_after": os.getloadavg()[0], "target": TARGET,
+              "speedup": ratio, "ceilings": ceilings, "summaries": summaries,
+              "configs": {name: configs[name].to_dict() for name in recipes},
+              "seeds": [{"recipe": name, "seed": r.config.seed, **r.row(), "curve": r.curve}
+                        for name in recipes for r in results[name]], "versions": machine.runtime_versions()}
+    name = f"race_{first}_vs_{second}"
+    write(out / f"{name}.json", json.dumps(record, indent=2, default=str))
+    seeds = len(results[second])
+    lines = [f"# Side-by-side race on EuroSAT: `{first}` against `{second}`\n",
+             f"Hardware: **{facts['hardware']}**; load average {facts['load_average_before']:.1f} before, "
+             f"{record['load_average_after']:.1f} after; measured {facts['started']}; {seeds} seed(s), each racing "
+             f"both recipes in turn; scored on {facts['split']}. Every clock includes decoding and the final "
+             "prediction with the recipe's TTA; nothing is compiled or warmed up outside it.\n"]
+    if ratio:
+        lines.append(f"**Speed-up to {TARGET:.0%} single view: {ratio['ratio']:.2f}x [{ratio['low']:.2f}, "
+                     f"{ratio['high']:.2f}]** (`{first}`'s seconds over `{second}`'s, paired by seed, "
+                     f"{ratio['pairs']} seed(s) where both reached it; 95% t interval on the logs).\n")
+    else:
+        lines.append(f"Speed-up to {TARGET:.0%}: not measurable (fewer than 2 seeds where both reached it).\n")
+    for recipe in recipes:
+        measured = ceilings.get(recipe) or []
+        shares = [r.images_per_second / c for r in results[recipe] for c in measured]
+        share = f"{min(shares):.0%}-{max(shares):.0%}" if shares else "-"
+        shown = ", ".join(f"{c:.0f}" for c in measured) or "-"
+        lines += [f"## `{recipe}`: {configs[recipe].model}, {configs[recipe].epochs} epochs, batch "
+                  f"{configs[recipe].batch_size}\n", "```", *speedrun.summary_lines(summaries[recipe]), "```", "",
+                  f"Compute-only ceiling (after its first race, after the last seed): {shown} images/s; the races' last-epoch images/s are "
+                  f"{share} of it.\n", "| seed | top-1, 1 view | top-1, TTA | s to 97% | seconds | images/s |",
+                  "|---|---|---|---|---|---|"]
+        for r in results[recipe]:
+            reached = r.time_to(TARGET)
+            lines.append(f"| {r.config.seed} | {r.single_view_top1:.2%} | {r.val_top1:.2%} | "
+                         f"{f'{reached:.0f}' if reached is not None else '-'} | {r.seconds:.0f} | "
+                         f"{r.images_per_second:.0f} |")
+        lines.append("")
+    write(out / f"{name}.md", "\n".join(lines) + "\n")
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argument_parser(__doc__)
+    parser.add_argument("--recipes", default="speedrun,speedrun2", help="two recipes, the baseline first")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (default 5)")
+    parser.add_argument("--validation-from", default="folder", choices=("folder", "train"),
+                        help="folder: score EuroSAT's valid split (reporting); train: a fixed carve-out (choosing)")
+    args = parser.parse_args(argv)
+    recipes = [name.strip() for name in args.recipes.split(",") if name.strip()]
+    if len(recipes) != 2 or len(set(recipes)) != 2 or not set(recipes) <= set(RECIPES):
+        print(f"--recipes takes two different recipes of {', '.join(RECIPES)}, got {args.recipes!r}")
+        return 2
+    data = eurosat_data(args.profile, "the race is about real EuroSAT tiles")
+    if data is None:
+        return 0
+    configs = {name: make_config(args.profile, **{**data, "recipe": name, "validation_from": args.validation_from,
+                                                  **parse_assignments(args.param)}) for name in recipes}
+    facts = {"hardware": machine.describe_hardware(), "load_average_before": os.getloadavg()[0],
+             "started": time.strftime("%Y-%m-%d %H:%M"),
+             "split": speedrun.split_label(configs[recipes[0]], real_data=bool(data))}
+    print(f"race of {' against '.join(recipes)}: {args.seeds} seed(s); {facts['hardware']}; load average "
+          f"{facts['load_average_before']:.1f}", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results, ceilings, lines = {name: [] for name in recipes}, {name: [] for name in recipes}, []
+    for seed in range(args.seeds):
+        for name in recipes if seed % 2 == 0 else recipes[::-1]:
+            removed = cache.remove_caches(configs[name].data_dir or ROOT, configs[name].image_size)
+            result = speedrun.race(configs[name].replace(seed=seed), label=name, progress=False, verbose=False)
+            results[name].append(result)
+            if not ceilings[name]:  # the ceiling before the first race counts from here on (its precision known)
+                ceilings[name].append(ceiling(configs[name], result))
+            reached = result.time_to(TARGET)
+            print(f"seed {seed} {name}: {result.single_view_top1:.2%} (1 view), {result.val_top1:.2%} (TTA), "
+                  f"97% at {f'{reached:.1f} s' if reached is not None else 'never'}, {result.seconds:.1f} s in all "
+                  f"({removed} cache(s) removed first)", flush=True)
+        if seed == args.seeds - 1:
+            for name in recipes:
+                ceilings[name].append(ceiling(configs[name], results[name][0]))
+        lines = report(out, recipes, configs, results, ceilings, facts)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,9 @@
 """Two recipes raced side by side to 97% on EuroSAT (issue 48, point 1): the ratio of their times, with its interval.
 
-    .venv/bin/python benchmarks/bench_race.py --recipes speedrun,speedrun2 --seeds 5
-    .venv/bin/python benchmarks/bench_race.py --recipes speedrun,speedrun2 --seeds 5 --validation-from train
+    .venv/bin/python benchmarks/bench_race.py --recipes speedrun,NEW --seeds 5
+    .venv/bin/python benchmarks/bench_race.py --recipes speedrun,NEW --seeds 3 --validation-from train
+
+NEW is an entry of `config.RECIPES` (a recipe is chosen on the carve-out first, then reported on `valid`).
 
 Seed by seed, each recipe races in turn (the first recipe first on even seeds, second on odd ones), so a change
 in the machine's load hits both alike; every race decodes its own data (the pre-decoded cache is removed before
@@ -102,7 +104,7 @@ def report(out: Path, recipes: list[str], configs: dict, results: dict, ceilings
 
 def main(argv=None) -> int:
     parser = argument_parser(__doc__)
-    parser.add_argument("--recipes", default="speedrun,speedrun2", help="two recipes, the baseline first")
+    parser.add_argument("--recipes", required=True, help="two recipes of config.RECIPES, the baseline first")
     parser.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (default 5)")
     parser.add_argument("--validation-from", default="folder", choices=("folder", "train"),
                         help="folder: score EuroSAT's valid split (reporting); train: a fixed carve-out (choosing)")

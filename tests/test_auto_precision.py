@@ -78,3 +78,29 @@ def test_auto_is_decided_once_per_machine_and_said_so(tmp_path, monkeypatch):
     monkeypatch.setattr(auto_precision, "step_seconds", lambda *a, **k: next(timings))
     monkeypatch.setattr(auto_precision, "_candidate_seconds", lambda *a, **k: next(timings))
     assert auto_precision.choose_precision(model, 32, 3, torch.device("cpu"), batch_size=4)[0] == "off"
+
+
+def test_a_decision_timed_on_a_busy_machine_is_timed_again_once_it_is_quiet(tmp_path, monkeypatch):
+    """A decision timed under a load of 5-11 on 2 cores kept a quiet machine in fp32 where bf16 ran 1.78x as fast:
+    it is kept for runs as crowded as it was, and measured again (and replaced) by the first run on a quiet one."""
+    model = timm.create_model("test_resnet", num_classes=3)
+    monkeypatch.setattr("course_lib.devices.usable_cores", lambda: 2)
+    loads = iter([(9.0, 0, 0), (7.0, 0, 0), (1.0, 0, 0), (1.0, 0, 0)])
+    monkeypatch.setattr("os.getloadavg", lambda: next(loads))
+    timings = iter([0.10, 0.10, 0.20, 0.10, 0.10, 0.05, 0.20, 0.10])  # busy: a tie, fp32; quiet: bf16 twice as fast
+    monkeypatch.setattr(auto_precision, "step_seconds", lambda *a, **k: next(timings))
+    monkeypatch.setattr(auto_precision, "_candidate_seconds", lambda *a, **k: next(timings))
+    auto_precision._cache.clear()
+    auto_precision._decided.clear()
+    assert auto_precision.choose_precision(model, 32, 3, torch.device("cpu"), batch_size=4)[0] == "off"
+    assert [entry["busy_load"] for entry in json.loads(auto_precision.decisions_path().read_text()).values()] == [9.0]
+    auto_precision._cache.clear()  # a new process, as crowded: the busy decision is read back, and said so
+    assert auto_precision.choose_precision(model, 32, 3, torch.device("cpu"), batch_size=4)[0] == "off"
+    assert "under a load average of 9.0" in next(iter(auto_precision._decided.values()))
+    auto_precision._cache.clear()  # a new process on a quiet machine: timed again, and the file says so
+    assert auto_precision.choose_precision(model, 32, 3, torch.device("cpu"), batch_size=4)[0] == "bf16"
+    saved = list(json.loads(auto_precision.decisions_path().read_text()).values())
+    assert [(entry["choice"], entry["busy_load"]) for entry in saved] == [("bf16", None)]
+    auto_precision._cache.clear()  # and from then on read back
+    monkeypatch.setattr(auto_precision, "step_seconds", lambda *a, **k: pytest.fail("timed again"))
+    assert auto_precision.choose_precision(model, 32, 3, torch.device("cpu"), batch_size=4)[0] == "bf16"

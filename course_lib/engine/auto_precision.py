@@ -15,12 +15,20 @@ gpu-check's channels_last and compile rows).
 """
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import time
+from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
-from course_lib.engine.precision import bf16_supported
+from course_lib.data.build_lock import exclusive_build
+from course_lib.devices import usable_cores
+from course_lib.engine.precision import bf16_supported, resolve_precision
 from course_lib.engine.step_bench import StepBench
+from course_lib.paths import CACHE_DIR, project_root, write_atomically
 
 CANDIDATES = ("off", "bf16", "fp16")
 MARGIN = 1.10  # a reduced precision must be this much faster than fp32 to be worth autocast's casts
@@ -32,7 +40,10 @@ _cache: dict[tuple, tuple[str, dict]] = {}
 # their steps under different loads and trained in different precisions (38.75% against 33.75% top-1). The first
 # decision for a model, size, batch, layout, device, CPU and torch is kept in this file (under the project, or
 # $WORKBOOK_PRECISION_DECISIONS), written under a lock so a run started beside it waits and takes the same answer;
-# delete the file (or its entry) to measure again.
+# delete the file (or its entry) to measure again. One timed under a load over BUSY_LOAD per usable core serves runs
+# as crowded and is timed again by the first quieter run: one timed at a load of 5-11 on 2 cores kept a 2-core AMD
+# EPYC in fp32 where bf16 steps of the speed-run net at 64 px ran 1.78x the images/s (1,572 against 885) when quiet.
+BUSY_LOAD = 1.5
 DECISIONS_ENV = "WORKBOOK_PRECISION_DECISIONS"
 DECISIONS_FILE = "precision_auto.json"  # in data_cache/
 _decided: dict[tuple, str] = {}  # key -> when a decision read back from the file was first measured
@@ -97,12 +108,16 @@ def _candidate_seconds(model, images, targets, precision: str, give_up_after: fl
 
 def decisions_path():
     """The file that keeps this machine's decisions (`DECISIONS_ENV`, else data_cache/precision_auto.json)."""
-    import os
-    from pathlib import Path
-
-    from course_lib.paths import CACHE_DIR, project_root
-
     return Path(os.environ.get(DECISIONS_ENV) or project_root() / CACHE_DIR / DECISIONS_FILE)
+
+
+def busy_load() -> float | None:
+    """The 1-minute load average where over BUSY_LOAD per usable core (other work shares the cores), else None."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    return load if load > BUSY_LOAD * usable_cores() else None
 
 
 def probe_batch(batch_size: int) -> int:
@@ -134,12 +149,6 @@ def choose_precision(model: torch.nn.Module, image_size: int, num_classes: int, 
     batch = probe_batch(batch_size)
     if key in _cache:
         return _cache[key]
-    import contextlib
-    import json
-
-    from course_lib.data.build_lock import exclusive_build
-    from course_lib.paths import write_atomically
-
     path, name = decisions_path(), _machine_key(key)
     with contextlib.ExitStack() as held:
         try:  # a run started beside this one waits here, then reads this decision
@@ -151,14 +160,17 @@ def choose_precision(model: torch.nn.Module, image_size: int, num_classes: int, 
             kept = kept if isinstance(kept, dict) else {}
         except (OSError, ValueError):
             kept = {}
-        found = kept.get(name)
-        if isinstance(found, dict) and found.get("choice") in CANDIDATES and isinstance(found.get("seconds"), dict):
+        found, busy = kept.get(name), busy_load()
+        if isinstance(found, dict) and found.get("choice") in CANDIDATES and isinstance(found.get("seconds"), dict) \
+                and not (found.get("busy_load") and busy is None):  # one timed under load is timed again when quiet
             _cache[key] = (found["choice"], found["seconds"])
-            _decided[key] = str(found.get("decided") or "earlier")
+            load = f" under a load average of {found['busy_load']:.1f}" if found.get("busy_load") else ""
+            _decided[key] = str(found.get("decided") or "earlier") + load
             return _cache[key]
         choice, seconds = _measure(model, image_size, num_classes, device, batch, channels_last)
         _decided.pop(key, None)
-        kept[name] = {"choice": choice, "seconds": seconds, "decided": time.strftime("%Y-%m-%d %H:%M")}
+        kept[name] = {"choice": choice, "seconds": seconds, "decided": time.strftime("%Y-%m-%d %H:%M"),
+                      "busy_load": busy}
         try:
             write_atomically(path, json.dumps(kept, indent=1, sort_keys=True) + "\n")
         except OSError:
@@ -210,10 +222,6 @@ def resolve(requested: str, model: torch.nn.Module, image_size: int, num_classes
     """The precision to train `model` in: an explicit choice checked (`precision.resolve_precision`),
     or `auto` measured here. Under torch.distributed, rank 0 measures and every rank takes its
     answer, so all ranks train alike. `log` receives the one-line account of the measurement."""
-    import torch.distributed as dist
-
-    from course_lib.engine.precision import resolve_precision
-
     device = torch.device(device)
     if requested != "auto" or device.type == "meta":
         return resolve_precision(requested, device)

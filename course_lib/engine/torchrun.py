@@ -29,13 +29,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import psutil
 
 from course_lib import ledger, paths
-from course_lib.config import ConfigError, WorkbookError
-
-if TYPE_CHECKING:
-    from course_lib.config import Config
+from course_lib.config import Config, ConfigError, WorkbookError
 
 
 # torchrun prefixes each worker line with this (global rank, so unique across nodes).
@@ -264,7 +262,6 @@ def config_overrides(config, profile: str | None) -> dict:
 def resolve_params(params, profile: str | None):
     """(Config the workers will build, the -p overrides that build it) from a dict or a Config; a
     dict without data gets the data `datasets.config_with_data` picks, passed on explicitly."""
-    from course_lib.config import Config
     from course_lib.data.datasets import config_with_data
 
     if isinstance(params, Config):
@@ -275,8 +272,6 @@ def resolve_params(params, profile: str | None):
 
 
 def command_args(command: str, params, profile: str | None, args: list[str]) -> list[str]:
-    from course_lib.config import Config
-
     if isinstance(params, Config):
         params = config_overrides(params, profile)
     out = ["--profile", profile] if profile else []
@@ -453,8 +448,6 @@ def _wait_or_stop(processes, at_once: bool = False) -> None:
 
 
 def _running(process) -> bool:
-    import psutil
-
     try:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
@@ -462,8 +455,6 @@ def _running(process) -> bool:
 
 
 def _signal_all(groups: set[int], victims, signum) -> None:
-    import psutil
-
     for group in groups:
         try:
             os.killpg(group, signum)
@@ -481,8 +472,6 @@ def _stop(processes, grace: float | None = None) -> None:
     its own, so signalling torchrun's group misses them, and a hung worker may ignore SIGTERM: so
     find every descendant first, SIGTERM their process groups (a worker's DataLoader workers are in
     its group), wait up to `grace` seconds, then SIGKILL whatever is left."""
-    import psutil
-
     grace = STOP_GRACE_SECONDS if grace is None else grace
     victims = []
     for process in processes:

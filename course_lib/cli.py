@@ -406,7 +406,7 @@ def _add_speedrun(subparsers) -> None:
                                                "without test-time augmentation. With --seeds N: N races and their means "
                                                "with 95% intervals.")
     _add_config_arguments(parser, "-p epochs=8 -p tta_views=1")
-    parser.add_argument("--recipe", default="speedrun", help="speedrun | best (default speedrun)")
+    parser.add_argument("--recipe", default="speedrun", help="speedrun | speedrun2 | best (default speedrun)")
     parser.add_argument("--seeds", type=int, default=1, help="races with seeds 0..N-1 (default 1)")
     parser.add_argument("--budget-seconds", type=float, default=None,
                         help="stop at the optimizer step during which the clock passes this many seconds")

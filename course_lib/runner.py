@@ -32,20 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from course_lib import ledger, paths, report
-from course_lib.config import (
-    FIELD_NAMES,
-    REHEARSAL_ENV,
-    REHEARSAL_SWITCHES,
-    ConfigError,
-    make_config,
-    parse_bool,
-    parse_number,
-    parse_value,
-    plural,
-    refuse_repeated,
-    resolve_profile,
-    unknown_name,
-)
+from course_lib.config import (FIELD_NAMES, REHEARSAL_ENV, REHEARSAL_SWITCHES, ConfigError, make_config, parse_bool,
+                               parse_number, parse_value, plural, refuse_repeated, resolve_profile, unknown_name)
 
 NOTEBOOK_PATTERN = re.compile(r"^(\d\d)_[\w-]+\.ipynb$")
 KERNEL_NAME = "python3"

@@ -133,7 +133,7 @@ def test_a_recipe_applies_over_the_profile_and_under_overrides():
     assert make_config("cpu", recipe="speedrun", tta_views=1).tta_views == 1  # one ingredient switched off
     again = make_config("cpu").replace(recipe="speedrun", epochs=3)
     assert again.model == RECIPES["speedrun"]["model"] and again.epochs == 3
-    with pytest.raises(ConfigError, match="recipe='fast' is not one of speedrun, best"):
+    with pytest.raises(ConfigError, match="recipe='fast' is not one of speedrun, speedrun2, best"):
         make_config("cpu", recipe="fast")
     with pytest.raises(ConfigError, match="tta_views must be 1"):
         make_config("cpu", tta_views=9)
@@ -146,6 +146,15 @@ def test_the_best_recipe_is_the_speed_run_wider_longer_and_upsampled():
     assert best.model == "speedrun_resnet" and best.epochs > speedrun.epochs and best.ema_decay == 0
     # progressive resizing keeps the speed-run's proportion: it starts at half the final side
     assert best.image_size > speedrun.image_size and best.min_image_size * 2 == best.image_size
+
+
+def test_speedrun2_is_the_speed_run_with_muon_a_doubled_batch_fewer_epochs_and_a_ramp_to_the_last_epoch():
+    speedrun, quicker = make_config("cpu", recipe="speedrun"), make_config("cpu", recipe="speedrun2")
+    changed = {name for name in RECIPES["speedrun2"] if getattr(quicker, name) != getattr(speedrun, name)}
+    assert changed == {"optimizer", "batch_size", "lr", "muon_lr", "epochs", "resize_ramp"}
+    assert quicker.optimizer == "muon" and quicker.epochs < speedrun.epochs and quicker.resize_ramp == 1.0
+    assert quicker.lr / quicker.batch_size == speedrun.lr / speedrun.batch_size  # both rates scaled with the batch
+    assert quicker.muon_lr / quicker.batch_size == pytest.approx(speedrun.muon_lr / speedrun.batch_size, rel=0.03)
 
 
 @pytest.mark.parametrize("recipe", ["speedrun", "best"])
@@ -228,7 +237,7 @@ def test_the_edges_of_each_range_are_accepted():
 
 
 @pytest.mark.parametrize("profile", ["smoke", "cpu", "gpu"])
-@pytest.mark.parametrize("recipe", ["", "speedrun", "best"])
+@pytest.mark.parametrize("recipe", ["", "speedrun", "speedrun2", "best"])
 def test_every_profile_and_recipe_is_in_range(profile, recipe):
     assert isinstance(make_config(profile, recipe=recipe or None), Config)  # raises ConfigError when out of range
 

@@ -16,6 +16,20 @@ def test_the_side_grows_from_the_minimum_to_the_full_size_and_stays(epochs):
     assert len(full) >= max(1, epochs // 4)  # the last quarter trains at the full size
 
 
+@pytest.mark.parametrize("epochs", [4, 12, 14, 21])
+def test_a_ramp_of_one_trains_only_the_last_epoch_at_the_full_size(epochs):
+    sides = [image_size_for_epoch(e, epochs, 32, 64, ramp=1.0) for e in range(epochs)]
+    assert sides == sorted(sides) and sides[0] == 32 and sides[-1] == 64 and sides.count(64) == 1
+    half = [image_size_for_epoch(e, epochs, 32, 64, ramp=0.5) for e in range(epochs)]
+    assert half.count(64) == epochs - round(epochs / 2) + 1  # a shorter ramp: more epochs at the full size
+
+
+def test_a_ramp_outside_zero_to_one_is_refused_in_one_line():
+    for ramp in (0.0, -0.5, 1.5):
+        with pytest.raises(ConfigError, match="resize_ramp"):
+            make_config("smoke", resize_ramp=ramp)
+
+
 def test_off_or_a_minimum_at_the_full_size_always_gives_the_full_size():
     assert {image_size_for_epoch(e, 10, 0, 64) for e in range(10)} == {64}
     assert {image_size_for_epoch(e, 10, 64, 64) for e in range(10)} == {64}
@@ -53,3 +67,7 @@ def test_the_engine_trains_the_first_epoch_at_the_minimum(tmp_path, monkeypatch)
     train.fit(tiny_config(tmp_path, image_size=32, min_image_size=16, epochs=4, batch_size=16), bundle=bundle,
               progress=False)
     assert seen[:2] == [16, 16] and seen[-1] == 32 and len(seen) == 8
+    seen.clear()  # Config.resize_ramp reaches the engine: with 1, only the last epoch's two steps are at 32 px
+    train.fit(tiny_config(tmp_path, image_size=32, min_image_size=16, epochs=4, batch_size=16, resize_ramp=1.0),
+              bundle=bundle, progress=False)
+    assert seen.count(32) == 2 and seen[-2:] == [32, 32]

@@ -22,12 +22,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from course_lib.data.images import (
-    IMAGE_EXTENSIONS,
-    class_mismatch,
-    file_type_name,
-    split_folders,
-)
+from course_lib.data.images import IMAGE_EXTENSIONS, class_mismatch, file_type_name, split_folders
 
 _USUAL_MODES = ("RGB", "L")
 # More than 8 bits per channel. The loader scales 16-bit grey to 8 bits (images.to_rgb: round(v / 257);

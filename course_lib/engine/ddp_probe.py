@@ -264,6 +264,8 @@ def run(task: str, config, *, steps: int = 5, warmup: int = 2, profile_steps: in
                           metrics={"world_size": world_size, **json.loads(json.dumps(result, default=str))})
         # Leave together: a rank that tears down its process group while a peer (here rank 0, still
         # writing the ledger) is connected can abort at exit ("terminate called without an active exception").
+        # Collect first: a DDP reducer in a reference cycle keeps the gloo group alive into interpreter teardown (that abort).
+        gc.collect()
         dist.barrier()
     finally:
         dist.destroy_process_group()

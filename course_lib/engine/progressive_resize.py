@@ -9,16 +9,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-RAMP_FRACTION = 0.75  # share of the epochs over which the side grows; the rest train at the full size (FFCV)
+RAMP_FRACTION = 0.75  # Config.resize_ramp's default: share of the epochs over which the side grows (FFCV)
 SIZE_MULTIPLE = 8  # sides are rounded down to a multiple of this (pooling stages halve the side three times)
 
 
-def image_size_for_epoch(epoch: int, epochs: int, min_size: int, full_size: int) -> int:
-    """The side (pixels) of epoch `epoch` (0-based) of `epochs`: `min_size` first, growing linearly
-    to `full_size` by the end of the ramp, then `full_size`. `min_size` 0 (off) or >= full_size: always full."""
+def image_size_for_epoch(epoch: int, epochs: int, min_size: int, full_size: int, ramp: float = RAMP_FRACTION) -> int:
+    """The side (pixels) of epoch `epoch` (0-based) of `epochs`: `min_size` first, growing linearly to `full_size`
+    by the end of the ramp (`ramp` of the epochs; 1: the last epoch), then `full_size`. `min_size` 0 (off) or
+    >= full_size: always full."""
     if not min_size or min_size >= full_size:
         return full_size
-    ramp_epochs = round(RAMP_FRACTION * epochs) - 1  # the epoch that first trains at the full size
+    ramp_epochs = round(ramp * epochs) - 1  # the epoch that first trains at the full size
     if ramp_epochs < 1:  # a run of one epoch trains at the size it is scored at
         return full_size
     progress = min(1.0, epoch / ramp_epochs)

@@ -366,7 +366,7 @@ def train_one_epoch(state: RunState, epoch: int, *, progress: bool = True,
     bar = Progress(state.steps_per_epoch, f"epoch {epoch + 1}/{config.epochs}", unit="steps", leave=False,
                    enabled=progress and distributed.is_main)
     batches = _epoch_batches(state, meter.timer)
-    side = image_size_for_epoch(epoch, config.epochs, config.min_image_size, config.image_size)
+    side = image_size_for_epoch(epoch, config.epochs, config.min_image_size, config.image_size, config.resize_ramp)
     if side != config.image_size:
         state.log(f"epoch {epoch + 1}: training images at {side} px (progressive resizing to {config.image_size} px)")
     meter.start()

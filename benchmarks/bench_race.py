@@ -58,13 +58,23 @@ def speedup(results: dict, first: str, second: str) -> dict | None:
     return statistics.paired_ratio_interval([a for a, _ in pairs], [b for _, b in pairs])
 
 
+def top1_change(results: dict, first: str, second: str) -> dict | None:
+    """The second recipe's final single-view top-1 minus the first's, in points, paired by seed (None: fewer than 2
+    seeds raced by both), the issue's "no lower than today's"."""
+    pairs = list(zip(results[first], results[second]))
+    if len(pairs) < 2:
+        return None
+    return statistics.paired_difference([100 * b.single_view_top1 for _, b in pairs],
+                                        [100 * a.single_view_top1 for a, _ in pairs])
+
+
 def report(out: Path, recipes: list[str], configs: dict, results: dict, ceilings: dict, facts: dict) -> list[str]:
     """Writes the race so far (json and markdown) and returns the markdown lines."""
     first, second = recipes
-    ratio = speedup(results, first, second)
+    ratio, change = speedup(results, first, second), top1_change(results, first, second)
     summaries = {name: speedrun.seed_summary(results[name]) for name in recipes}
     record = {**facts, "recipes": recipes, "load_average_after": os.getloadavg()[0], "target": TARGET,
-              "speedup": ratio, "ceilings": ceilings, "summaries": summaries,
+              "speedup": ratio, "top1_change": change, "ceilings": ceilings, "summaries": summaries,
               "configs": {name: configs[name].to_dict() for name in recipes},
               "seeds": [{"recipe": name, "seed": r.config.seed, **r.row(), "curve": r.curve}
                         for name in recipes for r in results[name]], "versions": machine.runtime_versions()}
@@ -82,6 +92,11 @@ def report(out: Path, recipes: list[str], configs: dict, results: dict, ceilings
                      f"{ratio['pairs']} seed(s) where both reached it; 95% t interval on the logs).\n")
     else:
         lines.append(f"Speed-up to {TARGET:.0%}: not measurable (fewer than 2 seeds where both reached it).\n")
+    if change:
+        verdict = {1: "higher", -1: "lower", 0: "within noise"}[change["beyond"]]
+        lines.append(f"Final top-1, single view, `{second}` minus `{first}`: {change['delta']:+.2f} points "
+                     f"[{change['low']:+.2f}, {change['high']:+.2f}], paired by seed over {change['runs']} seeds: "
+                     f"{verdict}.\n")
     for recipe in recipes:
         measured = ceilings.get(recipe) or []
         shares = [r.images_per_second / c for r in results[recipe] for c in measured]

@@ -167,6 +167,17 @@ def test_each_recipes_committed_figures_were_measured_with_the_recipe_as_it_stan
     assert not differ, f"recipe {recipe!r} vs its committed run (recipe, measured): {differ}"
 
 
+def test_the_committed_side_by_side_race_ran_both_recipes_as_they_stand():
+    """benchmarks/results/**/race_speedrun_vs_speedrun2.json (the README's speed-up): change either recipe and the
+    race must be run again."""
+    for path in (ROOT / "benchmarks" / "results").rglob("race_speedrun_vs_speedrun2.json"):
+        configs = json.loads(path.read_text())["configs"]
+        for recipe in ("speedrun", "speedrun2"):
+            differ = {name: (value, configs[recipe].get(name)) for name, value in RECIPES[recipe].items()
+                      if configs[recipe].get(name) != value}
+            assert not differ, f"{path.name}: recipe {recipe!r} vs the raced one (recipe, raced): {differ}"
+
+
 def test_overlays_apply_after_profile_and_recipe_and_before_params():
     sizes = {"cpu": {"epochs": 1, "image_size": 48}, "smoke": {"epochs": 7}}
     config = make_config("cpu", sizes)

@@ -109,6 +109,30 @@ def test_the_headline_table_names_the_best_recipes_record_with_its_epochs_and_se
     assert f"({run['summary']['runs']} seeds" in row
 
 
+def test_the_headline_gives_the_side_by_side_races_speedup_from_the_newest_race_file(project):
+    results = project / "benchmarks" / "results"
+    committed = next(results.rglob("race_speedrun_vs_speedrun2.json"))
+    run = json.loads(committed.read_text())
+
+    def row():
+        return next(line for line in doc_tables.headline_table(project).splitlines() if line.startswith("| speedrun2"))
+
+    ratio = run["speedup"]
+    assert f"{ratio['ratio']:.2f}x [{ratio['low']:.2f}, {ratio['high']:.2f}] ({ratio['pairs']} seeds)" in row()
+    assert f"{run['top1_change']['delta']:+.2f} points" in row() and run["hardware"] in row()
+    newer = {**run, "started": "2099-01-01 00:00", "hardware": "Machine B", "speedup": {**ratio, "ratio": 2.5}}
+    (results / "machine-b").mkdir(exist_ok=True)
+    (results / "machine-b" / committed.name).write_text(json.dumps(newer))
+    assert "2.50x" in row() and "Machine B" in row()  # the newest race, whichever machine ran it
+    (results / "machine-b" / committed.name).write_text(json.dumps({**newer, "split": "a fixed carve-out of train"}))
+    with pytest.raises(doc_tables.DocTablesError, match="was scored on 'a fixed carve-out"):
+        row()
+    for path in results.rglob(committed.name):
+        path.unlink()
+    with pytest.raises(doc_tables.DocTablesError, match="bench_race.py --recipes speedrun,speedrun2"):
+        row()
+
+
 def test_the_headline_says_where_the_imagenette_recipe_stands_once_it_ran_on_imagenette(project):
     def row():
         return next(line for line in doc_tables.headline_table(project).splitlines() if line.startswith("| imagenette"))

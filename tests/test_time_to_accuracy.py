@@ -104,6 +104,9 @@ def test_every_ingredient_the_speed_run_recipe_adopts_has_its_ablation():
     adopted = {name for name, value in RECIPES["speedrun"].items() if getattr(profile, name) != value} - lengths
     ablated = {name for changes in time_to_accuracy.ABLATIONS.values() for name in changes}
     assert adopted - ablated == set(), "give each an entry in time_to_accuracy.ABLATIONS"
+    # speedrun2's own values over speedrun's too (muon_lr acts only under optimizer=muon: the Muon row's)
+    quicker = {name for name, value in RECIPES["speedrun2"].items() if RECIPES["speedrun"].get(name) != value}
+    assert quicker - lengths - {"muon_lr"} - ablated == set(), "give each an entry in time_to_accuracy.ABLATIONS"
     recipe = make_config("cpu", recipe="speedrun")
     no_ops = [name for name, changes in time_to_accuracy.ABLATIONS.items() if recipe.replace(**changes) == recipe]
     assert no_ops == [], "an ingredient whose changes leave the recipe as it is measures nothing"
@@ -190,6 +193,20 @@ def test_the_race_speedup_pairs_the_seeds_where_both_recipes_reached_97():
     assert bench.speedup({"a": results["a"][:2], "b": [Raced(None), Raced(60.0)]}, "a", "b") is None
 
 
+def test_the_race_pairs_the_final_single_view_top1_by_seed_in_points():
+    class Raced:
+        def __init__(self, top1):
+            self.single_view_top1 = top1
+
+    bench = _bench_race()
+    change = bench.top1_change({"a": [Raced(0.970), Raced(0.972), Raced(0.968)],
+                                "b": [Raced(0.975), Raced(0.976), Raced(0.974)]}, "a", "b")
+    assert change["delta"] == pytest.approx(0.5) and change["beyond"] == 1 and change["runs"] == 3
+    worse = bench.top1_change({"a": [Raced(0.975), Raced(0.976)], "b": [Raced(0.970), Raced(0.972)]}, "a", "b")
+    assert worse["delta"] == pytest.approx(-0.45) and worse["high"] > worse["delta"] > worse["low"]
+    assert bench.top1_change({"a": [Raced(0.97)], "b": [Raced(0.98)]}, "a", "b") is None  # one seed: no interval
+
+
 @pytest.mark.slow
 def test_the_race_benchmark_interleaves_two_recipes_and_states_their_ceilings(tmp_path, isolated_ledger, capsys):
     import json
@@ -210,4 +227,5 @@ def test_the_race_benchmark_interleaves_two_recipes_and_states_their_ceilings(tm
     markdown = (tmp_path / "race_speedrun_vs_best.md").read_text()
     assert "Compute-only ceiling (after its first race, after the last seed)" in markdown
     assert ("Speed-up to 97% single view" in markdown) == (record["speedup"] is not None)
+    assert "Final top-1, single view, `best` minus `speedrun`" in markdown and record["top1_change"]["runs"] == 2
     assert bench.main(["--profile", "smoke", "--recipes", "speedrun", "--out", str(tmp_path)]) == 2

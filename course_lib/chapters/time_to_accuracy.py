@@ -46,12 +46,12 @@ ABLATIONS: dict[str, dict] = {
     # SGD; Lookahead (Zhang et al. 2019; airbench's earlier records) every 5 steps half-way, the paper's k and alpha;
     # the whitened stem: airbench's first conv from the patch covariance, frozen; selective TTA: hiverge's views only
     # for the least-confident quarter of each batch (the seconds show what it saves); ReLU: Page's ResNet-9 activation
-    # against the recipe's GELU (airbench's).
+    # against the recipe's GELU (airbench's); the side growing until the last epoch: speedrun2's progressive resizing.
     "+ Muon (conv weights)": {"optimizer": "muon"},
     "+ Lookahead (k=5, alpha=0.5)": {"lookahead_steps": 5, "lookahead_alpha": 0.5},
     "+ whitened stem": {"whiten_stem": True},
     "+ selective TTA (least-confident quarter)": {"tta_selective": 0.25},
-    "ReLU (vs GELU)": {"activation": "relu"},
+    "ReLU (vs GELU)": {"activation": "relu"}, "+ side grows until the last epoch": {"resize_ramp": 1.0},
     # torch.compile (Inductor, default mode): a compile per image size and train/eval mode, inside the race's clock
     # (benchmarks/bench_ablation.py --warmup states a cold compile apart). Then the run's length and a larger batch.
     "+ torch.compile (default mode)": {"compile": True}, "21 epochs (vs 14)": {"epochs": 14},

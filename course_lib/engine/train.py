@@ -52,10 +52,7 @@ from course_lib.engine.lookahead import Lookahead
 from course_lib.engine.epoch_meter import EpochMeter, correct_counts
 from course_lib.engine.grad_norm import LOG_FILE, GradientNormLog
 from course_lib.engine.label_smoothing import make_criterion
-from course_lib.engine.loss_guard import (  # callers catch train.NonFiniteLossError
-    LossGuard,
-    NonFiniteLossError,
-)
+from course_lib.engine.loss_guard import LossGuard, NonFiniteLossError  # callers catch train.NonFiniteLossError
 from course_lib.engine.mixup import make_mixup
 from course_lib.engine.monitor import TIMELINE_FILE, UtilisationMonitor, summary_line
 from course_lib.engine.precision import apply_matmul_precision, autocast, grad_scaler
@@ -67,11 +64,7 @@ from course_lib.engine.step import optimizer_step, region, training_step
 from course_lib.engine.swa import WeightAverager
 from course_lib.engine.tensorboard_log import FOLDER as TENSORBOARD_FOLDER
 from course_lib.engine.tensorboard_log import TensorBoardLog
-from course_lib.instruments.peak_memory import (
-    peak_memory_bytes,
-    peak_memory_kind,
-    reset_peak_memory,
-)
+from course_lib.instruments.peak_memory import peak_memory_bytes, peak_memory_kind, reset_peak_memory
 from course_lib.instruments.progress import Progress
 from course_lib.models import factory
 

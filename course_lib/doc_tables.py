@@ -69,7 +69,7 @@ def _where(run: dict) -> str:
 
 
 def _race(stem: str, root: Path) -> tuple[dict, str]:
-    """A bench_speedrun (or bench_race) result scored on EuroSAT's valid split, and that split as the headline names it; a run
+    """A bench_speedrun or bench_race result scored on EuroSAT's valid split, and the split as the headline names it; a run
     scored elsewhere (a carve-out of train, the sample) is a one-line error: the headline reports held-out runs."""
     from course_lib.engine.speedrun import VALID_SPLIT
 

@@ -19,7 +19,8 @@ can be compared.
 Scored on EuroSAT's `valid` split by default (reporting; no choice was made on it), `--validation-from train`
 for the fixed carve-out (choosing). Writes benchmarks/results/race_<first>_vs_<second>.json and .md (hardware
 and load average named) after every seed. In the smoke profile it races on the committed sample (a check of the
-script); in other profiles it needs real EuroSAT and otherwise skips, saying why.
+script); in other profiles it needs real EuroSAT and otherwise skips, saying why. `--report-from RACE.json` writes
+a finished race's report again from its json with the code as it stands (a line added to the report after the race).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from _shared import ROOT, argument_parser, eurosat_data, write  # noqa: E402 (pu
 from bench_engine_data import compute_ceiling  # noqa: E402
 from course_lib import devices, machine  # noqa: E402
 from course_lib.analysis import statistics  # noqa: E402
-from course_lib.config import RECIPES, make_config, parse_assignments  # noqa: E402
+from course_lib.config import RECIPES, Config, make_config, parse_assignments  # noqa: E402
 from course_lib.data import cache  # noqa: E402
 from course_lib.engine import speedrun  # noqa: E402
 
@@ -69,14 +70,16 @@ def top1_change(results: dict, first: str, second: str) -> dict | None:
 
 
 def report(out: Path, recipes: list[str], configs: dict, results: dict, ceilings: dict, facts: dict) -> list[str]:
-    """Writes the race so far (json and markdown) and returns the markdown lines."""
+    """Writes the race so far (json and markdown) and returns the markdown lines; `facts` may carry the load average
+    after the race (a report written again from its json), else it is read now."""
     first, second = recipes
     ratio, change = speedup(results, first, second), top1_change(results, first, second)
     summaries = {name: speedrun.seed_summary(results[name]) for name in recipes}
-    record = {**facts, "recipes": recipes, "load_average_after": os.getloadavg()[0], "target": TARGET,
+    record = {"load_average_after": os.getloadavg()[0], **facts, "recipes": recipes, "target": TARGET,
               "speedup": ratio, "top1_change": change, "ceilings": ceilings, "summaries": summaries,
               "configs": {name: configs[name].to_dict() for name in recipes},
-              "seeds": [{"recipe": name, "seed": r.config.seed, **r.row(), "curve": r.curve}
+              "seeds": [{"recipe": name, "seed": r.config.seed, **r.row(), "val top-5": r.val_top5,
+                         "test top-5": r.test_top5, "curve": r.curve}
                         for name in recipes for r in results[name]], "versions": machine.runtime_versions()}
     name = f"race_{first}_vs_{second}"
     write(out / f"{name}.json", json.dumps(record, indent=2, default=str))
@@ -117,14 +120,33 @@ def report(out: Path, recipes: list[str], configs: dict, results: dict, ceilings
     return lines
 
 
+def report_again(path: Path) -> list[str]:
+    """The report of a race already run, written again from its json with this code (`--report-from`): the race's
+    configs, seeds, curves, ceilings and facts as they were, only the derived lines and fields new."""
+    record = json.loads(path.read_text())
+    configs = {name: Config(**record["configs"][name]) for name in record["recipes"]}
+    results = {name: [] for name in record["recipes"]}
+    for run in record["seeds"]:
+        results[run["recipe"]].append(speedrun.RaceResult(
+            run["label"], configs[run["recipe"]].replace(seed=run["seed"]), run["curve"], run["setup s"], run["seconds"],
+            run["val top-1"], run["test top-1"], run["precision"], run["images/s"], val_top5=run.get("val top-5"),
+            test_top5=run.get("test top-5")))
+    facts = {key: record[key] for key in ("hardware", "load_average_before", "load_average_after", "started", "split")}
+    return report(path.parent, record["recipes"], configs, results, record["ceilings"], facts)
+
+
 def main(argv=None) -> int:
     parser = argument_parser(__doc__)
-    parser.add_argument("--recipes", required=True, help="two recipes of config.RECIPES, the baseline first")
+    parser.add_argument("--recipes", help="two recipes of config.RECIPES, the baseline first")
+    parser.add_argument("--report-from", type=Path, help="a race's json: write its report again (no race is run)")
     parser.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (default 5)")
     parser.add_argument("--validation-from", default="folder", choices=("folder", "train"),
                         help="folder: score EuroSAT's valid split (reporting); train: a fixed carve-out (choosing)")
     args = parser.parse_args(argv)
-    recipes = [name.strip() for name in args.recipes.split(",") if name.strip()]
+    if args.report_from:
+        print("\n".join(report_again(args.report_from)))
+        return 0
+    recipes = [name.strip() for name in (args.recipes or "").split(",") if name.strip()]
     if len(recipes) != 2 or len(set(recipes)) != 2 or not set(recipes) <= set(RECIPES):
         print(f"--recipes takes two different recipes of {', '.join(RECIPES)}, got {args.recipes!r}")
         return 2

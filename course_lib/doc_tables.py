@@ -180,25 +180,25 @@ def benchmark_body(stem: str, root: Path | None = None) -> str:
 
 
 def choice_table(folder: str, root: Path | None = None) -> str:
-    """One row per variant of a recipe choice: benchmarks/results/FOLDER/<variant>/speedrun_*.json, each written
-    by `bench_speedrun.py --out` (usually with `--validation-from train`: the carve-out a choice is made on).
-    Columns: the variant's folder, the values that differ between the variants, the split, top-1 with one view
-    and with TTA, seconds, hardware and load."""
+    """One row per variant of a recipe choice: benchmarks/results/FOLDER/<variant>/speedrun_*.json (`bench_speedrun.py
+    --out`, usually `--validation-from train`). Columns: the variant's folder, the values that differ between them (a
+    field a run predates reads as its default, which kept the old behaviour), split, top-1 1 view and TTA, seconds, hardware."""
+    from course_lib.config import Config
+
     root = Path(root or paths.project_root())
     files = sorted((root / RESULTS / folder).glob("*/speedrun_*.json"))
     if not files:
-        raise DocTablesError(f"{root / RESULTS / folder} holds no <variant>/speedrun_*.json: run "
-                             f"`benchmarks/bench_speedrun.py --out {RESULTS / folder}/<variant>` for each variant, or "
-                             "take the block out of the page")
+        raise DocTablesError(f"{root / RESULTS / folder} holds no <variant>/speedrun_*.json: run `benchmarks/bench_speedrun.py "
+                             f"--out {RESULTS / folder}/<variant>` for each variant, or take the block out of the page")
     runs = [(path.parent.name, json.loads(path.read_text())) for path in files]
-    names = sorted({name for _, run in runs for name in run["config"]})
-    differing = [name for name in names if len({str(run["config"].get(name)) for _, run in runs}) > 1
+    configs = [{**Config().to_dict(), **run["config"]} for _, run in runs]
+    differing = [name for name in sorted(configs[0]) if len({str(config.get(name)) for config in configs}) > 1
                  and name not in ("output_dir", "seed", "run_name")]
     lines = ["| variant | " + " | ".join(differing) + " | scored on | seeds | top-1, 1 view | top-1, TTA | seconds | "
              "hardware, load |", "|---" * (len(differing) + 7) + "|"]
-    for variant, run in runs:
+    for (variant, run), config in zip(runs, configs):
         summary = run["summary"]
-        lines.append(f"| {variant} | " + " | ".join(str(run["config"].get(name)) for name in differing) +
+        lines.append(f"| {variant} | " + " | ".join(str(config.get(name)) for name in differing) +
                      f" | {run['split']} | {summary['runs']} | {_interval(summary['top1'], 100, unit='%')} | "
                      f"{_interval(summary['top1_tta'], 100, unit='%')} ({summary['tta_views']} views) | "
                      f"{_interval(summary['seconds'], digits=0)} | {_where(run)} |")

@@ -74,6 +74,14 @@ def test_a_choice_block_puts_the_variants_side_by_side_with_the_values_that_diff
     assert len(table[1].split("|")) == len(table[0].split("|"))
     assert table[2].startswith("| narrow | 64 | a carve-out | 1 | 98.10% |")
     assert table[3].startswith("| wide | 80 | a carve-out | 3 | 98.40% [98.00, 98.80] |")
+    # a run written after a field was added, the others before it: only a real difference is a column
+    newer = json.loads((folder / "wide" / "speedrun_best.json").read_text())
+    newer["config"].update(resize_ramp=0.75, optimizer="muon")  # resize_ramp at its default: as the older runs did
+    (folder / "muon").mkdir()
+    (folder / "muon" / "speedrun_best.json").write_text(json.dumps(newer))
+    table = doc_tables.render("choice:choice", project).splitlines()
+    assert table[0].startswith("| variant | image_size | optimizer | scored on |") and "resize_ramp" not in table[0]
+    assert table[2].startswith("| muon | 80 | muon |") and table[3].startswith("| narrow | 64 | sgd |")
     with pytest.raises(doc_tables.DocTablesError, match="holds no <variant>/speedrun_"):
         doc_tables.render("choice:nothing-here", project)
 

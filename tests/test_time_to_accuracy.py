@@ -228,4 +228,8 @@ def test_the_race_benchmark_interleaves_two_recipes_and_states_their_ceilings(tm
     assert "Compute-only ceiling (after its first race, after the last seed)" in markdown
     assert ("Speed-up to 97% single view" in markdown) == (record["speedup"] is not None)
     assert "Final top-1, single view, `best` minus `speedrun`" in markdown and record["top1_change"]["runs"] == 2
+    # written again from its json: the same report, word for word, and the same record
+    assert bench.main(["--report-from", str(tmp_path / "race_speedrun_vs_best.json")]) == 0
+    assert (tmp_path / "race_speedrun_vs_best.md").read_text() == markdown
+    assert json.loads((tmp_path / "race_speedrun_vs_best.json").read_text()) == record
     assert bench.main(["--profile", "smoke", "--recipes", "speedrun", "--out", str(tmp_path)]) == 2

@@ -33,6 +33,8 @@ def main(argv=None) -> int:
     parser = argument_parser(__doc__)
     parser.add_argument("--recipe", default="speedrun")
     parser.add_argument("--seeds", type=int, default=5, help="races with seeds 0..N-1 (default 5)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="seeds K..K+N-1 instead (default 0): more seeds of a run, into another --out folder")
     parser.add_argument("--budget", type=float, default=0.0, help="seconds; 0 = no budget (the whole recipe)")
     parser.add_argument("--validation-from", default="folder", choices=("folder", "train"),
                         help="folder: score EuroSAT's valid split (reporting); train: a fixed carve-out (choosing)")
@@ -48,7 +50,7 @@ def main(argv=None) -> int:
           f"{args.budget or 'none'}, validation from {config.validation_from}; {hardware}; load average "
           f"{load_before:.1f}", flush=True)
     results = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         removed = cache.remove_caches(config.data_dir or ROOT, config.image_size)  # decoding inside every clock
         results += speedrun.race_seeds(config, [seed], budget_seconds=args.budget or None, label=args.recipe,
                                        on_epoch=lambda s, p: print(f"seed {s} {speedrun.format_point(p)}", flush=True))

@@ -169,6 +169,21 @@ def test_the_ablation_benchmark_races_each_seed_in_turn_and_states_the_warmup(tm
     assert bench.main(["--profile", "smoke", "--ingredients", "no such row", "--out", str(tmp_path)]) == 2
 
 
+@pytest.mark.slow
+def test_the_speedrun_benchmark_can_start_at_a_later_seed(tmp_path, isolated_ledger):
+    import json
+
+    _bench_ablation()  # puts benchmarks/ on sys.path
+    import bench_speedrun
+
+    small = ["-p", "model=speedrun_resnet_tiny", "-p", "image_size=32", "-p", "min_image_size=0", "-p", "epochs=1",
+             "-p", "max_train_images=64", "-p", "batch_size=32", "-p", "tta_views=1"]
+    assert bench_speedrun.main(["--profile", "smoke", "--seeds", "1", "--first-seed", "3", "--out", str(tmp_path),
+                                *small]) == 0
+    record = json.loads((tmp_path / "speedrun_speedrun.json").read_text())
+    assert [run["seed"] for run in record["seeds"]] == [3] and record["summary"]["seeds"] == [3]
+
+
 def _bench_race():
     _bench_ablation()  # puts benchmarks/ on sys.path
     import importlib

@@ -105,7 +105,7 @@ def report(out: Path, recipes: list[str], configs: dict, results: dict, ceilings
         shares = [r.images_per_second / c for r in results[recipe] for c in measured]
         share = f"{min(shares):.0%}-{max(shares):.0%}" if shares else "-"
         shown = ", ".join(f"{c:.0f}" for c in measured) or "-"
-        lines += [f"## `{recipe}`: {configs[recipe].model}, {configs[recipe].epochs} epochs, batch "
+        lines += [f"### `{recipe}`: {configs[recipe].model}, {configs[recipe].epochs} epochs, batch "
                   f"{configs[recipe].batch_size}\n", "```", *speedrun.summary_lines(summaries[recipe]), "```", "",
                   f"Compute-only ceiling (after its first race, after the last seed): {shown} images/s; the races' last-epoch images/s are "
                   f"{share} of it.\n", "| seed | top-1, 1 view | top-1, TTA | s to 97% | seconds | images/s |",

@@ -1,6 +1,10 @@
 import gc
+import json
 import os
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,7 @@ from course_lib.config import make_config
 from course_lib.models import checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
+FORKSERVER = ROOT / "tests" / "forkserver.py"
 SAMPLE_DIR = ROOT / "data_samples" / "landcover-synth"
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 # Headless Chromium on a server without a display, a GPU or internet access (root needs --no-sandbox).
@@ -185,6 +190,45 @@ def kind_of_test(keywords) -> str:
     """The slow kind a test belongs to (its first marker of `SLOW_KINDS`), else "unit". `keywords`: a test item's
     or its report's keywords (a report under pytest-xdist reaches the controlling process without the item)."""
     return next((kind for kind in SLOW_KINDS if kind in keywords), "unit")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fork_server(request):
+    """One fork server per test process (tests/forkserver.py) when the session runs a test of a slow kind: the
+    `python3` kernel of this process, and of the processes it starts (`workbook run`), becomes `forkserver.py run`
+    (a kernelspec first on JUPYTER_PATH), and the README's commands go through it (`forkserver.forked_argv`). Not
+    awaited: until it has imported its libraries, a kernel or command starts a fresh interpreter. Its socket's path,
+    or None (WORKBOOK_FORK_SERVER=off, a unit-only run, or a `python3` kernel of another interpreter)."""
+    import forkserver
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    other_interpreter = Path(spec.argv[0]).resolve() != Path(sys.executable).resolve()
+    if os.environ.get(forkserver.SOCKET_ENV) == "off" or other_interpreter \
+            or all(kind_of_test(item.keywords) == "unit" for item in request.session.items):
+        yield None
+        return
+    folder = Path(tempfile.mkdtemp(prefix="workbook-fork-"))  # short: a Unix socket's path holds at most 107 bytes
+    (folder / "kernels" / "python3").mkdir(parents=True)
+    kernel = {**spec.to_dict(), "argv": [sys.executable, str(FORKSERVER), "run", *spec.argv[1:]]}
+    (folder / "kernels" / "python3" / "kernel.json").write_text(json.dumps(kernel))
+    options = [argument for argument in spec.argv[1:] if argument.startswith("-X")]  # the kernel's interpreter options
+    with open(folder / "server.log", "wb") as log:
+        server = subprocess.Popen([sys.executable, *options, str(FORKSERVER), "serve", str(folder / "server")],
+                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+    saved = {name: os.environ.get(name) for name in (forkserver.SOCKET_ENV, "JUPYTER_PATH")}
+    os.environ[forkserver.SOCKET_ENV] = str(folder / "server")
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(folder), saved["JUPYTER_PATH"]]))
+    yield folder / "server"
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    server.terminate()
+    server.wait(timeout=60)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

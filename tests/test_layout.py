@@ -233,8 +233,9 @@ def test_no_import_circle_between_subpackages():
 
 
 # Test files about the project rather than one module: the notebooks, the README, the install files.
-PROJECT_CHECKS = {"browser", "committed_results", "containers", "docs_code", "gpu_image", "launch_recipes", "layout",
-                  "notebook_data", "notebooks", "packaging", "readme_commands", "rehearsal", "solutions"}
+PROJECT_CHECKS = {"browser", "committed_results", "containers", "docs_code", "forkserver", "gpu_image",
+                  "launch_recipes", "layout", "notebook_data", "notebooks", "packaging", "readme_commands", "rehearsal",
+                  "solutions"}
 
 
 def test_each_test_file_is_named_after_a_module():

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from forkserver import forked_argv
 from readme_commands import COMMANDS, SETUP
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,10 +99,12 @@ def scratch_project(tmp_path_factory):
 
 
 def _run(command: str, folder: Path, env: dict, exit_codes=(0,)) -> list[str]:
-    """Run `command` as a reader would in a fresh shell after the README's `source .venv/bin/activate`."""
+    """Run `command` as a reader would in a fresh shell after the README's `source .venv/bin/activate`; a `python` or
+    `workbook` command as a child of the test process's fork server (tests/forkserver.py), which has imported torch."""
     argv = shlex.split(command)
     if argv[0] == "python":
         argv[0] = sys.executable
+    argv = forked_argv(argv, env)
     if ACTIVATE.exists() and argv[0] != "make":
         argv = ["bash", "-c", 'source "$0" && exec "$@"', str(ACTIVATE), *argv]
     done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True,

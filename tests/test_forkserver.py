@@ -1,0 +1,123 @@
+"""tests/forkserver.py, the fork server the slow tests start their kernels and README commands from: a program
+forked from it gets its caller's arguments, streams, environment, folder and exit status, signals sent to the
+caller reach it, it dies with its caller, and a kernel forked from it draws figures inline."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import nbformat
+import pytest
+from conftest import FORKSERVER
+from forkserver import SOCKET_ENV, forked_argv
+
+from course_lib import runner
+
+PROGRAM = """import os, sys, time
+print("argv", sys.argv[1:], "cwd", os.getcwd(), "env", os.environ.get("FORK_TEST"), "torch", "torch" in sys.modules,
+      "matplotlib", "matplotlib" in sys.modules, flush=True)
+print("to stderr", file=sys.stderr)
+if sys.argv[1] == "sleep":
+    print(os.getpid(), flush=True)
+    time.sleep(120)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def server(fork_server):
+    """This test process's server (tests/conftest.py), once it accepts."""
+    if fork_server is None:
+        pytest.skip("no fork server in this session (WORKBOOK_FORK_SERVER=off, or the python3 kernel is another "
+                    "interpreter's)")
+    deadline = time.monotonic() + 180
+    while not fork_server.exists():
+        assert time.monotonic() < deadline, f"the fork server did not start in 180 s: {fork_server.parent}/server.log"
+        time.sleep(0.2)
+    return fork_server
+
+
+@pytest.fixture
+def program(tmp_path):
+    (tmp_path / "program.py").write_text(PROGRAM)
+    return str(tmp_path / "program.py")
+
+
+def test_forked_argv_takes_this_interpreter_and_workbook_and_leaves_the_rest():
+    on = {SOCKET_ENV: "/tmp/socket"}
+    stand_in = [sys.executable, str(FORKSERVER), "run"]
+    assert forked_argv([sys.executable, "x.py", "-p"], on) == [*stand_in, "x.py", "-p"]
+    workbook = os.path.join(os.path.dirname(sys.executable), "workbook")
+    assert forked_argv(["workbook", "doctor"], on) == ([*stand_in, workbook, "doctor"] if os.path.isfile(workbook)
+                                                      else ["workbook", "doctor"])
+    for other in (["torchrun", "--standalone", "x.py"], ["make", "test"], ["bash", "-c", "true"]):
+        assert forked_argv(other, on) == other
+    assert forked_argv([sys.executable, "x.py"], {SOCKET_ENV: "off"}) == [sys.executable, "x.py"]
+    assert forked_argv([sys.executable, "x.py"], {}) == [sys.executable, "x.py"]
+
+
+@pytest.mark.slow
+def test_a_forked_program_gets_the_callers_arguments_streams_environment_folder_and_exit_status(server, program,
+                                                                                               tmp_path):
+    env = {**os.environ, SOCKET_ENV: str(server), "FORK_TEST": "here"}
+    done = subprocess.run(forked_argv([sys.executable, program, "3", "x y"], env), cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    # torch was imported before the program's first line: the server's child, not a fresh interpreter
+    assert done.stdout == f"argv ['3', 'x y'] cwd {tmp_path} env here torch True matplotlib False\n"
+    assert done.stderr == "to stderr\n"
+
+
+@pytest.mark.slow
+def test_without_a_server_run_is_a_fresh_interpreter(program, tmp_path):
+    env = {**os.environ, SOCKET_ENV: str(tmp_path / "no-server"), "FORK_TEST": "here"}
+    done = subprocess.run([sys.executable, str(FORKSERVER), "run", program, "0"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, f"argv ['0'] cwd {tmp_path} env here torch False matplotlib False\n")
+
+
+def _gone(pid: int, seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.slow
+def test_a_signal_to_the_caller_reaches_the_child_and_the_child_dies_with_its_caller(server, program, tmp_path):
+    env = {**os.environ, SOCKET_ENV: str(server)}
+    for ending in ("interrupt", "kill"):
+        caller = subprocess.Popen(forked_argv([sys.executable, program, "sleep"], env), env=env, cwd=tmp_path,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        caller.stdout.readline()
+        child = int(caller.stdout.readline())
+        if ending == "interrupt":  # KeyboardInterrupt in the child, which then dies of SIGINT: so does the caller
+            caller.send_signal(signal.SIGINT)
+            assert caller.wait(timeout=60) == -signal.SIGINT
+            assert "KeyboardInterrupt" in caller.stderr.read()
+        else:  # a kernel manager's SIGKILL: the child notices and kills its process group
+            caller.kill()
+            caller.wait(timeout=60)
+        caller.stdout.close(), caller.stderr.close()
+        assert _gone(child), f"the forked child {child} outlived its caller ({ending})"
+
+
+@pytest.mark.slow
+def test_a_kernel_from_the_server_starts_with_torch_imported_and_draws_figures_inline(server, tmp_path):
+    notebook = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "language": "python",
+                                                                 "display_name": "Python 3 (ipykernel)"}})
+    notebook.cells = [nbformat.v4.new_code_cell('profile = ""', metadata={"tags": ["parameters"]}),
+                      nbformat.v4.new_code_cell('import sys\nprint("torch" in sys.modules)'),
+                      nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()")]
+    nbformat.write(notebook, tmp_path / "kernel.ipynb")
+    result = runner.execute_notebook(tmp_path / "kernel.ipynb", tmp_path / "out.ipynb", {"profile": "smoke"})
+    assert result.status == "ok", result.error
+    cells = nbformat.read(tmp_path / "out.ipynb", as_version=4).cells
+    printed = [output.get("text") for cell in cells for output in cell.outputs if output.output_type == "stream"]
+    assert printed == ["True\n"]
+    assert any("image/png" in output.get("data", {}) for output in cells[-1].outputs), "no inline figure"

@@ -404,7 +404,7 @@ def test_ctrl_c_leaves_an_index_of_what_ran_and_marks_the_interrupted_notebook(t
               "import os, pathlib, signal, time\n"
               f"index = pathlib.Path({str(out / 'index.html')!r}).read_text()\n"
               "assert '00_first.html' in index and 'not run' in index\n"
-              "os.kill(os.getppid(), signal.SIGINT)\n"
+              f"os.kill({os.getpid()}, signal.SIGINT)\n"
               "time.sleep(60)")
     _notebook(folder / "02_never.ipynb", 'profile = "auto"  # profile', "print('never')")
     with pytest.raises(runner.RunInterrupted) as caught:
@@ -498,7 +498,7 @@ def _assert_reported_as_interrupted(out, results, isolated_ledger, reason):
 @pytest.mark.slow
 def test_sigterm_and_sighup_mark_the_run_interrupted_not_running(tmp_path, isolated_ledger, name, exit_code):
     out = tmp_path / "out"
-    folder = _stopping_book(tmp_path, f"os.kill(os.getppid(), signal.{name})")
+    folder = _stopping_book(tmp_path, f"os.kill({os.getpid()}, signal.{name})")
     with pytest.raises(runner.RunInterrupted) as caught:
         runner.run_workbook("smoke", out_dir=out, notebooks_folder=folder, stream=io.StringIO())
     assert caught.value.exit_code == exit_code and f"stopped by {name}" in str(caught.value)
@@ -512,7 +512,7 @@ def test_a_second_ctrl_c_while_the_report_is_written_is_noted_not_a_traceback(tm
     import signal
 
     out = tmp_path / "out"
-    folder = _stopping_book(tmp_path, "os.kill(os.getppid(), signal.SIGINT)")
+    folder = _stopping_book(tmp_path, f"os.kill({os.getpid()}, signal.SIGINT)")
     real_to_html = runner.to_html
 
     def impatient_to_html(path):  # the user presses Ctrl-C again while the interrupted notebook is rendered

@@ -5,6 +5,11 @@ starts with them in place.
 
   python tests/forkserver.py serve SOCKET         import PRELOAD, then fork one child per request on SOCKET
   python tests/forkserver.py run PROGRAM [ARG...]  stands in for `python PROGRAM ARG...` (a script, or -m MODULE)
+  FOLDER/python ARG...                            the same as a program: `interpreter(FOLDER)` writes it
+
+`interpreter(FOLDER)` writes a `python` that runs `forkserver.py run`: `tests/conftest.py` names it in PYTHON_EXEC,
+the interpreter torchrun's agent starts its workers with (torch.distributed.run), so every worker of a test's DDP
+launch is forked too (each spent about 4 s of CPU importing torch, timm and course_lib).
 
 `run` is a small process that imports nothing heavy: it sends the server its arguments, environment, working
 folder and standard streams (the file descriptors themselves), and the child the server forks becomes that program
@@ -13,6 +18,10 @@ the child kills its whole process group when `run` dies (a kernel manager's SIGK
 WORKBOOK_FORK_SERVER socket unset, not there yet or refusing) `run` replaces itself with a fresh interpreter: the
 same program, slower. `tests/conftest.py` (`fork_server`) starts one server per test process and points the
 `python3` kernel at `run`; `WORKBOOK_FORK_SERVER=off` turns it off.
+
+A forked child takes torch's thread count from OMP_NUM_THREADS in its caller's environment, as a fresh interpreter
+would (torchrun's `threads_per_process`). A torchrun worker's stand-in ends with its agent (parent-death signal):
+`course_lib.engine.worker_lifetime` does that in the worker itself, whose parent here is the server.
 
 matplotlib is never preloaded: it reads MPLBACKEND once, at import, and a kernel sets it (the inline backend)
 after the fork.
@@ -124,6 +133,32 @@ def become(request: dict, fds: list[int]) -> None:
         os.killpg(0, signal.SIGKILL)
 
     threading.Thread(target=die_with_caller, daemon=True).start()
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:  # a fresh interpreter's torch reads it at startup; ours read the server's
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
+def _unbuffered() -> None:
+    """`python -u`: standard output and error written through at once (torchrun starts its workers so)."""
+    import io
+
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
+        setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding=stream.encoding,
+                                            errors=stream.errors, write_through=True))
+
+
+def runnable(argv: list[str], environ=os.environ) -> bool:
+    """Whether `run_program` can run `python ARGV...`: interpreter options -X... and -u only, then -m MODULE or a
+    script. Anything else (`-c CODE`, other options) is a fresh interpreter's (`run`), and so is a program whose
+    PYTHONPATH holds a sitecustomize.py: a start-up hook (tests/fixtures/ddp_faults) a forked child never runs."""
+    while argv and (argv[0].startswith("-X") or argv[0] == "-u"):
+        argv = argv[1:]
+    hooked = any(os.path.isfile(os.path.join(entry, "sitecustomize.py"))
+                 for entry in environ.get("PYTHONPATH", "").split(os.pathsep) if entry)
+    return bool(argv) and not hooked and (argv[0] == "-m" and len(argv) > 1 or not argv[0].startswith("-"))
 
 
 def run_program(argv: list[str]) -> None:
@@ -132,7 +167,9 @@ def run_program(argv: list[str]) -> None:
     the kernel's."""
     import runpy
 
-    while argv[0].startswith("-X"):
+    while argv[0].startswith("-X") or argv[0] == "-u":
+        if argv[0] == "-u":
+            _unbuffered()
         argv = argv[1:]
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]
@@ -158,8 +195,32 @@ def forked_argv(argv: list[str], env: dict) -> list[str]:
     return argv
 
 
+def interpreter(folder: str) -> str:
+    """Write FOLDER/python, a `python` that goes through the server (`run`); its path."""
+    path = os.path.join(folder, "python")
+    with open(path, "w") as script:
+        script.write(f'#!/bin/sh\nexec "{sys.executable}" "{os.path.abspath(__file__)}" run "$@"\n')
+    os.chmod(path, 0o755)
+    return path
+
+
+def _end_with_parent_under_torchrun() -> None:
+    """A torchrun worker's stand-in gets SIGKILL when the agent dies (as `worker_lifetime.end_with_parent`)."""
+    if not all(name in os.environ for name in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK")):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def run(argv: list[str]) -> None:
     """Have the server fork `python ARGV...` with this process's streams, environment and folder; wait for it."""
+    if not runnable(argv):
+        os.execv(sys.executable, [sys.executable, *argv])
+    _end_with_parent_under_torchrun()
     path = os.environ.get(SOCKET_ENV, "")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:

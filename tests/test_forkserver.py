@@ -121,3 +121,39 @@ def test_a_kernel_from_the_server_starts_with_torch_imported_and_draws_figures_i
     printed = [output.get("text") for cell in cells for output in cell.outputs if output.output_type == "stream"]
     assert printed == ["True\n"]
     assert any("image/png" in output.get("data", {}) for output in cells[-1].outputs), "no inline figure"
+
+
+def test_only_module_and_script_runs_without_a_start_up_hook_are_forked(tmp_path):
+    from forkserver import runnable
+
+    assert runnable(["-Xfrozen_modules=off", "-m", "ipykernel_launcher", "-f", "k.json"], {})
+    assert runnable(["-u", "-m", "course_lib", "ddp-probe"], {}) and runnable(["x.py", "-c"], {})
+    for other in (["-c", "print(1)"], ["-E", "x.py"], ["-m"], ["-u"], []):
+        assert not runnable(other, {}), other
+    (tmp_path / "sitecustomize.py").write_text("")  # tests/fixtures/ddp_faults: a fresh interpreter runs the hook
+    assert not runnable(["-m", "course_lib"], {"PYTHONPATH": f"/nowhere{os.pathsep}{tmp_path}"})
+
+
+THREADS = """import sys, time, torch
+print("forked", "timm" in sys.modules, "threads", torch.get_num_threads())
+time.sleep(30)
+"""
+
+
+@pytest.mark.slow
+def test_the_written_python_forks_torchruns_unbuffered_workers_with_their_thread_count(server, tmp_path):
+    """PYTHON_EXEC, as torch.distributed.run starts a worker: `-u -m MODULE`. The first line arrives while the
+    child still runs (unbuffered), the child has the server's imports, and OMP_NUM_THREADS sets its torch."""
+    import forkserver
+
+    (tmp_path / "threads_probe.py").write_text(THREADS)
+    python = forkserver.interpreter(str(tmp_path))
+    env = {**os.environ, SOCKET_ENV: str(server), "OMP_NUM_THREADS": "3", "PYTHONPATH": str(tmp_path)}
+    worker = subprocess.Popen([python, "-u", "-m", "threads_probe"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert worker.stdout.readline() == "forked True threads 3\n"  # neither 1 (a test worker's) nor the cores
+    finally:
+        worker.kill()
+        worker.wait(timeout=60)
+        worker.stdout.close()

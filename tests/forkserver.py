@@ -134,7 +134,7 @@ def become(request: dict, fds: list[int]) -> None:
 
     threading.Thread(target=die_with_caller, daemon=True).start()
     threads = os.environ.get("OMP_NUM_THREADS", "")
-    if threads.isdigit() and int(threads) > 0:  # a fresh interpreter's torch reads it at startup; ours read the server's
+    if threads.isdigit() and int(threads) > 0:  # a fresh torch reads it at start-up; this one read the server's
         import torch
 
         torch.set_num_threads(int(threads))
@@ -205,15 +205,12 @@ def interpreter(folder: str) -> str:
 
 
 def _end_with_parent_under_torchrun() -> None:
-    """A torchrun worker's stand-in gets SIGKILL when the agent dies (as `worker_lifetime.end_with_parent`)."""
-    if not all(name in os.environ for name in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK")):
-        return
-    import ctypes
+    """A torchrun worker's stand-in gets SIGKILL when the agent dies: `python -m course_lib` does that in the worker
+    itself, whose parent is the server here (the module imports nothing heavy)."""
+    from course_lib.engine.worker_lifetime import end_with_parent, under_torchrun
 
-    parent = os.getppid()
-    ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os.kill(os.getpid(), signal.SIGKILL)
+    if under_torchrun():
+        end_with_parent()
 
 
 def run(argv: list[str]) -> None:

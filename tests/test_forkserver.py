@@ -157,3 +157,41 @@ def test_the_written_python_forks_torchruns_unbuffered_workers_with_their_thread
         worker.kill()
         worker.wait(timeout=60)
         worker.stdout.close()
+
+
+AGENT = """import subprocess, sys
+worker = subprocess.Popen([sys.argv[1], "-u", "-m", "threads_probe"], start_new_session=True, stdout=subprocess.PIPE,
+                          text=True)
+print(worker.stdout.readline().strip(), worker.pid, flush=True)
+sys.stdin.readline()
+"""
+SLEEPER = """import os, time
+print(os.getpid(), flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+def test_a_forked_torchrun_worker_ends_with_its_sigkilled_agent(server, tmp_path):
+    """As `worker_lifetime.end_with_parent` makes a fresh worker do: the stand-in dies with the agent that started it
+    in a session of its own, and the forked worker with the stand-in."""
+    import forkserver
+
+    (tmp_path / "threads_probe.py").write_text(SLEEPER)
+    path = os.pathsep.join([str(tmp_path), str(FORKSERVER.parents[1])])  # the probe, and course_lib for the stand-in
+    env = {**os.environ, SOCKET_ENV: str(server), "PYTHONPATH": path, "TORCHELASTIC_RUN_ID": "test", "LOCAL_RANK": "0"}
+    agent = subprocess.Popen([sys.executable, "-c", AGENT, forkserver.interpreter(str(tmp_path))], env=env,
+                             cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    worker, stand_in = (int(pid) for pid in agent.stdout.readline().split())
+    try:
+        assert worker != stand_in  # forked: the worker is the server's child, not the agent's
+        agent.kill()
+        agent.wait(timeout=60)
+        assert _gone(stand_in, 10) and _gone(worker, 10), "a forked worker outlived its SIGKILLed agent"
+    finally:
+        for pid in (worker, stand_in):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        agent.stdin.close(), agent.stdout.close()

@@ -50,6 +50,21 @@ def _collected(*args) -> set[str]:
     return {line.split("::", 1)[1].split("[")[0] for line in done.stdout.splitlines() if "::" in line}
 
 
+def test_a_command_of_its_own_process_freezes_the_collector_on_its_way_out(monkeypatch, capsys):
+    """`workbook ...` and `python -m course_lib ...` (argv None: the process's own) end with `gc.freeze()`, so Python's
+    collections at exit skip torch's objects; a caller passing arguments (a test, a notebook) keeps its collector."""
+    from course_lib import cli
+
+    frozen = []
+    monkeypatch.setattr(cli.gc, "freeze", lambda: frozen.append(True))
+    command = ["advise", "--model", "resnet18", "--batch-size", "8", "--image-size", "32", "--precision", "bf16"]
+    assert cli.main(command) == 0 and frozen == []
+    monkeypatch.setattr(sys, "argv", ["workbook", *command])
+    assert cli.main() == 0 and frozen == [True]
+    monkeypatch.setattr(sys, "argv", ["workbook", "advise", "--model", "no-such-model"])
+    assert cli.main() == 2 and frozen == [True, True]  # an error's way out too
+
+
 @pytest.mark.slow
 def test_make_test_fast_skips_the_registered_slow_markers():
     """The three slow kinds are registered markers (unknown ones fail, --strict-markers), `make test-fast`

@@ -24,7 +24,7 @@ would (torchrun's `threads_per_process`). A torchrun worker's stand-in ends with
 `course_lib.engine.worker_lifetime` does that in the worker itself, whose parent here is the server.
 
 The server freezes what it imported (`gc.freeze`), so no child's collection walks those objects, and a child
-freezes the rest before it exits, as `course_lib.cli.run` does.
+freezes the rest before it exits, as `course_lib.cli.main` does for a command of its own process.
 
 matplotlib is never preloaded: it reads MPLBACKEND once, at import, and a kernel sets it (the inline backend)
 after the fork.
@@ -252,7 +252,7 @@ if __name__ == "__main__":
         try:
             run_program(forked[0]["argv"])
         finally:
-            gc.freeze()  # as course_lib.cli.run: Python's collections at exit took about 0.9 s
+            gc.freeze()  # as course_lib.cli.main does: Python's collections at exit took about 0.9 s
     elif sys.argv[1:2] == ["run"] and len(sys.argv) > 2:
         run(sys.argv[2:])
     else:

@@ -19,9 +19,12 @@ WORKBOOK_FORK_SERVER socket unset, not there yet or refusing) `run` replaces its
 same program, slower. `tests/conftest.py` (`fork_server`) starts one server per test process and points the
 `python3` kernel at `run`; `WORKBOOK_FORK_SERVER=off` turns it off.
 
-A forked child takes torch's thread count from OMP_NUM_THREADS in its caller's environment, as a fresh interpreter
-would (torchrun's `threads_per_process`). A torchrun worker's stand-in ends with its agent (parent-death signal):
-`course_lib.engine.worker_lifetime` does that in the worker itself, whose parent here is the server.
+A forked child's `sys.executable` is that written python too (when PYTHON_EXEC names it), so what it starts as
+`[sys.executable, ...]` (a kernel's torchrun agent) is forked as well; `-c` and other forms `run` cannot fork still
+get a fresh interpreter. A forked child takes torch's thread count from OMP_NUM_THREADS in its caller's environment,
+as a fresh interpreter would (torchrun's `threads_per_process`). A torchrun worker's stand-in ends with its agent
+(parent-death signal): `course_lib.engine.worker_lifetime` does that in the worker itself, whose parent here is
+the server.
 
 The server freezes what it imported (`gc.freeze`), so no child's collection walks those objects, and a child
 freezes the rest before it exits, as `course_lib.cli.main` does for a command of its own process.
@@ -138,6 +141,8 @@ def become(request: dict, fds: list[int]) -> None:
         os.killpg(0, signal.SIGKILL)
 
     threading.Thread(target=die_with_caller, daemon=True).start()
+    if os.environ.get("PYTHON_EXEC"):  # the tests' written python: what a kernel starts as `[sys.executable, ...]`
+        sys.executable = os.environ["PYTHON_EXEC"]  # (torchrun's agent, `-m course_lib`) is forked as well
     threads = os.environ.get("OMP_NUM_THREADS", "")
     if threads.isdigit() and int(threads) > 0:  # a fresh torch reads it at start-up; this one read the server's
         import torch

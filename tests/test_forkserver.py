@@ -134,8 +134,9 @@ def test_only_module_and_script_runs_without_a_start_up_hook_are_forked(tmp_path
     assert not runnable(["-m", "course_lib"], {"PYTHONPATH": f"/nowhere{os.pathsep}{tmp_path}"})
 
 
-THREADS = """import sys, time, torch
-print("forked", "timm" in sys.modules, "threads", torch.get_num_threads())
+THREADS = """import os, sys, time, torch
+print("forked", "timm" in sys.modules, "threads", torch.get_num_threads(), "own python forked",
+      sys.executable == os.environ["PYTHON_EXEC"])
 time.sleep(30)
 """
 
@@ -143,16 +144,19 @@ time.sleep(30)
 @pytest.mark.slow
 def test_the_written_python_forks_torchruns_unbuffered_workers_with_their_thread_count(server, tmp_path):
     """PYTHON_EXEC, as torch.distributed.run starts a worker: `-u -m MODULE`. The first line arrives while the
-    child still runs (unbuffered), the child has the server's imports, and OMP_NUM_THREADS sets its torch."""
+    child still runs (unbuffered), the child has the server's imports, OMP_NUM_THREADS sets its torch, and its own
+    `sys.executable` is that python (a kernel's `[sys.executable, "-m", "torch.distributed.run", ...]` is forked)."""
     import forkserver
 
     (tmp_path / "threads_probe.py").write_text(THREADS)
     python = forkserver.interpreter(str(tmp_path))
-    env = {**os.environ, SOCKET_ENV: str(server), "OMP_NUM_THREADS": "3", "PYTHONPATH": str(tmp_path)}
+    env = {**os.environ, SOCKET_ENV: str(server), "OMP_NUM_THREADS": "3", "PYTHONPATH": str(tmp_path),
+           "PYTHON_EXEC": python}
     worker = subprocess.Popen([python, "-u", "-m", "threads_probe"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
                               text=True)
     try:
-        assert worker.stdout.readline() == "forked True threads 3\n"  # neither 1 (a test worker's) nor the cores
+        # 3 threads: neither 1 (a test worker's) nor the cores
+        assert worker.stdout.readline() == "forked True threads 3 own python forked True\n"
     finally:
         worker.kill()
         worker.wait(timeout=60)

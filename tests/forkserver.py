@@ -160,12 +160,19 @@ def _unbuffered() -> None:
                                             errors=stream.errors, write_through=True))
 
 
+def _options(argv: list[str]) -> list[str]:
+    """The interpreter options a forked child can honour at the head of `python ARGV...`: -X... and -u."""
+    count = 0
+    while count < len(argv) and (argv[count].startswith("-X") or argv[count] == "-u"):
+        count += 1
+    return argv[:count]
+
+
 def runnable(argv: list[str], environ=os.environ) -> bool:
     """Whether `run_program` can run `python ARGV...`: interpreter options -X... and -u only, then -m MODULE or a
     script. Anything else (`-c CODE`, other options) is a fresh interpreter's (`run`), and so is a program whose
     PYTHONPATH holds a sitecustomize.py: a start-up hook (tests/fixtures/ddp_faults) a forked child never runs."""
-    while argv and (argv[0].startswith("-X") or argv[0] == "-u"):
-        argv = argv[1:]
+    argv = argv[len(_options(argv)):]
     hooked = any(os.path.isfile(os.path.join(entry, "sitecustomize.py"))
                  for entry in environ.get("PYTHONPATH", "").split(os.pathsep) if entry)
     return bool(argv) and not hooked and (argv[0] == "-m" and len(argv) > 1 or not argv[0].startswith("-"))
@@ -177,10 +184,10 @@ def run_program(argv: list[str]) -> None:
     the kernel's."""
     import runpy
 
-    while argv[0].startswith("-X") or argv[0] == "-u":
-        if argv[0] == "-u":
-            _unbuffered()
-        argv = argv[1:]
+    options = _options(argv)
+    if "-u" in options:
+        _unbuffered()
+    argv = argv[len(options):]
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]
         sys.path[0] = os.getcwd()

@@ -1,10 +1,12 @@
 """The install files agree: environment.yml names the same packages as pyproject.toml, and the
 Makefile and CI call what the README says."""
+import functools
 import importlib.util
 import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -43,12 +45,39 @@ def test_console_script_and_make_targets():
 SLOW_MARKERS = ("notebook", "browser", "torchrun", "slow")
 
 
-def _collected(*args) -> set[str]:
-    """The names of the tests `pytest --collect-only args` selects."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode in (0, 5), done.stdout[-2000:] + done.stderr[-2000:]  # 5: nothing selected
-    return {line.split("::", 1)[1].split("[")[0] for line in done.stdout.splitlines() if "::" in line}
+# Written by a `pytest --collect-only` of the files below: each test's node id and the marks it carries.
+MARKS_PLUGIN = """import os
+
+
+def pytest_collection_finish(session):
+    with open(os.environ["WORKBOOK_TEST_MARKS_FILE"], "w") as out:
+        for item in session.items:
+            out.write(item.nodeid + "\\t" + ",".join(sorted({mark.name for mark in item.iter_markers()})) + "\\n")
+"""
+MARKED_FILES = ("tests/test_torchrun.py", "tests/test_ddp.py", "tests/test_notebooks.py", "tests/test_readme_commands.py")
+
+
+@functools.cache
+def _marks() -> dict[str, tuple[str, set[str]]]:
+    """{node id: (test name, its marks)} of MARKED_FILES and every test file that names the cuda mark, from one
+    collection in a process of its own (each collection imports the files: one instead of four)."""
+    folder = Path(tempfile.mkdtemp(prefix="marks-"))
+    (folder / "marks_plugin.py").write_text(MARKS_PLUGIN)
+    cuda_files = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "tests").glob("test_*.py"))
+                  if "mark.cuda" in path.read_text()]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])),
+           "WORKBOOK_TEST_MARKS_FILE": str(folder / "marks.tsv")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-p", "marks_plugin", *sorted({*MARKED_FILES, *cuda_files})],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = [line.split("\t") for line in (folder / "marks.tsv").read_text().splitlines()]
+    return {node: (node.split("::", 1)[1].split("[")[0], set(filter(None, marks.split(",")))) for node, marks in lines}
+
+
+def _collected(mark: str, *files: str) -> set[str]:
+    """The names of the tests `pytest --collect-only -m mark files` selects."""
+    return {name for node, (name, marks) in _marks().items() if node.split("::")[0] in files and mark in marks}
 
 
 def test_a_command_of_its_own_process_freezes_the_collector_on_its_way_out(monkeypatch, capsys):
@@ -77,12 +106,12 @@ def test_make_test_fast_skips_the_registered_slow_markers():
     assert "FAST_MARKERS := " + " and ".join(f"not {name}" for name in SLOW_MARKERS) in makefile
     assert 'test-fast: $(STAMP)\n\t$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "$(FAST_MARKERS)"' in makefile
     assert "make test-fast" in (ROOT / "README.md").read_text()
-    torchrun = _collected("-m", "torchrun", "tests/test_torchrun.py", "tests/test_ddp.py")
+    torchrun = _collected("torchrun", "tests/test_torchrun.py", "tests/test_ddp.py")
     assert "test_launcher_names_the_failing_rank_with_its_last_lines" in torchrun
     assert "test_two_worker_ddp_equals_one_worker_training_on_gloo" in torchrun
     assert "test_the_rank_log_stream_sorts_lines_by_rank_and_shows_them_as_they_arrive" not in torchrun  # no processes
-    assert _collected("-m", "notebook", "tests/test_notebooks.py") == {"test_runs_in_smoke_profile"}
-    assert "test_each_readme_command_runs_to_its_last_line" in _collected("-m", "slow", "tests/test_readme_commands.py")
+    assert _collected("notebook", "tests/test_notebooks.py") == {"test_runs_in_smoke_profile"}
+    assert "test_each_readme_command_runs_to_its_last_line" in _collected("slow", "tests/test_readme_commands.py")
 
 
 CUDA_ONLY_TESTS = {"test_every_decoder_gives_pils_pixels_within_jpeg_tolerance",  # its nvjpeg cases
@@ -101,7 +130,7 @@ def test_pytest_m_cuda_collects_every_cuda_only_test_and_nothing_else():
     assert not own_skips, f"CUDA-only tests that skip on their own instead of @pytest.mark.cuda: {own_skips}"
     files = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "tests").glob("test_*.py")
                    if "mark.cuda" in path.read_text())
-    assert _collected("-m", "cuda", *files) == CUDA_ONLY_TESTS
+    assert _collected("cuda", *files) == CUDA_ONLY_TESTS
     assert 'pytest -m cuda' in (ROOT / "scripts" / "gpu_check.sh").read_text()
 
 

@@ -616,16 +616,16 @@ def test_no_silence_warning_with_silence_zero(tmp_path):
 
 @pytest.mark.slow
 def test_workbook_run_warns_about_a_silent_cell_but_not_a_talking_one(tmp_path, capfd):
-    """Real kernels: a cell that sleeps 9 s without output is named (threshold 4 s); a cell that prints
+    """Real kernels: a cell that sleeps 7 s without output is named (threshold 4 s); a cell that prints
     every 0.3 s for as long is not, so the watch sees the kernel's output messages (`watching_engine`).
     The threshold is over ten times the gap between prints: on a loaded 2-core CI machine a print took 1.7 s
     to reach the client (a 1.5 s threshold failed there). An all-ok run leaves nothing on the terminal's
     stderr (no kernel ERROR line from the shutdown's interrupt)."""
     folder = tmp_path / "notebooks"
     folder.mkdir()
-    _notebook(folder / "00_quiet.ipynb", 'profile = "auto"  # profile', "import time\ntime.sleep(9)")
+    _notebook(folder / "00_quiet.ipynb", 'profile = "auto"  # profile', "import time\ntime.sleep(7)")
     _notebook(folder / "01_talking.ipynb", 'profile = "auto"  # profile',
-              "import time\nfor i in range(30):\n    print(i, flush=True)\n    time.sleep(0.3)")
+              "import time\nfor i in range(24):\n    print(i, flush=True)\n    time.sleep(0.3)")
     stream = io.StringIO()
     _, results = runner.run_workbook("smoke", out_dir=tmp_path / "out", notebooks_folder=folder, stream=stream,
                                      silence_seconds=4)

@@ -61,9 +61,10 @@ workbook: $(STAMP)
 
 # The suite in TEST_WORKERS pytest-xdist processes (2: one per core of the 2-core machines it is measured on);
 # --dist loadfile keeps each test file in one process, in order (the README's commands build on each other in
-# their scratch project). TEST_WORKERS=0 runs it all in this one process.
+# their scratch project); --no-loadscope-reorder hands out the files in tests/conftest.py's order, the heaviest
+# first (xdist's own puts the files with most tests first). TEST_WORKERS=0 runs it all in this one process.
 TEST_WORKERS ?= 2
-PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 

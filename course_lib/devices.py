@@ -1,13 +1,11 @@
-"""Which device a run uses, how to wait for it, and how many CPU cores it may use: one answer
-for every module (the engine, the probes, the loaders, the doctor).
+"""Which device a run uses, how to wait for it, and how many CPU cores it may use: one answer for every module (the
+engine, the probes, the loaders, the doctor).
 
-Device names follow torch: "cpu", "cuda", "cuda:N", "mps" (Apple silicon, through Metal);
-"auto" is CUDA when available, else MPS, else the CPU. MPS lacks what only CUDA has (NCCL,
-nvJPEG, pinned-memory copies, most of torch.compile's GPU backend): `unsupported_on` names what a
-device cannot run, so callers skip it with a reason instead of failing
-(https://pytorch.org/docs/stable/notes/mps.html). The worker rule is the articles' starting
-point: half the physical cores, shared by the training processes (the other half computes, or
-feeds the GPU).
+Device names follow torch: "cpu", "cuda", "cuda:N", "mps" (Apple silicon, through Metal); "auto" is CUDA when
+available, else MPS, else the CPU. MPS lacks what only CUDA has (NCCL, nvJPEG, pinned-memory copies, most of
+torch.compile's GPU backend): `unsupported_on` names what a device cannot run, so callers skip it with a reason
+instead of failing (https://pytorch.org/docs/stable/notes/mps.html). The worker rule is the articles' starting point:
+half the physical cores, shared by the training processes (the other half computes, or feeds the GPU).
 """
 from __future__ import annotations
 
@@ -26,8 +24,7 @@ def accelerator() -> str:
 
 
 def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
-    """`auto` is CUDA, else MPS (Apple silicon), else the CPU; under torchrun each process takes
-    cuda:LOCAL_RANK."""
+    """`auto` is CUDA, else MPS (Apple silicon), else the CPU; under torchrun each process takes cuda:LOCAL_RANK."""
     resolved = name
     if resolved == "auto":
         resolved = accelerator()
@@ -42,8 +39,8 @@ def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
 
 
 def as_device(device=None) -> torch.device:
-    """A torch.device from a device, a name or None (the CPU); "auto" is resolved, and a bare
-    "cuda" becomes cuda:<current>, so that caches key on one name per GPU."""
+    """A torch.device from a device, a name or None (the CPU); "auto" is resolved, and a bare "cuda" becomes
+    cuda:<current>, so that caches key on one name per GPU."""
     if device is None:
         return torch.device("cpu")
     if isinstance(device, str) and device == "auto":
@@ -55,8 +52,7 @@ def as_device(device=None) -> torch.device:
 
 
 def transfer_device(name: str) -> torch.device | None:
-    """The GPU (CUDA or MPS) batches are copied to in timings, or None when `name` names no GPU
-    this machine has (a CPU-only run)."""
+    """The GPU (CUDA or MPS) batches are copied to in timings, or None when `name` names no GPU this machine has."""
     wanted = accelerator() if name == "auto" else name.split(":")[0]
     if wanted == "cuda" and torch.cuda.is_available() or wanted == "mps" and mps_available():
         return resolve_device(name)
@@ -64,8 +60,8 @@ def transfer_device(name: str) -> torch.device | None:
 
 
 def pin_memory_helps(device=None) -> bool:
-    """Page-locked host buffers speed copies to a CUDA GPU only; MPS shares memory with the CPU
-    (unified memory), and torch's DataLoader warns and ignores pin_memory there."""
+    """Page-locked host buffers speed copies to a CUDA GPU only; MPS shares memory with the CPU (unified memory),
+    and torch's DataLoader warns and ignores pin_memory there."""
     device = as_device(device) if device is not None else torch.device(accelerator())
     return device.type == "cuda" and torch.cuda.is_available()
 
@@ -89,16 +85,14 @@ UNSUPPORTED = {
         "compile_mode": "reduce-overhead replays CUDA graphs",
     },
 }
-UNSUPPORTED["mps"].update({key: UNSUPPORTED["cpu"][key] for key in ("cudnn_benchmark", "matmul_precision",
-                                                                    "compile_mode")})
+UNSUPPORTED["mps"] |= {key: UNSUPPORTED["cpu"][key] for key in ("cudnn_benchmark", "matmul_precision", "compile_mode")}
 
 
 def skipped_switches(config, device) -> list[str]:
-    """"switch=value: reason" for each switch `config` turns on that only acts on a CUDA GPU and so
-    does nothing on `device` (pin_memory, cudnn_benchmark, matmul_precision other than highest,
-    compile_mode=reduce-overhead, decoder=nvjpeg); empty on CUDA. The engine logs these, and
-    `workbook run --profile rehearsal` prints them, so a CPU rehearsal of the gpu profile names
-    every call it skips."""
+    """"switch=value: reason" for each switch `config` turns on that only acts on a CUDA GPU and so does nothing on
+    `device` (pin_memory, cudnn_benchmark, matmul_precision other than highest, compile_mode=reduce-overhead,
+    decoder=nvjpeg); empty on CUDA. The engine logs these, and `workbook run --profile rehearsal` prints them, so a
+    CPU rehearsal of the gpu profile names every call it skips."""
     device = as_device(device)
     if device.type == "cuda":
         return []
@@ -114,14 +108,13 @@ def skipped_switches(config, device) -> list[str]:
 
 
 def unsupported_on(device, feature: str) -> str | None:
-    """Why `feature` (ddp, nvjpeg, compile, pin_memory, peak_memory) is skipped on `device`, or None
-    when the device runs it."""
+    """Why `feature` (ddp, nvjpeg, compile, pin_memory, peak_memory) is skipped on `device`, or None where it runs."""
     return UNSUPPORTED.get(as_device(device).type, {}).get(feature)
 
 
 def synchronize(device=None) -> None:
-    """Wait for queued GPU work before reading a clock (a no-op on the CPU, where work is synchronous).
-    MPS, like CUDA, queues kernels asynchronously: torch.mps.synchronize() waits for them."""
+    """Wait for queued GPU work before reading a clock (a no-op on the CPU, where work is synchronous). MPS, like
+    CUDA, queues kernels asynchronously: torch.mps.synchronize() waits for them."""
     device = as_device(device) if device is not None else None
     if device is not None and device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -151,8 +144,8 @@ def physical_cores() -> int:
 
 
 def recommended_num_workers(processes: int = 1, cores: int | None = None) -> int:
-    """The one rule for DataLoader workers: half the physical cores, shared by `processes`
-    training processes (one per GPU), at least 1. Tune from there with notebook 02's sweep."""
+    """The one rule for DataLoader workers: half the physical cores, shared by `processes` training processes (one
+    per GPU), at least 1. Tune from there with notebook 02's sweep."""
     cores = physical_cores() if cores is None else cores
     return max(1, cores // 2 // max(1, processes))
 
@@ -160,3 +153,15 @@ def recommended_num_workers(processes: int = 1, cores: int | None = None) -> int
 def resolve_num_workers(num_workers: int, processes: int = 1) -> int:
     """Config's num_workers: -1 means "the recommended number" for this machine."""
     return recommended_num_workers(processes) if num_workers < 0 else num_workers
+
+
+def worker_batches(loader):
+    """The loader's batches; an error stops its worker processes at once. Left to the error's reference cycle, the
+    collector closed their queues first and each worker took 5 s to be killed, in whichever later step collected it."""
+    iterator = iter(loader)
+    try:
+        yield from iterator
+    except (Exception, KeyboardInterrupt):
+        if hasattr(iterator, "_shutdown_workers") and not getattr(loader, "persistent_workers", False):
+            iterator._shutdown_workers()  # torch's multi-process iterator; a persistent one is the loader's to keep
+        raise

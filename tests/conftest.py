@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -184,6 +185,8 @@ _seconds_by_file: dict[str, float] = {}
 _seconds_by_kind: dict[str, float] = {}
 _tests_by_kind: dict[str, int] = {}
 _budget_lines: list[str] = []
+_by_process: dict[str, tuple[float, float]] = {}  # process: (seconds of its tests, when its last report came)
+_started = time.monotonic()
 
 
 def kind_of_test(keywords) -> str:
@@ -284,25 +287,40 @@ def pytest_collection_modifyitems(items):
         for item in items:
             if (mark := item.get_closest_marker("cuda")) is not None:
                 item.add_marker(pytest.mark.skip(reason=mark.kwargs.get("reason", "needs a CUDA GPU")))
+    import time_budget
+
+    files = {}  # each file's tests, in order: only whole files move
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
+    order = time_budget.heaviest_files_first([(name, [kind_of_test(item.keywords) for item in tests])
+                                              for name, tests in files.items()], time_budget.load())
+    items[:] = [item for name in order for item in files[name]]
 
 
 def pytest_runtest_logreport(report):
     """Setup, call and teardown all count: a fixture that executes a notebook is part of the test's time."""
     kind, name = kind_of_test(report.keywords), report.nodeid.split("::")[0]
+    process = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "this process")  # xdist's gw0...
+    seconds, _ = _by_process.get(process, (0.0, 0.0))
+    _by_process[process] = (seconds + report.duration, time.monotonic() - _started)
     _seconds_by_file[name] = _seconds_by_file.get(name, 0.0) + report.duration
     _seconds_by_kind[kind] = _seconds_by_kind.get(kind, 0.0) + report.duration
     if report.when == "call" or (report.when == "setup" and report.skipped):
         _tests_by_kind[kind] = _tests_by_kind.get(kind, 0) + 1
 
 
-def time_table(by_kind: dict, tests: dict, by_file: dict, files: int = 12) -> list[str]:
-    """The summary's lines: seconds and tests per kind, then the `files` slowest test files."""
+def time_table(by_kind: dict, tests: dict, by_file: dict, files: int = 12, by_process: dict | None = None) -> list[str]:
+    """The summary's lines: seconds and tests per kind, the `files` slowest test files, then per pytest-xdist
+    process its tests' seconds and when it reported last (two processes ending far apart: one idled)."""
     total = sum(by_kind.values()) or 1.0
     lines = ["seconds per kind of test (setup, call and teardown):"]
     lines += [f"  {kind:<9} {seconds:8.1f} s  {100 * seconds / total:5.1f}%  {tests.get(kind, 0):5d} test(s)"
               for kind, seconds in sorted(by_kind.items(), key=lambda item: -item[1])]
     lines.append(f"the {min(files, len(by_file))} slowest test files:")
     lines += [f"  {seconds:8.1f} s  {name}" for name, seconds in sorted(by_file.items(), key=lambda item: -item[1])[:files]]
+    if by_process and len(by_process) > 1:
+        lines.append("per process: " + "; ".join(f"{name} {seconds:.1f} s of tests, its last at {last:.0f} s"
+                                                  for name, (seconds, last) in sorted(by_process.items())))
     return lines
 
 
@@ -326,6 +344,7 @@ def pytest_sessionfinish(session):
 
 
 def pytest_terminal_summary(terminalreporter):
-    for line in [*(time_table(_seconds_by_kind, _tests_by_kind, _seconds_by_file) if _seconds_by_kind else []),
+    for line in [*(time_table(_seconds_by_kind, _tests_by_kind, _seconds_by_file, by_process=_by_process)
+                   if _seconds_by_kind else []),
                  *_budget_lines]:
         terminalreporter.write_line(line)

@@ -23,7 +23,7 @@ def test_fail_mode_raises_naming_the_file_without_hanging(folder_with_corrupt_fi
     dataset = loaders.image_folder_dataset(folder_with_corrupt_file, 32, decoder=decoder, bad_images="fail")
     loader = loaders.make_loader(dataset, make_config("smoke", num_workers=workers, batch_size=4), train=False)
     with pytest.raises(BadImageError, match=BAD_NAME):
-        for _ in loader:
+        for _ in loaders.batches(loader):  # as the engine's loops read it: a failed loader's workers stop with it
             pass
 
 
@@ -52,6 +52,21 @@ def test_a_bad_image_in_a_worker_is_one_line_naming_the_file(folder_with_corrupt
         message = str(error.value)
         assert message.startswith(str(folder_with_corrupt_file / "forest" / BAD_NAME)) and "\n" not in message
         assert "DataLoader worker process" not in message and "Traceback" not in message  # torch: 20+ lines
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_loaders_workers_are_stopped_with_the_error_not_by_a_later_collection(folder_with_corrupt_file):
+    """Left to the error's reference cycle, each worker waited 5 s at the next `gc.collect()` and was then killed
+    (the collector closes the queue its stop message needs); `batches` stops them as the error leaves."""
+    import psutil
+
+    dataset = loaders.image_folder_dataset(folder_with_corrupt_file, 32, bad_images="fail")
+    loader = loaders.make_loader(dataset, make_config("smoke", num_workers=2, batch_size=2), train=False)
+    before = {child.pid for child in psutil.Process().children()}
+    with pytest.raises(BadImageError):
+        list(loaders.batches(loader))
+    left = [child for child in psutil.Process().children() if child.pid not in before]
+    assert [child for child in left if child.is_running() and child.status() != psutil.STATUS_ZOMBIE] == []
 
 
 @pytest.fixture

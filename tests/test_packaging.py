@@ -286,6 +286,22 @@ def test_every_run_ends_with_where_its_time_went():
     assert lines[2].split()[:2] == ["unit", "30.0"]
     assert lines[3] == "the 2 slowest test files:" and lines[4].endswith("tests/test_notebooks.py")
     assert lines[5].endswith("tests/test_b.py") and len(lines) == 6
+    two = time_table({"unit": 30.0}, {"unit": 100}, {"tests/test_a.py": 30.0},
+                     by_process={"gw1": (14.0, 61.8), "gw0": (16.0, 70.2)})
+    assert two[-1] == "per process: gw0 16.0 s of tests, its last at 70 s; gw1 14.0 s of tests, its last at 62 s"
+
+
+def test_the_heaviest_test_files_are_handed_out_first():
+    """Issue 46: files ordered by the budget's seconds per test of each kind, whole files only, ties in their order;
+    `make test` keeps that order (xdist's own would put the files with most tests first)."""
+    import time_budget
+
+    files = [("tests/test_a.py", ["unit"] * 200), ("tests/test_book.py", ["notebook", "unit"]),
+             ("tests/test_b.py", ["unit"] * 2), ("tests/test_c.py", ["unit", "unit"]),
+             ("tests/test_notebooks.py", ["notebook"] * 3)]
+    assert time_budget.heaviest_files_first(files, BUDGET) == [
+        "tests/test_notebooks.py", "tests/test_a.py", "tests/test_book.py", "tests/test_b.py", "tests/test_c.py"]
+    assert "--dist loadfile --no-loadscope-reorder" in (ROOT / "Makefile").read_text()
 
 
 BUDGET = {"machine": "a 2-core test machine", "workers": 2, "calibration_seconds": 0.5,

@@ -20,7 +20,7 @@ from course_lib.data import (
 from course_lib.data.device_augment import DeviceAugment
 from course_lib.data.images import BadImageError, SplitClassesError
 from course_lib.data.landcover import make_landcover
-from course_lib.data.loaders import make_loader
+from course_lib.data.loaders import batches, make_loader
 from course_lib.data.transforms import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 CPU = torch.device("cpu")
@@ -172,7 +172,7 @@ def test_sized_shards_refuse_a_loader_with_another_worker_count(tmp_path):
     setting = config(storage="shards", num_workers=1)
     bundle = pipeline.build_datasets(setting)
     with pytest.raises(ConfigError, match="sized for 1 reader"):
-        next(iter(make_loader(bundle.train, setting.replace(num_workers=2), train=True)))
+        next(batches(make_loader(bundle.train, setting.replace(num_workers=2), train=True)))  # workers stop with it
 
 
 def test_nvjpeg_without_cuda_is_one_line(monkeypatch):

@@ -88,3 +88,14 @@ def check(by_kind: dict, tests: dict, budget: dict, seconds_here: float | None, 
 def enforced() -> bool:
     """Whether an over-budget kind fails the run (`WORKBOOK_TEST_BUDGET=off` only prints)."""
     return os.environ.get(OFF_ENV, "").strip().lower() != "off"
+
+
+def heaviest_files_first(files: list[tuple[str, list[str]]], budget: dict) -> list[str]:
+    """The test files, as (name, the kind of each of its tests), heaviest first by the seconds the budget's run gave
+    each kind per test; files of the same weight keep their order. `make test` hands them to its pytest-xdist
+    processes in this order (--dist loadfile --no-loadscope-reorder): the longest work starts first, and the last
+    files to start are the short ones, so both processes end close together (alphabetical order put the notebooks,
+    the README's commands and the solutions, a third of the suite, last)."""
+    per_test = {kind: recorded["seconds"] / recorded["tests"] for kind, recorded in budget["kinds"].items()}
+    weight = {name: sum(per_test.get(kind, 0.0) for kind in kinds) for name, kinds in files}
+    return sorted(weight, key=lambda name: -weight[name])

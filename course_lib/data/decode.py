@@ -243,14 +243,14 @@ def decode_once(dataset, indices, num_workers: int = 0, keep_pixels: bool = True
     decoded by `num_workers` workers (-1: the recommended number); nvjpeg here (CUDA fails in forked workers)."""
     from torch.utils.data import DataLoader
 
-    from course_lib.devices import resolve_num_workers
+    from course_lib.devices import resolve_num_workers, worker_batches
 
     workers = resolve_num_workers(num_workers)
     if getattr(dataset.loader, "name", "") == "nvjpeg":
         workers = 0
     loader = DataLoader(DecodeOrReport(dataset, indices, keep_pixels), batch_size=batch_size,
                         num_workers=workers, collate_fn=list)
-    for batch in loader:
+    for batch in worker_batches(loader):  # a bad file's error stops the workers with it
         yield from batch
 
 

@@ -1,9 +1,7 @@
-"""DataLoader factory with the articles' knobs (num_workers, pin_memory, prefetch_factor,
-persistent_workers), and a timer that turns "the GPU is starved" into a number: the fraction of
-each step spent waiting for data. The sweep over the knobs, its knee and `measure_data_wait` (a
-loader's data wait under a given step): `measure/loader_sweep.py`.
-See https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader.
-"""
+"""DataLoader factory with the articles' knobs (num_workers, pin_memory, prefetch_factor, persistent_workers), and a
+timer that turns "the GPU is starved" into a number: the fraction of each step spent waiting for data. The sweep over
+the knobs, its knee and `measure_data_wait` (a loader's data wait under a given step): `measure/loader_sweep.py`.
+See https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Subset
 
 from course_lib.config import Config, ConfigError, WorkbookError
+from course_lib.devices import resolve_num_workers, worker_batches
 from course_lib.instruments.timing import now
 
 
@@ -25,10 +24,8 @@ def local_processes() -> int:
 
 def resolved_num_workers(config: Config) -> int:
     """The config's num_workers, with -1 turned into the recommended number for this machine
-    (`devices.recommended_num_workers`: half the physical cores, shared by this machine's
-    training processes). Every loader, and the cache and shard builders, ask here."""
-    from course_lib.devices import resolve_num_workers
-
+    (`devices.recommended_num_workers`: half the physical cores, shared by this machine's training processes).
+    Every loader, and the cache and shard builders, ask here."""
     return resolve_num_workers(config.num_workers, processes=local_processes())
 
 
@@ -73,8 +70,8 @@ def image_folder_dataset(folder, image_size: int, *, decoder: str = "pil", augme
 
 
 def default_image_folder(config: Config):
-    """The training ImageFolder a config points at: data_dir's train/ (or data_dir itself), or the
-    cached landcover-synth for dataset=landcover-synth without data_dir."""
+    """The training ImageFolder a config points at: data_dir's train/ (or data_dir itself), or the cached
+    landcover-synth for dataset=landcover-synth without data_dir."""
     from course_lib.data.datasets import image_folder_root
 
     root = image_folder_root(config)
@@ -88,9 +85,8 @@ def first_images(dataset, count: int):
 
 @dataclasses.dataclass
 class DataWaitTimer:
-    """Accumulates, over training steps, seconds spent waiting for the next batch and seconds of
-    whole steps (wait + compute). `data_wait_fraction` near 0: the loader keeps up; near 1: the
-    accelerator is starved (the articles' 30-50% GPU utilisation)."""
+    """Accumulates, over training steps, seconds spent waiting for the next batch and seconds of whole steps (wait +
+    compute). `data_wait_fraction` near 0: the loader keeps up; near 1: the accelerator is starved (30-50% GPU use)."""
 
     wait_seconds: float = 0.0  # blocked in next(loader)
     total_seconds: float = 0.0  # from asking for a batch to asking for the next one
@@ -136,10 +132,10 @@ def without_worker_traceback(error: WorkbookError) -> WorkbookError:
 
 
 def batches(loader: Iterable) -> Iterator:
-    """The loader's batches, with a worker's workbook error as its own one line (`timed_batches`
-    without the timing: for validation and evaluation loops)."""
+    """The loader's batches (`devices.worker_batches`: an error stops the workers), a worker's workbook error as its
+    own one line (`timed_batches` without the timing: for validation and evaluation loops)."""
     try:
-        yield from loader
+        yield from worker_batches(loader)
     except WorkbookError as error:
         original = without_worker_traceback(error)
         if original is error:

@@ -362,8 +362,7 @@ def test_the_committed_budget_names_its_machine_and_every_kind():
 def test_the_calibration_is_a_fixed_workload_timed_by_its_fastest_repeat():
     import time_budget
 
-    first, second = time_budget.calibrate(repeats=2), time_budget.calibrate(repeats=2)
-    assert 0 < first < 30 and 0 < second < 30
+    assert 0 < time_budget.calibrate(repeats=1) < 30  # the whole run's check calls it with three repeats
 
 
 def test_make_test_runs_two_processes_a_file_to_each_and_the_notebooks_from_their_own_projects(notebooks_home):

@@ -59,11 +59,13 @@ venv: $(STAMP)
 workbook: $(STAMP)
 	$(BIN)/workbook run --profile $(PROFILE)
 
-# The suite in TEST_WORKERS pytest-xdist processes (2: one per core of the 2-core machines it is measured on);
-# --dist loadfile keeps each test file in one process, in order (the README's commands build on each other in
-# their scratch project); --no-loadscope-reorder hands out the files in tests/conftest.py's order, the heaviest
-# first (xdist's own puts the files with most tests first). TEST_WORKERS=0 runs it all in this one process.
-TEST_WORKERS ?= 2
+# The suite in TEST_WORKERS pytest-xdist processes (3 on the 2-core machines it is measured on: while one waits on a
+# kernel, a subprocess, a sleep or pip's index, the other two keep both cores busy; 9 min 3 s of pytest against
+# 10 min 36 s with 2, docs/development.md); --dist loadfile keeps each test file in one process, in order (the
+# README's commands build on each other in their scratch project); --no-loadscope-reorder hands out the files in
+# tests/conftest.py's order, the heaviest first (xdist's own puts the files with most tests first).
+# TEST_WORKERS=0 runs it all in this one process.
+TEST_WORKERS ?= 3
 PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL)

@@ -200,9 +200,10 @@ def fork_server(request):
     """One fork server per test process (tests/forkserver.py) when the session runs a test of a slow kind: the
     `python3` kernel of this process, and of the processes it starts (`workbook run`), becomes `forkserver.py run`
     (a kernelspec first on JUPYTER_PATH), the README's commands go through it (`forkserver.forked_argv`), and so do
-    torchrun's workers (PYTHON_EXEC, the interpreter torch.distributed.run starts them with). Not
-    awaited: until it has imported its libraries, a kernel or command starts a fresh interpreter. Its socket's path,
-    or None (WORKBOOK_FORK_SERVER=off, a unit-only run, or a `python3` kernel of another interpreter)."""
+    torchrun's workers (PYTHON_EXEC, the interpreter torch.distributed.run starts them with). Its imports are not
+    awaited here, only its socket (it listens first): a kernel or command that asks while they run waits for its
+    fork. Its socket's path, or None (WORKBOOK_FORK_SERVER=off, a unit-only run, or a `python3` kernel of another
+    interpreter)."""
     import forkserver
     from jupyter_client.kernelspec import KernelSpecManager
 
@@ -221,6 +222,9 @@ def fork_server(request):
         server = subprocess.Popen([sys.executable, *options, str(FORKSERVER), "serve", str(folder / "server")],
                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                   start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not (folder / "server").exists() and server.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
     saved = {name: os.environ.get(name) for name in (forkserver.SOCKET_ENV, "JUPYTER_PATH", "PYTHON_EXEC")}
     os.environ[forkserver.SOCKET_ENV] = str(folder / "server")
     os.environ["PYTHON_EXEC"] = forkserver.interpreter(str(folder))  # torchrun's workers (tests/forkserver.py)

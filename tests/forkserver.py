@@ -16,7 +16,7 @@ folder and standard streams (the file descriptors themselves), and the child the
 in a session of its own. `run` forwards the signals it gets to the child, exits with the child's exit status, and
 the child kills its whole process group when `run` dies (a kernel manager's SIGKILL). Without a server (the
 WORKBOOK_FORK_SERVER socket unset, not there yet or refusing) `run` replaces itself with a fresh interpreter: the
-same program, slower. `tests/conftest.py` (`fork_server`) starts one server per test process and points the
+same program, slower. The server listens from its start: a caller that comes while it imports waits for it. `tests/conftest.py` (`fork_server`) starts one server per test process and points the
 `python3` kernel at `run`; `WORKBOOK_FORK_SERVER=off` turns it off.
 
 A forked child's `sys.executable` is that written python too (when PYTHON_EXEC names it), so what it starts as
@@ -52,15 +52,18 @@ def serve(path: str):
     """Import PRELOAD, then answer requests until killed. Returns only in a forked child: (request, fds)."""
     import importlib
 
+    # Listening before the imports: a caller that comes while they run waits in the queue for its fork (a fresh
+    # interpreter would import the same beside them, on the same cores); if they fail, the queue's callers see the
+    # socket close and start fresh interpreters (`run`).
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(path + ".new")
+    listener.listen(64)
+    os.rename(path + ".new", path)
     for name in PRELOAD:
         importlib.import_module(name)
     if "matplotlib" in sys.modules:
         raise SystemExit("forkserver: a preloaded module imported matplotlib; its backend would be fixed too early")
     gc.freeze()  # the preloaded objects: no child's collection walks them (nor writes to their pages)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(path + ".new")
-    listener.listen(64)
-    os.rename(path + ".new", path)  # clients see the socket only once it accepts
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
@@ -237,12 +240,12 @@ def run(argv: list[str]) -> None:
     _end_with_parent_under_torchrun()
     path = os.environ.get(SOCKET_ENV, "")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "caller": os.getpid()}
     try:
         server.connect(path)
+        socket.send_fds(server, [json.dumps(request).encode()], [0, 1, 2])
     except OSError:  # no server (unset, "off", not started yet or gone): a fresh interpreter instead
         os.execv(sys.executable, [sys.executable, *argv])
-    request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "caller": os.getpid()}
-    socket.send_fds(server, [json.dumps(request).encode()], [0, 1, 2])
     reply = server.recv(64)
     if not reply:  # the server went away before forking
         os.execv(sys.executable, [sys.executable, *argv])

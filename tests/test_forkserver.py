@@ -70,6 +70,27 @@ def test_a_forked_program_gets_the_callers_arguments_streams_environment_folder_
 
 
 @pytest.mark.slow
+def test_a_caller_that_comes_while_the_server_imports_waits_for_its_fork(program, tmp_path):
+    """The server listens before its imports (seconds): a caller in that time is forked once they are done, instead
+    of importing the same beside them in a fresh interpreter."""
+    socket_path = tmp_path / "server"
+    server = subprocess.Popen([sys.executable, str(FORKSERVER), "serve", str(socket_path)], stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not socket_path.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        maps = f"/proc/{server.pid}/maps"  # Linux: the libraries the server has loaded so far
+        assert not os.path.exists(maps) or "libtorch" not in open(maps).read(), "it listened only after its imports"
+        env = {**os.environ, SOCKET_ENV: str(socket_path), "FORK_TEST": "early"}
+        done = subprocess.run([sys.executable, str(FORKSERVER), "run", program, "0"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=180)
+        assert done.stdout == f"argv ['0'] cwd {tmp_path} env early torch True matplotlib False\n", done.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+@pytest.mark.slow
 def test_without_a_server_run_is_a_fresh_interpreter(program, tmp_path):
     env = {**os.environ, SOCKET_ENV: str(tmp_path / "no-server"), "FORK_TEST": "here"}
     done = subprocess.run([sys.executable, str(FORKSERVER), "run", program, "0"], cwd=tmp_path, env=env,

@@ -365,11 +365,11 @@ def test_the_calibration_is_a_fixed_workload_timed_by_its_fastest_repeat():
     assert 0 < time_budget.calibrate(repeats=1) < 30  # the whole run's check calls it with three repeats
 
 
-def test_make_test_runs_two_processes_a_file_to_each_and_the_notebooks_from_their_own_projects(notebooks_home):
-    """`make test` runs two pytest-xdist processes, each test file in one of them, in order (the README's commands
+def test_make_test_runs_three_processes_a_file_to_each_and_the_notebooks_from_their_own_projects(notebooks_home):
+    """`make test` runs three pytest-xdist processes, each test file in one of them, in order (the README's commands
     build on each other); the chapters and solutions run from each process's own copy of the project."""
     makefile = (ROOT / "Makefile").read_text()
-    assert "TEST_WORKERS ?= 2" in makefile and "-n $(TEST_WORKERS) --dist loadfile" in makefile
+    assert "TEST_WORKERS ?= 3" in makefile and "-n $(TEST_WORKERS) --dist loadfile" in makefile
     assert "test: $(STAMP)\n\t$(BIN)/python -m pytest $(PYTEST_PARALLEL)\n" in makefile
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         assert notebooks_home == ROOT / "notebooks"

@@ -104,7 +104,7 @@ def test_make_test_fast_skips_the_registered_slow_markers():
     assert "--strict-markers" in pytest_options["addopts"]
     makefile = (ROOT / "Makefile").read_text()
     assert "FAST_MARKERS := " + " and ".join(f"not {name}" for name in SLOW_MARKERS) in makefile
-    assert 'test-fast: $(STAMP)\n\t$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "$(FAST_MARKERS)"' in makefile
+    assert 'test-fast: $(STAMP)\n\t$(PYTEST) $(PYTEST_PARALLEL) -m "$(FAST_MARKERS)"' in makefile
     assert "make test-fast" in (ROOT / "README.md").read_text()
     torchrun = _collected("torchrun", "tests/test_torchrun.py", "tests/test_ddp.py")
     assert "test_launcher_names_the_failing_rank_with_its_last_lines" in torchrun
@@ -370,7 +370,8 @@ def test_make_test_runs_three_processes_a_file_to_each_and_the_notebooks_from_th
     build on each other); the chapters and solutions run from each process's own copy of the project."""
     makefile = (ROOT / "Makefile").read_text()
     assert "TEST_WORKERS ?= 3" in makefile and "-n $(TEST_WORKERS) --dist loadfile" in makefile
-    assert "test: $(STAMP)\n\t$(BIN)/python -m pytest $(PYTEST_PARALLEL)\n" in makefile
+    assert "test: $(STAMP)\n\t$(PYTEST) $(PYTEST_PARALLEL)\n" in makefile
+    assert "PYTEST = PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest\n" in makefile  # caches on, whatever the shell says
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         assert notebooks_home == ROOT / "notebooks"
     else:

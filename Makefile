@@ -60,7 +60,7 @@ workbook: $(STAMP)
 	$(BIN)/workbook run --profile $(PROFILE)
 
 # The suite in TEST_WORKERS pytest-xdist processes (3 on the 2-core machines it is measured on: while one waits on a
-# kernel, a subprocess, a sleep or pip's index, the other two keep both cores busy; 9 min 3 s of pytest against
+# kernel, a subprocess or a sleep, the other two keep both cores busy; 9 min 3 s of pytest against
 # 10 min 36 s with 2, docs/development.md); --dist loadfile keeps each test file in one process, in order (the
 # README's commands build on each other in their scratch project); --no-loadscope-reorder hands out the files in
 # tests/conftest.py's order, the heaviest first (xdist's own puts the files with most tests first).

@@ -293,6 +293,7 @@ def pytest_collection_modifyitems(items):
                 item.add_marker(pytest.mark.skip(reason=mark.kwargs.get("reason", "needs a CUDA GPU")))
     import time_budget
 
+    # Heaviest files first (`time_budget.heaviest_files_first`): `make test` hands them out in this order.
     files = {}  # each file's tests, in order: only whole files move
     for item in items:
         files.setdefault(item.nodeid.split("::")[0], []).append(item)

@@ -85,8 +85,8 @@ def first_images(dataset, count: int):
 
 @dataclasses.dataclass
 class DataWaitTimer:
-    """Accumulates, over training steps, seconds spent waiting for the next batch and seconds of whole steps (wait +
-    compute). `data_wait_fraction` near 0: the loader keeps up; near 1: the accelerator is starved (30-50% GPU use)."""
+    """Seconds spent waiting for the next batch and seconds of whole steps (wait + compute), over training steps.
+    `data_wait_fraction` near 0: the loader keeps up; near 1: the accelerator is starved (the articles' 30-50%)."""
 
     wait_seconds: float = 0.0  # blocked in next(loader)
     total_seconds: float = 0.0  # from asking for a batch to asking for the next one

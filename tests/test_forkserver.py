@@ -149,7 +149,9 @@ def test_only_module_and_script_runs_without_a_start_up_hook_are_forked(tmp_path
 
     assert runnable(["-Xfrozen_modules=off", "-m", "ipykernel_launcher", "-f", "k.json"], {})
     assert runnable(["-u", "-m", "course_lib", "ddp-probe"], {}) and runnable(["x.py", "-c"], {})
-    for other in (["-c", "print(1)"], ["-E", "x.py"], ["-m"], ["-u"], []):
+    assert runnable(["-u", "-m", "course_lib", "ddp-probe", "--task", "equivalence"], {})
+    for other in (["-c", "print(1)"], ["-E", "x.py"], ["-m"], ["-u"], [],
+                  ["-u", "-m", "course_lib", "ddp-probe", "--task", "scaling", "--steps", "2"]):  # its profiler
         assert not runnable(other, {}), other
     (tmp_path / "sitecustomize.py").write_text("")  # tests/fixtures/ddp_faults: a fresh interpreter runs the hook
     assert not runnable(["-m", "course_lib"], {"PYTHONPATH": f"/nowhere{os.pathsep}{tmp_path}"})

@@ -1,16 +1,14 @@
-"""The results ledger: one SQLite file (stdlib `sqlite3`) that records every notebook run,
-training run and benchmark with versions, hardware, parameters and metrics, so notebooks
-can compare results across runs and machines.
+"""The results ledger: one SQLite file (stdlib `sqlite3`) that records every notebook run, training run and benchmark
+with versions, hardware, parameters and metrics, so notebooks can compare results across runs and machines.
 
-Concurrent writers (several papermill kernels at once) are safe: SQLite's WAL journal plus
-a busy timeout serialises the inserts, and each insert is one short transaction.
+Concurrent writers (several papermill kernels at once) are safe: SQLite's WAL journal plus a busy timeout serialises the
+inserts, and each insert is one short transaction.
 
 A damaged ledger is found, not appended to: opening it runs SQLite's `PRAGMA quick_check`
-(https://sqlite.org/pragma.html#pragma_quick_check) and checks the schema, and every
-`sqlite3` error becomes a one-line `LedgerError` naming the file and the fix. A result is never
-lost to the ledger: when the database cannot be written, `record` appends the row as one JSON
-line to `runs/ledger-unsaved.jsonl` beside it and warns in one line; `workbook ledger --import-unsaved`
-moves those rows into a healthy ledger later.
+(https://sqlite.org/pragma.html#pragma_quick_check) and checks the schema, and every `sqlite3` error becomes a one-line
+`LedgerError` naming the file and the fix. A result is never lost to the ledger: when the database cannot be written,
+`record` appends the row as one JSON line to `runs/ledger-unsaved.jsonl` beside it and warns in one line;
+`workbook ledger --import-unsaved` moves those rows into a healthy ledger later.
 """
 from __future__ import annotations
 

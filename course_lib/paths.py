@@ -1,7 +1,6 @@
-"""Where things live: the project root, the committed sample, the data cache, the runs folder, the
-real EuroSAT copy beside the project, and the one rule for which data a run uses (`choose_data`).
-A leaf: it imports nothing of the project, so every module can ask for a path without pulling in
-datasets or the ledger.
+"""Where things live: the project root, the committed sample, the data cache, the runs folder, the real EuroSAT copy
+beside the project, and the one rule for which data a run uses (`choose_data`). A leaf: it imports nothing of the
+project, so every module can ask for a path without pulling in datasets or the ledger.
 """
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""The run report `runs/<id>/index.html`: one row per notebook with its status and duration, its
-headline numbers read from the ledger rows the run wrote (best top-1, best images/s, the
-fastest-over-slowest spread of its training runs' images/s), its claims table ("what we measured vs. what
-the article claims") and its key figure (the last image the executed notebook shows, read with
-nbformat) as a thumbnail. `workbook run` rewrites it after every notebook; `workbook report RUN_ID`
-regenerates it from `summary.json`, the ledger and the executed notebooks.
+"""The run report `runs/<id>/index.html`: one row per notebook with its status and duration, its headline numbers read
+from the ledger rows the run wrote (best top-1, best images/s, the fastest-over-slowest spread of its training runs'
+images/s), its claims table ("what we measured vs. what the article claims") and its key figure (the last image the
+executed notebook shows, read with nbformat) as a thumbnail. `workbook run` rewrites it after every notebook;
+`workbook report RUN_ID` regenerates it from `summary.json`, the ledger and the executed notebooks.
 """
 from __future__ import annotations
 

@@ -282,6 +282,20 @@ def test_digits_bundle_is_stratified():
     assert bundle.train[0][0].shape == (3, 32, 32)
 
 
+def test_digits_are_transformed_once_and_kept_unless_too_large(monkeypatch):
+    """No augmentation: the second epoch reads the first one's tensors (the same objects), equal to a fresh
+    transform; past DIGITS_MEMO_BYTES nothing is kept."""
+    bundle = pipeline.build_datasets(make_config("smoke", dataset="digits", max_train_images=0))
+    first, again = bundle.val[3], bundle.val[3]
+    assert again[0] is first[0] and again[1] == first[1] and len(bundle.val.memo) == 1
+    fresh = pipeline.TransformedSubset(bundle.val.dataset, bundle.val.indices, bundle.val.transform)
+    assert torch.equal(fresh[3][0], first[0]) and fresh[3][1] == first[1]
+    assert torch.equal(bundle.train[0][0], bundle.train[0][0]) and len(bundle.train.memo) == 1
+    monkeypatch.setattr(pipeline, "DIGITS_MEMO_BYTES", 1797 * 3 * 32 * 32 * 4 - 1)
+    large = pipeline.build_datasets(make_config("smoke", dataset="digits", max_train_images=0))
+    assert large.val.memo is None and large.val[3][0] is not large.val[3][0]
+
+
 def test_imagefolder_needs_data_dir():
     with pytest.raises(ConfigError, match="data_dir"):
         pipeline.build_datasets(make_config("smoke", dataset="imagefolder", data_dir=""))

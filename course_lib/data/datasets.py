@@ -103,10 +103,11 @@ class ArrayImageDataset:
 
 
 class TransformedSubset:
-    """A subset of a dataset with its own transform (so train and val of one split differ)."""
+    """A subset of a dataset with its own transform (so train and val of one split differ). `memo`, a dict: each
+    sample is transformed once and kept there, for a deterministic transform of a small split (digits)."""
 
-    def __init__(self, dataset, indices, transform=None):
-        self.dataset, self.indices, self.transform = dataset, list(indices), transform
+    def __init__(self, dataset, indices, transform=None, memo: dict | None = None):
+        self.dataset, self.indices, self.transform, self.memo = dataset, list(indices), transform, memo
         self.classes = getattr(dataset, "classes", None)
         targets = getattr(dataset, "targets", None)
         self.targets = [targets[i] for i in self.indices] if targets is not None else None
@@ -115,10 +116,15 @@ class TransformedSubset:
         return len(self.indices)
 
     def __getitem__(self, index):
+        if self.memo is not None and index in self.memo:
+            return self.memo[index]
         image, target = self.dataset[self.indices[index]]
         if not isinstance(image, torch.Tensor):  # uint8 C x H x W from a FileDecoder or the cache pass as they are
             image = (image if isinstance(image, Image.Image) else Image.fromarray(np.asarray(image))).convert("RGB")
-        return (self.transform(image) if self.transform else image), int(target)
+        sample = (self.transform(image) if self.transform else image), int(target)
+        if self.memo is not None:
+            self.memo[index] = sample
+        return sample
 
 
 @dataclasses.dataclass

@@ -1,17 +1,15 @@
-"""Checkpointing a run: after every epoch rank 0 writes `output_dir/last.pt` (model, EMA, Lookahead's slow weights, optimizer,
-scheduler, GradScaler, counters, config, classes, history) through `models.checkpoint`, which
-writes atomically and reads with `torch.load(weights_only=True)`; `resume=True` restores all of
-it, so with the per-epoch seeding in `train` a resumed run ends with the uninterrupted weights.
-Resume means "the same run": a checkpoint trained with other values for a field that changes the
-training (lr, optimizer, batch_size, augmentation, seed ...) is refused in one line listing what
-differs. Only `epochs` may grow or shrink (and switches that change speed, not results): the cosine
-decay then ends at the new last step, continuing from the current learning rate.
-Weights holding NaN or inf are never written: the save raises NonFiniteLossError instead, and the
-checkpoint a save replaces stays beside it as `prev.pt` (a hard link, so no extra disk until then).
-With save_best, `keep_best()` after an epoch with a new best validation top-1 gives that epoch's
-last.pt a second name, `best.pt` (a hard link, as prev.pt), so best.pt is a whole checkpoint of the
-best epoch: `checkpoint=best.pt` and `workbook eval` read it like last.pt.
-See https://pytorch.org/tutorials/recipes/recipes/saving_and_loading_a_general_checkpoint.html.
+"""Checkpointing a run: after every epoch rank 0 writes `output_dir/last.pt` (model, EMA, Lookahead's slow weights,
+optimizer, scheduler, GradScaler, counters, config, classes, history) through `models.checkpoint`, which writes
+atomically and reads with `torch.load(weights_only=True)`; `resume=True` restores all of it, so with the per-epoch
+seeding in `train` a resumed run ends with the uninterrupted weights. Resume means "the same run": a checkpoint trained
+with other values for a field that changes the training (lr, optimizer, batch_size, augmentation, seed ...) is refused
+in one line listing what differs. Only `epochs` may grow or shrink (and switches that change speed, not results): the
+cosine decay then ends at the new last step, continuing from the current learning rate. Weights holding NaN or inf are
+never written: the save raises NonFiniteLossError instead, and the checkpoint a save replaces stays beside it as
+`prev.pt` (a hard link, so no extra disk until then). With save_best, `keep_best()` after an epoch with a new best
+validation top-1 gives that epoch's last.pt a second name, `best.pt` (a hard link, as prev.pt), so best.pt is a whole
+checkpoint of the best epoch: `checkpoint=best.pt` and `workbook eval` read it like last.pt. See
+https://pytorch.org/tutorials/recipes/recipes/saving_and_loading_a_general_checkpoint.html.
 """
 from __future__ import annotations
 

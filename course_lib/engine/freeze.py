@@ -1,7 +1,6 @@
-"""Freezing for fine-tuning: train only the new head first (backbone frozen, its BatchNorm statistics
-kept), then everything; and a lower learning rate for the backbone than for the head
-(Howard & Ruder 2018, "Universal Language Model Fine-tuning", arXiv:1801.06146, gradual unfreezing
-and discriminative learning rates).
+"""Freezing for fine-tuning: train only the new head first (backbone frozen, its BatchNorm statistics kept), then
+everything; and a lower learning rate for the backbone than for the head (Howard & Ruder 2018, "Universal Language Model
+Fine-tuning", arXiv:1801.06146, gradual unfreezing and discriminative learning rates).
 """
 from __future__ import annotations
 

@@ -1,18 +1,17 @@
 """Muon for the convolution weights, SGD for everything else, in one optimizer (`optimizer=muon`).
 
 Muon (Keller Jordan et al. 2024, "Muon: An optimizer for hidden layers in neural networks",
-https://kellerjordan.github.io/posts/muon/) runs SGD with Nesterov momentum and replaces each weight
-matrix's update by the nearest semi-orthogonal matrix (U V^T of the update's SVD, approximated by a
-quintic Newton-Schulz iteration), so every direction of the update moves by the same amount. A conv
-kernel is the matrix out_channels x (in_channels x kh x kw). Written after airbench94_muon.py
-(github.com/KellerJordan/cifar10-airbench, the CIFAR-10 record that uses it): momentum buffer
-`m = momentum m + g`, Nesterov `g + momentum m`, each kernel rescaled to Frobenius norm sqrt(out_channels)
-before its step (every conv here feeds a BatchNorm, so the scale is free and the normalisation stands in
-for weight decay), no other scaling of the update. As the Muon repository's MuonWithAuxAdam
-(github.com/KellerJordan/Muon) does, one optimizer holds both kinds of parameter group, flagged `muon`;
-its README: "use Muon to optimize all the convolutional filters except the first one". So the first conv
-(the stem, which sees pixels), biases, BatchNorm and the classifier head keep the recipe's SGD (heavy-ball
-momentum, L2 weight decay: `torch.optim.SGD`'s update), and the schedule scales both kinds of group.
+https://kellerjordan.github.io/posts/muon/) runs SGD with Nesterov momentum and replaces each weight matrix's update by
+the nearest semi-orthogonal matrix (U V^T of the update's SVD, approximated by a quintic Newton-Schulz iteration), so
+every direction of the update moves by the same amount. A conv kernel is the matrix out_channels x (in_channels x kh x
+kw). Written after airbench94_muon.py (github.com/KellerJordan/cifar10-airbench, the CIFAR-10 record that uses it):
+momentum buffer `m = momentum m + g`, Nesterov `g + momentum m`, each kernel rescaled to Frobenius norm
+sqrt(out_channels) before its step (every conv here feeds a BatchNorm, so the scale is free and the normalisation stands
+in for weight decay), no other scaling of the update. As the Muon repository's MuonWithAuxAdam
+(github.com/KellerJordan/Muon) does, one optimizer holds both kinds of parameter group, flagged `muon`; its README: "use
+Muon to optimize all the convolutional filters except the first one". So the first conv (the stem, which sees pixels),
+biases, BatchNorm and the classifier head keep the recipe's SGD (heavy-ball momentum, L2 weight decay:
+`torch.optim.SGD`'s update), and the schedule scales both kinds of group.
 """
 from __future__ import annotations
 

@@ -1,14 +1,13 @@
-"""`sync_batchnorm=True` (issue 47, point 2; article 1, section 4.3): under DDP every BatchNorm layer normalises
-with the mean and variance of the whole global batch, every process's images together, instead of its own few.
-With a per-GPU batch of 2 to 8 images a process's own statistics are noisy, and so is what the model learns.
+"""`sync_batchnorm=True` (issue 47, point 2; article 1, section 4.3): under DDP every BatchNorm layer normalises with
+the mean and variance of the whole global batch, every process's images together, instead of its own few. With a per-GPU
+batch of 2 to 8 images a process's own statistics are noisy, and so is what the model learns.
 
-On CUDA the engine uses PyTorch's `torch.nn.SyncBatchNorm.convert_sync_batchnorm`. PyTorch's layer refuses CPU
-tensors ("SyncBatchNorm expected input tensor to be on GPU"), so on CPU (gloo) the engine converts to
-`CpuSyncBatchNorm`: the same arithmetic written with a differentiable all-reduce
-(`torch.distributed.nn.functional.all_reduce`, whose backward all-reduces the gradients too). Each process sums
-its images' values and squares per channel; one all-reduce of those sums and the image count gives the global
-mean and (biased) variance; the running statistics take the unbiased variance, as BatchNorm's do. The state
-dict keeps BatchNorm's keys, so a checkpoint loads into the unconverted model.
+On CUDA the engine uses PyTorch's `torch.nn.SyncBatchNorm.convert_sync_batchnorm`. PyTorch's layer refuses CPU tensors
+("SyncBatchNorm expected input tensor to be on GPU"), so on CPU (gloo) the engine converts to `CpuSyncBatchNorm`: the
+same arithmetic written with a differentiable all-reduce (`torch.distributed.nn.functional.all_reduce`, whose backward
+all-reduces the gradients too). Each process sums its images' values and squares per channel; one all-reduce of those
+sums and the image count gives the global mean and (biased) variance; the running statistics take the unbiased variance,
+as BatchNorm's do. The state dict keeps BatchNorm's keys, so a checkpoint loads into the unconverted model.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Launch `workbook train` (or `ddp-probe`) under torchrun from a notebook cell or a shell, stream
-every rank's lines as they arrive, and, when a launch fails, name the rank whose own error came first.
+"""Launch `workbook train` (or `ddp-probe`) under torchrun from a notebook cell or a shell, stream every rank's lines as
+they arrive, and, when a launch fails, name the rank whose own error came first.
 
 `launch(2, {"model": "resnet18"})` runs `python -m torch.distributed.run --nproc-per-node 2
 -m course_lib train ...` as a *subprocess*: starting DDP workers from a notebook kernel through
@@ -7,12 +7,11 @@ fork/spawn is a well-known source of hangs (CUDA cannot be re-initialised in a f
 spawn must re-import `__main__`, which a kernel does not have, and a crashed worker can leave the
 kernel blocked in a collective). torchrun: https://pytorch.org/docs/stable/elastic/run.html.
 
-The failure report names the rank whose *own* error came first (a one-line workbook error, a
-traceback that is not a lost connection, a crash by signal), not the peers that failed because it
-went away, whatever torchrun's "Root Cause" says. A launch that runs past its timeout (by default
-sized from the run: `fitting_timeout`) is stopped with every process it started, workers in their
-own sessions and their DataLoader workers included. The measurements made through it are in
-`engine.ddp`.
+The failure report names the rank whose *own* error came first (a one-line workbook error, a traceback that is not a
+lost connection, a crash by signal), not the peers that failed because it went away, whatever torchrun's "Root Cause"
+says. A launch that runs past its timeout (by default sized from the run: `fitting_timeout`) is stopped with every
+process it started, workers in their own sessions and their DataLoader workers included. The measurements made through
+it are in `engine.ddp`.
 """
 from __future__ import annotations
 

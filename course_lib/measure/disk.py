@@ -1,11 +1,10 @@
 """The disk a folder lives on, and its cold read speed: sequential MB/s and random 4 KiB IOPS.
 
-The first article (section 1.1) says an NVMe SSD cut an epoch's data-reading time by about 60% compared
-with a SATA SSD, and that IOPS matter more than MB/s for many small images. One machine has one disk,
-so this module measures the disk you have and names its type; the comparison needs two.
-Cold reads: the probe writes a temporary file, flushes it, and asks the kernel to drop its pages
-(`posix_fadvise(POSIX_FADV_DONTNEED)`, see posix_fadvise(2)) before every pass, so the reads reach the
-device instead of the page cache. Virtual disks (virtio `vd*`) may still be cached by the host.
+The first article (section 1.1) says an NVMe SSD cut an epoch's data-reading time by about 60% compared with a SATA SSD,
+and that IOPS matter more than MB/s for many small images. One machine has one disk, so this module measures the disk
+you have and names its type; the comparison needs two. Cold reads: the probe writes a temporary file, flushes it, and
+asks the kernel to drop its pages (`posix_fadvise(POSIX_FADV_DONTNEED)`, see posix_fadvise(2)) before every pass, so the
+reads reach the device instead of the page cache. Virtual disks (virtio `vd*`) may still be cached by the host.
 `time_raw_reads` compares reading loose files with streaming the same bytes from tar shards.
 """
 from __future__ import annotations

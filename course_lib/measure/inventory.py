@@ -1,7 +1,6 @@
-"""The machine's inventory: CPU, RAM, the dataset disk (with a bounded sequential and random read
-probe), python/torch/torchvision/timm versions, CUDA, cuDNN, NCCL, each GPU (NVML when present)
-with its datasheet peaks, and an Apple-silicon GPU (MPS).
-Nothing here may crash without a GPU, NVML or `nvidia-smi`: every probe is bounded in time and
+"""The machine's inventory: CPU, RAM, the dataset disk (with a bounded sequential and random read probe),
+python/torch/torchvision/timm versions, CUDA, cuDNN, NCCL, each GPU (NVML when present) with its datasheet peaks, and an
+Apple-silicon GPU (MPS). Nothing here may crash without a GPU, NVML or `nvidia-smi`: every probe is bounded in time and
 returns `None` (with a note) where a fact cannot be had.
 """
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""The DataLoader knob sweep: time each combination of num_workers, pin_memory, prefetch_factor and
-persistent_workers on one dataset (warm-up epochs thrown away, a sync before each clock read,
-medians over interleaved repeats), find the knee (the cheapest setting within 5% of the fastest),
-and compare a loader with the one-core decode rate. The loader itself: `data/loaders.py`.
-See https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader.
+"""The DataLoader knob sweep: time each combination of num_workers, pin_memory, prefetch_factor and persistent_workers
+on one dataset (warm-up epochs thrown away, a sync before each clock read, medians over interleaved repeats), find the
+knee (the cheapest setting within 5% of the fastest), and compare a loader with the one-core decode rate. The loader
+itself: `data/loaders.py`. See https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader.
 """
 from __future__ import annotations
 

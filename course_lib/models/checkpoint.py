@@ -1,15 +1,14 @@
-"""Training checkpoints: written atomically (temp file, fsync, rename) so a crash never leaves
-a half-written file, and read with `torch.load(weights_only=True)`, which refuses pickled
-code objects (https://pytorch.org/docs/stable/generated/torch.load.html).
+"""Training checkpoints: written atomically (temp file, fsync, rename) so a crash never leaves a half-written file, and
+read with `torch.load(weights_only=True)`, which refuses pickled code objects
+(https://pytorch.org/docs/stable/generated/torch.load.html).
 
-A checkpoint is a dict of tensors and plain values: model, optimizer, scheduler, scaler and
-EMA state, the config as a dict, the class names and the per-epoch history.
+A checkpoint is a dict of tensors and plain values: model, optimizer, scheduler, scaler and EMA state, the config as a
+dict, the class names and the per-epoch history.
 
-What can go wrong is said in one line (`CheckpointError`): a failed save removes its temp file
-(and the next save removes those of processes killed mid-save), a full disk is named as such,
-and a file that is not a checkpoint says what it is (empty, a git-lfs pointer, a web page, text).
-Loading checks the zip records' CRC-32 (a bit flip on disk) and, by default, that every
-floating tensor is finite.
+What can go wrong is said in one line (`CheckpointError`): a failed save removes its temp file (and the next save
+removes those of processes killed mid-save), a full disk is named as such, and a file that is not a checkpoint says what
+it is (empty, a git-lfs pointer, a web page, text). Loading checks the zip records' CRC-32 (a bit flip on disk) and, by
+default, that every floating tensor is finite.
 """
 from __future__ import annotations
 

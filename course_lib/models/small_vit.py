@@ -1,12 +1,11 @@
-"""Vision Transformers sized for 64 px tiles, for notebook 12's model-family comparison: DeiT-Tiny's
-widths (Touvron et al. 2021, "Training data-efficient image transformers", arXiv:2012.12877: embedding
-192, 12 blocks of 3 heads). `vit_tiny_patch8_64` cuts a 64 px tile into 8 px patches (64 tokens,
-5,390,410 parameters with 10 classes); `vit_tiny_patch16_64` into timm's usual 16 px patches (a 4x4
-grid of 16 tokens, about 4x less arithmetic, 5,491,786 parameters), the one a 2-core CPU can train in
-the cpu profile. Registered with timm, so `timm.create_model("vit_tiny_patch8_64", num_classes=10)`
-works wherever `course_lib.models` was imported (`tests/test_model_family.py` checks the numbers).
-`dynamic_img_size` interpolates the position embedding, so progressive resizing (32 px early epochs)
-works. No pretrained weights exist.
+"""Vision Transformers sized for 64 px tiles, for notebook 12's model-family comparison: DeiT-Tiny's widths (Touvron et
+al. 2021, "Training data-efficient image transformers", arXiv:2012.12877: embedding 192, 12 blocks of 3 heads).
+`vit_tiny_patch8_64` cuts a 64 px tile into 8 px patches (64 tokens, 5,390,410 parameters with 10 classes);
+`vit_tiny_patch16_64` into timm's usual 16 px patches (a 4x4 grid of 16 tokens, about 4x less arithmetic, 5,491,786
+parameters), the one a 2-core CPU can train in the cpu profile. Registered with timm, so
+`timm.create_model("vit_tiny_patch8_64", num_classes=10)` works wherever `course_lib.models` was imported
+(`tests/test_model_family.py` checks the numbers). `dynamic_img_size` interpolates the position embedding, so
+progressive resizing (32 px early epochs) works. No pretrained weights exist.
 """
 from __future__ import annotations
 

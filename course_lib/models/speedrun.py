@@ -1,17 +1,16 @@
-"""The workbook's speed-run network: a small residual CNN in the style of airbench (Keller Jordan,
-"94% on CIFAR-10 in 3.29 seconds on a single GPU", arXiv:2404.00498) and of Myrtle.ai's ResNet-9
-(David Page, "How to train your ResNet", 2018), sized for 64 px tiles on a few CPU cores.
+"""The workbook's speed-run network: a small residual CNN in the style of airbench (Keller Jordan, "94% on CIFAR-10 in
+3.29 seconds on a single GPU", arXiv:2404.00498) and of Myrtle.ai's ResNet-9 (David Page, "How to train your ResNet",
+2018), sized for 64 px tiles on a few CPU cores.
 
     stem   2x2 conv, stride 2 (patchify: 64 px -> 32 px), BatchNorm, GELU
     group  3x3 conv (width up) -> 2x2 max-pool -> BatchNorm -> GELU, then a residual block of
            two 3x3 conv + BatchNorm + GELU, added to the group's input      x3 (32 -> 16 -> 8 -> 4 px)
     head   global max-pool -> linear, its output scaled by 1/8 (airbench: small logits early on)
 
-Registered with timm, so `timm.create_model("speedrun_resnet", num_classes=10)` and every notebook
-can use it; `speedrun_resnet_small` halves the widths, and `speedrun_resnet_tiny` (notebook 13's
-distillation student) halves them again. Widths (64, 128, 256): 1,941,066 parameters
-with 10 classes (`tests/test_speedrun.py` checks the number). `activation="relu"` (Config.activation)
-puts ReLU where GELU is, as in Page's ResNet-9; airbench94 uses GELU.
+Registered with timm, so `timm.create_model("speedrun_resnet", num_classes=10)` and every notebook can use it;
+`speedrun_resnet_small` halves the widths, and `speedrun_resnet_tiny` (notebook 13's distillation student) halves them
+again. Widths (64, 128, 256): 1,941,066 parameters with 10 classes (`tests/test_speedrun.py` checks the number).
+`activation="relu"` (Config.activation) puts ReLU where GELU is, as in Page's ResNet-9; airbench94 uses GELU.
 """
 from __future__ import annotations
 

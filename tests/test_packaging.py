@@ -165,6 +165,12 @@ def test_make_venv_compiles_the_bytecode_on_every_core_after_a_no_compile_instal
     assert install < compiled and "purelib" in commands[compiled]
     timm = importlib.util.find_spec("timm").origin  # installed by `make venv`: compiled whatever the environment says
     assert Path(importlib.util.cache_from_source(timm)).exists(), timm
+    # The packages' own test suites are left out; what the project imports is not.
+    skip = re.compile(re.search(r"-x '([^']+)'", commands[compiled]).group(1))
+    assert skip.search("site-packages/pandas/tests/frame/test_api.py")
+    assert skip.search("site-packages/torch/testing/_internal/common_utils.py")
+    assert not any(skip.search(importlib.util.find_spec(name).origin) for name in
+                   ("torch.testing", "numpy.testing", "sklearn.utils._testing", "timm.layers", "course_lib.engine.train"))
 
 
 def test_make_venv_refuses_an_unknown_torch_choice_in_one_line(tmp_path):

@@ -50,9 +50,13 @@ def _write_rows(args):
 
 @pytest.mark.slow
 def test_concurrent_writers_lose_nothing(tmp_path):
+    """Four processes append at once. They are forked from multiprocessing's fork server, which imports this module
+    (and with it course_lib and torch) once: four spawned interpreters took 15 s of CPU importing them each."""
     path = tmp_path / "shared.sqlite"
     ledger.Ledger(path)
-    with multiprocessing.get_context("spawn").Pool(4) as pool:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    with context.Pool(4) as pool:
         pool.map(_write_rows, [(str(path), worker, 25) for worker in range(4)])
     rows = ledger.Ledger(path).rows()
     assert len(rows) == 100

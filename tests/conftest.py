@@ -1,7 +1,9 @@
+import contextlib
 import gc
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -195,39 +197,51 @@ def kind_of_test(keywords) -> str:
     return next((kind for kind in SLOW_KINDS if kind in keywords), "unit")
 
 
+FORK_FOLDER_ENV = "WORKBOOK_TEST_FORK_FOLDER"  # `pytest_configure`: the folder of the session's one fork server
+
+
 @pytest.fixture(scope="session", autouse=True)
 def fork_server(request):
-    """One fork server per test process (tests/forkserver.py) when the session runs a test of a slow kind: the
-    `python3` kernel of this process, and of the processes it starts (`workbook run`), becomes `forkserver.py run`
-    (a kernelspec first on JUPYTER_PATH), the README's commands go through it (`forkserver.forked_argv`), and so do
-    torchrun's workers (PYTHON_EXEC, the interpreter torch.distributed.run starts them with). Its imports are not
-    awaited here, only its socket (it listens first): a kernel or command that asks while they run waits for its
-    fork. Its socket's path, or None (WORKBOOK_FORK_SERVER=off, a unit-only run, or a `python3` kernel of another
-    interpreter)."""
+    """One fork server per session (tests/forkserver.py), started by the first test process that runs a test of a
+    slow kind; the other pytest-xdist processes of the session use it too (each started its own before: three
+    servers importing torch, timm and ipykernel, about 7 s of CPU each), and the controlling process stops it at the
+    end (`pytest_unconfigure`). The `python3` kernel of this process, and of the processes it starts (`workbook
+    run`), becomes `forkserver.py run` (a kernelspec first on JUPYTER_PATH), the README's commands go through it
+    (`forkserver.forked_argv`), and so do torchrun's workers (PYTHON_EXEC, the interpreter torch.distributed.run
+    starts them with). Its imports are not awaited here, only its socket (it listens first): a kernel or command that
+    asks while they run waits for its fork. Its socket's path, or None (WORKBOOK_FORK_SERVER=off, a unit-only run,
+    or a `python3` kernel of another interpreter)."""
+    import fcntl
+
     import forkserver
     from jupyter_client.kernelspec import KernelSpecManager
 
     spec = KernelSpecManager().get_kernel_spec("python3")
     other_interpreter = Path(spec.argv[0]).resolve() != Path(sys.executable).resolve()
-    if os.environ.get(forkserver.SOCKET_ENV) == "off" or other_interpreter \
+    if os.environ.get(forkserver.SOCKET_ENV) == "off" or other_interpreter or not os.environ.get(FORK_FOLDER_ENV) \
             or all(kind_of_test(item.keywords) == "unit" for item in request.session.items):
         yield None
         return
-    folder = Path(tempfile.mkdtemp(prefix="workbook-fork-"))  # short: a Unix socket's path holds at most 107 bytes
-    (folder / "kernels" / "python3").mkdir(parents=True)
-    kernel = {**spec.to_dict(), "argv": [sys.executable, str(FORKSERVER), "run", *spec.argv[1:]]}
-    (folder / "kernels" / "python3" / "kernel.json").write_text(json.dumps(kernel))
-    options = [argument for argument in spec.argv[1:] if argument.startswith("-X")]  # the kernel's interpreter options
-    with open(folder / "server.log", "wb") as log:
-        server = subprocess.Popen([sys.executable, *options, str(FORKSERVER), "serve", str(folder / "server")],
-                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+    folder = Path(os.environ[FORK_FOLDER_ENV])
+    with open(folder / "lock", "w") as lock:  # the first process to come starts it; the others find it started
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "server.pid").exists():
+            (folder / "kernels" / "python3").mkdir(parents=True)
+            kernel = {**spec.to_dict(), "argv": [sys.executable, str(FORKSERVER), "run", *spec.argv[1:]]}
+            (folder / "kernels" / "python3" / "kernel.json").write_text(json.dumps(kernel))
+            forkserver.interpreter(str(folder))
+            options = [argument for argument in spec.argv[1:] if argument.startswith("-X")]  # the kernel's options
+            with open(folder / "server.log", "wb") as log:
+                server = subprocess.Popen([sys.executable, *options, str(FORKSERVER), "serve", str(folder / "server")],
+                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True)
+            (folder / "server.pid").write_text(str(server.pid))
     deadline = time.monotonic() + 30
-    while not (folder / "server").exists() and server.poll() is None and time.monotonic() < deadline:
+    while not (folder / "server").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     saved = {name: os.environ.get(name) for name in (forkserver.SOCKET_ENV, "JUPYTER_PATH", "PYTHON_EXEC")}
     os.environ[forkserver.SOCKET_ENV] = str(folder / "server")
-    os.environ["PYTHON_EXEC"] = forkserver.interpreter(str(folder))  # torchrun's workers (tests/forkserver.py)
+    os.environ["PYTHON_EXEC"] = str(folder / "python")  # torchrun's workers (tests/forkserver.py)
     os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(folder), saved["JUPYTER_PATH"]]))
     yield folder / "server"
     for name, value in saved.items():
@@ -235,9 +249,30 @@ def fork_server(request):
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-    server.terminate()
-    server.wait(timeout=60)
+
+
+def _stop_fork_server(folder: Path) -> None:
+    """The end of the session: stop its fork server, if a test process started one, and remove its folder."""
+    if (folder / "server.pid").exists():
+        pid = int((folder / "server.pid").read_text())
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):  # a pytest-xdist process started it: not this one's child
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")  # Linux: a zombie no process has reaped yet has ended too
+    return not (stat.exists() and stat.read_text().rsplit(")", 1)[-1].split()[0] == "Z")
 
 
 @pytest.fixture(scope="session")
@@ -278,10 +313,19 @@ def collect_what_kernels_left(request):
 def pytest_configure(config):
     """In a pytest-xdist worker, torch and the processes it starts (kernels, `workbook` commands, torchrun) get
     one thread each: two workers with torch's default of one thread per core would each spin on every core, and
-    the same suite took four times as long."""
+    the same suite took four times as long. The controlling process names the folder of the session's fork server
+    (`fork_server`) in the environment its workers inherit; a test's own pytest gets a folder of its own."""
     if not _controlling(config):
         os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)
+    else:  # short: a Unix socket's path holds at most 107 bytes
+        config.fork_folder = Path(tempfile.mkdtemp(prefix="workbook-fork-"))
+        os.environ[FORK_FOLDER_ENV] = str(config.fork_folder)
+
+
+def pytest_unconfigure(config):
+    if _controlling(config) and hasattr(config, "fork_folder"):
+        _stop_fork_server(config.fork_folder)
 
 
 def pytest_collection_modifyitems(items):

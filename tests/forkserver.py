@@ -17,8 +17,8 @@ in a session of its own. `run` forwards the signals it gets to the child, exits 
 the child kills its whole process group when `run` dies (a kernel manager's SIGKILL). Without a server (the
 WORKBOOK_FORK_SERVER socket unset, not there yet or refusing) `run` replaces itself with a fresh interpreter: the
 same program, slower. The server listens from its start: a caller that comes while it imports waits for it.
-`tests/conftest.py` (`fork_server`) starts one server per test process and points the
-`python3` kernel at `run`; `WORKBOOK_FORK_SERVER=off` turns it off.
+`tests/conftest.py` (`fork_server`) starts one server per session, shared by its pytest-xdist processes, and
+points the `python3` kernel at `run`; `WORKBOOK_FORK_SERVER=off` turns it off.
 
 A forked child's `sys.executable` is that written python too (when PYTHON_EXEC names it), so what it starts as
 `[sys.executable, ...]` (a kernel's torchrun agent) is forked as well; `-c` and other forms `run` cannot fork still

@@ -6,7 +6,9 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import conftest
 import nbformat
 import pytest
 from conftest import FORKSERVER
@@ -88,6 +90,21 @@ def test_a_caller_that_comes_while_the_server_imports_waits_for_its_fork(program
     finally:
         server.terminate()
         server.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_the_sessions_processes_share_one_server_that_the_session_stops(server, tmp_path):
+    """The folder the controlling process named (every pytest-xdist process of the session inherits it) holds the
+    one server; `_stop_fork_server` ends a server that is not its caller's child and removes the folder."""
+    assert server.parent == Path(os.environ[conftest.FORK_FOLDER_ENV])
+    assert conftest._alive(int((server.parent / "server.pid").read_text()))
+    folder = tmp_path / "fork"
+    folder.mkdir()
+    # A stand-in started, as under pytest-xdist, by another process: a shell that leaves it running and exits.
+    started = subprocess.run(["sh", "-c", "sleep 120 > /dev/null 2>&1 & echo $!"], capture_output=True, text=True)
+    (folder / "server.pid").write_text(started.stdout.strip())
+    conftest._stop_fork_server(folder)
+    assert not conftest._alive(int(started.stdout)) and not folder.exists()
 
 
 @pytest.mark.slow

@@ -176,14 +176,14 @@ def runnable(argv: list[str], environ=os.environ) -> bool:
     """Whether `run_program` can run `python ARGV...`: interpreter options -X... and -u only, then -m MODULE or a
     script. Anything else (`-c CODE`, other options) is a fresh interpreter's (`run`), and so is a program whose
     PYTHONPATH holds a sitecustomize.py: a start-up hook (tests/fixtures/ddp_faults) a forked child never runs.
-    So is the DDP scaling probe (`ddp-probe --task scaling`), which runs torch.profiler in each worker: once in
-    about ten clean-clone runs a forked worker's heap was corrupt when its profiler stopped (glibc "malloc():
+    So is a worker of the DDP scaling probe (`-m course_lib ddp-probe --task scaling`), which runs torch.profiler:
+    once in about ten clean-clone runs a forked worker's heap was corrupt when its profiler stopped (glibc "malloc():
     unsorted double linked list corrupted", SIGABRT in `_communication_share`); kineto keeps per-process state
-    that a fork copies (pytorch/kineto#998)."""
+    that a fork copies (pytorch/kineto#998). Its torchrun agent, which profiles nothing, is forked."""
     argv = argv[len(_options(argv)):]
     hooked = any(os.path.isfile(os.path.join(entry, "sitecustomize.py"))
                  for entry in environ.get("PYTHONPATH", "").split(os.pathsep) if entry)
-    profiled = "ddp-probe" in argv and "scaling" in argv
+    profiled = argv[:3] == ["-m", "course_lib", "ddp-probe"] and "scaling" in argv
     return bool(argv) and not hooked and not profiled and (argv[0] == "-m" and len(argv) > 1
                                                             or not argv[0].startswith("-"))
 

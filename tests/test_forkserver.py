@@ -167,6 +167,9 @@ def test_only_module_and_script_runs_without_a_start_up_hook_are_forked(tmp_path
     assert runnable(["-Xfrozen_modules=off", "-m", "ipykernel_launcher", "-f", "k.json"], {})
     assert runnable(["-u", "-m", "course_lib", "ddp-probe"], {}) and runnable(["x.py", "-c"], {})
     assert runnable(["-u", "-m", "course_lib", "ddp-probe", "--task", "equivalence"], {})
+    # The scaling probe's torchrun agent profiles nothing: forked (its workers, below, are not).
+    assert runnable(["-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "course_lib", "ddp-probe",
+                     "--task", "scaling"], {})
     for other in (["-c", "print(1)"], ["-E", "x.py"], ["-m"], ["-u"], [],
                   ["-u", "-m", "course_lib", "ddp-probe", "--task", "scaling", "--steps", "2"]):  # its profiler
         assert not runnable(other, {}), other

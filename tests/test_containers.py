@@ -95,7 +95,11 @@ def _index_reachable() -> str | None:
 def resolve(pins_text: str, extras: str) -> subprocess.CompletedProcess:
     """`pip install --dry-run` of the project's requirements with `extras`, for the pins' Python on x86-64
     Linux, constrained by the pins: what `make venv` would ask pip inside that image, resolved from the index
-    without installing anything. Cached: the Dockerfile and the Apptainer recipe share their pins."""
+    without installing anything. Cached: the Dockerfile and the Apptainer recipe share their pins. fast-deps: pip
+    reads each candidate wheel's METADATA through HTTP range requests (where the index gives no PEP 658 metadata, as
+    the registry here does not) instead of downloading the whole wheel, torch's 916 MB included; the resolver and its
+    answer are the same, and pip downloads the whole wheel where a server refuses ranges. The Dockerfile's resolution
+    took 25.9 s (24.4 s of CPU) without it, 18.3-21.3 s (12.0-14.4 s) with it, on a 2-core AMD EPYC."""
     reason = _index_reachable()
     if reason:
         pytest.skip(reason)
@@ -104,6 +108,7 @@ def resolve(pins_text: str, extras: str) -> subprocess.CompletedProcess:
     (folder / "requirements.txt").write_text("\n".join(project_requirements(extras)) + "\n")
     platforms = [option for platform in PLATFORMS for option in ("--platform", platform)]
     return subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+                           "--use-feature=fast-deps",
                            "--report", str(folder / "report.json"), "--only-binary=:all:", "--implementation", "cp",
                            "--python-version", python_of(folder / "pins.txt"), *platforms,
                            "-c", str(folder / "pins.txt"), "-r", str(folder / "requirements.txt")],

@@ -236,8 +236,8 @@ def fork_server(request):
                                           stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                           start_new_session=True)
             (folder / "server.pid").write_text(str(server.pid))
-    deadline = time.monotonic() + 30
-    while not (folder / "server").exists() and time.monotonic() < deadline:
+    pid, deadline = int((folder / "server.pid").read_text()), time.monotonic() + 30
+    while not (folder / "server").exists() and _alive(pid) and time.monotonic() < deadline:  # a dead server: no wait
         time.sleep(0.02)
     saved = {name: os.environ.get(name) for name in (forkserver.SOCKET_ENV, "JUPYTER_PATH", "PYTHON_EXEC")}
     os.environ[forkserver.SOCKET_ENV] = str(folder / "server")

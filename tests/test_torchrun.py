@@ -86,22 +86,6 @@ def test_failure_classification_from_torchrun_summaries(tmp_path):
 # --- real torchrun launches (CPU, gloo) -----------------------------------------------------------
 
 @pytest.mark.torchrun
-def test_launcher_names_the_failing_rank_with_its_last_lines():
-    lines = []
-    result = torchrun.launch(2, {"batch_size": 8}, "smoke", command="ddp-probe", args=["--task", "equivalence"],
-                        env={ddp_probe.FAIL_RANK_ENV: "1"}, echo=lines.append, check=False, timeout=120)
-    assert not result.ok and result.returncode != 0
-    first = result.failures[0]
-    assert first.rank == 1 and first.root_cause and first.exitcode == 1
-    assert 0 not in [failure.rank for failure in result.failures if failure.exitcode < 0]  # SIGTERMed: not listed
-    assert any("deliberate failure on rank 1" in line for line in first.last_lines)
-    assert any(line.startswith("[rank1] ") for line in lines)  # streamed live, prefixed by rank
-    assert result.rows == []  # rank 0 never got to record
-    with pytest.raises(torchrun.LaunchError, match=r"rank 1 \(local rank 1\) failed first with exit code 1"):
-        result.raise_for_failure()
-
-
-@pytest.mark.torchrun
 def test_two_nodes_on_loopback_train_with_the_engine_and_record_world_size_2(tmp_path):
     result = torchrun.launch(1, {**TINY, "output_dir": str(tmp_path / "checkpoints")}, "smoke", nnodes=2, echo=None,
                         timeout=180)
@@ -119,6 +103,26 @@ FAULTS = ROOT / "tests" / "fixtures" / "ddp_faults"
 
 def fault_environment(fault: str, **extra) -> dict:
     return {"WORKBOOK_TEST_FAULT": fault, "PYTHONPATH": os.pathsep.join([str(FAULTS), str(ROOT)]), **extra}
+
+
+@pytest.mark.torchrun
+def test_launcher_names_the_failing_rank_with_its_last_lines():
+    """Rank 1 raises; its error takes 3 s to reach its error file (a loaded machine's teardown). A rank that
+    closed its process group before reporting (the probe did, in `finally`) let rank 0 fail first with
+    "Connection closed by peer" while rank 1 was stopped: seen in CI, and every time with this fault."""
+    lines = []
+    result = torchrun.launch(2, {"batch_size": 8}, "smoke", command="ddp-probe", args=["--task", "equivalence"],
+                        env={ddp_probe.FAIL_RANK_ENV: "1", **fault_environment("slow-error-report")},
+                        echo=lines.append, check=False, timeout=120)
+    assert not result.ok and result.returncode != 0
+    first = result.failures[0]
+    assert first.rank == 1 and first.root_cause and first.exitcode == 1
+    assert 0 not in [failure.rank for failure in result.failures if failure.exitcode < 0]  # SIGTERMed: not listed
+    assert any("deliberate failure on rank 1" in line for line in first.last_lines)
+    assert any(line.startswith("[rank1] ") for line in lines)  # streamed live, prefixed by rank
+    assert result.rows == []  # rank 0 never got to record
+    with pytest.raises(torchrun.LaunchError, match=r"rank 1 \(local rank 1\) failed first with exit code 1"):
+        result.raise_for_failure()
 
 
 @pytest.mark.torchrun

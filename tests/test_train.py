@@ -257,6 +257,24 @@ def test_a_diverged_run_keeps_the_good_checkpoint_and_fails_naming_the_epoch(tmp
     assert newest["status"] == "failed" and "after epoch 1" in newest["metrics"]["error"]
 
 
+def test_a_failed_rank_of_several_leaves_its_process_group_to_its_exit(tmp_path, monkeypatch):
+    """Destroying the group before the error reaches torchrun's error file lets a peer fail first and take the blame
+    (tests/test_torchrun.py, end to end); the process's exit closes the connections after the report."""
+    destroyed = []
+    rank_1_of_2 = train.Distributed(rank=1, world_size=2, local_rank=1, started_here=True)
+    monkeypatch.setattr(train, "setup_distributed", lambda config: (rank_1_of_2, torch.device("cpu")))
+    monkeypatch.setattr(train.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(train.dist, "destroy_process_group", lambda: destroyed.append("destroyed"))
+
+    def prepare_that_fails(*args, **kwargs):
+        raise RuntimeError("rank 1's own error")
+
+    monkeypatch.setattr(train, "prepare", prepare_that_fails)
+    with pytest.raises(RuntimeError, match="rank 1's own error"):
+        train.fit(tiny_config(tmp_path), bundle=tensor_bundle(), progress=False, verbose=False)
+    assert destroyed == []
+
+
 def test_non_finite_weights_are_not_saved_even_without_validation(tmp_path, monkeypatch):
     real_step = train.optimizer_step
 

@@ -241,31 +241,31 @@ def run(task: str, config, *, steps: int = 5, warmup: int = 2, profile_steps: in
         torch.cuda.set_device(device)
     started = time.perf_counter()
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    try:
-        fail_rank = os.environ.get(FAIL_RANK_ENV)
-        if task == "fail" or (fail_rank not in (None, "") and int(fail_rank) == rank):
-            raise RuntimeError(f"deliberate failure on rank {rank} ({FAIL_RANK_ENV}={fail_rank}, task={task})")
-        if task == "equivalence":
-            result = _equivalence_worker(config, rank, world_size, steps, Path(out or "runs/ddp_probe"))
-        elif task == "bandwidth":
-            from course_lib.engine import allreduce
+    # An error below leaves the group to the process's exit, after its error file and stderr: destroying it first
+    # tells the peers, and torchrun, seeing a peer's "connection closed" end first, stops this rank and blames the peer.
+    fail_rank = os.environ.get(FAIL_RANK_ENV)
+    if task == "fail" or (fail_rank not in (None, "") and int(fail_rank) == rank):
+        raise RuntimeError(f"deliberate failure on rank {rank} ({FAIL_RANK_ENV}={fail_rank}, task={task})")
+    if task == "equivalence":
+        result = _equivalence_worker(config, rank, world_size, steps, Path(out or "runs/ddp_probe"))
+    elif task == "bandwidth":
+        from course_lib.engine import allreduce
 
-            result = allreduce.worker(world_size, device, max_bytes or allreduce.SIZES[-1], steps, warmup)
-        else:
-            worker_counts = list(range(1, world_size + 1))
-            result = _scaling_worker(config, rank, world_size, device, steps, warmup, profile_steps,
-                                     worker_counts, global_batch or config.batch_size * world_size)
-        if rank == 0:
-            print(f"ddp_probe {task}: {world_size} worker(s) done in {time.perf_counter() - started:.1f} s",
-                  flush=True)
-            ledger.record("ddp", task, duration_seconds=time.perf_counter() - started,
-                          parameters={**config.to_dict(), "world_size": world_size, "steps": steps,
-                                      "warmup": warmup},
-                          metrics={"world_size": world_size, **json.loads(json.dumps(result, default=str))})
-        # Leave together: a rank that tears down its process group while a peer (here rank 0, still
-        # writing the ledger) is connected can abort at exit ("terminate called without an active exception").
-        # Collect first: a DDP reducer in a reference cycle keeps the gloo group alive into interpreter teardown (that abort).
-        gc.collect()
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+        result = allreduce.worker(world_size, device, max_bytes or allreduce.SIZES[-1], steps, warmup)
+    else:
+        worker_counts = list(range(1, world_size + 1))
+        result = _scaling_worker(config, rank, world_size, device, steps, warmup, profile_steps,
+                                 worker_counts, global_batch or config.batch_size * world_size)
+    if rank == 0:
+        print(f"ddp_probe {task}: {world_size} worker(s) done in {time.perf_counter() - started:.1f} s",
+              flush=True)
+        ledger.record("ddp", task, duration_seconds=time.perf_counter() - started,
+                      parameters={**config.to_dict(), "world_size": world_size, "steps": steps,
+                                  "warmup": warmup},
+                      metrics={"world_size": world_size, **json.loads(json.dumps(result, default=str))})
+    # Leave together: a rank that tears down its process group while a peer (here rank 0, still
+    # writing the ledger) is connected can abort at exit ("terminate called without an active exception").
+    # Collect first: a DDP reducer in a reference cycle keeps the gloo group alive into interpreter teardown (that abort).
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()

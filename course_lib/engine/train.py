@@ -572,6 +572,7 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
     output_lock = paths.OutputLock(config.output_dir).acquire() if distributed.is_main else None
     recorder = RunRecorder(config, distributed.is_main, distributed.world_size, device, started)
     state = monitor = board = monitor_wall_time = None
+    failed = False
     try:
         state = prepare(config, bundle, distributed=distributed, device=device, verbose=verbose, model=model,
                         teacher=teacher)
@@ -589,6 +590,7 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
         _record_success(recorder, state, result, stopped_early_after, monitoring)
         return result
     except BaseException as error:  # an interrupted run is recorded too, then the error goes on
+        failed = True
         recorder.failed(state.history if state else [], state.precision if state else config.precision, error)
         raise
     finally:
@@ -600,7 +602,8 @@ def fit(config: Config, *, bundle=None, progress: bool = True, verbose: bool = T
             board.close()
         if output_lock is not None:
             output_lock.release()
-        if distributed.started_here and dist.is_initialized():
+        # A failed rank of several leaves its group to the process's exit (`ddp_probe.run` says why).
+        if distributed.started_here and dist.is_initialized() and not (failed and distributed.enabled):
             dist.destroy_process_group()
 
 

@@ -42,6 +42,24 @@ def test_a_hopeless_candidate_is_not_timed_further():
     assert auto_precision.step_seconds(model, images, targets, "off", repeats=2) > 0
 
 
+def test_a_candidate_hopeless_on_two_images_is_never_timed_on_the_probe_batch(monkeypatch):
+    """fp16's convolution backward on a Xeon with AVX512-FP16 took 32 s for one step of 32 images at 80 px
+    (fp32: 0.25 s), paid by every new decision of the speed-run recipes; a two-image scout finds it."""
+    per_image = {"off": 0.01, "bf16": 0.006, "fp16": 1.3}  # seconds a step takes per image, as on that Xeon
+    timed = []
+
+    def step_seconds(model, images, targets, precision, **kwargs):
+        timed.append((precision, len(images)))
+        return per_image[precision] * len(images)
+
+    monkeypatch.setattr(auto_precision, "step_seconds", step_seconds)
+    images, targets = torch.randn(32, 3, 16, 16), torch.zeros(32, dtype=torch.long)
+    assert auto_precision._candidate_seconds(None, images, targets, "fp16", give_up_after=3.2) is None
+    assert ("fp16", 32) not in timed and ("fp16", auto_precision.SCOUT_IMAGES) in timed
+    assert auto_precision._candidate_seconds(None, images, targets, "bf16", give_up_after=3.2) == pytest.approx(0.192)
+    assert ("bf16", 32) in timed
+
+
 def test_the_engine_logs_the_measurement_and_trains_in_the_choice(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(auto_precision, "choose_precision", lambda *a, **k: ("off", {"off": 0.1, "bf16": 0.2,
                                                                                       "fp16": None}))

@@ -34,6 +34,7 @@ CANDIDATES = ("off", "bf16", "fp16")
 MARGIN = 1.10  # a reduced precision must be this much faster than fp32 to be worth autocast's casts
 SLOW_FACTOR = 10.0  # a candidate whose first step takes this many fp32 steps is not timed further
 PROBE_BATCH = 32  # images per probed step (at most the run's batch)
+SCOUT_IMAGES = 2  # a reduced precision's first, cheap look (`_candidate_seconds`)
 
 _cache: dict[tuple, tuple[str, dict]] = {}
 # Decided once per machine (issue 49, point 14): two identical runs started together on a busy machine timed
@@ -96,9 +97,13 @@ def step_seconds(model: torch.nn.Module, images: torch.Tensor, targets: torch.Te
 
 
 def _candidate_seconds(model, images, targets, precision: str, give_up_after: float) -> float | None:
-    """A reduced precision's step time, or None where the device lacks a kernel for it (MPS
-    raises for bf16 before macOS 14, and for ops without a half-precision kernel)."""
+    """A reduced precision's step time, or None where it is hopeless or the device lacks a kernel for it (MPS raises
+    for bf16 before macOS 14, and for ops without a half-precision kernel). Hopeless shows on SCOUT_IMAGES first: fp16's
+    convolution backward on a Xeon with AVX512-FP16 took 130x fp32's step (32 s for 32 images at 80 px), 4 s so."""
     try:
+        scout = images[:SCOUT_IMAGES], targets[:SCOUT_IMAGES]
+        if step_seconds(model, *scout, precision, repeats=1) > SLOW_FACTOR * step_seconds(model, *scout, "off"):
+            return None
         return step_seconds(model, images, targets, precision, give_up_after=give_up_after)
     except (RuntimeError, TypeError):
         if images.device.type != "mps":

@@ -212,12 +212,10 @@ def _communication_share(timed: TimedStep, steps, warmup, profile_steps, with_sy
     events = communication_events(profiler)
     communication_seconds = events["device_seconds"] if device.type == "cuda" else events["cpu_seconds"]
     return {
-        "step_seconds": with_sync,
-        "no_sync_step_seconds": without_sync,
+        "step_seconds": with_sync, "no_sync_step_seconds": without_sync,
         "exposed_share": max(0.0, 1.0 - without_sync / with_sync),
         "profiled_share": communication_seconds / profiled_seconds if profiled_seconds else 0.0,
-        "profiled_steps": profile_steps,
-        "allreduce_seconds_per_step": communication_seconds / profile_steps,
+        "profiled_steps": profile_steps, "allreduce_seconds_per_step": communication_seconds / profile_steps,
         "event_names": events["event_names"],
         "gradient_bytes": sum(p.numel() * p.element_size() for p in timed.model.parameters() if p.requires_grad),
     }
@@ -254,14 +252,12 @@ def run(task: str, config, *, steps: int = 5, warmup: int = 2, profile_steps: in
         result = allreduce.worker(world_size, device, max_bytes or allreduce.SIZES[-1], steps, warmup)
     else:
         worker_counts = list(range(1, world_size + 1))
-        result = _scaling_worker(config, rank, world_size, device, steps, warmup, profile_steps,
-                                 worker_counts, global_batch or config.batch_size * world_size)
+        result = _scaling_worker(config, rank, world_size, device, steps, warmup, profile_steps, worker_counts,
+                                 global_batch or config.batch_size * world_size)
     if rank == 0:
-        print(f"ddp_probe {task}: {world_size} worker(s) done in {time.perf_counter() - started:.1f} s",
-              flush=True)
+        print(f"ddp_probe {task}: {world_size} worker(s) done in {time.perf_counter() - started:.1f} s", flush=True)
         ledger.record("ddp", task, duration_seconds=time.perf_counter() - started,
-                      parameters={**config.to_dict(), "world_size": world_size, "steps": steps,
-                                  "warmup": warmup},
+                      parameters={**config.to_dict(), "world_size": world_size, "steps": steps, "warmup": warmup},
                       metrics={"world_size": world_size, **json.loads(json.dumps(result, default=str))})
     # Leave together: a rank that tears down its process group while a peer (here rank 0, still
     # writing the ledger) is connected can abort at exit ("terminate called without an active exception").

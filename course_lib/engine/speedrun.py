@@ -149,8 +149,7 @@ def race(config: Config, *, budget_seconds: float | None = None, label: str = ""
         with clock.paused():
             test_state = dataclasses.replace(state, val_loader=validation_batches(state.bundle.test, config,
                                                                                   state.distributed, state.device))
-            test = train.validate(_weights(state), test_state, views=config.tta_views,
-                                  selective=config.tta_selective)
+            test = train.validate(_weights(state), test_state, views=config.tta_views, selective=config.tta_selective)
     result = RaceResult(label or config.recipe or config.model, config, curve, setup_seconds, clock.seconds(),
                         final["top1"], test.get("top1"), state.precision,
                         curve[-1]["images_per_second"] if curve else 0.0, state.bundle.num_classes,

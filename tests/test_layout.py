@@ -337,7 +337,7 @@ def test_the_function_length_count_sees_a_long_function():
 # Issue 45: chapters/ at most 4,500 lines and course_lib/ under 25,298 (docs/development.md, "Size per room"). Both
 # are still over; until they are met each is held at its measured size (2026-12-07) so neither grows meanwhile.
 ROOM_BOUNDS = {"chapters": 4_500, "": 25_297}  # the design's bounds ("" is the whole of course_lib/)
-ROOM_CEILINGS = {"chapters": 5_836, "": 27_936}  # today's sizes: lower them as the rooms shrink, never raise them
+ROOM_CEILINGS = {"chapters": 5_836, "": 27_934}  # today's sizes: lower them as the rooms shrink, never raise them
 
 
 def lines_of(folder: Path) -> int:

@@ -45,11 +45,8 @@ def make_loader(dataset, config: Config, *, train: bool, sampler=None, drop_last
                               "and it does not split itself across ranks; use a map-style dataset")
         sampler = None  # the stream already reads only this rank's shards
     return DataLoader(
-        dataset,
-        batch_size=batch_size or config.batch_size,
-        shuffle=train and sampler is None and not iterable,
-        sampler=sampler,
-        num_workers=workers,
+        dataset, batch_size=batch_size or config.batch_size, shuffle=train and sampler is None and not iterable,
+        sampler=sampler, num_workers=workers,
         pin_memory=config.pin_memory and torch.cuda.is_available(),
         drop_last=train if drop_last is None else drop_last,
         generator=None if iterable else generator,

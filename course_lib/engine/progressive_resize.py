@@ -9,11 +9,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-RAMP_FRACTION = 0.75  # Config.resize_ramp's default: share of the epochs over which the side grows (FFCV)
+from course_lib.config import Config
+
 SIZE_MULTIPLE = 8  # sides are rounded down to a multiple of this (pooling stages halve the side three times)
 
 
-def image_size_for_epoch(epoch: int, epochs: int, min_size: int, full_size: int, ramp: float = RAMP_FRACTION) -> int:
+def image_size_for_epoch(epoch: int, epochs: int, min_size: int, full_size: int, ramp=Config.resize_ramp) -> int:
     """The side (pixels) of epoch `epoch` (0-based) of `epochs`: `min_size` first, growing linearly to `full_size`
     by the end of the ramp (`ramp` of the epochs; 1: the last epoch), then `full_size`. `min_size` 0 (off) or
     >= full_size: always full."""

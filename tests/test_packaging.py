@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 import pytest
@@ -57,27 +58,48 @@ def pytest_collection_finish(session):
 MARKED_FILES = ("tests/test_torchrun.py", "tests/test_ddp.py", "tests/test_notebooks.py", "tests/test_readme_commands.py")
 
 
+def _marked_files() -> list[str]:
+    return sorted({*MARKED_FILES, *(str(path.relative_to(ROOT)) for path in (ROOT / "tests").glob("test_*.py")
+                                    if "mark.cuda" in path.read_text())})
+
+
+def _session_marks(session) -> dict[str, tuple[str, set[str]]] | None:
+    """`_marks` read from the running session's own collection, where it holds every test of those files: a whole
+    `make test` (each pytest-xdist process collects them all), not filtered by -k, -m or --deselect. That saves a
+    collection in a process of its own (13 s of CPU on 2 cores). None otherwise."""
+    option = session.config.option
+    if option.keyword or option.markexpr or getattr(option, "deselect", None):
+        return None
+    marks = {item.nodeid: (item.nodeid.split("::", 1)[1].split("[")[0], {mark.name for mark in item.iter_markers()})
+             for item in session.items if item.nodeid.split("::")[0] in _marked_files()}
+    return marks if {node.split("::")[0] for node in marks} == set(_marked_files()) else None
+
+
+@pytest.fixture
+def marks(request) -> dict[str, tuple[str, set[str]]]:
+    """{node id: (test name, its marks)} of MARKED_FILES and every test file that names the cuda mark."""
+    return _session_marks(request.session) or _marks()
+
+
 @functools.cache
 def _marks() -> dict[str, tuple[str, set[str]]]:
-    """{node id: (test name, its marks)} of MARKED_FILES and every test file that names the cuda mark, from one
-    collection in a process of its own (each collection imports the files: one instead of four)."""
+    """The marks from one collection in a process of its own (each collection imports the files: one instead of four),
+    where the running session did not collect them all."""
     folder = Path(tempfile.mkdtemp(prefix="marks-"))
     (folder / "marks_plugin.py").write_text(MARKS_PLUGIN)
-    cuda_files = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "tests").glob("test_*.py"))
-                  if "mark.cuda" in path.read_text()]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])),
            "WORKBOOK_TEST_MARKS_FILE": str(folder / "marks.tsv")}
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                           "-p", "marks_plugin", *sorted({*MARKED_FILES, *cuda_files})],
+                           "-p", "marks_plugin", *_marked_files()],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     lines = [line.split("\t") for line in (folder / "marks.tsv").read_text().splitlines()]
     return {node: (node.split("::", 1)[1].split("[")[0], set(filter(None, marks.split(",")))) for node, marks in lines}
 
 
-def _collected(mark: str, *files: str) -> set[str]:
-    """The names of the tests `pytest --collect-only -m mark files` selects."""
-    return {name for node, (name, marks) in _marks().items() if node.split("::")[0] in files and mark in marks}
+def _collected(marks: dict, mark: str, *files: str) -> set[str]:
+    """The names of the tests `pytest --collect-only -m mark files` selects (`marks`: the fixture's)."""
+    return {name for node, (name, names) in marks.items() if node.split("::")[0] in files and mark in names}
 
 
 def test_a_command_of_its_own_process_freezes_the_collector_on_its_way_out(monkeypatch, capsys):
@@ -96,7 +118,7 @@ def test_a_command_of_its_own_process_freezes_the_collector_on_its_way_out(monke
 
 
 @pytest.mark.slow
-def test_make_test_fast_skips_the_registered_slow_markers():
+def test_make_test_fast_skips_the_registered_slow_markers(marks):
     """The three slow kinds are registered markers (unknown ones fail, --strict-markers), `make test-fast`
     deselects exactly them, and they reach the tests that run notebooks, a browser or torchrun."""
     pytest_options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
@@ -106,12 +128,36 @@ def test_make_test_fast_skips_the_registered_slow_markers():
     assert "FAST_MARKERS := " + " and ".join(f"not {name}" for name in SLOW_MARKERS) in makefile
     assert 'test-fast: $(STAMP)\n\t$(PYTEST) $(PYTEST_PARALLEL) -m "$(FAST_MARKERS)"' in makefile
     assert "make test-fast" in (ROOT / "README.md").read_text()
-    torchrun = _collected("torchrun", "tests/test_torchrun.py", "tests/test_ddp.py")
+    torchrun = _collected(marks, "torchrun", "tests/test_torchrun.py", "tests/test_ddp.py")
     assert "test_launcher_names_the_failing_rank_with_its_last_lines" in torchrun
     assert "test_two_worker_ddp_equals_one_worker_training_on_gloo" in torchrun
     assert "test_the_rank_log_stream_sorts_lines_by_rank_and_shows_them_as_they_arrive" not in torchrun  # no processes
-    assert _collected("notebook", "tests/test_notebooks.py") == {"test_runs_in_smoke_profile"}
-    assert "test_each_readme_command_runs_to_its_last_line" in _collected("slow", "tests/test_readme_commands.py")
+    assert _collected(marks, "notebook", "tests/test_notebooks.py") == {"test_runs_in_smoke_profile"}
+    readme = _collected(marks, "slow", "tests/test_readme_commands.py")
+    assert "test_each_readme_command_runs_to_its_last_line" in readme
+
+
+def test_the_sessions_own_marks_serve_only_a_whole_unfiltered_collection():
+    """Where the running session collected every marked file unfiltered its items give the marks (no collection of
+    its own); a -k, -m or --deselect run, or one that lacks a file, falls back to `_marks`'s collection."""
+    class Item:
+        def __init__(self, nodeid, *names):
+            self.nodeid, self.names = nodeid, names
+
+        def iter_markers(self):
+            return [types.SimpleNamespace(name=name) for name in self.names]
+
+    items = [Item(f"{path}::test_a[x]", "slow") for path in _marked_files()] + [Item("tests/test_other.py::test_b")]
+    option = types.SimpleNamespace(keyword="", markexpr="", deselect=[])
+    session = types.SimpleNamespace(items=items, config=types.SimpleNamespace(option=option))
+    marks = _session_marks(session)
+    assert marks == {f"{path}::test_a[x]": ("test_a", {"slow"}) for path in _marked_files()}
+    assert _collected(marks, "slow", "tests/test_notebooks.py") == {"test_a"}
+    for filtered in ({"keyword": "ddp"}, {"markexpr": "not slow"}, {"deselect": ["tests/test_ddp.py"]}):
+        session.config.option = types.SimpleNamespace(**{**vars(option), **filtered})
+        assert _session_marks(session) is None, filtered
+    session.config.option, session.items = option, items[1:]
+    assert _session_marks(session) is None  # a marked file not collected
 
 
 CUDA_ONLY_TESTS = {"test_every_decoder_gives_pils_pixels_within_jpeg_tolerance",  # its nvjpeg cases
@@ -121,7 +167,7 @@ CUDA_ONLY_TESTS = {"test_every_decoder_gives_pils_pixels_within_jpeg_tolerance",
 
 
 @pytest.mark.slow
-def test_pytest_m_cuda_collects_every_cuda_only_test_and_nothing_else():
+def test_pytest_m_cuda_collects_every_cuda_only_test_and_nothing_else(marks):
     """One mark, `cuda`, names the CUDA-only tests (a GPU run is `pytest -m cuda`); no test skips on CUDA's
     absence any other way, so none can hide from that run."""
     own_skip = re.compile(r"skip(if)?\(\s*not\s+torch\.cuda\.is_available\(\)")
@@ -130,7 +176,7 @@ def test_pytest_m_cuda_collects_every_cuda_only_test_and_nothing_else():
     assert not own_skips, f"CUDA-only tests that skip on their own instead of @pytest.mark.cuda: {own_skips}"
     files = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "tests").glob("test_*.py")
                    if "mark.cuda" in path.read_text())
-    assert _collected("cuda", *files) == CUDA_ONLY_TESTS
+    assert _collected(marks, "cuda", *files) == CUDA_ONLY_TESTS
     assert 'pytest -m cuda' in (ROOT / "scripts" / "gpu_check.sh").read_text()
 
 

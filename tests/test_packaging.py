@@ -58,6 +58,7 @@ def pytest_collection_finish(session):
 MARKED_FILES = ("tests/test_torchrun.py", "tests/test_ddp.py", "tests/test_notebooks.py", "tests/test_readme_commands.py")
 
 
+@functools.cache
 def _marked_files() -> list[str]:
     return sorted({*MARKED_FILES, *(str(path.relative_to(ROOT)) for path in (ROOT / "tests").glob("test_*.py")
                                     if "mark.cuda" in path.read_text())})
@@ -70,9 +71,10 @@ def _session_marks(session) -> dict[str, tuple[str, set[str]]] | None:
     option = session.config.option
     if option.keyword or option.markexpr or getattr(option, "deselect", None):
         return None
+    files = set(_marked_files())
     marks = {item.nodeid: (item.nodeid.split("::", 1)[1].split("[")[0], {mark.name for mark in item.iter_markers()})
-             for item in session.items if item.nodeid.split("::")[0] in _marked_files()}
-    return marks if {node.split("::")[0] for node in marks} == set(_marked_files()) else None
+             for item in session.items if item.nodeid.split("::")[0] in files}
+    return marks if {node.split("::")[0] for node in marks} == files else None
 
 
 @pytest.fixture

@@ -49,10 +49,16 @@ def ceiling(config, result) -> float:
                            devices.resolve_device(config.device), CEILING_STEPS)
 
 
+def seed_pairs(results: dict, first: str, second: str) -> list[tuple]:
+    """(first's result, second's result) of each seed both recipes raced, matched by seed, in the first's order."""
+    theirs = {result.config.seed: result for result in results[second]}
+    return [(mine, theirs[mine.config.seed]) for mine in results[first] if mine.config.seed in theirs]
+
+
 def speedup(results: dict, first: str, second: str) -> dict | None:
     """The first recipe's seconds to 97% over the second's, paired by seed, where both reached it (None: fewer
     than 2 such seeds)."""
-    pairs = [(a.time_to(TARGET), b.time_to(TARGET)) for a, b in zip(results[first], results[second])]
+    pairs = [(a.time_to(TARGET), b.time_to(TARGET)) for a, b in seed_pairs(results, first, second)]
     pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
     if len(pairs) < 2:
         return None
@@ -62,7 +68,7 @@ def speedup(results: dict, first: str, second: str) -> dict | None:
 def top1_change(results: dict, first: str, second: str) -> dict | None:
     """The second recipe's final single-view top-1 minus the first's, in points, paired by seed (None: fewer than 2
     seeds raced by both), the issue's "no lower than today's"."""
-    pairs = list(zip(results[first], results[second]))
+    pairs = seed_pairs(results, first, second)
     if len(pairs) < 2:
         return None
     return statistics.paired_difference([100 * b.single_view_top1 for _, b in pairs],

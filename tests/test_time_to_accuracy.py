@@ -1,7 +1,10 @@
 """Notebook 12 (`chapters.time_to_accuracy`): racers compared at the same clock, the ablation paired by seed and scored on one validation subset, the reference claims."""
+import types
+
 import pytest
 from conftest import tiny_config
 
+from course_lib.analysis import statistics
 from course_lib.engine import speedrun
 
 
@@ -191,35 +194,40 @@ def _bench_race():
     return importlib.import_module("bench_race")
 
 
+class Raced:
+    """A race's result as the race benchmark reads it: its seed, seconds to 97% and final single-view top-1."""
+
+    def __init__(self, seed, seconds=None, top1=None):
+        self.config, self.seconds, self.single_view_top1 = types.SimpleNamespace(seed=seed), seconds, top1
+
+    def time_to(self, level):
+        return self.seconds
+
+
 def test_the_race_speedup_pairs_the_seeds_where_both_recipes_reached_97():
-    class Raced:
-        def __init__(self, seconds):
-            self.seconds = seconds
-
-        def time_to(self, level):
-            return self.seconds
-
     bench = _bench_race()
-    results = {"a": [Raced(100.0), Raced(120.0), Raced(None), Raced(110.0)],
-               "b": [Raced(50.0), Raced(60.0), Raced(40.0), Raced(None)]}
+    results = {"a": [Raced(0, 100.0), Raced(1, 120.0), Raced(2, None), Raced(3, 110.0)],
+               "b": [Raced(0, 50.0), Raced(1, 60.0), Raced(2, 40.0), Raced(3, None)]}
     ratio = bench.speedup(results, "a", "b")
     assert ratio["pairs"] == 2 and ratio["ratio"] == pytest.approx(2.0)  # seeds 2 and 3 lack one side
     assert ratio["low"] <= 2.0 <= ratio["high"]
-    assert bench.speedup({"a": results["a"][:2], "b": [Raced(None), Raced(60.0)]}, "a", "b") is None
+    assert bench.speedup({"a": results["a"][:2], "b": [Raced(0, None), Raced(1, 60.0)]}, "a", "b") is None
+    # matched by seed, not by position: b's seed 1 is missing (a race stopped between its recipes)
+    shifted = bench.speedup({"a": results["a"], "b": [Raced(0, 50.0), Raced(3, 55.0), Raced(4, 10.0)]}, "a", "b")
+    assert shifted["pairs"] == 2 and shifted["ratio"] == pytest.approx((100 / 50 * 110 / 55) ** 0.5)
 
 
 def test_the_race_pairs_the_final_single_view_top1_by_seed_in_points():
-    class Raced:
-        def __init__(self, top1):
-            self.single_view_top1 = top1
-
     bench = _bench_race()
-    change = bench.top1_change({"a": [Raced(0.970), Raced(0.972), Raced(0.968)],
-                                "b": [Raced(0.975), Raced(0.976), Raced(0.974)]}, "a", "b")
+    change = bench.top1_change({"a": [Raced(0, top1=0.970), Raced(1, top1=0.972), Raced(2, top1=0.968)],
+                                "b": [Raced(0, top1=0.975), Raced(1, top1=0.976), Raced(2, top1=0.974)]}, "a", "b")
     assert change["delta"] == pytest.approx(0.5) and change["beyond"] == 1 and change["runs"] == 3
-    worse = bench.top1_change({"a": [Raced(0.975), Raced(0.976)], "b": [Raced(0.970), Raced(0.972)]}, "a", "b")
+    worse = bench.top1_change({"a": [Raced(0, top1=0.975), Raced(1, top1=0.976)],  # b's seeds in another order
+                               "b": [Raced(1, top1=0.972), Raced(0, top1=0.970)]}, "a", "b")
     assert worse["delta"] == pytest.approx(-0.45) and worse["high"] > worse["delta"] > worse["low"]
-    assert bench.top1_change({"a": [Raced(0.97)], "b": [Raced(0.98)]}, "a", "b") is None  # one seed: no interval
+    by_seed = statistics.paired_difference([97.0, 97.2], [97.5, 97.6])  # seed 0's pair, then seed 1's
+    assert (worse["low"], worse["high"]) == pytest.approx((by_seed["low"], by_seed["high"]))
+    assert bench.top1_change({"a": [Raced(0, top1=0.97)], "b": [Raced(0, top1=0.98)]}, "a", "b") is None  # one seed
 
 
 @pytest.mark.slow

@@ -72,7 +72,7 @@ def _session_marks(session) -> dict[str, tuple[str, set[str]]] | None:
     if option.keyword or option.markexpr or getattr(option, "deselect", None):
         return None
     files = set(_marked_files())
-    marks = {item.nodeid: (item.nodeid.split("::", 1)[1].split("[")[0], {mark.name for mark in item.iter_markers()})
+    marks = {item.nodeid: _entry(item.nodeid, [mark.name for mark in item.iter_markers()])
              for item in session.items if item.nodeid.split("::")[0] in files}
     return marks if {node.split("::")[0] for node in marks} == files else None
 
@@ -96,7 +96,12 @@ def _marks() -> dict[str, tuple[str, set[str]]]:
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     lines = [line.split("\t") for line in (folder / "marks.tsv").read_text().splitlines()]
-    return {node: (node.split("::", 1)[1].split("[")[0], set(filter(None, marks.split(",")))) for node, marks in lines}
+    return {node: _entry(node, marks.split(",")) for node, marks in lines}
+
+
+def _entry(nodeid: str, marks) -> tuple[str, set[str]]:
+    """(test name, its marks) of a node id: the function's name, parameters left out."""
+    return nodeid.split("::", 1)[1].split("[")[0], set(filter(None, marks))
 
 
 def _collected(marks: dict, mark: str, *files: str) -> set[str]:
